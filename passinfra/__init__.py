@@ -1,0 +1,11 @@
+"""raypass's pass infrastructure: the IR, passes, instruments, frontends, codegen, runtime.
+
+Usable without Ray: ``Sequential([...])(mod)`` runs in-process.
+"""
+
+from passinfra import ir
+from passinfra.runtime import evaluate
+
+__version__ = "0.1.0"
+
+__all__ = ["ir", "evaluate", "__version__"]

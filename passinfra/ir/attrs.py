@@ -1,0 +1,107 @@
+"""Immutable attribute mappings for calls and functions."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+from passinfra.errors import IRError
+
+
+def freeze_value(value: Any) -> Any:
+    """Turn an attribute value into an immutable, hashable, picklable one.
+
+    Lists become tuples, NumPy scalars become Python scalars; strings, numbers, bools,
+    None and types pass through. Anything else is rejected, because an attribute that
+    could change would break the IR's immutability.
+    """
+    from passinfra.ir.types import Type
+
+    if value is None or isinstance(value, (bool, int, float, str, Type)):
+        return value
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, (list, tuple)):
+        return tuple(freeze_value(v) for v in value)
+    if isinstance(value, np.ndarray) and value.ndim <= 1 and value.size <= 64:
+        return tuple(v.item() for v in value.reshape(-1)) if value.ndim else value.item()
+    raise IRError(f"attribute value {value!r} of type {type(value).__name__} is not allowed")
+
+
+class Attrs(Mapping):
+    """A read-only, hashable mapping from attribute names to frozen values.
+
+    Keys keep their insertion order, which the printer shows; equality and hashing
+    ignore order.
+    """
+
+    __slots__ = ("_items", "_hash")
+
+    def __init__(self, items: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        merged: dict[str, Any] = {}
+        for source in (items or {}), kwargs:
+            for key, value in source.items():
+                if not isinstance(key, str):
+                    raise IRError(f"attribute names must be strings, got {key!r}")
+                merged[key] = freeze_value(value)
+        object.__setattr__(self, "_items", merged)
+        object.__setattr__(self, "_hash", hash(frozenset((k, _hashable(v)) for k, v in merged.items())))
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        raise AttributeError("Attrs is immutable")
+
+    def __getitem__(self, key: str) -> Any:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Attrs):
+            return self._hash == other._hash and _eq_items(self._items, other._items)
+        if isinstance(other, Mapping):
+            return _eq_items(self._items, dict(other))
+        return NotImplemented
+
+    def with_item(self, key: str, value: Any) -> Attrs:
+        """A new Attrs with ``key`` set to ``value``."""
+        return Attrs({**self._items, key: value})
+
+    def __repr__(self) -> str:
+        return f"Attrs({self._items!r})"
+
+    def __reduce__(self):
+        return (Attrs, (self._items,))
+
+
+def _hashable(value: Any) -> Any:
+    # float NaN would make an attribute unequal to itself; attributes never hold NaN
+    return value
+
+
+def _eq_items(a: dict, b: dict) -> bool:
+    if a.keys() != b.keys():
+        return False
+    # 1 == 1.0 == True in Python; attribute values of different kinds are different
+    return all(type(a[k]) is type(b[k]) and a[k] == b[k] for k in a)
+
+
+EMPTY_ATTRS = Attrs()
+
+
+def as_attrs(value: Mapping[str, Any] | None) -> Attrs:
+    if value is None:
+        return EMPTY_ATTRS
+    if isinstance(value, Attrs):
+        return value
+    if isinstance(value, Mapping):
+        return Attrs(value)
+    raise IRError(f"attrs must be a mapping, got {type(value).__name__}")

@@ -1,0 +1,12 @@
+"""Operator builders and the op registry.
+
+``from passinfra.ir import op``; ``op.add(a, b)``, ``op.nn.conv2d(...)``,
+``op.random.uniform(...)``. Registered names follow the builder paths.
+"""
+
+from passinfra.ir.op import nn, random  # noqa: F401  (sub-namespaces of builders)
+from passinfra.ir.op.registry import Op, OpPattern, list_ops, register_op
+from passinfra.ir.op.tensor import *  # noqa: F401,F403  (the tensor-level builders)
+from passinfra.ir.op.tensor import __all__ as _tensor_all
+
+__all__ = ["Op", "OpPattern", "list_ops", "register_op", "nn", "random", *_tensor_all]

@@ -1,0 +1,1 @@
+"""nn op builders (owned by the ops helper; stub)."""

@@ -1,0 +1,1 @@
+"""random op builders (owned by the ops helper; stub)."""

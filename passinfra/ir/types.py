@@ -1,0 +1,128 @@
+"""Types of the graph-level IR: tensors with static shapes, tuples and functions.
+
+Types are value objects: frozen, compared structurally, hashed once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from passinfra.errors import IRError
+
+DTYPES: tuple[str, ...] = ("float32", "float64", "int32", "int64", "bool")
+
+
+def normalize_dtype(dtype: Any) -> str:
+    """Return the canonical dtype name, or raise IRError naming the bad dtype."""
+    try:
+        name = np.dtype(dtype).name
+    except TypeError as err:
+        raise IRError(f"unknown dtype {dtype!r}; supported: {', '.join(DTYPES)}") from err
+    if name not in DTYPES:
+        raise IRError(f"unsupported dtype {name!r}; supported: {', '.join(DTYPES)}")
+    return name
+
+
+class Type:
+    """Base of all IR types. Subclasses are immutable and hash structurally."""
+
+    __slots__ = ("_hash",)
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable")
+
+    def __delattr__(self, key: str) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable")
+
+    def _key(self) -> tuple:
+        raise NotImplementedError
+
+    def __eq__(self, other: object) -> bool:
+        return type(self) is type(other) and self._key() == other._key()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __str__(self) -> str:
+        from passinfra.ir.printer import type_to_text
+
+        return type_to_text(self)
+
+    def __reduce__(self):
+        return (type(self), self._key())
+
+
+class TensorType(Type):
+    """A tensor of static ``shape`` (tuple of ints) and ``dtype`` (a name in DTYPES)."""
+
+    __slots__ = ("shape", "dtype")
+
+    def __init__(self, shape: Iterable[int] = (), dtype: Any = "float32") -> None:
+        dims = []
+        for dim in shape:
+            if isinstance(dim, (bool, np.bool_)) or not isinstance(dim, (int, np.integer)):
+                raise IRError(f"TensorType shape must hold ints, got {dim!r} in {tuple(shape)!r}")
+            if dim < 0:
+                raise IRError(f"TensorType shape must be non-negative, got {tuple(shape)!r}")
+            dims.append(int(dim))
+        object.__setattr__(self, "shape", tuple(dims))
+        object.__setattr__(self, "dtype", normalize_dtype(dtype))
+        object.__setattr__(self, "_hash", hash(("TensorType", self.shape, self.dtype)))
+
+    def _key(self) -> tuple:
+        return (self.shape, self.dtype)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def __repr__(self) -> str:
+        return f"TensorType({self.shape!r}, {self.dtype!r})"
+
+
+class TupleType(Type):
+    """A tuple of ``fields`` types."""
+
+    __slots__ = ("fields",)
+
+    def __init__(self, fields: Iterable[Type]) -> None:
+        fields = tuple(fields)
+        for field in fields:
+            if not isinstance(field, Type):
+                raise IRError(f"TupleType fields must be types, got {field!r}")
+        object.__setattr__(self, "fields", fields)
+        object.__setattr__(self, "_hash", hash(("TupleType", fields)))
+
+    def _key(self) -> tuple:
+        return (self.fields,)
+
+    def __repr__(self) -> str:
+        return f"TupleType({list(self.fields)!r})"
+
+
+class FuncType(Type):
+    """A function from ``arg_types`` to ``ret_type``."""
+
+    __slots__ = ("arg_types", "ret_type")
+
+    def __init__(self, arg_types: Iterable[Type], ret_type: Type) -> None:
+        arg_types = tuple(arg_types)
+        for t in (*arg_types, ret_type):
+            if not isinstance(t, Type):
+                raise IRError(f"FuncType needs types, got {t!r}")
+        object.__setattr__(self, "arg_types", arg_types)
+        object.__setattr__(self, "ret_type", ret_type)
+        object.__setattr__(self, "_hash", hash(("FuncType", arg_types, ret_type)))
+
+    def _key(self) -> tuple:
+        return (self.arg_types, self.ret_type)
+
+    def __repr__(self) -> str:
+        return f"FuncType({list(self.arg_types)!r}, {self.ret_type!r})"

@@ -1,0 +1,1 @@
+"""Ray actor workers that hold function shards and run function passes."""
