@@ -31,9 +31,9 @@ from passinfra.ir.op.registry import Op, OpPattern, list_ops, register_op
 from passinfra.ir.parser import parse
 from passinfra.ir.printer import astext
 from passinfra.ir.structural import assert_structural_equal, structural_equal, structural_hash
-from passinfra.ir.type_infer import infer_type
+from passinfra.ir.type_infer import infer_module, infer_type
 from passinfra.ir.types import DTYPES, FuncType, TensorType, TupleType, Type
-from passinfra.ir.well_formed import verify_well_formed
+from passinfra.ir.well_formed import verify_well_formed, well_formed
 
 __all__ = [
     "op", "Attrs", "BaseFunc", "Call", "Constant", "Expr", "Function", "GlobalVar", "If", "Let",
@@ -41,5 +41,5 @@ __all__ = [
     "expr_children", "iter_post_order", "post_order_visit", "IRModule", "Op", "OpPattern",
     "list_ops", "register_op", "parse", "astext", "assert_structural_equal", "structural_equal",
     "structural_hash", "infer_type", "DTYPES", "FuncType", "TensorType", "TupleType", "Type",
-    "verify_well_formed", "all_vars", "bound_vars", "free_vars",
+    "verify_well_formed", "well_formed", "infer_module", "all_vars", "bound_vars", "free_vars",
 ]

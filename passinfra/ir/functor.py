@@ -196,20 +196,30 @@ class ExprVisitor(ExprFunctor):
         self.visit(tgi.tuple_value)
 
     def visit_let(self, let: Let) -> None:
-        # walk the chain with a loop; inner Lets count as visited like any node
-        visited = self._visited
-        default = type(self).visit_let is ExprVisitor.visit_let
-        node: Expr = let
-        while True:
-            self.visit(node.var)
-            self.visit(node.value)
-            body = node.body
-            if default and type(body) is Let and body not in visited:
-                visited.add(body)
-                node = body
-                continue
-            self.visit(body)
+        """Visit the binding, then the body.
+
+        Let chains are walked by a loop: when this Let is the body of the Let whose
+        walk is under way, its own body is handed back to that walk instead of being
+        visited here. So an override of ``visit_let`` that calls ``super()`` is called
+        for every Let of a 100,000-long chain at a constant stack depth; the one
+        difference it can see is that, for a Let in the body position of another Let,
+        the code after its ``super()`` call runs before its body is visited.
+        """
+        self.visit(let.var)
+        self.visit(let.value)
+        state = self.__dict__
+        if state.get("_chain_next") is let:
+            state["_chain_deferred"] = let.body
             return
+        saved = (state.get("_chain_next"), state.get("_chain_deferred"))
+        body: Expr | None = let.body
+        try:
+            while body is not None:
+                state["_chain_next"], state["_chain_deferred"] = body, None
+                self.visit(body)
+                body = state["_chain_deferred"]
+        finally:
+            state["_chain_next"], state["_chain_deferred"] = saved
 
     def visit_if(self, node: If) -> None:
         self.visit(node.cond)
@@ -278,12 +288,22 @@ class ExprMutator(ExprFunctor):
         return tgi if value is tgi.tuple_value else TupleGetItem(value, tgi.index)
 
     def visit_let(self, let: Let) -> Expr:
+        """Rewrite a Let chain with a loop (bindings outer to inner, then the body).
+
+        Passes customise Lets through two hooks instead of overriding this method:
+        ``on_let_binding`` sees each rewritten binding before the body is visited (e.g.
+        to map the var to a constant in ``self.memo``) and ``rewrite_let`` builds the
+        result (e.g. drops a dead binding). Overriding ``visit_let`` itself still works,
+        but then each inner Let is reached by recursion.
+        """
         memo = self.memo
         default = type(self).visit_let is ExprMutator.visit_let
         chain: list[tuple[Let, Expr, Expr]] = []
         node: Expr = let
         while True:
-            chain.append((node, self.visit(node.var), self.visit(node.value)))
+            new_var, new_value = self.visit(node.var), self.visit(node.value)
+            self.on_let_binding(node, new_var, new_value)
+            chain.append((node, new_var, new_value))
             body = node.body
             if default and type(body) is Let and body not in memo:
                 node = body
@@ -292,12 +312,18 @@ class ExprMutator(ExprFunctor):
             break
         # rebuild from the innermost binding outwards, sharing what did not change
         for old, new_var, new_value in reversed(chain):
-            if new_var is old.var and new_value is old.value and result is old.body:
-                result = old
-            else:
-                result = Let(new_var, new_value, result)
+            result = self.rewrite_let(old, new_var, new_value, result)
             memo[old] = result
         return result
+
+    def on_let_binding(self, let: Let, new_var: Expr, new_value: Expr) -> None:
+        """Called for each binding of a Let chain after its value is rewritten."""
+
+    def rewrite_let(self, let: Let, new_var: Expr, new_value: Expr, new_body: Expr) -> Expr:
+        """Build the rewritten Let; the original when nothing changed."""
+        if new_var is let.var and new_value is let.value and new_body is let.body:
+            return let
+        return Let(new_var, new_value, new_body)
 
     def visit_if(self, node: If) -> Expr:
         cond = self.visit(node.cond)

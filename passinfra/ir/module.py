@@ -21,7 +21,9 @@ class IRModule:
 
     __slots__ = ("_functions", "attrs", "__weakref__")
 
-    def __init__(self, functions: Mapping[Any, BaseFunc] | None = None, attrs: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self, functions: Mapping[Any, BaseFunc] | None = None, attrs: Mapping[str, Any] | None = None
+    ) -> None:
         self._functions: dict[GlobalVar, BaseFunc] = {}
         self.attrs: Attrs = as_attrs(attrs)
         for key, func in (functions or {}).items():

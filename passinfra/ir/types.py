@@ -17,6 +17,8 @@ DTYPES: tuple[str, ...] = ("float32", "float64", "int32", "int64", "bool")
 
 def normalize_dtype(dtype: Any) -> str:
     """Return the canonical dtype name, or raise IRError naming the bad dtype."""
+    if type(dtype) is str and dtype in DTYPES:  # the common case, without asking NumPy
+        return dtype
     try:
         name = np.dtype(dtype).name
     except TypeError as err:

@@ -1,5 +1,5 @@
 """Runtime: the reference interpreter (and, later, compiled-module loading)."""
 
-from passinfra.runtime.interpreter import evaluate
+from passinfra.runtime.interpreter import Closure, evaluate
 
-__all__ = ["evaluate"]
+__all__ = ["Closure", "evaluate"]
