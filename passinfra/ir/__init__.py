@@ -28,7 +28,7 @@ from passinfra.ir.functor import (
 )
 from passinfra.ir.module import IRModule
 from passinfra.ir.op.registry import Op, OpPattern, list_ops, register_op
-from passinfra.ir.parser import parse
+from passinfra.ir.parser import parse, parse_expr, parse_type
 from passinfra.ir.printer import astext
 from passinfra.ir.structural import assert_structural_equal, structural_equal, structural_hash
 from passinfra.ir.type_infer import infer_module, infer_type
@@ -39,7 +39,7 @@ __all__ = [
     "op", "Attrs", "BaseFunc", "Call", "Constant", "Expr", "Function", "GlobalVar", "If", "Let",
     "Tuple", "TupleGetItem", "Var", "const", "var", "ExprFunctor", "ExprMutator", "ExprVisitor",
     "expr_children", "iter_post_order", "post_order_visit", "IRModule", "Op", "OpPattern",
-    "list_ops", "register_op", "parse", "astext", "assert_structural_equal", "structural_equal",
+    "list_ops", "register_op", "parse", "parse_expr", "parse_type", "astext", "assert_structural_equal", "structural_equal",
     "structural_hash", "infer_type", "DTYPES", "FuncType", "TensorType", "TupleType", "Type",
     "verify_well_formed", "well_formed", "infer_module", "all_vars", "bound_vars", "free_vars",
 ]

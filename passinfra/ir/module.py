@@ -109,6 +109,8 @@ class IRModule:
         mod._functions = dict(self._functions)
         return mod
 
+    __copy__ = copy
+
     def with_attr(self, key: str, value: Any) -> IRModule:
         mod = self.copy()
         mod.attrs = self.attrs.with_item(key, value)

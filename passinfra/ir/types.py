@@ -19,13 +19,23 @@ def normalize_dtype(dtype: Any) -> str:
     """Return the canonical dtype name, or raise IRError naming the bad dtype."""
     if type(dtype) is str and dtype in DTYPES:  # the common case, without asking NumPy
         return dtype
+    if isinstance(dtype, np.dtype):
+        cached = _NUMPY_DTYPE_NAMES.get(dtype)
+        if cached is not None:
+            return cached
     try:
         name = np.dtype(dtype).name
     except TypeError as err:
         raise IRError(f"unknown dtype {dtype!r}; supported: {', '.join(DTYPES)}") from err
     if name not in DTYPES:
         raise IRError(f"unsupported dtype {name!r}; supported: {', '.join(DTYPES)}")
+    if isinstance(dtype, np.dtype):
+        _NUMPY_DTYPE_NAMES[dtype] = name
     return name
+
+
+# np.dtype -> name, because asking NumPy costs microseconds and Constant asks every time
+_NUMPY_DTYPE_NAMES: dict[np.dtype, str] = {}
 
 
 class Type:
