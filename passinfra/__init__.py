@@ -8,4 +8,6 @@ from passinfra.runtime import evaluate
 
 __version__ = "0.1.0"
 
-__all__ = ["ir", "evaluate", "__version__"]
+from passinfra.build import build  # noqa: E402  (needs the IR and the passes above)
+
+__all__ = ["ir", "evaluate", "build", "__version__"]

@@ -39,7 +39,8 @@ __all__ = [
     "op", "Attrs", "BaseFunc", "Call", "Constant", "Expr", "Function", "GlobalVar", "If", "Let",
     "Tuple", "TupleGetItem", "Var", "const", "var", "ExprFunctor", "ExprMutator", "ExprVisitor",
     "expr_children", "iter_post_order", "post_order_visit", "IRModule", "Op", "OpPattern",
-    "list_ops", "register_op", "parse", "parse_expr", "parse_type", "astext", "assert_structural_equal", "structural_equal",
+    "list_ops", "register_op", "parse", "parse_expr", "parse_type", "astext",
+    "assert_structural_equal", "structural_equal",
     "structural_hash", "infer_type", "DTYPES", "FuncType", "TensorType", "TupleType", "Type",
     "verify_well_formed", "well_formed", "infer_module", "all_vars", "bound_vars", "free_vars",
 ]

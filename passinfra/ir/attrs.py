@@ -13,13 +13,14 @@ from passinfra.errors import IRError
 def freeze_value(value: Any) -> Any:
     """Turn an attribute value into an immutable, hashable, picklable one.
 
-    Lists become tuples, NumPy scalars become Python scalars; strings, numbers, bools,
-    None and types pass through. Anything else is rejected, because an attribute that
+    Lists become tuples, NumPy scalars become Python scalars; strings, bytes (e.g. object
+    code a compile pass attaches to a kernel), numbers, bools, None and types pass
+    through. Anything else is rejected, because an attribute that
     could change would break the IR's immutability.
     """
     from passinfra.ir.types import Type
 
-    if value is None or isinstance(value, (bool, int, float, str, Type)):
+    if value is None or isinstance(value, (bool, int, float, str, bytes, Type)):
         return value
     if isinstance(value, np.generic):
         return value.item()

@@ -300,7 +300,7 @@ class _Parser:
         return Constant(np.array(values, dtype=dtypes.pop()).reshape(shape))
 
     def attr_value(self) -> Any:
-        """An attribute value: int, float, bool, string, None, tuple or ``type(T)``."""
+        """An attribute value: int, float, bool, string, None, tuple, ``type(T)`` or ``bytes("b64")``."""
         token = self.advance()
         kind, text, _ = token
         if kind == "-":
@@ -332,7 +332,22 @@ class _Parser:
                 ty = self.parse_type()
                 self.expect(")")
                 return ty
+            if text == "bytes":
+                return self._bytes_value()
         raise self.error(f"expected an attribute value, found {_describe(token)}", token)
+
+    def _bytes_value(self) -> bytes:
+        """``bytes("<base64>")``, as the printer writes bytes attribute values."""
+        self.expect("(")
+        token = self.advance()
+        if token[0] != "string":
+            raise self.error(f"bytes(...) takes a base64 string, found {_describe(token)}", token)
+        try:
+            value = base64.b64decode(json.loads(token[1]), validate=True)
+        except (ValueError, binascii.Error) as err:
+            raise self.error(f"bytes(...) holds invalid base64: {err}", token) from None
+        self.expect(")")
+        return value
 
     @staticmethod
     def _plain_number(text: str) -> int | float:

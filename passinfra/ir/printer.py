@@ -136,6 +136,8 @@ def attr_value_text(value: Any) -> str:
         return repr(value)  # always has '.', 'e', 'inf' or 'nan': stays a float
     if isinstance(value, str):
         return json.dumps(value)
+    if isinstance(value, bytes):  # object code and the like: base64, read back by the parser
+        return f'bytes("{base64.b64encode(value).decode("ascii")}")'
     if isinstance(value, tuple):
         inner = ", ".join(attr_value_text(v) for v in value)
         return f"({inner},)" if len(value) == 1 else f"({inner})"

@@ -339,7 +339,7 @@ class _Comparer:
 
 
 def _compare_value(a: Any, b: Any) -> str | None:
-    if isinstance(a, (Type, Attrs, str, int, float, bool, type(None))):
+    if isinstance(a, (Type, Attrs, str, bytes, int, float, bool, type(None))):
         return None if a == b else f"different values: {_value_text(a)} vs {_value_text(b)}"
     raise IRError(f"structural equality does not handle {type(a).__name__} values")
 
@@ -389,6 +389,8 @@ def _canon(value: Any) -> bytes:
     if isinstance(value, str):
         data = value.encode()
         return b"S" + str(len(data)).encode() + b":" + data
+    if isinstance(value, bytes):  # e.g. object code a compile pass attaches to a function
+        return b"Y" + str(len(value)).encode() + b":" + value
     if isinstance(value, tuple):
         return b"T" + str(len(value)).encode() + b":" + b"".join(_canon(v) for v in value)
     if isinstance(value, TensorType):

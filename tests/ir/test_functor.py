@@ -48,7 +48,8 @@ def test_visitor_visits_shared_node_once_in_post_order():
 
 def test_identity_mutator_returns_same_objects():
     x = ir.var("x")
-    body = ir.Let(ir.var("t"), pair(x, x), ir.If(ir.var("c"), ir.Tuple([x]), ir.TupleGetItem(ir.Tuple([x]), 0)))
+    branch = ir.If(ir.var("c"), ir.Tuple([x]), ir.TupleGetItem(ir.Tuple([x]), 0))
+    body = ir.Let(ir.var("t"), pair(x, x), branch)
     f = ir.Function([x], body)
     assert ir.ExprMutator().visit(f) is f
 

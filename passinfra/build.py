@@ -1,0 +1,129 @@
+"""``build(mod)``: the whole pipeline, from a graph-level module to a runtime.Module.
+
+Two phases. The function-pass-heavy part (graph optimizations, FuseOps, lowering, loop
+passes, C rendering and compilation) is one Sequential, run by the ``scheduler`` when
+one is given (``scheduler.run(pipeline, mod)``, which may fan it out to workers) or
+in-process. The module passes that need the whole program (memory planning, host code,
+linking) then run in the driver.
+
+Passes are looked up in the registry by name, so a user can replace one by registering
+another factory under the same name (``register_pass(name, override=True)``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from typing import Any
+
+# importing the packages registers the graph passes and the codegen passes
+import passinfra.codegen  # noqa: F401
+import passinfra.transform  # noqa: F401
+from passinfra.errors import RaypassError
+from passinfra.ir.module import IRModule
+from passinfra.ir.type_infer import infer_type
+from passinfra.ir.types import TensorType, TupleType, Type
+from passinfra.runtime.module import Module
+from passinfra.transform.context import PassContext
+from passinfra.transform.passes import Pass
+from passinfra.transform.registry import get_pass
+from passinfra.transform.sequential import Sequential
+
+SUPPORTED_TARGETS = ("c",)
+
+# the graph-level pipeline (each pass gated by the build's opt_level as in a Sequential),
+# then lowering, the loop passes and C; then the module passes that link the library
+COMPILE_PIPELINE: tuple[str, ...] = (
+    "InferType",
+    "SimplifyInference",
+    "FoldConstant",
+    "FoldScaleAxis",
+    "EliminateCommonSubexpr",
+    "DeadCodeElimination",
+    "AlterOpLayout",
+    "FoldConstant",
+    "FuseOps",
+    "LowerToPrimFunc",
+    "Simplify",
+    "StorageFlatten",
+    "VectorizeLoop",
+    "UnrollLoop",
+    "RemoveNoOp",
+    "CodegenC",
+    "CompileC",
+)
+LINK_PIPELINE: tuple[str, ...] = ("PlanMemory", "HostCodegen", "LinkLibrary")
+
+
+class BuildError(RaypassError):
+    """The build cannot run (unknown target, a pass it needs is not available)."""
+
+
+def _passes(names: tuple[str, ...]) -> list[Pass]:
+    return [get_pass(name) for name in names]
+
+
+def compile_pipeline() -> Sequential:
+    """The function-pass-heavy part of the build, as a Sequential."""
+    return Sequential(_passes(COMPILE_PIPELINE), opt_level=0, name="build_compile")
+
+
+def link_pipeline() -> Sequential:
+    """Memory planning, host code and linking (module passes, run in the driver)."""
+    return Sequential(_passes(LINK_PIPELINE), opt_level=0, name="build_link")
+
+
+@contextlib.contextmanager
+def _build_context(opt_level: int) -> Iterator[PassContext]:
+    """The current context with ``opt_level`` replaced. Its instruments are shared, not
+    re-entered: the outer ``with`` already entered them and will exit them."""
+    outer = PassContext.current()
+    ctx = PassContext(opt_level=opt_level, required_pass=outer.required_pass,
+                      disabled_pass=outer.disabled_pass, config=dict(outer.config))
+    with ctx:
+        ctx.instruments = outer.instruments
+        try:
+            yield ctx
+        finally:
+            ctx.instruments = ()
+
+
+def build(mod: IRModule, opt_level: int = 3, target: str = "c", scheduler: Any = None) -> Module:
+    """Compile ``mod`` (its ``main``) into a loaded runtime.Module.
+
+    ``scheduler``: None runs every pass in-process; otherwise the compile pipeline runs as
+    ``scheduler.run(pipeline, mod)``. The current PassContext's config (``codegen.*``),
+    required/disabled passes and instruments apply; ``opt_level`` replaces its level.
+    """
+    if target not in SUPPORTED_TARGETS:
+        raise BuildError(f"unsupported target {target!r}; supported targets: {', '.join(SUPPORTED_TARGETS)}")
+    if not isinstance(mod, IRModule):
+        raise BuildError(f"build expects an IRModule, got {type(mod).__name__}")
+    main_type = infer_type(mod["main"], mod)
+    with _build_context(opt_level):
+        pipeline = compile_pipeline()
+        compiled = pipeline(mod) if scheduler is None else scheduler.run(pipeline, mod)
+        linked = link_pipeline()(compiled)
+    metadata = json.loads(linked.attrs["runtime_metadata"])
+    _use_graph_output_shapes(metadata, main_type.ret_type)  # type: ignore[union-attr]
+    return Module(linked.attrs["library"], metadata, linked.attrs["weights"])
+
+
+def _use_graph_output_shapes(metadata: dict[str, Any], ret_type: Type) -> None:
+    """Give the outputs main's own shapes (kernel buffers may have been flattened)."""
+    fields: list[TensorType] = []
+    stack: list[Type] = [ret_type]
+    while stack:
+        ty = stack.pop()
+        if isinstance(ty, TupleType):
+            stack.extend(reversed(ty.fields))
+        elif isinstance(ty, TensorType):
+            fields.append(ty)
+    if len(fields) != len(metadata["outputs"]):
+        return
+    for spec, ty in zip(metadata["outputs"], fields):
+        spec["shape"] = [int(d) for d in ty.shape]
+
+
+__all__ = ["build", "BuildError", "compile_pipeline", "link_pipeline", "COMPILE_PIPELINE", "LINK_PIPELINE"]

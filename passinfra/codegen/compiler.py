@@ -1,0 +1,168 @@
+"""The C compiler driver: C text -> object bytes, through the content-addressed cache.
+
+Settings come from the PassContext config (registered here):
+
+- ``codegen.cc`` (str): the compiler, ``cc`` by default;
+- ``codegen.cflags`` (str): flags, :data:`DEFAULT_CFLAGS` by default (portable: no
+  ``-march=native`` unless the user puts it there);
+- ``codegen.cache_dir`` (str): the object cache, default
+  :func:`~passinfra.codegen.cache.default_cache_dir`;
+- ``codegen.no_cache`` (bool): compile every time, neither reading nor writing the cache.
+
+A failed compile raises :class:`CompileError` with the compiler's stderr and the path of
+the C file, which is kept (in a fresh temporary directory) so it can be inspected.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shlex
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from passinfra.codegen.cache import ObjectCache, cache_key, count, default_cache_dir
+from passinfra.errors import RaypassError
+from passinfra.transform.config import register_config
+from passinfra.transform.context import PassContext
+
+DEFAULT_CC = "cc"
+DEFAULT_CFLAGS = "-O2 -fPIC -fno-math-errno -std=c11"
+
+register_config("codegen.cc", str)
+register_config("codegen.cflags", str)
+register_config("codegen.cache_dir", str)
+register_config("codegen.no_cache", bool)
+
+
+class CompileError(RaypassError):
+    """The C compiler (or linker) failed; the message holds its stderr and the kept C file."""
+
+
+@dataclass(frozen=True)
+class CompilerSettings:
+    cc: str = DEFAULT_CC
+    cflags: str = DEFAULT_CFLAGS
+    cache_dir: str | None = None
+    use_cache: bool = True
+
+    @staticmethod
+    def from_context(ctx: PassContext | None = None) -> CompilerSettings:
+        ctx = PassContext.current() if ctx is None else ctx
+        return CompilerSettings(
+            cc=ctx.get_config("codegen.cc", DEFAULT_CC),
+            cflags=ctx.get_config("codegen.cflags", DEFAULT_CFLAGS),
+            cache_dir=ctx.get_config("codegen.cache_dir", None),
+            use_cache=not ctx.get_config("codegen.no_cache", False),
+        )
+
+    @property
+    def resolved_cache_dir(self) -> str:
+        return self.cache_dir or default_cache_dir()
+
+
+def resolve_compiler(cc: str) -> str:
+    """The absolute, symlink-resolved path of the compiler ``cc``, or CompileError."""
+    found = shutil.which(cc)
+    if found is None:
+        raise CompileError(f"C compiler {cc!r} not found on PATH (set config 'codegen.cc')")
+    return os.path.realpath(found)
+
+
+@functools.lru_cache(maxsize=16)
+def compiler_identity(cc: str) -> str:
+    """``<resolved path>|<first line of cc --version>``: part of every cache key, so a
+    compiler upgrade or a different compiler never reuses old objects."""
+    path = resolve_compiler(cc)
+    try:
+        result = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
+    except OSError as error:
+        raise CompileError(f"cannot run C compiler {cc!r} ({path}): {error}") from error
+    first_line = (result.stdout or result.stderr).splitlines()[:1]
+    return f"{path}|{first_line[0] if first_line else 'unknown version'}"
+
+
+def compile_c(source: str, settings: CompilerSettings | None = None, name: str = "kernel") -> bytes:
+    """Compile C ``source`` to object code (bytes), using the cache unless disabled.
+
+    ``name`` (a C identifier) names the C file, which is what error messages show.
+    """
+    settings = settings or CompilerSettings()
+    identity = compiler_identity(settings.cc)
+    if not settings.use_cache:
+        return _run_compiler(source, settings, name)
+    cache = ObjectCache(settings.resolved_cache_dir)
+    key = cache_key(source, identity, settings.cflags)
+    cached, corrupted = cache.lookup(key)
+    if cached is not None:
+        return cached
+    data = _run_compiler(source, settings, name)
+    if corrupted:
+        count("rebuilds")
+    cache.put(key, data)
+    return data
+
+
+def _run_compiler(source: str, settings: CompilerSettings, name: str) -> bytes:
+    count("compiles")
+    workdir = tempfile.mkdtemp(prefix="raypass-cc-")
+    c_path = Path(workdir) / f"{name}.c"
+    obj_path = Path(workdir) / f"{name}.o"
+    c_path.write_text(source, encoding="utf-8")
+    command = [resolve_compiler(settings.cc), *shlex.split(settings.cflags), "-c", c_path.name,
+               "-o", obj_path.name]
+    try:
+        # run inside the temp dir with relative names, so no absolute path ends up in the object
+        result = subprocess.run(command, capture_output=True, text=True, cwd=workdir, timeout=600)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise CompileError(f"running the C compiler failed: {error}\n  command: {shlex.join(command)}\n"
+                           f"  C file kept at: {c_path}") from error
+    if result.returncode != 0:
+        raise CompileError(
+            f"C compilation of {name!r} failed (exit code {result.returncode})\n"
+            f"  command: {shlex.join(command)}\n  C file kept at: {c_path}\n"
+            f"--- compiler stderr ---\n{result.stderr.strip()}"
+        )
+    data = obj_path.read_bytes()
+    shutil.rmtree(workdir, ignore_errors=True)
+    return data
+
+
+def link_shared(objects: list[tuple[str, bytes]], settings: CompilerSettings | None = None,
+                extra_flags: tuple[str, ...] = ("-Wl,-Bsymbolic", "-lm")) -> bytes:
+    """Link named objects (in the given order) into a shared library; its bytes.
+
+    ``-Bsymbolic`` binds the library's calls to its own definitions, never to a same-named
+    symbol of the process loading it. Names become file names (``<name>.o``) in a
+    temporary directory, so the same objects in the same order link to the same bytes.
+    """
+    settings = settings or CompilerSettings()
+    workdir = tempfile.mkdtemp(prefix="raypass-link-")
+    names = []
+    for index, (name, data) in enumerate(objects):
+        file_name = f"{index:05d}_{name}.o"
+        (Path(workdir) / file_name).write_bytes(data)
+        names.append(file_name)
+    # -fopenmp must reach the linker too when kernels were compiled with it
+    link_flags = [f for f in shlex.split(settings.cflags) if f in ("-fopenmp",)]
+    command = [resolve_compiler(settings.cc), "-shared", *link_flags, "-o", "library.so", *names,
+               *extra_flags]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=workdir, timeout=600)
+    if result.returncode != 0:
+        raise CompileError(
+            f"linking the shared library failed (exit code {result.returncode})\n"
+            f"  command: {shlex.join(command)}\n  objects kept in: {workdir}\n"
+            f"--- linker stderr ---\n{result.stderr.strip()}"
+        )
+    data = (Path(workdir) / "library.so").read_bytes()
+    shutil.rmtree(workdir, ignore_errors=True)
+    return data
+
+
+__all__ = [
+    "CompileError", "CompilerSettings", "DEFAULT_CC", "DEFAULT_CFLAGS", "compile_c", "compiler_identity",
+    "link_shared", "resolve_compiler",
+]

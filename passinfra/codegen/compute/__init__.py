@@ -1,0 +1,24 @@
+"""Compute rules: per op, what it computes at one output index (see :mod:`.base`).
+
+Importing this package attaches the rules of every built-in op to the op registry
+(``Op.get(name).get_attr("compute")``); one module per op family.
+"""
+
+from passinfra.codegen.compute import elemwise, extra, nn, random, reduce, transform  # noqa: F401  (registers rules)
+from passinfra.codegen.compute.base import (
+    COMPUTE_ATTR,
+    BufferHandle,
+    ComputeOp,
+    ComputeRule,
+    Description,
+    ExternOp,
+    ReduceOp,
+    TensorHandle,
+    register_compute,
+)
+from passinfra.codegen.compute.random import missing_rule_reason
+
+__all__ = [
+    "COMPUTE_ATTR", "BufferHandle", "ComputeOp", "ComputeRule", "Description", "ExternOp", "ReduceOp",
+    "TensorHandle", "register_compute", "missing_rule_reason",
+]

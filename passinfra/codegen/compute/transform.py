@@ -1,0 +1,196 @@
+"""Compute rules of the injective layout and creation ops: reshape, squeeze, expand_dims,
+transpose, concatenate, split, take, where, full, zeros and ones.
+
+They only move elements, so each is an index mapping from the output index to an input
+index. Reads that a Select may skip (concatenate's other fields, take's gathered index)
+are clamped into their buffer: the loop-level IR allows both sides of a Select to be
+evaluated, and an out-of-bounds read must never happen, whatever is selected.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from passinfra.codegen import tir
+from passinfra.codegen.compute.base import (
+    ComputeOp,
+    Indices,
+    TensorHandle,
+    clamp,
+    imm,
+    load_broadcast,
+    ravel,
+    register_compute,
+    unravel,
+)
+from passinfra.ir.attrs import Attrs
+from passinfra.ir.op._rel import normalize_axis
+from passinfra.ir.op.tensor import _split_bounds, _transpose_permutation
+from passinfra.ir.types import TensorType, TupleType, Type
+
+
+def _shape(out_type: Type) -> tuple[int, ...]:
+    assert isinstance(out_type, TensorType)
+    return out_type.shape
+
+
+@register_compute("reshape")
+def _reshape(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> ComputeOp:
+    (data,) = inputs
+    out_shape = _shape(out_type)
+    if tuple(data.shape) == out_shape:
+        return ComputeOp("reshape", out_shape, data.dtype, lambda idx: data.load(*idx))
+    return ComputeOp("reshape", out_shape, data.dtype,
+                     lambda idx: data.load(*unravel(ravel(idx, out_shape), data.shape)))
+
+
+@register_compute("squeeze")
+def _squeeze(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> ComputeOp:
+    (data,) = inputs
+    out_shape = _shape(out_type)
+    if attrs["axis"] is None:
+        dropped = {i for i, d in enumerate(data.shape) if d == 1}
+    else:
+        dropped = {normalize_axis(a, len(data.shape)) for a in attrs["axis"]}
+
+    def value(idx: Indices) -> tir.PrimExpr:
+        kept = iter(idx)
+        return data.load(*(tir.IntImm(0) if axis in dropped else next(kept)
+                           for axis in range(len(data.shape))))
+
+    return ComputeOp("squeeze", out_shape, data.dtype, value)
+
+
+@register_compute("expand_dims")
+def _expand_dims(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> ComputeOp:
+    (data,) = inputs
+    axis = attrs["axis"]
+    if axis < 0:
+        axis += len(data.shape) + 1
+    count = attrs["num_newaxis"]
+    return ComputeOp("expand_dims", _shape(out_type), data.dtype,
+                     lambda idx: data.load(*idx[:axis], *idx[axis + count:]))
+
+
+@register_compute("transpose")
+def _transpose(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> ComputeOp:
+    (data,) = inputs
+    perm = _transpose_permutation(attrs["axes"], len(data.shape))
+
+    def value(idx: Indices) -> tir.PrimExpr:
+        source: list[tir.PrimExpr] = [tir.IntImm(0)] * len(perm)
+        for out_axis, in_axis in enumerate(perm):
+            source[in_axis] = idx[out_axis]
+        return data.load(*source)
+
+    return ComputeOp("transpose", _shape(out_type), data.dtype, value)
+
+
+@register_compute("concatenate")
+def _concatenate(inputs: Sequence, attrs: Attrs, out_type: Type) -> ComputeOp:
+    (fields,) = inputs
+    fields = tuple(fields)
+    out_shape = _shape(out_type)
+    axis = normalize_axis(attrs["axis"], len(out_shape))
+    offsets = [0]
+    for field in fields:
+        offsets.append(offsets[-1] + field.shape[axis])
+
+    def value(idx: Indices) -> tir.PrimExpr:
+        position = idx[axis]
+        result: tir.PrimExpr | None = None
+        # build the Select chain from the last field backwards
+        for k in range(len(fields) - 1, -1, -1):
+            field, start = fields[k], offsets[k]
+            extent = field.shape[axis]
+            if extent == 0:
+                continue
+            local = position - tir.IntImm(start) if start else position
+            if len(fields) > 1:  # every field but a lone one is read under a Select
+                local = clamp(local, 0, extent - 1)
+            read = field.load(*idx[:axis], local, *idx[axis + 1:])
+            result = read if result is None else tir.Select(tir.LT(position, tir.IntImm(offsets[k + 1])),
+                                                            read, result)
+        assert result is not None, "concatenate of empty fields has no elements to compute"
+        return result
+
+    return ComputeOp("concatenate", out_shape, out_type.dtype, value)
+
+
+@register_compute("split")
+def _split(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> tuple[ComputeOp, ...]:
+    (data,) = inputs
+    assert isinstance(out_type, TupleType)
+    axis = normalize_axis(attrs["axis"], len(data.shape))
+    pieces = []
+    for (start, _stop), piece_type in zip(_split_bounds(data.shape[axis], attrs["indices_or_sections"]),
+                                          out_type.fields):
+        def value(idx: Indices, start: int = start) -> tir.PrimExpr:
+            shifted = idx[axis] + tir.IntImm(start) if start else idx[axis]
+            return data.load(*idx[:axis], shifted, *idx[axis + 1:])
+
+        pieces.append(ComputeOp("split", _shape(piece_type), data.dtype, value))
+    return tuple(pieces)
+
+
+def _wrapped_index(index: tir.PrimExpr, extent: int) -> tir.PrimExpr:
+    """A take index in [-extent, extent) as a position in [0, extent); an index out of
+    range (an error in the reference) is clamped, so the read stays in bounds."""
+    index = index if index.dtype == tir.INDEX_DTYPE else tir.Cast(tir.INDEX_DTYPE, index)
+    wrapped = tir.Select(tir.LT(index, tir.IntImm(0)), index + tir.IntImm(extent), index)
+    return clamp(wrapped, 0, max(extent - 1, 0))
+
+
+@register_compute("take")
+def _take(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> ComputeOp:
+    data, indices = inputs
+    out_shape = _shape(out_type)
+    rank = len(indices.shape)
+    if attrs["axis"] is None:
+        size = 1
+        for extent in data.shape:
+            size *= extent
+
+        def flat_value(idx: Indices) -> tir.PrimExpr:
+            position = _wrapped_index(indices.load(*idx), size)
+            return data.load(*unravel(position, data.shape))
+
+        return ComputeOp("take", out_shape, data.dtype, flat_value)
+    axis = normalize_axis(attrs["axis"], len(data.shape))
+
+    def value(idx: Indices) -> tir.PrimExpr:
+        position = _wrapped_index(indices.load(*idx[axis:axis + rank]), data.shape[axis])
+        return data.load(*idx[:axis], position, *idx[axis + rank:])
+
+    return ComputeOp("take", out_shape, data.dtype, value)
+
+
+@register_compute("where")
+def _where(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> ComputeOp:
+    condition, on_true, on_false = inputs
+    shape = _shape(out_type)
+    return ComputeOp("where", shape, out_type.dtype, lambda idx: tir.Select(
+        load_broadcast(condition, idx, shape), load_broadcast(on_true, idx, shape),
+        load_broadcast(on_false, idx, shape)))
+
+
+@register_compute("full")
+def _full(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> ComputeOp:
+    (fill,) = inputs
+    dtype = out_type.dtype
+
+    def value(idx: Indices) -> tir.PrimExpr:
+        scalar = fill.load()
+        return scalar if scalar.dtype == dtype else tir.Cast(dtype, scalar)
+
+    return ComputeOp("full", _shape(out_type), dtype, value)
+
+
+def _constant_fill(name: str, fill: int) -> None:
+    @register_compute(name)
+    def rule(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> ComputeOp:
+        return ComputeOp(name, _shape(out_type), out_type.dtype, lambda idx: imm(fill, out_type.dtype))
+
+
+_constant_fill("zeros", 0)
+_constant_fill("ones", 1)

@@ -1,0 +1,412 @@
+"""Host code: the graph-level ``main`` (after FuseOps and lowering) as a C function.
+
+After lowering, ``main`` is dataflow over kernel calls: calls of PrimFunc GlobalVars,
+Tuples, TupleGetItems, Constants (weights), its parameters, and Let bindings of those.
+:func:`analyze_main` turns it into a :class:`HostProgram`: numbered tensors (inputs,
+weights, kernel outputs) and the kernel calls in evaluation order. Anything else (an
+If, a closure, a direct op call) is rejected with an error naming it.
+
+Two module passes build on it:
+
+- ``PlanMemory`` assigns every intermediate tensor an offset in one shared workspace,
+  reusing memory by liveness (greedy by size, first fit, 64-byte aligned). It stores
+  ``workspace_bytes`` (the planned peak), ``naive_intermediate_bytes`` (the sum of all
+  intermediates) and the offsets (``memory_plan``, JSON) in the module attrs.
+- ``HostCodegen`` emits and compiles ``int raypass_main(void** inputs, void** outputs,
+  void* weights, void* workspace)``, which calls each kernel's ``<sym>_packed`` entry in
+  order (returning ``k + 1`` if kernel ``k`` fails). Weights go to a binary blob (attr
+  ``weights``, 64-byte aligned offsets), never into C. Kernel results that are outputs of
+  ``main`` are written straight into the caller's output arrays.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from passinfra.codegen.c_renderer import dtype_bytes, sanitize_identifier
+from passinfra.codegen.compiler import CompilerSettings, compile_c
+from passinfra.codegen.tir import PrimFunc
+from passinfra.errors import IRError
+from passinfra.ir.expr import Call, Constant, Expr, Function, GlobalVar, Let, Tuple, TupleGetItem, Var
+from passinfra.ir.functor import iter_post_order
+from passinfra.ir.module import IRModule
+from passinfra.ir.op.registry import Op
+from passinfra.ir.types import TensorType, TupleType
+from passinfra.transform.context import PassContext
+from passinfra.transform.pass_info import PassInfo
+from passinfra.transform.passes import ModulePass
+from passinfra.transform.registry import register_pass
+
+ALIGNMENT = 64
+HOST_SYMBOL = "raypass_main"
+
+# a reference to a value of main: a tensor id, or a (nested) tuple of references
+Ref = Any
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    kind: str  # "input" | "weight" | "intermediate"
+    shape: tuple[int, ...]
+    dtype: str
+    index: int  # position among inputs / weights / intermediates
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class KernelCall:
+    symbol: str
+    args: tuple[int, ...]  # tensor ids read
+    outputs: tuple[int, ...]  # tensor ids written
+
+
+@dataclass
+class HostProgram:
+    tensors: list[TensorInfo] = field(default_factory=list)
+    calls: list[KernelCall] = field(default_factory=list)
+    input_names: list[str] = field(default_factory=list)
+    input_ids: list[int] = field(default_factory=list)
+    weights: list[np.ndarray] = field(default_factory=list)
+    result: Ref = None
+
+    def add_tensor(self, kind: str, shape: tuple[int, ...], dtype: str, index: int) -> int:
+        shape = tuple(int(d) for d in shape)
+        self.tensors.append(TensorInfo(kind, shape, dtype, index, math.prod(shape) * dtype_bytes(dtype)))
+        return len(self.tensors) - 1
+
+    @property
+    def output_ids(self) -> list[int]:
+        return flatten_ref(self.result)
+
+    def output_structure(self) -> Any:
+        """The result's nesting with tensors replaced by output positions."""
+        counter = iter(range(len(self.output_ids)))
+        return map_ref(self.result, lambda _tensor: next(counter))
+
+
+def flatten_ref(ref: Ref) -> list[int]:
+    out: list[int] = []
+    stack = [ref]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, tuple):
+            stack.extend(reversed(item))
+        else:
+            out.append(item)
+    return out
+
+
+def map_ref(ref: Ref, fn: Any) -> Any:
+    # tuples nest as deep as the program's tuple types, which are shallow
+    if isinstance(ref, tuple):
+        return [map_ref(r, fn) for r in ref]
+    return fn(ref)
+
+
+def _tensor_type(ty: Any, what: str) -> TensorType:
+    if isinstance(ty, TensorType):
+        return ty
+    if isinstance(ty, TupleType):
+        raise IRError(f"host codegen: {what} has tuple type {ty}; only tensor parameters are supported")
+    raise IRError(f"host codegen: the type of {what} is unknown; annotate it or run InferType first")
+
+
+def analyze_main(mod: IRModule) -> HostProgram:
+    """The kernel-call program of ``mod["main"]`` (see the module docstring)."""
+    main = mod["main"]
+    if not isinstance(main, Function):
+        raise IRError(f"host codegen: 'main' must be a graph-level Function, got {type(main).__name__}")
+    program = HostProgram()
+    refs: dict[Expr, Ref] = {}
+    for position, param in enumerate(main.params):
+        ty = _tensor_type(param.type_annotation or param._checked_type, f"parameter {param.name_hint!r}")
+        tensor = program.add_tensor("input", ty.shape, ty.dtype, position)
+        refs[param] = tensor
+        program.input_names.append(param.name_hint)
+        program.input_ids.append(tensor)
+
+    nodes = list(iter_post_order(main.body))
+    let_values = {node.var: node.value for node in nodes if isinstance(node, Let)}
+    weight_ids: dict[int, int] = {}
+    signatures: dict[GlobalVar, _KernelSignature] = {}
+
+    def ref_of(expr: Expr) -> Ref:
+        # a chain of Let-bound variables resolves iteratively
+        while isinstance(expr, Var) and expr not in refs:
+            if expr not in let_values:
+                raise IRError(f"host codegen: variable {expr.name_hint!r} is not bound in main")
+            expr = let_values[expr]
+        return refs[expr]
+
+    intermediates = 0
+    for node in nodes:
+        if isinstance(node, (Var, GlobalVar, Op)):
+            continue  # resolved by their users
+        if isinstance(node, Constant):
+            if id(node) not in weight_ids:
+                weight = program.add_tensor("weight", node.shape, node.dtype, len(program.weights))
+                weight_ids[id(node)] = weight
+                program.weights.append(np.ascontiguousarray(node.data))
+            refs[node] = weight_ids[id(node)]
+        elif isinstance(node, Tuple):
+            refs[node] = tuple(ref_of(f) for f in node.fields)
+        elif isinstance(node, TupleGetItem):
+            value = ref_of(node.tuple_value)
+            if not isinstance(value, tuple) or not 0 <= node.index < len(value):
+                raise IRError(f"host codegen: TupleGetItem index {node.index} on a non-tuple or short value")
+            refs[node] = value[node.index]
+        elif isinstance(node, Let):
+            refs[node] = ref_of(node.body)
+        elif isinstance(node, Call):
+            refs[node], intermediates = _kernel_call(mod, node, ref_of, program, intermediates, signatures)
+        else:
+            raise IRError(
+                f"host codegen supports straight-line dataflow in main (kernel calls, tuples, constants, "
+                f"lets); it cannot handle {type(node).__name__}"
+            )
+    program.result = ref_of(main.body)
+    return program
+
+
+@dataclass(frozen=True)
+class _KernelSignature:
+    symbol: str
+    num_inputs: int
+    input_specs: tuple[tuple[str, int], ...]  # (dtype, nbytes) per input buffer
+    func: PrimFunc
+
+
+def _signature(mod: IRModule, callee: Expr, cache: dict[GlobalVar, _KernelSignature]) -> _KernelSignature:
+    if isinstance(callee, GlobalVar) and callee in cache:
+        return cache[callee]
+    if isinstance(callee, Op):
+        raise IRError(f"host codegen: main calls op {callee.name!r} directly; run FuseOps and lowering first")
+    if not isinstance(callee, GlobalVar):
+        raise IRError(f"host codegen: main calls a {type(callee).__name__}; "
+                      "only PrimFunc GlobalVars are supported")
+    func = mod[callee]
+    if not isinstance(func, PrimFunc):
+        raise IRError(f"host codegen: main calls @{callee.name_hint}, which is not lowered to a PrimFunc")
+    num_inputs = int(func.attrs.get("num_inputs", len(func.params)))
+    specs = tuple((b.dtype, b.size * dtype_bytes(b.dtype)) for b in func.params[:num_inputs])
+    symbol = sanitize_identifier(str(func.attrs.get("global_symbol", callee.name_hint)))
+    cache[callee] = _KernelSignature(symbol, num_inputs, specs, func)
+    return cache[callee]
+
+
+def _kernel_call(mod: IRModule, call: Call, ref_of: Any, program: HostProgram, intermediates: int,
+                 cache: dict[GlobalVar, _KernelSignature]) -> tuple[Ref, int]:
+    sig = _signature(mod, call.op, cache)
+    name = call.op.name_hint  # type: ignore[attr-defined]
+    args = [t for arg in call.args for t in flatten_ref(ref_of(arg))]
+    if len(args) != sig.num_inputs:
+        raise IRError(f"host codegen: @{name} takes {sig.num_inputs} input buffers, "
+                      f"main passes {len(args)} tensors")
+    for position, (tensor, spec) in enumerate(zip(args, sig.input_specs)):
+        info = program.tensors[tensor]
+        if (info.dtype, info.nbytes) != spec:
+            buffer = sig.func.params[position]
+            raise IRError(
+                f"host codegen: argument {position} of @{name} is {info.dtype}{list(info.shape)}, "
+                f"but the kernel's buffer {buffer.name!r} is {buffer.dtype}{list(buffer.shape)}"
+            )
+    outputs = []
+    for shape, dtype in _output_types(call, sig.func.params[sig.num_inputs:]):
+        outputs.append(program.add_tensor("intermediate", shape, dtype, intermediates))
+        intermediates += 1
+    program.calls.append(KernelCall(sig.symbol, tuple(args), tuple(outputs)))
+    ref: Ref = outputs[0] if len(outputs) == 1 else tuple(outputs)
+    return ref, intermediates
+
+
+def _output_types(call: Call, buffers: tuple) -> list[tuple[tuple[int, ...], str]]:
+    """Graph-level shapes of the outputs when the call's type is known (buffers may be
+    flattened), else the buffers' own shapes."""
+    from_buffers = [(b.shape, b.dtype) for b in buffers]
+    ty = call._checked_type
+    fields = list(ty.fields) if isinstance(ty, TupleType) else [ty]
+    if ty is not None and len(fields) == len(buffers) and all(isinstance(f, TensorType) for f in fields):
+        typed = [(tuple(f.shape), f.dtype) for f in fields]
+        sizes_match = all(
+            math.prod(s) == b.size and d == b.dtype for (s, d), b in zip(typed, buffers)
+        )
+        if sizes_match:
+            return typed
+    return from_buffers
+
+
+# ----- memory planning ----------------------------------------------------------------
+@dataclass(frozen=True)
+class MemoryPlan:
+    offsets: dict[int, int]  # intermediate tensor id -> byte offset in the workspace
+    workspace_bytes: int  # planned peak
+    naive_bytes: int  # sum of every intermediate's size
+
+    def to_json(self) -> str:
+        return json.dumps({"offsets": [[t, o] for t, o in sorted(self.offsets.items())],
+                           "workspace_bytes": self.workspace_bytes, "naive_bytes": self.naive_bytes})
+
+    @staticmethod
+    def from_json(text: str) -> MemoryPlan:
+        data = json.loads(text)
+        return MemoryPlan({int(t): int(o) for t, o in data["offsets"]}, int(data["workspace_bytes"]),
+                          int(data["naive_bytes"]))
+
+
+def _align(n: int) -> int:
+    return (n + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
+
+
+def workspace_tensors(program: HostProgram) -> list[int]:
+    """Intermediates that live in the workspace: every kernel output except those written
+    straight into main's output arrays (the first occurrence of each in the result)."""
+    direct = set(program.output_ids)
+    return [t for t, info in enumerate(program.tensors) if info.kind == "intermediate" and t not in direct]
+
+
+def plan_memory(program: HostProgram) -> MemoryPlan:
+    """Greedy by size, first fit: the largest tensors are placed first, each at the lowest
+    aligned offset that does not overlap a placed tensor whose lifetime overlaps its own.
+    A lifetime is [producing call, last consuming call] (inclusive), so a kernel's output
+    never shares memory with its inputs."""
+    tensors = workspace_tensors(program)
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    for step, call in enumerate(program.calls):
+        for t in call.outputs:
+            first.setdefault(t, step)
+            last.setdefault(t, step)
+        for t in call.args:
+            last[t] = max(last.get(t, step), step)
+    slot_size = {t: _align(max(program.tensors[t].nbytes, 1)) for t in tensors}
+    order = sorted(tensors, key=lambda t: (-slot_size[t], first[t], t))
+    live_at: list[list[int]] = [[] for _ in program.calls]  # placed tensors live at each step
+    offsets: dict[int, int] = {}
+    for t in order:
+        size = slot_size[t]
+        conflicts = sorted({(offsets[o], slot_size[o])
+                            for step in range(first[t], last[t] + 1) for o in live_at[step]})
+        offset = 0
+        for other_offset, other_size in conflicts:
+            if offset + size <= other_offset:
+                break
+            offset = max(offset, other_offset + other_size)
+        offsets[t] = offset
+        for step in range(first[t], last[t] + 1):
+            live_at[step].append(t)
+    peak = max((offsets[t] + slot_size[t] for t in tensors), default=0)
+    naive = sum(program.tensors[t].nbytes for t in tensors)
+    return MemoryPlan(offsets, peak, naive)
+
+
+def _plan_memory_pass(mod: IRModule, ctx: PassContext) -> IRModule:
+    plan = plan_memory(analyze_main(mod))
+    mod.attrs = (mod.attrs.with_item("memory_plan", plan.to_json())
+                 .with_item("workspace_bytes", plan.workspace_bytes)
+                 .with_item("naive_intermediate_bytes", plan.naive_bytes))
+    return mod
+
+
+@register_pass("PlanMemory")
+def PlanMemory() -> ModulePass:  # noqa: N802 - pass factories are named like classes
+    """Plan the workspace of main's intermediates (attrs ``workspace_bytes``,
+    ``naive_intermediate_bytes``, ``memory_plan``)."""
+    return ModulePass(_plan_memory_pass, PassInfo(0, "PlanMemory"))
+
+
+# ----- weights and host C ------------------------------------------------------------------
+def pack_weights(weights: list[np.ndarray]) -> tuple[bytes, list[int]]:
+    """The weights blob (each array 64-byte aligned, C order) and each array's offset."""
+    offsets, chunks, size = [], [], 0
+    for array in weights:
+        start = _align(size)
+        chunks.append(b"\0" * (start - size))
+        offsets.append(start)
+        data = np.ascontiguousarray(array).tobytes()
+        chunks.append(data)
+        size = start + len(data)
+    return b"".join(chunks), offsets
+
+
+def render_host(program: HostProgram, plan: MemoryPlan, weight_offsets: list[int]) -> str:
+    """C source of ``raypass_main`` (see the module docstring)."""
+    outputs = program.output_ids
+    direct: dict[int, int] = {}
+    for position, t in enumerate(outputs):
+        if program.tensors[t].kind == "intermediate":
+            direct.setdefault(t, position)
+
+    def pointer(t: int) -> str:
+        info = program.tensors[t]
+        if info.kind == "input":
+            return f"inputs[{info.index}]"
+        if info.kind == "weight":
+            return f"(void*)(w + {weight_offsets[info.index]})"
+        if t in direct:
+            return f"outputs[{direct[t]}]"
+        return f"(void*)(ws + {plan.offsets[t]})"
+
+    symbols = sorted({call.symbol for call in program.calls})
+    lines = ["/* generated by raypass host codegen */", "#include <stdint.h>", "#include <string.h>", ""]
+    lines += [f"int {symbol}_packed(void** args);" for symbol in symbols]
+    lines += ["", f"int {HOST_SYMBOL}(void** inputs, void** outputs, void* weights, void* workspace) {{",
+              "  char* const w = (char*)weights;", "  char* const ws = (char*)workspace;",
+              "  (void)inputs; (void)outputs; (void)w; (void)ws;"]
+    for step, call in enumerate(program.calls):
+        args = ", ".join(pointer(t) for t in (*call.args, *call.outputs))
+        lines.append(f"  {{ void* args[{len(call.args) + len(call.outputs)}] = {{{args}}};")
+        lines.append(f"    if ({call.symbol}_packed(args) != 0) return {step + 1}; }}")
+    for position, t in enumerate(outputs):
+        if direct.get(t) != position:  # an input, a weight, or a repeated output
+            lines.append(f"  memcpy(outputs[{position}], {pointer(t)}, {program.tensors[t].nbytes});")
+    lines += ["  return 0;", "}", ""]
+    return "\n".join(lines)
+
+
+def runtime_metadata(program: HostProgram, plan: MemoryPlan, weights_size: int) -> dict[str, Any]:
+    """What the runtime needs to call the library (stored as JSON next to it)."""
+    return {
+        "format": "raypass-library/1",
+        "entry": HOST_SYMBOL,
+        "inputs": [{"name": name, "shape": list(program.tensors[t].shape), "dtype": program.tensors[t].dtype}
+                   for name, t in zip(program.input_names, program.input_ids)],
+        "outputs": [{"shape": list(program.tensors[t].shape), "dtype": program.tensors[t].dtype}
+                    for t in program.output_ids],
+        "output_structure": program.output_structure(),
+        "workspace_bytes": plan.workspace_bytes,
+        "naive_intermediate_bytes": plan.naive_bytes,
+        "weights_bytes": weights_size,
+        "kernels": [call.symbol for call in program.calls],
+    }
+
+
+def _host_codegen_pass(mod: IRModule, ctx: PassContext) -> IRModule:
+    program = analyze_main(mod)
+    plan_text = mod.attrs.get("memory_plan")
+    plan = MemoryPlan.from_json(plan_text) if isinstance(plan_text, str) else plan_memory(program)
+    weights, weight_offsets = pack_weights(program.weights)
+    source = render_host(program, plan, weight_offsets)
+    obj = compile_c(source, CompilerSettings.from_context(ctx), name=HOST_SYMBOL)
+    metadata = runtime_metadata(program, plan, len(weights))
+    mod.attrs = (mod.attrs.with_item("host_c_source", source).with_item("host_object_code", obj)
+                 .with_item("weights", weights)
+                 .with_item("runtime_metadata", json.dumps(metadata, sort_keys=True)))
+    return mod
+
+
+@register_pass("HostCodegen")
+def HostCodegen() -> ModulePass:  # noqa: N802 - pass factories are named like classes
+    """Generate and compile the host entry ``raypass_main``; pack the weights (attrs
+    ``host_c_source``, ``host_object_code``, ``weights``, ``runtime_metadata``)."""
+    return ModulePass(_host_codegen_pass, PassInfo(0, "HostCodegen"))
+
+
+__all__ = [
+    "HostProgram", "KernelCall", "TensorInfo", "MemoryPlan", "analyze_main", "plan_memory", "PlanMemory",
+    "HostCodegen", "pack_weights", "render_host", "runtime_metadata", "HOST_SYMBOL",
+]

@@ -1,0 +1,532 @@
+"""LowerToPrimFunc: each ``Primitive`` function (a fused group from FuseOps) becomes a
+loop-level :class:`~passinfra.codegen.tir.PrimFunc`.
+
+The body of a primitive function is a dataflow graph of op calls over its parameters.
+Every call gets a description from its op's compute rule (:mod:`passinfra.codegen.compute`);
+then, in evaluation order, each tensor is either
+
+* inlined (injective ops): consumers read the producer's value expression at their own
+  indices, so no intermediate buffer exists. A producer is materialized instead when it
+  is used more than once and is expensive (math intrinsics or a large expression), or
+  when its inlined expression would grow past ``MAX_INLINE_SIZE`` nodes (which bounds
+  the size of every kernel expression, whatever the graph);
+* kept pending (a reduction or contraction read by one elementwise consumer): when the
+  consumer's loop nest is emitted and reads it exactly at its own loop indices, the
+  reduction is fused into that nest -- per output index, accumulate into a one-element
+  local, then apply the epilogue and store once (conv2d + bias_add + relu is one loop
+  nest). Any other read materializes it into a buffer first;
+* materialized: group outputs (written straight into the output buffers), reductions
+  that cannot fuse, and ExternOp nests (softmax, layer_norm, batch_norm). Intermediates
+  live in buffers Allocate'd around the function body.
+
+PrimFunc conventions (shared by every codegen pass): params are buffers, inputs first
+(a tuple-typed parameter contributes one buffer per tensor field, depth first), then one
+output buffer per tensor leaf of the result; attrs ``global_symbol`` (the GlobalVar name
+with non-identifier characters as ``_``), ``num_inputs`` and ``op_names``. Buffers are
+N-d (StorageFlatten flattens them); loops are serial.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from passinfra.codegen import tir
+from passinfra.codegen.compute import (
+    COMPUTE_ATTR,
+    BufferHandle,
+    ComputeOp,
+    ExternOp,
+    ReduceOp,
+    missing_rule_reason,
+)
+from passinfra.codegen.compute.base import local_scalar, seq
+from passinfra.errors import IRError
+from passinfra.ir.attrs import Attrs
+from passinfra.ir.expr import BaseFunc, Call, Constant, Expr, Function, Tuple, TupleGetItem, Var
+from passinfra.ir.functor import iter_post_order
+from passinfra.ir.module import IRModule
+from passinfra.ir.op.registry import Op
+from passinfra.ir.types import TensorType, TupleType, Type
+from passinfra.transform.context import PassContext
+from passinfra.transform.errors import add_note
+from passinfra.transform.pass_info import PassInfo
+from passinfra.transform.passes import FunctionPass, Pass
+from passinfra.transform.registry import register_pass
+
+# an inlined value expression bigger than this is materialized instead (nodes)
+MAX_INLINE_SIZE = 256
+# a value used more than once is recomputed inline only if smaller than this (nodes)
+CHEAP_SIZE = 16
+# at most this many inlined producers in a row: building an expression recurses through
+# them, so this keeps lowering far from Python's recursion limit (nodes like dropout add
+# nothing to the expression size, so the size bound alone does not limit the depth)
+MAX_INLINE_DEPTH = 48
+
+
+# --------------------------------------------------------------------------- tensors of the graph
+
+
+@dataclass(eq=False)
+class _Extern:
+    """One ExternOp call: its output tensors share a single loop nest."""
+
+    desc: ExternOp
+    tensors: list[_Tensor] = field(default_factory=list)
+    emitted: bool = False
+
+
+@dataclass(eq=False)
+class _Tensor:
+    """One tensor value computed in the group (a call's result or one of its fields)."""
+
+    lowerer: _Lowerer
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    desc: ComputeOp | ReduceOp | None  # None for ExternOp fields
+    extern: _Extern | None = None
+    uses: int = 0
+    consumers: list[Any] = field(default_factory=list)  # descriptions of the consuming calls
+    producers: list[_Tensor] = field(default_factory=list)  # tensors this one reads
+    inline_depth: int = 0  # inlined producers in a row up to and including this one
+    output: tir.Buffer | None = None
+    state: str = "new"  # new -> inline | pending | materialized | fused
+    buffer: tir.Buffer | None = None
+
+    def load(self, *indices: Any) -> tir.PrimExpr:
+        return self.lowerer.load(self, tuple(tir.as_prim(i) for i in indices))
+
+
+@dataclass(frozen=True)
+class _ScalarConstant:
+    """A size-1 constant of the function body: every load is the immediate."""
+
+    value: Any
+    shape: tuple[int, ...]
+    dtype: str
+
+    def load(self, *indices: Any) -> tir.PrimExpr:
+        if self.dtype == "bool":
+            return tir.IntImm(int(bool(self.value)), "bool")
+        return tir.as_prim(self.value.item(), self.dtype)
+
+
+def _handle_type(value: Any) -> Type:
+    if isinstance(value, tuple):
+        return TupleType([_handle_type(v) for v in value])
+    return TensorType(value.shape, value.dtype)
+
+
+def _leaves(value: Any) -> list[Any]:
+    """The tensor handles of a (possibly nested tuple) value, depth first."""
+    out, stack = [], [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, tuple):
+            stack.extend(reversed(item))
+        else:
+            out.append(item)
+    return out
+
+
+def complete_attrs(op: Op, attrs: Attrs) -> Attrs:
+    """``attrs`` with the op's defaults filled in (a hand-built call may leave some out)."""
+    defaults = op.get_attr("attr_defaults")
+    if not defaults or all(key in attrs for key in defaults):
+        return attrs
+    return Attrs({key: attrs.get(key, default) for key, default in defaults.items()})
+
+
+def c_identifier(name: str) -> str:
+    """``name`` with every non-identifier character as ``_`` (and no leading digit)."""
+    ident = re.sub(r"[^0-9A-Za-z_]", "_", name) or "_"
+    return f"_{ident}" if ident[0].isdigit() else ident
+
+
+# --------------------------------------------------------------------------- expression size
+
+
+def _prim_children(expr: tir.PrimExpr) -> tuple[tir.PrimExpr, ...]:
+    if isinstance(expr, (tir.BinaryOp, tir.CmpOp)):
+        return (expr.a, expr.b)
+    if isinstance(expr, tir.Not):
+        return (expr.a,)
+    if isinstance(expr, tir.Select):
+        return (expr.cond, expr.true_value, expr.false_value)
+    if isinstance(expr, tir.Cast):
+        return (expr.value,)
+    if isinstance(expr, tir.Intrinsic):
+        return expr.args
+    if isinstance(expr, tir.BufferLoad):
+        return expr.indices
+    return ()
+
+
+def expr_cost(expr: tir.PrimExpr, limit: int) -> tuple[int, bool]:
+    """(node count of ``expr`` counted as a tree, capped at ``limit``; whether it calls a
+    math intrinsic). Iterative: inlined expressions can be deep."""
+    count, has_intrinsic, stack = 0, False, [expr]
+    while stack and count < limit:
+        node = stack.pop()
+        count += 1
+        has_intrinsic = has_intrinsic or isinstance(node, tir.Intrinsic)
+        stack.extend(_prim_children(node))
+    return count, has_intrinsic
+
+
+# --------------------------------------------------------------------------- the lowering
+
+
+class _Lowerer:
+    def __init__(self, func: Function, symbol: str) -> None:
+        self.func = func
+        self.symbol = symbol
+        self.names: dict[str, int] = {}
+        self.inputs: list[tir.Buffer] = []
+        self.outputs: list[tir.Buffer] = []
+        self.tensors: list[_Tensor] = []
+        self.allocations: list[tir.Buffer] = []
+        self.stmts: list[tir.Stmt] = []
+        self.op_names: list[str] = []
+        # stack of "touch" records: pending reduction -> (accumulator, indices of each read)
+        self.touch_stack: list[dict[_Tensor, tuple[tir.Buffer, list[tuple]]]] = []
+
+    # -- naming and buffers
+
+    def fresh_name(self, base: str) -> str:
+        base = c_identifier(base)
+        count = self.names.get(base, 0)
+        self.names[base] = count + 1
+        return base if count == 0 else f"{base}_{count}"
+
+    def new_buffer(self, base: str, shape: Sequence[int], dtype: str) -> tir.Buffer:
+        return tir.Buffer(self.fresh_name(base), tuple(shape), dtype)
+
+    def _param_value(self, name: str, ty: Type | None) -> Any:
+        if isinstance(ty, TensorType):
+            buffer = self.new_buffer(name, ty.shape, ty.dtype)
+            self.inputs.append(buffer)
+            return BufferHandle(buffer)
+        if isinstance(ty, TupleType):
+            return tuple(self._param_value(f"{name}_{i}", f) for i, f in enumerate(ty.fields))
+        raise IRError(f"LowerToPrimFunc: parameter {name!r} of function {self.symbol!r} needs a tensor or "
+                      f"tuple type annotation, got {ty!r}")
+
+    # -- phase 1: the dataflow graph
+
+    def run(self) -> tir.PrimFunc:
+        values: dict[Expr, Any] = {}
+        for param in self.func.params:
+            values[param] = self._param_value(param.name_hint, param.type_annotation)
+        for node in iter_post_order(self.func.body):
+            if node in values or isinstance(node, Op):
+                continue
+            values[node] = self._value_of(node, values)
+        result = values[self.func.body]
+        self._assign_outputs(result)
+        self._emit_all()
+        return self._finish(result)
+
+    def _value_of(self, node: Expr, values: dict[Expr, Any]) -> Any:
+        if isinstance(node, Call):
+            return self._call(node, [values[a] for a in node.args])
+        if isinstance(node, Tuple):
+            return tuple(values[f] for f in node.fields)
+        if isinstance(node, TupleGetItem):
+            tup = values[node.tuple_value]
+            if not isinstance(tup, tuple) or not 0 <= node.index < len(tup):
+                raise IRError(f"LowerToPrimFunc: {node.index} is not a field of the tuple read in "
+                              f"function {self.symbol!r}")
+            return tup[node.index]
+        if isinstance(node, Constant):
+            if node.data.size != 1:
+                raise IRError(f"LowerToPrimFunc: function {self.symbol!r} holds a constant of shape "
+                              f"{node.shape}; only scalar constants can be lowered (pass tensors as "
+                              f"parameters, as FuseOps does)")
+            return _ScalarConstant(node.data.reshape(()), node.shape, node.dtype)
+        if isinstance(node, Var):
+            raise IRError(f"LowerToPrimFunc: variable {node.name_hint!r} in function {self.symbol!r} is "
+                          f"not a parameter")
+        raise IRError(f"LowerToPrimFunc: function {self.symbol!r} is not a dataflow graph of op calls: "
+                      f"it contains a {type(node).__name__}")
+
+    def _call(self, call: Call, args: list[Any]) -> Any:
+        op = call.op
+        if not isinstance(op, Op):
+            raise IRError(f"LowerToPrimFunc: function {self.symbol!r} calls {op!r}, not an op; a primitive "
+                          f"function may only call ops")
+        rule = op.get_attr(COMPUTE_ATTR)
+        if rule is None:
+            reason = missing_rule_reason(op.name)
+            why = f": {reason}" if reason else ""
+            raise IRError(f"op {op.name} has no compute rule{why}; cannot lower function {self.symbol!r} "
+                          f"(register one with Op.get({op.name!r}).set_attr({COMPUTE_ATTR!r}, rule))")
+        self.op_names.append(op.name)
+        attrs = complete_attrs(op, call.attrs)
+        out_type = op.infer_type([_handle_type(a) for a in args], attrs)
+        desc = rule(args, attrs, out_type)
+        producers = [t for a in args for t in _leaves(a) if isinstance(t, _Tensor)]
+        for producer in producers:
+            producer.uses += 1
+            producer.consumers.append(desc)
+        result = self._tensors_of(op.name, desc, out_type)
+        for tensor in _leaves(result):
+            tensor.producers = producers
+        return result
+
+    def _tensors_of(self, name: str, desc: Any, out_type: Type) -> Any:
+        if isinstance(desc, ExternOp):
+            group = _Extern(desc)
+            for shape, dtype in desc.outputs:
+                tensor = _Tensor(self, name, tuple(shape), dtype, None, group)
+                group.tensors.append(tensor)
+                self.tensors.append(tensor)
+            return tuple(group.tensors) if isinstance(out_type, TupleType) else group.tensors[0]
+        if isinstance(desc, tuple):
+            return tuple(self._tensors_of(name, d, t) for d, t in zip(desc, out_type.fields))
+        if not isinstance(desc, (ComputeOp, ReduceOp)):
+            raise IRError(f"the compute rule of op {name} returned {type(desc).__name__}, expected a "
+                          f"ComputeOp, ReduceOp, ExternOp or a tuple of them")
+        tensor = _Tensor(self, name, tuple(desc.shape), desc.dtype, desc)
+        self.tensors.append(tensor)
+        return tensor
+
+    def _assign_outputs(self, result: Any) -> None:
+        leaves = _leaves(result)
+        for k, leaf in enumerate(leaves):
+            buffer = self.new_buffer("out" if len(leaves) == 1 else f"out{k}", leaf.shape, leaf.dtype)
+            self.outputs.append(buffer)
+            if isinstance(leaf, _Tensor) and leaf.output is None:
+                leaf.output = buffer
+            if isinstance(leaf, _Tensor):
+                leaf.uses += 1
+
+    # -- phase 2: emission
+
+    def _emit_all(self) -> None:
+        for tensor in self.tensors:
+            if tensor.extern is not None:
+                if not tensor.extern.emitted and (tensor.uses or tensor.output is not None):
+                    self._emit_extern(tensor.extern)
+            elif tensor.uses == 0 and tensor.output is None:
+                continue  # dead: nothing reads it
+            elif isinstance(tensor.desc, ReduceOp):
+                self._place_reduce(tensor)
+            else:
+                self._place_compute(tensor)
+
+    def _place_compute(self, tensor: _Tensor) -> None:
+        if tensor.output is not None:
+            self._emit_compute(tensor, tensor.output)
+            tensor.buffer, tensor.state = tensor.output, "materialized"
+            return
+        probe = tuple(tir.TVar(f"probe{k}") for k in range(len(tensor.shape)))
+        self.touch_stack.append({})  # a probe build must not fuse or materialize anything
+        try:
+            size, costly = expr_cost(tensor.desc.fcompute(probe), MAX_INLINE_SIZE)
+        finally:
+            self.touch_stack.pop()
+        expensive = costly or size >= CHEAP_SIZE
+        depth = 1 + max((p.inline_depth for p in tensor.producers if p.state == "inline"), default=0)
+        if size >= MAX_INLINE_SIZE or depth > MAX_INLINE_DEPTH or (tensor.uses > 1 and expensive):
+            self._materialize(tensor)
+        else:
+            tensor.state, tensor.inline_depth = "inline", depth
+
+    def _place_reduce(self, tensor: _Tensor) -> None:
+        if tensor.output is not None:
+            self._emit_reduce(tensor, tensor.output)
+            tensor.buffer, tensor.state = tensor.output, "materialized"
+        elif tensor.uses == 1 and isinstance(tensor.consumers[0], ComputeOp):
+            tensor.state = "pending"  # wait for the consumer's loop nest: fuse into it
+        else:
+            self._materialize(tensor)
+
+    def _materialize(self, tensor: _Tensor) -> None:
+        buffer = self.new_buffer(tensor.name.replace("nn.", ""), tensor.shape, tensor.dtype)
+        self.allocations.append(buffer)
+        if isinstance(tensor.desc, ReduceOp):
+            self._emit_reduce(tensor, buffer)
+        else:
+            self._emit_compute(tensor, buffer)
+        tensor.buffer, tensor.state = buffer, "materialized"
+
+    def load(self, tensor: _Tensor, indices: tuple) -> tir.PrimExpr:
+        """What a consumer's expression reads from ``tensor`` at ``indices``."""
+        if tensor.state == "materialized":
+            return tir.BufferLoad(tensor.buffer, indices)
+        if tensor.state == "inline":
+            return tensor.desc.fcompute(indices)
+        if tensor.state in ("pending", "fused"):
+            record = self.touch_stack[-1] if self.touch_stack else None
+            if record is None:
+                raise IRError(f"LowerToPrimFunc: internal error: {tensor.name} read outside a loop nest")
+            acc, reads = record.setdefault(tensor, (local_scalar("acc", tensor.dtype), []))
+            reads.append(indices)
+            finalize = tensor.desc.finalize
+            return acc.load() if finalize is None else finalize(acc.load(), indices)
+        raise IRError(f"LowerToPrimFunc: internal error: {tensor.name} read before it was placed "
+                      f"(state {tensor.state})")
+
+    def _build(self, make: Callable[[], Any]) -> tuple[Any, dict]:
+        self.touch_stack.append({})
+        try:
+            result = make()
+        finally:
+            touches = self.touch_stack.pop()
+        return result, touches
+
+    def _build_materialized(self, make: Callable[[], Any]) -> Any:
+        """``make()`` with every pending reduction it reads materialized first."""
+        result, touches = self._build(make)
+        if not touches:
+            return result
+        for pending in touches:
+            self._materialize(pending)
+        result, touches = self._build(make)
+        assert not touches, "a materialized reduction is still pending"
+        return result
+
+    def _emit_compute(self, tensor: _Tensor, buffer: tir.Buffer) -> None:
+        loop_vars = self._loop_vars("i", len(tensor.shape))
+        value, touches = self._build(lambda: tensor.desc.fcompute(loop_vars))
+        fused = self._fusable(tensor, loop_vars, touches)
+        if fused is not None:
+            acc = touches[fused][0]
+            reduce_nest = self._reduce_into(fused, acc, loop_vars)
+            store = tir.BufferStore(buffer, value, loop_vars)
+            fused.state = "fused"
+            nest = tir.Allocate(acc, seq(*reduce_nest, store))
+            self.stmts.append(self._loops(loop_vars, tensor.shape, nest))
+            return
+        if touches:
+            for pending in touches:
+                self._materialize(pending)
+            value = self._build_materialized(lambda: tensor.desc.fcompute(loop_vars))
+        self.stmts.append(self._loops(loop_vars, tensor.shape, tir.BufferStore(buffer, value, loop_vars)))
+
+    def _fusable(self, tensor: _Tensor, loop_vars: tuple, touches: dict) -> _Tensor | None:
+        """The one pending reduction ``tensor``'s expression reads exactly at its own loop
+        indices (so the reduction can run inside this nest), or None."""
+        if len(touches) != 1:
+            return None
+        (pending, (_, reads)), = touches.items()
+        if pending.state != "pending" or pending.shape != tensor.shape:
+            return None
+        for indices in reads:
+            for index, loop_var, extent in zip(indices, loop_vars, tensor.shape):
+                zero = isinstance(index, tir.IntImm) and index.value == 0
+                same = index is loop_var or (extent == 1 and zero)
+                if not same:
+                    return None
+        return pending
+
+    def _reduce_into(self, tensor: _Tensor, acc: tir.Buffer, out_vars: tuple) -> list[tir.Stmt]:
+        """``acc = init; for r...: acc = combine(acc, body)`` for one output index."""
+        desc: ReduceOp = tensor.desc
+        red_vars = self._loop_vars("r", len(desc.reduce_extents))
+        body = self._build_materialized(lambda: desc.fbody(out_vars, red_vars))
+        update = tir.BufferStore(acc, desc.combine(acc.load(), body), ())
+        return [tir.BufferStore(acc, desc.init(), ()), self._loops(red_vars, desc.reduce_extents, update)]
+
+    def _emit_reduce(self, tensor: _Tensor, buffer: tir.Buffer) -> None:
+        desc: ReduceOp = tensor.desc
+        out_vars = self._loop_vars("i", len(tensor.shape))
+        acc = local_scalar("acc", tensor.dtype)
+        nest = self._reduce_into(tensor, acc, out_vars)
+        final = acc.load() if desc.finalize is None else desc.finalize(acc.load(), out_vars)
+        store = tir.BufferStore(buffer, final, out_vars)
+        self.stmts.append(self._loops(out_vars, tensor.shape, tir.Allocate(acc, seq(*nest, store))))
+
+    def _emit_extern(self, group: _Extern) -> None:
+        buffers = []
+        for tensor in group.tensors:
+            if tensor.output is None:
+                tensor.buffer = self.new_buffer(tensor.name.replace("nn.", ""), tensor.shape, tensor.dtype)
+                self.allocations.append(tensor.buffer)
+            else:
+                tensor.buffer = tensor.output
+            buffers.append(tensor.buffer)
+            tensor.state = "materialized"
+        self.stmts.append(self._build_materialized(lambda: group.desc.build(buffers)))
+        group.emitted = True
+
+    @staticmethod
+    def _loop_vars(prefix: str, count: int) -> tuple[tir.TVar, ...]:
+        return tuple(tir.TVar(f"{prefix}{k}") for k in range(count))
+
+    @staticmethod
+    def _loops(loop_vars: Sequence[tir.TVar], extents: Sequence[int], body: tir.Stmt) -> tir.Stmt:
+        for loop_var, extent in zip(reversed(tuple(loop_vars)), reversed(tuple(extents))):
+            body = tir.For(loop_var, tir.IntImm(0), tir.IntImm(int(extent)), tir.ForKind.SERIAL, body)
+        return body
+
+    # -- phase 3: the function
+
+    def _finish(self, result: Any) -> tir.PrimFunc:
+        # outputs not written by their producer's nest: parameters, constants, a tensor
+        # returned twice; copied in at the end
+        for leaf, buffer in zip(_leaves(result), self.outputs):
+            if isinstance(leaf, _Tensor) and leaf.output is buffer:
+                continue
+            loop_vars = self._loop_vars("i", len(buffer.shape))
+            copy = tir.BufferStore(buffer, leaf.load(*loop_vars), loop_vars)
+            self.stmts.append(self._loops(loop_vars, buffer.shape, copy))
+        body: tir.Stmt = seq(*self.stmts) if self.stmts else tir.SeqStmt(())
+        for buffer in reversed(self.allocations):
+            body = tir.Allocate(buffer, body)
+        attrs = {"global_symbol": self.symbol, "num_inputs": len(self.inputs),
+                 "op_names": tuple(self.op_names)}
+        return tir.PrimFunc([*self.inputs, *self.outputs], body, attrs)
+
+
+def lower_primitive_function(func: Function, name: str) -> tir.PrimFunc:
+    """Lower one primitive function (a fused group) to a PrimFunc whose C name is
+    ``c_identifier(name)``."""
+    if not isinstance(func, Function):
+        raise IRError(f"LowerToPrimFunc: {name!r} is a {type(func).__name__}, not a graph-level Function")
+    return _Lowerer(func, c_identifier(name)).run()
+
+
+# --------------------------------------------------------------------------- the pass
+
+
+def _name_in(mod: IRModule, func: BaseFunc) -> str:
+    for gv, candidate in mod.items():
+        if candidate is func:
+            return gv.name_hint
+    raise IRError("LowerToPrimFunc: cannot name a function that is not in the module "
+                  "(its C symbol is its GlobalVar name)")
+
+
+class LowerToPrimFuncPass(FunctionPass):
+    """Function pass over the functions with a truthy ``Primitive`` attr; every other
+    function is left as it is."""
+
+    def __init__(self) -> None:
+        super().__init__(lambda func, mod, ctx: lower_primitive_function(func, _name_in(mod, func)),
+                         PassInfo(0, "LowerToPrimFunc"))
+
+    def accepts(self, func: BaseFunc) -> bool:
+        return (isinstance(func, Function) and bool(func.attrs.get("Primitive", 0))
+                and not func.attrs.get("SkipOptimization", False))
+
+    def transform_function(self, func: BaseFunc, mod: IRModule, ctx: PassContext,
+                           name: str = "<anonymous>") -> BaseFunc:
+        # the GlobalVar name is the C symbol; use the name the caller knows when it has one
+        if name == "<anonymous>":
+            return super().transform_function(func, mod, ctx, name)
+        try:
+            return lower_primitive_function(func, name)
+        except BaseException as error:
+            add_note(error, f"raised by function pass 'LowerToPrimFunc' on function {name!r}")
+            raise
+
+
+@register_pass("LowerToPrimFunc")
+def LowerToPrimFunc() -> Pass:  # noqa: N802  (TVM's factory naming)
+    """Lower every Primitive function of the module to a PrimFunc (opt_level 0)."""
+    return LowerToPrimFuncPass()

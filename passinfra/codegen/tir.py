@@ -1,0 +1,387 @@
+"""The loop-level IR ("TIR"): what a primitive function is lowered to before C.
+
+Expressions are index and value arithmetic over loop variables and buffer loads;
+statements are loops, stores, allocations and branches. Nodes are frozen dataclasses
+compared structurally (they are small: an index expression, or one fused kernel's value
+expression, whose depth is bounded by FuseOps' max group size). Python operators on
+expressions build nodes (``i * 4 + j``), so lowering rules read like the math.
+A :class:`PrimFunc` is a :class:`~passinfra.ir.expr.BaseFunc`, so it lives in an
+IRModule next to graph-level functions and flows through the same pass infrastructure.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from passinfra.errors import IRError
+from passinfra.ir.attrs import Attrs, as_attrs
+from passinfra.ir.expr import BaseFunc
+from passinfra.ir.types import normalize_dtype
+
+INDEX_DTYPE = "int64"
+
+
+class PrimExpr:
+    """Base of loop-level expressions; every node has a ``dtype``."""
+
+    __slots__ = ()
+    dtype: str
+
+    # arithmetic sugar: ints and floats are converted with the other operand's dtype
+    def __add__(self, other: Any) -> PrimExpr:
+        return Add(self, as_prim(other, self.dtype))
+
+    def __radd__(self, other: Any) -> PrimExpr:
+        return Add(as_prim(other, self.dtype), self)
+
+    def __sub__(self, other: Any) -> PrimExpr:
+        return Sub(self, as_prim(other, self.dtype))
+
+    def __rsub__(self, other: Any) -> PrimExpr:
+        return Sub(as_prim(other, self.dtype), self)
+
+    def __mul__(self, other: Any) -> PrimExpr:
+        return Mul(self, as_prim(other, self.dtype))
+
+    def __rmul__(self, other: Any) -> PrimExpr:
+        return Mul(as_prim(other, self.dtype), self)
+
+    def __truediv__(self, other: Any) -> PrimExpr:
+        return Div(self, as_prim(other, self.dtype))
+
+    def __floordiv__(self, other: Any) -> PrimExpr:
+        return FloorDiv(self, as_prim(other, self.dtype))
+
+    def __mod__(self, other: Any) -> PrimExpr:
+        return FloorMod(self, as_prim(other, self.dtype))
+
+    def __neg__(self) -> PrimExpr:
+        return Sub(as_prim(0, self.dtype), self)
+
+
+def as_prim(value: Any, dtype: str = INDEX_DTYPE) -> PrimExpr:
+    """``value`` as a PrimExpr: Python ints/floats/bools become immediates of ``dtype``."""
+    if isinstance(value, PrimExpr):
+        return value
+    if isinstance(value, bool):
+        return IntImm(int(value), "bool")
+    if isinstance(value, int):
+        return FloatImm(float(value), dtype) if dtype.startswith("float") else IntImm(value, dtype)
+    if isinstance(value, float):
+        return FloatImm(value, dtype if dtype.startswith("float") else "float32")
+    raise IRError(f"cannot use {value!r} ({type(value).__name__}) as a loop-level expression")
+
+
+@dataclass(frozen=True, slots=True)
+class IntImm(PrimExpr):
+    value: int
+    dtype: str = INDEX_DTYPE
+
+
+@dataclass(frozen=True, slots=True)
+class FloatImm(PrimExpr):
+    value: float
+    dtype: str = "float32"
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class TVar(PrimExpr):
+    """A scalar variable (loop variable or LetStmt variable); compared by identity."""
+
+    name: str
+    dtype: str = INDEX_DTYPE
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+
+@dataclass(frozen=True, slots=True)
+class BinaryOp(PrimExpr):
+    a: PrimExpr
+    b: PrimExpr
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return self.a.dtype
+
+
+class Add(BinaryOp):
+    __slots__ = ()
+
+
+class Sub(BinaryOp):
+    __slots__ = ()
+
+
+class Mul(BinaryOp):
+    __slots__ = ()
+
+
+class Div(BinaryOp):
+    """Float division, or C's truncating division on ints."""
+
+    __slots__ = ()
+
+
+class FloorDiv(BinaryOp):
+    __slots__ = ()
+
+
+class FloorMod(BinaryOp):
+    __slots__ = ()
+
+
+class Min(BinaryOp):
+    __slots__ = ()
+
+
+class Max(BinaryOp):
+    __slots__ = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CmpOp(PrimExpr):
+    a: PrimExpr
+    b: PrimExpr
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return "bool"
+
+
+class EQ(CmpOp):
+    __slots__ = ()
+
+
+class NE(CmpOp):
+    __slots__ = ()
+
+
+class LT(CmpOp):
+    __slots__ = ()
+
+
+class LE(CmpOp):
+    __slots__ = ()
+
+
+class GT(CmpOp):
+    __slots__ = ()
+
+
+class GE(CmpOp):
+    __slots__ = ()
+
+
+class And(CmpOp):
+    __slots__ = ()
+
+
+class Or(CmpOp):
+    __slots__ = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Not(PrimExpr):
+    a: PrimExpr
+    dtype: str = "bool"
+
+
+@dataclass(frozen=True, slots=True)
+class Select(PrimExpr):
+    """``cond ? true_value : false_value`` (both sides may be evaluated)."""
+
+    cond: PrimExpr
+    true_value: PrimExpr
+    false_value: PrimExpr
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return self.true_value.dtype
+
+
+@dataclass(frozen=True, slots=True)
+class Cast(PrimExpr):
+    dtype: str
+    value: PrimExpr
+
+
+@dataclass(frozen=True, slots=True)
+class Intrinsic(PrimExpr):
+    """A math intrinsic by name (exp, log, sqrt, tanh, erf, pow, fabs, ...)."""
+
+    name: str
+    args: tuple[PrimExpr, ...]
+    dtype: str
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Buffer:
+    """A named tensor in memory: shape and dtype; compared by identity like a Var."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    scope: str = "global"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
+        object.__setattr__(self, "dtype", normalize_dtype(self.dtype))
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    def load(self, *indices: Any) -> BufferLoad:
+        return BufferLoad(self, tuple(as_prim(i) for i in indices))
+
+    @property
+    def size(self) -> int:
+        size = 1
+        for dim in self.shape:
+            size *= dim
+        return size
+
+
+@dataclass(frozen=True, slots=True)
+class BufferLoad(PrimExpr):
+    buffer: Buffer
+    indices: tuple[PrimExpr, ...]
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return self.buffer.dtype
+
+
+class Stmt:
+    """Base of loop-level statements."""
+
+    __slots__ = ()
+
+
+class ForKind(enum.Enum):
+    SERIAL = "serial"
+    PARALLEL = "parallel"
+    VECTORIZED = "vectorized"
+    UNROLLED = "unrolled"
+
+
+@dataclass(frozen=True, slots=True)
+class For(Stmt):
+    loop_var: TVar
+    start: PrimExpr
+    extent: PrimExpr
+    kind: ForKind
+    body: Stmt
+
+
+@dataclass(frozen=True, slots=True)
+class SeqStmt(Stmt):
+    stmts: tuple[Stmt, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class BufferStore(Stmt):
+    buffer: Buffer
+    value: PrimExpr
+    indices: tuple[PrimExpr, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Allocate(Stmt):
+    """``buffer`` exists (uninitialized) for the duration of ``body``."""
+
+    buffer: Buffer
+    body: Stmt
+
+
+@dataclass(frozen=True, slots=True)
+class IfThenElse(Stmt):
+    cond: PrimExpr
+    then_case: Stmt
+    else_case: Stmt | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LetStmt(Stmt):
+    var: TVar
+    value: PrimExpr
+    body: Stmt
+
+
+@dataclass(frozen=True, slots=True)
+class Evaluate(Stmt):
+    value: PrimExpr
+
+
+class PrimFunc(BaseFunc):
+    """A loop-level function: ``params`` buffers (inputs, then outputs) and a body.
+
+    ``attrs`` is read-only; by convention ``num_inputs`` says how many leading params are
+    inputs, and ``global_symbol`` names the C function.
+    """
+
+    __slots__ = ("params", "body")
+
+    def __init__(self, params: Sequence[Buffer], body: Stmt, attrs: Mapping[str, Any] | None = None) -> None:
+        super().__init__()
+        params = tuple(params)
+        for i, param in enumerate(params):
+            if not isinstance(param, Buffer):
+                raise IRError(f"PrimFunc parameter {i} must be a Buffer, got {type(param).__name__}")
+        if not isinstance(body, Stmt):
+            raise IRError(f"PrimFunc body must be a statement, got {type(body).__name__}")
+        object.__setattr__(self, "params", params)
+        object.__setattr__(self, "body", body)
+        object.__setattr__(self, "attrs", as_attrs(attrs))
+
+    def with_attr(self, key: str, value: Any) -> PrimFunc:
+        return PrimFunc(self.params, self.body, self.attrs.with_item(key, value))
+
+    def with_body(self, body: Stmt) -> PrimFunc:
+        return PrimFunc(self.params, body, self.attrs)
+
+    def __repr__(self) -> str:
+        return f"PrimFunc({', '.join(p.name for p in self.params)})"
+
+
+__all__ = [
+    "INDEX_DTYPE", "PrimExpr", "as_prim", "IntImm", "FloatImm", "TVar", "BinaryOp", "Add", "Sub",
+    "Mul", "Div", "FloorDiv", "FloorMod", "Min", "Max", "CmpOp", "EQ", "NE", "LT", "LE", "GT", "GE",
+    "And", "Or", "Not", "Select", "Cast", "Intrinsic", "Buffer", "BufferLoad", "Stmt", "ForKind",
+    "For", "SeqStmt", "BufferStore", "Allocate", "IfThenElse", "LetStmt", "Evaluate", "PrimFunc",
+    "Attrs", "field",
+]
+
+
+def _result_dtype(node: PrimExpr) -> str:
+    """The dtype of an arithmetic or select node: that of its first value operand, found
+    by walking down without recursion (a left-leaning chain of thousands of ops, as one
+    fused kernel's value expression can be, must not meet the recursion limit)."""
+    while True:
+        kind = type(node)
+        if isinstance(node, BinaryOp):
+            node = node.a
+        elif kind is Select:
+            node = node.true_value
+        else:
+            return node.dtype
+
+
+BinaryOp.dtype = property(_result_dtype)  # type: ignore[assignment]
+Select.dtype = property(_result_dtype)  # type: ignore[assignment]
+
+
+# PrimFunc joins the module printer (tir_printer), structural equality/hash and the wire
+# format (tir_structural: alpha-equivalence by position); imported last because they
+# build on the classes above.
+from passinfra.codegen import tir_printer as _tir_printer  # noqa: E402, F401
+from passinfra.codegen import tir_structural as _tir_structural  # noqa: E402, F401

@@ -1,0 +1,236 @@
+"""A small interpreter of loop-level IR, for tests: slow (one Python step per scalar
+operation) but exact, with C's semantics (truncating integer ``Div``, floor ``FloorDiv``
+and ``FloorMod``, float32 arithmetic in float32) and bounds-checked buffer accesses.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from passinfra.codegen.tir import (
+    EQ,
+    GE,
+    GT,
+    LE,
+    LT,
+    NE,
+    Add,
+    Allocate,
+    And,
+    Buffer,
+    BufferLoad,
+    BufferStore,
+    Cast,
+    Div,
+    Evaluate,
+    FloatImm,
+    FloorDiv,
+    FloorMod,
+    For,
+    IfThenElse,
+    IntImm,
+    Intrinsic,
+    LetStmt,
+    Max,
+    Min,
+    Mul,
+    Not,
+    Or,
+    PrimExpr,
+    PrimFunc,
+    Select,
+    SeqStmt,
+    Stmt,
+    Sub,
+    TVar,
+)
+from passinfra.codegen.tir_functor import expr_children
+from passinfra.errors import EvaluationError
+
+
+def _c_div(a: Any, b: Any) -> Any:
+    if isinstance(a, (np.floating, float)):
+        return a / b
+    if b == 0:
+        raise EvaluationError("integer division by zero")
+    quotient = abs(int(a)) // abs(int(b))
+    return type(a)(quotient if (a >= 0) == (b >= 0) else -quotient)
+
+
+def _floor_div(a: Any, b: Any) -> Any:
+    if isinstance(a, (np.floating, float)):
+        return type(a)(np.floor(a / b))
+    if b == 0:
+        raise EvaluationError("integer floordiv by zero")
+    return a // b
+
+
+def _floor_mod(a: Any, b: Any) -> Any:
+    if not isinstance(a, (np.floating, float)) and b == 0:
+        raise EvaluationError("integer floormod by zero")
+    return a - _floor_div(a, b) * b
+
+
+# Shared with Simplify's constant folding, so folding and evaluation cannot disagree.
+BINARY_OPS: dict[type, Callable[[Any, Any], Any]] = {
+    Add: lambda a, b: a + b,
+    Sub: lambda a, b: a - b,
+    Mul: lambda a, b: a * b,
+    Div: _c_div,
+    FloorDiv: _floor_div,
+    FloorMod: _floor_mod,
+    Min: lambda a, b: min(a, b),
+    Max: lambda a, b: max(a, b),
+    EQ: lambda a, b: np.bool_(a == b),
+    NE: lambda a, b: np.bool_(a != b),
+    LT: lambda a, b: np.bool_(a < b),
+    LE: lambda a, b: np.bool_(a <= b),
+    GT: lambda a, b: np.bool_(a > b),
+    GE: lambda a, b: np.bool_(a >= b),
+    And: lambda a, b: np.bool_(a and b),
+    Or: lambda a, b: np.bool_(a or b),
+}
+
+_INTRINSICS: dict[str, Callable[..., Any]] = {
+    "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "tanh": np.tanh, "fabs": np.abs, "abs": np.abs,
+    "floor": np.floor, "ceil": np.ceil, "pow": np.power, "sin": np.sin, "cos": np.cos,
+    "erf": lambda x: type(x)(math.erf(float(x))), "round": np.round, "trunc": np.trunc,
+    "rsqrt": lambda x: type(x)(1) / np.sqrt(x), "sigmoid": lambda x: type(x)(1) / (type(x)(1) + np.exp(-x)),
+    "fmax": np.fmax, "fmin": np.fmin, "log1p": np.log1p, "expm1": np.expm1,
+}
+
+
+def _scalar(value: Any, dtype: str) -> Any:
+    return np.dtype(dtype).type(value)
+
+
+class _Interpreter:
+    def __init__(self) -> None:
+        self.env: dict[TVar, Any] = {}
+        self.memory: dict[Buffer, np.ndarray] = {}
+
+    def expr(self, root: PrimExpr) -> Any:
+        values: dict[int, Any] = {}
+        stack: list[tuple[Any, bool]] = [(root, False)]
+        while stack:
+            node, expanded = stack.pop()
+            kids = expr_children(node)
+            if not expanded:
+                stack.append((node, True))
+                stack.extend((kid, False) for kid in reversed(kids))
+                continue
+            values[id(node)] = self.expr_node(node, [values[id(k)] for k in kids])
+        return values[id(root)]
+
+    def expr_node(self, node: Any, args: list[Any]) -> Any:
+        kind = type(node)
+        if kind is IntImm or kind is FloatImm:
+            return _scalar(node.value, node.dtype)
+        if kind is TVar:
+            if node not in self.env:
+                raise EvaluationError(f"variable {node.name} has no value here")
+            return self.env[node]
+        operation = BINARY_OPS.get(kind)
+        if operation is not None:
+            return operation(*args)
+        if kind is Not:
+            return np.bool_(not args[0])
+        if kind is Select:
+            return args[1] if args[0] else args[2]
+        if kind is Cast:
+            return _scalar(args[0], node.dtype)
+        if kind is Intrinsic:
+            function = _INTRINSICS.get(node.name)
+            if function is None:
+                raise EvaluationError(f"the TIR interpreter has no intrinsic {node.name!r}")
+            return _scalar(function(*args), node.dtype)
+        if kind is BufferLoad:
+            return self.array(node.buffer, args)[tuple(int(i) for i in args)]
+        raise EvaluationError(f"cannot evaluate a {kind.__name__}")
+
+    def array(self, buf: Buffer, indices: list[Any]) -> np.ndarray:
+        array = self.memory.get(buf)
+        if array is None:
+            raise EvaluationError(f"buffer {buf.name} is not allocated here")
+        if len(indices) != array.ndim or any(not 0 <= int(i) < d for i, d in zip(indices, array.shape)):
+            raise EvaluationError(f"index {tuple(int(i) for i in indices)} is out of bounds for buffer "
+                                  f"{buf.name} of shape {array.shape}")
+        return array
+
+    def stmt(self, node: Stmt) -> None:
+        kind = type(node)
+        if kind is SeqStmt:
+            for child in node.stmts:
+                self.stmt(child)
+        elif kind is For:
+            start, extent = int(self.expr(node.start)), int(self.expr(node.extent))
+            dtype = np.dtype(node.loop_var.dtype).type
+            for value in range(start, start + extent):
+                self.env[node.loop_var] = dtype(value)
+                self.stmt(node.body)
+            self.env.pop(node.loop_var, None)
+        elif kind is BufferStore:
+            indices = [self.expr(i) for i in node.indices]
+            value = self.expr(node.value)
+            self.array(node.buffer, indices)[tuple(int(i) for i in indices)] = value
+        elif kind is Allocate:
+            # garbage-filled, like C's uninitialized memory, so reads before writes show up
+            self.memory[node.buffer] = np.full(node.buffer.shape, _garbage(node.buffer.dtype))
+            self.stmt(node.body)
+            del self.memory[node.buffer]
+        elif kind is IfThenElse:
+            if self.expr(node.cond):
+                self.stmt(node.then_case)
+            elif node.else_case is not None:
+                self.stmt(node.else_case)
+        elif kind is LetStmt:
+            self.env[node.var] = self.expr(node.value)
+            self.stmt(node.body)
+            del self.env[node.var]
+        elif kind is Evaluate:
+            self.expr(node.value)
+        else:
+            raise EvaluationError(f"cannot execute a {kind.__name__}")
+
+
+def _garbage(dtype: str) -> Any:
+    if dtype.startswith("float"):
+        return np.nan
+    return np.iinfo(dtype).max if dtype != "bool" else True
+
+
+def run_prim_func(func: PrimFunc, *arrays: np.ndarray) -> Any:
+    """Run ``func`` on NumPy arrays; return its output(s) (one array, or a tuple).
+
+    Give either the inputs only (outputs are allocated, zero-filled) or every parameter
+    (outputs are written in place). An array may have any shape with the buffer's number
+    of elements, so one set of N-d arrays runs a function before and after flattening.
+    """
+    params = func.params
+    num_inputs = int(func.attrs.get("num_inputs", len(params) - 1))
+    if len(arrays) == num_inputs:
+        arrays = (*arrays, *(np.zeros(p.shape, p.dtype) for p in params[num_inputs:]))
+    if len(arrays) != len(params):
+        raise EvaluationError(f"run_prim_func: the function takes {num_inputs} inputs "
+                              f"({len(params)} parameters), got {len(arrays)} arrays")
+    interpreter = _Interpreter()
+    for param, array in zip(params, arrays):
+        array = np.asarray(array)
+        if array.dtype != np.dtype(param.dtype) or array.size != param.size:
+            raise EvaluationError(f"parameter {param.name} is a {param.dtype} buffer of shape {param.shape}, "
+                                  f"got a {array.dtype} array of shape {array.shape}")
+        view = array.reshape(param.shape)
+        if not np.shares_memory(view, array) and array.size:
+            raise EvaluationError(f"parameter {param.name}: the array must be contiguous")
+        interpreter.memory[param] = view
+    with np.errstate(all="ignore"):
+        interpreter.stmt(func.body)
+    outputs = tuple(arrays[num_inputs:])
+    return outputs[0] if len(outputs) == 1 else outputs
+
+
+__all__ = ["run_prim_func", "BINARY_OPS"]

@@ -1,0 +1,322 @@
+"""A flat table form of PrimFuncs: alpha-equivalence, hashing and the wire format.
+
+:func:`flatten_prim_func` turns a PrimFunc into rows, children before parents, each
+child named by its row number (the IR's wire format idea, so depth never meets the
+recursion limit). Variables and buffers are numbered in order of first appearance
+(parameters first), and rows are hash-consed, so:
+
+* two PrimFuncs are alpha-equivalent (same structure, variables and buffers matched by
+  position, names ignored) exactly when their :func:`canonical_key` values are equal,
+  whatever sharing either has;
+* the same rows, plus the names, rebuild the PrimFunc in another process.
+
+Importing this module registers PrimFunc with structural equality/hash and the wire
+format (``tir.py`` imports it at its end).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from passinfra.codegen.tir import (
+    Allocate,
+    Buffer,
+    BufferLoad,
+    BufferStore,
+    Cast,
+    Evaluate,
+    FloatImm,
+    For,
+    ForKind,
+    IfThenElse,
+    IntImm,
+    Intrinsic,
+    LetStmt,
+    Not,
+    PrimExpr,
+    PrimFunc,
+    Select,
+    SeqStmt,
+    Stmt,
+    TVar,
+)
+from passinfra.codegen.tir_functor import BINARY_CLASSES, COMPARE_CLASSES, EXPR_SPECS
+from passinfra.errors import IRError
+from passinfra.ir.attrs import Attrs
+
+NO_ROW = -1
+
+_CLASS_BY_TAG: dict[str, type] = {cls.__name__: cls for cls in (*BINARY_CLASSES, *COMPARE_CLASSES)}
+
+
+def _stmt_children(node: Stmt) -> tuple:
+    kind = type(node)
+    if kind is For:
+        return (node.loop_var, node.start, node.extent, node.body)
+    if kind is SeqStmt:
+        return node.stmts
+    if kind is BufferStore:
+        return (node.value, *node.indices)
+    if kind is Allocate:
+        return (node.body,)
+    if kind is IfThenElse:
+        return (node.cond, node.then_case) if node.else_case is None else (
+            node.cond, node.then_case, node.else_case)
+    if kind is LetStmt:
+        return (node.var, node.value, node.body)
+    if kind is Evaluate:
+        return (node.value,)
+    raise IRError(f"not a loop-level node: {kind.__name__}")
+
+
+def _children(node: Any) -> tuple:
+    spec = EXPR_SPECS.get(type(node))
+    return spec[1](node) if spec is not None else _stmt_children(node)
+
+
+class FlatTIR:
+    """The table of one PrimFunc (or statement / expression): ``rows`` (tag, payload...)
+    with child rows by number, ``variables`` (name, dtype) and ``buffers``
+    (name, shape, dtype, scope) in order of first appearance, ``params`` (buffer
+    numbers) and ``root`` (row of the body)."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple] = []
+        self.row_index: dict[tuple, int] = {}
+        self.variables: list[tuple[str, str]] = []
+        self.buffers: list[tuple[str, tuple[int, ...], str, str]] = []
+        self.var_index: dict[int, int] = {}
+        self.buffer_index: dict[int, int] = {}
+        self.params: tuple[int, ...] = ()
+        self.root = NO_ROW
+        self._alive: list[Any] = []  # keeps id() keys valid for the table's lifetime
+
+    def buffer(self, buf: Buffer) -> int:
+        index = self.buffer_index.get(id(buf))
+        if index is None:
+            index = self.buffer_index[id(buf)] = len(self.buffers)
+            self.buffers.append((buf.name, buf.shape, buf.dtype, buf.scope))
+            self._alive.append(buf)
+        return index
+
+    def _variable(self, var: TVar) -> int:
+        index = self.var_index.get(id(var))
+        if index is None:
+            index = self.var_index[id(var)] = len(self.variables)
+            self.variables.append((var.name, var.dtype))
+            self._alive.append(var)
+        return index
+
+    def add(self, root: Stmt | PrimExpr) -> int:
+        """Rows for ``root`` and everything below it; returns the root's row."""
+        rows_of: dict[int, int] = {}
+        stack: list[tuple[Any, bool]] = [(root, False)]
+        self._alive.append(root)
+        while stack:
+            node, expanded = stack.pop()
+            if not expanded:
+                if id(node) in rows_of:
+                    continue
+                # first appearance numbering happens on entry, i.e. in pre-order
+                if type(node) is TVar:
+                    self._variable(node)
+                elif type(node) in (BufferLoad, BufferStore, Allocate):
+                    self.buffer(node.buffer)
+                stack.append((node, True))
+                stack.extend((child, False) for child in reversed(_children(node)))
+                continue
+            if id(node) in rows_of:
+                continue
+            row = self._row(node, rows_of)
+            index = self.row_index.get(row)
+            if index is None:
+                index = self.row_index[row] = len(self.rows)
+                self.rows.append(row)
+            rows_of[id(node)] = index
+        return rows_of[id(root)]
+
+    def _row(self, node: Any, rows_of: dict[int, int]) -> tuple:
+        kind = type(node)
+        ref = lambda child: rows_of[id(child)]  # noqa: E731
+        if kind is IntImm:
+            return ("IntImm", int(node.value), node.dtype)
+        if kind is FloatImm:
+            return ("FloatImm", float(node.value).hex(), node.dtype)
+        if kind is TVar:
+            return ("TVar", self.var_index[id(node)])
+        if kind in _CLASS_BY_TAG.values():
+            return (kind.__name__, ref(node.a), ref(node.b))
+        if kind is Not:
+            return ("Not", ref(node.a), node.dtype)
+        if kind is Select:
+            return ("Select", ref(node.cond), ref(node.true_value), ref(node.false_value))
+        if kind is Cast:
+            return ("Cast", node.dtype, ref(node.value))
+        if kind is Intrinsic:
+            return ("Intrinsic", node.name, tuple(ref(a) for a in node.args), node.dtype)
+        if kind is BufferLoad:
+            return ("BufferLoad", self.buffer_index[id(node.buffer)], tuple(ref(i) for i in node.indices))
+        if kind is For:
+            return ("For", ref(node.loop_var), ref(node.start), ref(node.extent), node.kind.value,
+                    ref(node.body))
+        if kind is SeqStmt:
+            return ("SeqStmt", tuple(ref(s) for s in node.stmts))
+        if kind is BufferStore:
+            return ("BufferStore", self.buffer_index[id(node.buffer)], ref(node.value),
+                    tuple(ref(i) for i in node.indices))
+        if kind is Allocate:
+            return ("Allocate", self.buffer_index[id(node.buffer)], ref(node.body))
+        if kind is IfThenElse:
+            other = NO_ROW if node.else_case is None else ref(node.else_case)
+            return ("IfThenElse", ref(node.cond), ref(node.then_case), other)
+        if kind is LetStmt:
+            return ("LetStmt", ref(node.var), ref(node.value), ref(node.body))
+        if kind is Evaluate:
+            return ("Evaluate", ref(node.value))
+        raise IRError(f"not a loop-level node: {kind.__name__}")
+
+
+def flatten_prim_func(func: PrimFunc) -> FlatTIR:
+    flat = FlatTIR()
+    flat.params = tuple(flat.buffer(p) for p in func.params)
+    flat.root = flat.add(func.body)
+    return flat
+
+
+def flatten_node(node: Stmt | PrimExpr) -> FlatTIR:
+    flat = FlatTIR()
+    flat.root = flat.add(node)
+    return flat
+
+
+def canonical_key(node: PrimFunc | Stmt | PrimExpr) -> tuple:
+    """A value equal for alpha-equivalent nodes (names ignored; attrs of a PrimFunc not
+    included: compare those separately)."""
+    flat = flatten_prim_func(node) if isinstance(node, PrimFunc) else flatten_node(node)
+    return (
+        tuple(flat.rows),
+        tuple(dtype for _, dtype in flat.variables),
+        tuple(buf[1:] for buf in flat.buffers),
+        flat.params,
+        flat.root,
+    )
+
+
+def tir_structural_equal(a: Any, b: Any) -> bool:
+    """Alpha-equivalence of two PrimFuncs (attrs included), statements or expressions:
+    variables and buffers are matched by position of first appearance."""
+    if type(a) is not type(b) and not (isinstance(a, PrimExpr) and isinstance(b, PrimExpr)):
+        return False
+    if isinstance(a, PrimFunc) and a.attrs != b.attrs:
+        return False
+    return canonical_key(a) == canonical_key(b)
+
+
+def assert_tir_equal(a: Any, b: Any) -> None:
+    """AssertionError showing both sides when they are not alpha-equivalent."""
+    if not tir_structural_equal(a, b):
+        from passinfra.codegen.tir_printer import tir_astext
+
+        raise AssertionError(f"loop-level IR differs:\n--- lhs\n{tir_astext(a)}\n--- rhs\n{tir_astext(b)}")
+
+
+# ----------------------------------------------------------------------------- rebuild
+
+
+def unflatten(rows: list[tuple], variables: list[tuple], buffers: list[tuple]) -> tuple[list, list[Buffer]]:
+    """The nodes of a table in row order, and the buffers (inverse of :class:`FlatTIR`)."""
+    var_objects = [TVar(name, dtype) for name, dtype in variables]
+    buffer_objects = [Buffer(name, shape, dtype, scope) for name, shape, dtype, scope in buffers]
+    nodes: list[Any] = []
+    node = nodes.__getitem__
+    for row in rows:
+        tag = row[0]
+        if tag == "IntImm":
+            built: Any = IntImm(row[1], row[2])
+        elif tag == "FloatImm":
+            built = FloatImm(float.fromhex(row[1]), row[2])
+        elif tag == "TVar":
+            built = var_objects[row[1]]
+        elif tag in _CLASS_BY_TAG:
+            built = _CLASS_BY_TAG[tag](node(row[1]), node(row[2]))
+        elif tag == "Not":
+            built = Not(node(row[1]), row[2])
+        elif tag == "Select":
+            built = Select(node(row[1]), node(row[2]), node(row[3]))
+        elif tag == "Cast":
+            built = Cast(row[1], node(row[2]))
+        elif tag == "Intrinsic":
+            built = Intrinsic(row[1], tuple(node(a) for a in row[2]), row[3])
+        elif tag == "BufferLoad":
+            built = BufferLoad(buffer_objects[row[1]], tuple(node(i) for i in row[2]))
+        elif tag == "For":
+            built = For(node(row[1]), node(row[2]), node(row[3]), ForKind(row[4]), node(row[5]))
+        elif tag == "SeqStmt":
+            built = SeqStmt(tuple(node(s) for s in row[1]))
+        elif tag == "BufferStore":
+            built = BufferStore(buffer_objects[row[1]], node(row[2]), tuple(node(i) for i in row[3]))
+        elif tag == "Allocate":
+            built = Allocate(buffer_objects[row[1]], node(row[2]))
+        elif tag == "IfThenElse":
+            built = IfThenElse(node(row[1]), node(row[2]), None if row[3] == NO_ROW else node(row[3]))
+        elif tag == "LetStmt":
+            built = LetStmt(node(row[1]), node(row[2]), node(row[3]))
+        elif tag == "Evaluate":
+            built = Evaluate(node(row[1]))
+        else:
+            raise IRError(f"unknown loop-level row tag {tag!r}")
+        nodes.append(built)
+    return nodes, buffer_objects
+
+
+# ------------------------------------------------------------------------ registration
+
+
+class _PrimFuncKey(tuple):
+    """The canonical key as a structural-equality field; prints as the function's text
+    so that a mismatch message shows IR, not tables."""
+
+    func: PrimFunc
+
+    def __repr__(self) -> str:
+        from passinfra.codegen.tir_printer import tir_astext
+
+        return "\n" + tir_astext(self.func)
+
+
+def _structural_fields(func: PrimFunc) -> tuple:
+    key = _PrimFuncKey(canonical_key(func))
+    key.func = func
+    return (key, func.attrs)
+
+
+def _encode(func: PrimFunc, encoder: Any) -> tuple:
+    flat = flatten_prim_func(func)
+    return (tuple(flat.rows), tuple(flat.variables), tuple(flat.buffers), flat.params, flat.root,
+            encoder.attrs_ref(func.attrs))
+
+
+def _decode(payload: tuple, decoder: Any) -> PrimFunc:
+    rows, variables, buffers, params, root, attrs_ref = payload
+    nodes, buffer_objects = unflatten(list(rows), list(variables), list(buffers))
+    attrs: Attrs = decoder.attrs(attrs_ref)
+    return PrimFunc([buffer_objects[p] for p in params], nodes[root], attrs)
+
+
+def _register() -> None:
+    from passinfra.ir.serialize import WireKind, register_wire_kind
+    from passinfra.ir.structural import StructuralRule, register_structural_rule
+
+    none = lambda node: ()  # noqa: E731
+    register_structural_rule(
+        PrimFunc,
+        StructuralRule(b"PrimFunc", ("prim func body", "prim func attrs"), _structural_fields, none, none,
+                       lambda node, index: index),
+    )
+    register_wire_kind(PrimFunc, WireKind("PrimFunc", none, _encode, _decode))
+
+
+_register()
+
+__all__ = ["FlatTIR", "flatten_prim_func", "canonical_key", "tir_structural_equal", "assert_tir_equal",
+           "unflatten"]

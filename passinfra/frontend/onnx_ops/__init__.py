@@ -1,0 +1,17 @@
+"""ONNX op converters, table-driven: ``op_type -> [(since_version, converter)]``.
+
+Each op family lives in its own module and registers its converters with
+:func:`converter`; :func:`lookup` picks, for a model's opset, the converter registered
+for the newest ``since`` version not above it (how ONNX itself versions ops).
+"""
+
+# importing the families fills the table
+from passinfra.frontend.onnx_ops import (  # noqa: E402,F401  (registration side effects)
+    elementwise,
+    nn,
+    reduce,
+    tensor,
+)
+from passinfra.frontend.onnx_ops.registry import converter, lookup, supported_op_types
+
+__all__ = ["converter", "lookup", "supported_op_types"]

@@ -1,0 +1,603 @@
+"""Ops that model importers (ONNX first) need beyond the core tensor and nn sets.
+
+Every op here is registered like the core ones: an attribute schema, a type relation, the
+NumPy reference implementation (shared by the interpreter and FoldConstant) and a fusion
+pattern. Names follow the builder paths: ``floor``, ``strided_slice``, ``nn.lrn``, ...
+Anything an importer can express exactly with existing ops is NOT added here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from passinfra.errors import IRTypeError
+from passinfra.ir.attrs import Attrs
+from passinfra.ir.expr import Call
+from passinfra.ir.op._rel import (
+    FLOAT_DTYPES,
+    NUMERIC_DTYPES,
+    REQUIRED,
+    expect_dtype,
+    expect_ndim,
+    expect_same_dtype,
+    expect_tensor,
+    int_tuple,
+    normalize_axis,
+    register_tensor_op,
+    type_text,
+    window_out_size,
+)
+from passinfra.ir.op.registry import OpPattern
+from passinfra.ir.op.tensor import call_op
+from passinfra.ir.types import TensorType, Type
+
+__all__ = [
+    "unary",
+    "strided_slice",
+    "pad",
+    "tile",
+    "broadcast_to",
+    "trilu",
+    "argmax",
+    "argmin",
+    "prod",
+    "lrn",
+    "conv2d_transpose",
+    "max_pool2d_ext",
+]
+
+
+def _same_type(allowed: Sequence[str]) -> Callable:
+    def relation(arg_types: Sequence[Type], attrs: Attrs) -> Type:
+        data = expect_tensor(arg_types[0], "the operand")
+        expect_dtype(data, allowed, "the operand")
+        return data
+
+    return relation
+
+
+def _elementwise(kernel: Callable) -> Callable:
+    def impl(args: Sequence[Any], attrs: Attrs) -> np.ndarray:
+        data = np.asarray(args[0])
+        with np.errstate(all="ignore"):  # IEEE results (inf, nan) are the semantics
+            return np.asarray(kernel(data, attrs)).astype(data.dtype, copy=False)
+
+    return impl
+
+
+def _softplus(x: np.ndarray, attrs: Attrs) -> np.ndarray:
+    # log(1 + e^x) without overflow: max(x, 0) + log1p(e^-|x|)
+    return np.maximum(x, 0) + np.log1p(np.exp(-np.abs(x)))
+
+
+# name -> (kernel(x, attrs), attribute schema, allowed dtypes)
+_UNARY_OPS: dict[str, tuple[Callable, dict[str, Any], Sequence[str]]] = {
+    "floor": (lambda x, a: np.floor(x), {}, FLOAT_DTYPES),
+    "ceil": (lambda x, a: np.ceil(x), {}, FLOAT_DTYPES),
+    "round": (lambda x, a: np.round(x), {}, FLOAT_DTYPES),  # half to even, as ONNX
+    "sign": (lambda x, a: np.sign(x), {}, NUMERIC_DTYPES),
+    "reciprocal": (lambda x, a: 1 / x, {}, FLOAT_DTYPES),
+    "sin": (lambda x, a: np.sin(x), {}, FLOAT_DTYPES),
+    "cos": (lambda x, a: np.cos(x), {}, FLOAT_DTYPES),
+    "tan": (lambda x, a: np.tan(x), {}, FLOAT_DTYPES),
+    "asin": (lambda x, a: np.arcsin(x), {}, FLOAT_DTYPES),
+    "acos": (lambda x, a: np.arccos(x), {}, FLOAT_DTYPES),
+    "atan": (lambda x, a: np.arctan(x), {}, FLOAT_DTYPES),
+    "sinh": (lambda x, a: np.sinh(x), {}, FLOAT_DTYPES),
+    "cosh": (lambda x, a: np.cosh(x), {}, FLOAT_DTYPES),
+    "asinh": (lambda x, a: np.arcsinh(x), {}, FLOAT_DTYPES),
+    "acosh": (lambda x, a: np.arccosh(x), {}, FLOAT_DTYPES),
+    "atanh": (lambda x, a: np.arctanh(x), {}, FLOAT_DTYPES),
+    "nn.softplus": (_softplus, {}, FLOAT_DTYPES),
+    "nn.softsign": (lambda x, a: x / (1 + np.abs(x)), {}, FLOAT_DTYPES),
+    "nn.leaky_relu": (lambda x, a: np.where(x < 0, x * a["alpha"], x), {"alpha": 0.01}, FLOAT_DTYPES),
+    "nn.elu": (lambda x, a: np.where(x < 0, a["alpha"] * np.expm1(x), x), {"alpha": 1.0}, FLOAT_DTYPES),
+    "nn.selu": (
+        lambda x, a: a["gamma"] * np.where(x <= 0, a["alpha"] * np.expm1(x), x),
+        {"alpha": 1.67326319217681884765625, "gamma": 1.05070102214813232421875},
+        FLOAT_DTYPES,
+    ),
+    "nn.hard_sigmoid": (
+        lambda x, a: np.clip(a["alpha"] * x + a["beta"], 0, 1),
+        {"alpha": 0.2, "beta": 0.5},
+        FLOAT_DTYPES,
+    ),
+}
+
+for _name, (_kernel, _schema, _allowed) in _UNARY_OPS.items():
+    register_tensor_op(
+        _name,
+        attrs=_schema,
+        num_inputs=1,
+        type_rel=_same_type(_allowed),
+        impl=_elementwise(_kernel),
+        pattern=OpPattern.ELEMWISE,
+        doc=f"elementwise {_name}",
+    )
+
+
+def unary(name: str, data: Any, **attrs: Any) -> Call:
+    """A call of one of the elementwise ops registered here (``floor``, ``nn.elu``, ...)."""
+    if name not in _UNARY_OPS:
+        raise IRTypeError(f"{name!r} is not an elementwise op of passinfra.ir.op.extra")
+    return call_op(name, data, **{k: float(v) for k, v in attrs.items()})
+
+
+# --------------------------------------------------------------------------- strided_slice
+
+
+def _slice_bounds(shape: Sequence[int], attrs: Attrs) -> list[slice]:
+    """One Python slice per axis; ``begin``/``end``/``strides`` hold one entry per axis
+    already clamped by the builder (``end`` -1 with a negative stride means "through 0")."""
+    bounds = [slice(None)] * len(shape)
+    for axis, start, stop, step in zip(attrs["axes"], attrs["begin"], attrs["end"], attrs["strides"]):
+        bounds[axis] = slice(start, None if stop < 0 else stop, step)
+    return bounds
+
+
+def _strided_slice_relation(arg_types: Sequence[Type], attrs: Attrs) -> Type:
+    data = expect_tensor(arg_types[0], "the data")
+    for axis in attrs["axes"]:
+        normalize_axis(axis, data.ndim)
+    shape = [len(range(extent)[bound]) for extent, bound in zip(data.shape, _slice_bounds(data.shape, attrs))]
+    return TensorType(shape, data.dtype)
+
+
+def _strided_slice_impl(args: Sequence[Any], attrs: Attrs) -> np.ndarray:
+    data = np.asarray(args[0])
+    return np.ascontiguousarray(data[tuple(_slice_bounds(data.shape, attrs))])
+
+
+register_tensor_op(
+    "strided_slice",
+    attrs={"axes": REQUIRED, "begin": REQUIRED, "end": REQUIRED, "strides": REQUIRED},
+    num_inputs=1,
+    type_rel=_strided_slice_relation,
+    impl=_strided_slice_impl,
+    pattern=OpPattern.INJECTIVE,
+    doc="data[begin:end:strides] on the listed axes (bounds normalized at build time)",
+)
+
+
+def strided_slice(
+    data: Any,
+    shape: Sequence[int],
+    axes: Sequence[int],
+    begin: Sequence[int],
+    end: Sequence[int],
+    strides: Sequence[int],
+) -> Call:
+    """Slice ``data`` (of static ``shape``) with NumPy/ONNX semantics: out-of-range bounds
+    are clamped and negative ones count from the end; the builder stores them normalized."""
+    norm_axes, norm_begin, norm_end, norm_steps = [], [], [], []
+    for axis, start, stop, step in zip(axes, begin, end, strides):
+        if step == 0:
+            raise IRTypeError("strided_slice: a step of 0 is not allowed")
+        axis = normalize_axis(int(axis), len(shape))
+        # clamp huge ONNX sentinels (INT64_MAX) before Python's slice normalization
+        extent = shape[axis]
+        start = int(np.clip(start, -extent - 1, extent + 1))
+        stop = int(np.clip(stop, -extent - 1, extent + 1))
+        lo, hi, st = slice(start, stop, int(step)).indices(extent)
+        norm_axes.append(axis)
+        norm_begin.append(lo)
+        norm_end.append(hi)
+        norm_steps.append(st)
+    return call_op(
+        "strided_slice",
+        data,
+        axes=tuple(norm_axes),
+        begin=tuple(norm_begin),
+        end=tuple(norm_end),
+        strides=tuple(norm_steps),
+    )
+
+
+# --------------------------------------------------------------------------- pad
+
+
+def _pad_relation(arg_types: Sequence[Type], attrs: Attrs) -> Type:
+    data = expect_tensor(arg_types[0], "the data")
+    widths = attrs["pad_width"]
+    if len(widths) != data.ndim:
+        raise IRTypeError(f"pad_width has {len(widths)} pairs for {type_text(data)}")
+    shape = [d + before + after for d, (before, after) in zip(data.shape, widths)]
+    if any(d < 0 for d in shape):
+        raise IRTypeError(f"pad_width {widths} crops {type_text(data)} below zero")
+    if attrs["mode"] not in ("constant", "edge", "reflect", "wrap"):
+        raise IRTypeError(f"unknown pad mode {attrs['mode']!r}; use constant, edge, reflect or wrap")
+    return TensorType(shape, data.dtype)
+
+
+def _pad_impl(args: Sequence[Any], attrs: Attrs) -> np.ndarray:
+    data = np.asarray(args[0])
+    widths = attrs["pad_width"]
+    # negative widths crop (ONNX allows them): slice first, then pad the rest
+    crop = tuple(slice(max(0, -b), d - max(0, -a)) for d, (b, a) in zip(data.shape, widths))
+    data = data[crop]
+    positive = [(max(0, b), max(0, a)) for b, a in widths]
+    if attrs["mode"] == "constant":
+        return np.pad(
+            data, positive, mode="constant", constant_values=np.asarray(attrs["pad_value"], data.dtype)
+        )
+    return np.pad(data, positive, mode=attrs["mode"])
+
+
+register_tensor_op(
+    "pad",
+    attrs={"pad_width": REQUIRED, "pad_value": 0.0, "mode": "constant"},
+    num_inputs=1,
+    type_rel=_pad_relation,
+    impl=_pad_impl,
+    pattern=OpPattern.INJECTIVE,
+    doc="pad (or crop, with negative widths) every axis by (before, after)",
+)
+
+
+def pad(
+    data: Any, pad_width: Sequence[Sequence[int]], pad_value: float = 0.0, mode: str = "constant"
+) -> Call:
+    """Pad ``data``: ``pad_width`` holds one (before, after) pair per axis."""
+    widths = tuple(int_tuple(pair, 2, "pad_width pair") for pair in pad_width)
+    return call_op("pad", data, pad_width=widths, pad_value=float(pad_value), mode=str(mode))
+
+
+# --------------------------------------------------------------------------- tile, broadcast_to, trilu
+
+
+def _tile_relation(arg_types: Sequence[Type], attrs: Attrs) -> Type:
+    data = expect_tensor(arg_types[0], "the data")
+    reps = attrs["reps"]
+    if len(reps) != data.ndim:
+        raise IRTypeError(f"reps {reps} must have one entry per axis of {type_text(data)}")
+    return TensorType([d * r for d, r in zip(data.shape, reps)], data.dtype)
+
+
+register_tensor_op(
+    "tile",
+    attrs={"reps": REQUIRED},
+    num_inputs=1,
+    type_rel=_tile_relation,
+    impl=lambda args, attrs: np.tile(np.asarray(args[0]), attrs["reps"]),
+    pattern=OpPattern.INJECTIVE,
+    doc="repeat the data reps[i] times along axis i",
+)
+
+
+def tile(data: Any, reps: Sequence[int]) -> Call:
+    """``numpy.tile`` with one repetition count per axis."""
+    return call_op("tile", data, reps=int_tuple(reps, None, "reps"))
+
+
+def _broadcast_to_relation(arg_types: Sequence[Type], attrs: Attrs) -> Type:
+    from passinfra.ir.op._rel import broadcast_shapes
+
+    data = expect_tensor(arg_types[0], "the data")
+    return TensorType(broadcast_shapes(data.shape, attrs["shape"]), data.dtype)
+
+
+register_tensor_op(
+    "broadcast_to",
+    attrs={"shape": REQUIRED},
+    num_inputs=1,
+    type_rel=_broadcast_to_relation,
+    impl=lambda args, attrs: np.ascontiguousarray(
+        np.broadcast_to(args[0], np.broadcast_shapes(np.shape(args[0]), attrs["shape"]))
+    ),
+    pattern=OpPattern.BROADCAST,
+    doc="broadcast the data with a shape (both ways, as ONNX Expand)",
+)
+
+
+def broadcast_to(data: Any, shape: Sequence[int]) -> Call:
+    """The data broadcast together with ``shape`` (ONNX Expand: the result may be larger
+    than ``shape`` where the data's dimension is bigger)."""
+    return call_op("broadcast_to", data, shape=int_tuple(shape, None, "shape"))
+
+
+def _trilu_relation(arg_types: Sequence[Type], attrs: Attrs) -> Type:
+    data = expect_tensor(arg_types[0], "the data")
+    if data.ndim < 2:
+        raise IRTypeError(f"expected a tensor of rank >= 2, got {type_text(data)}")
+    return data
+
+
+def _trilu_impl(args: Sequence[Any], attrs: Attrs) -> np.ndarray:
+    data = np.asarray(args[0])
+    kernel = np.triu if attrs["upper"] else np.tril
+    return kernel(data, attrs["k"])
+
+
+register_tensor_op(
+    "trilu",
+    attrs={"k": 0, "upper": True},
+    num_inputs=1,
+    type_rel=_trilu_relation,
+    impl=_trilu_impl,
+    pattern=OpPattern.INJECTIVE,
+    doc="keep the upper (triu) or lower (tril) triangle of the last two axes from diagonal k",
+)
+
+
+def trilu(data: Any, k: int = 0, upper: bool = True) -> Call:
+    """Upper or lower triangle of the last two axes, from diagonal ``k``."""
+    return call_op("trilu", data, k=int(k), upper=bool(upper))
+
+
+# --------------------------------------------------------------------------- argmax/argmin, prod
+
+
+def _arg_relation(arg_types: Sequence[Type], attrs: Attrs) -> Type:
+    data = expect_tensor(arg_types[0], "the data")
+    expect_dtype(data, NUMERIC_DTYPES, "the data")
+    axis = normalize_axis(attrs["axis"], data.ndim)
+    shape = (
+        [1 if i == axis else d for i, d in enumerate(data.shape)]
+        if attrs["keepdims"]
+        else [d for i, d in enumerate(data.shape) if i != axis]
+    )
+    return TensorType(shape, "int64")
+
+
+def _arg_impl(kernel: Callable) -> Callable:
+    def impl(args: Sequence[Any], attrs: Attrs) -> np.ndarray:
+        data = np.asarray(args[0])
+        axis = normalize_axis(attrs["axis"], data.ndim)
+        if attrs["select_last_index"]:  # search the flipped axis, then map back
+            flipped = np.flip(data, axis)
+            index = data.shape[axis] - 1 - kernel(flipped, axis=axis)
+        else:
+            index = kernel(data, axis=axis)
+        if attrs["keepdims"]:
+            index = np.expand_dims(index, axis)
+        return np.asarray(index, dtype=np.int64)
+
+    return impl
+
+
+for _name, _kernel in (("argmax", np.argmax), ("argmin", np.argmin)):
+    register_tensor_op(
+        _name,
+        attrs={"axis": 0, "keepdims": True, "select_last_index": False},
+        num_inputs=1,
+        type_rel=_arg_relation,
+        impl=_arg_impl(_kernel),
+        pattern=OpPattern.COMM_REDUCE,
+        doc=f"{_name} along axis, int64 indices",
+    )
+
+
+def argmax(data: Any, axis: int = 0, keepdims: bool = True, select_last_index: bool = False) -> Call:
+    """Index of the largest element along ``axis`` (int64)."""
+    return call_op(
+        "argmax", data, axis=int(axis), keepdims=bool(keepdims), select_last_index=bool(select_last_index)
+    )
+
+
+def argmin(data: Any, axis: int = 0, keepdims: bool = True, select_last_index: bool = False) -> Call:
+    """Index of the smallest element along ``axis`` (int64)."""
+    return call_op(
+        "argmin", data, axis=int(axis), keepdims=bool(keepdims), select_last_index=bool(select_last_index)
+    )
+
+
+def _prod_relation(arg_types: Sequence[Type], attrs: Attrs) -> Type:
+    from passinfra.ir.op._rel import normalize_axes
+
+    data = expect_tensor(arg_types[0], "the data")
+    expect_dtype(data, NUMERIC_DTYPES, "the data")
+    axes = normalize_axes(attrs["axis"], data.ndim)
+    if attrs["keepdims"]:
+        return TensorType([1 if i in axes else d for i, d in enumerate(data.shape)], data.dtype)
+    return TensorType([d for i, d in enumerate(data.shape) if i not in axes], data.dtype)
+
+
+def _prod_impl(args: Sequence[Any], attrs: Attrs) -> np.ndarray:
+    from passinfra.ir.op._rel import normalize_axes
+
+    data = np.asarray(args[0])
+    axes = normalize_axes(attrs["axis"], data.ndim)
+    return np.asarray(np.prod(data, axis=axes, keepdims=attrs["keepdims"], dtype=data.dtype))
+
+
+register_tensor_op(
+    "prod",
+    attrs={"axis": None, "keepdims": False},
+    num_inputs=1,
+    type_rel=_prod_relation,
+    impl=_prod_impl,
+    pattern=OpPattern.COMM_REDUCE,
+    doc="product over axis (all when None)",
+)
+
+
+def prod(data: Any, axis: Any = None, keepdims: bool = False) -> Call:
+    """Product over ``axis``."""
+    return call_op(
+        "prod", data, axis=None if axis is None else int_tuple(axis, None, "axis"), keepdims=bool(keepdims)
+    )
+
+
+# --------------------------------------------------------------------------- nn.lrn
+
+
+def _lrn_impl(args: Sequence[Any], attrs: Attrs) -> np.ndarray:
+    data = np.asarray(args[0])
+    size = attrs["size"]
+    squared = np.square(data.astype(np.float64))
+    # window over channels: [c - floor((size-1)/2), c + ceil((size-1)/2)] (ONNX)
+    before, after = (size - 1) // 2, size - 1 - (size - 1) // 2
+    widths = [(0, 0)] * data.ndim
+    widths[1] = (before, after)
+    padded = np.pad(squared, widths)
+    channels = data.shape[1]
+    total = sum(padded[:, i : i + channels] for i in range(size))
+    scale = (attrs["bias"] + attrs["alpha"] / size * total) ** attrs["beta"]
+    return (data / scale).astype(data.dtype)
+
+
+def _lrn_relation(arg_types: Sequence[Type], attrs: Attrs) -> Type:
+    data = expect_tensor(arg_types[0], "the data")
+    expect_dtype(data, FLOAT_DTYPES, "the data")
+    if data.ndim < 2:
+        raise IRTypeError(f"expected data of rank >= 2 (N, C, ...), got {type_text(data)}")
+    return data
+
+
+register_tensor_op(
+    "nn.lrn",
+    attrs={"size": REQUIRED, "alpha": 1e-4, "beta": 0.75, "bias": 1.0},
+    num_inputs=1,
+    type_rel=_lrn_relation,
+    impl=_lrn_impl,
+    pattern=OpPattern.OPAQUE,
+    doc="local response normalization across channels (axis 1)",
+)
+
+
+def lrn(data: Any, size: int, alpha: float = 1e-4, beta: float = 0.75, bias: float = 1.0) -> Call:
+    """Local response normalization across channels (ONNX LRN)."""
+    return call_op("nn.lrn", data, size=int(size), alpha=float(alpha), beta=float(beta), bias=float(bias))
+
+
+# --------------------------------------------------------------------------- nn.conv2d_transpose
+
+
+def _conv_t_relation(arg_types: Sequence[Type], attrs: Attrs) -> Type:
+    data = expect_tensor(arg_types[0], "the data")
+    weight = expect_tensor(arg_types[1], "the weight")
+    expect_ndim(data, 4, "the data", "NCHW")
+    expect_ndim(weight, 4, "the weight", "IOHW")
+    expect_same_dtype(data, weight, "the weight", "the data")
+    expect_dtype(data, FLOAT_DTYPES, "the data")
+    groups = attrs["groups"]
+    if data.shape[1] != weight.shape[0] or data.shape[1] % groups:
+        raise IRTypeError(
+            f"expected the weight's first dimension to be the data's channels "
+            f"(divisible by groups={groups}), got data {type_text(data)}, weight {type_text(weight)}"
+        )
+    top, left, bottom, right = attrs["padding"]
+    (sh, sw), (dh, dw), (oh, ow) = attrs["strides"], attrs["dilation"], attrs["output_padding"]
+    kh, kw = weight.shape[2:]
+    height = sh * (data.shape[2] - 1) + oh + (kh - 1) * dh + 1 - top - bottom
+    width = sw * (data.shape[3] - 1) + ow + (kw - 1) * dw + 1 - left - right
+    if height < 1 or width < 1:
+        raise IRTypeError(f"transposed convolution of {type_text(data)} gives an empty output")
+    return TensorType((data.shape[0], weight.shape[1] * groups, height, width), data.dtype)
+
+
+def _conv_t_impl(args: Sequence[Any], attrs: Attrs) -> np.ndarray:
+    data, weight = np.asarray(args[0]), np.asarray(args[1])
+    batch, channels, in_h, in_w = data.shape
+    groups = attrs["groups"]
+    _, group_out, kh, kw = weight.shape
+    (sh, sw), (dh, dw), (oh, ow) = attrs["strides"], attrs["dilation"], attrs["output_padding"]
+    top, left, bottom, right = attrs["padding"]
+    full_h = sh * (in_h - 1) + oh + (kh - 1) * dh + 1
+    full_w = sw * (in_w - 1) + ow + (kw - 1) * dw + 1
+    out = np.zeros((batch, groups, group_out, full_h, full_w), dtype=np.float64)
+    grouped = data.reshape(batch, groups, channels // groups, in_h, in_w).astype(np.float64)
+    kernels = weight.reshape(groups, channels // groups, group_out, kh, kw).astype(np.float64)
+    # scatter: each kernel tap adds a strided copy of (data x tap weights) to the output
+    for i in range(kh):
+        for j in range(kw):
+            contribution = np.einsum("ngchw,gco->ngohw", grouped, kernels[:, :, :, i, j])
+            out[
+                :,
+                :,
+                :,
+                i * dh : i * dh + sh * (in_h - 1) + 1 : sh,
+                j * dw : j * dw + sw * (in_w - 1) + 1 : sw,
+            ] += contribution
+    out = out.reshape(batch, groups * group_out, full_h, full_w)
+    return np.ascontiguousarray(out[:, :, top : full_h - bottom, left : full_w - right]).astype(data.dtype)
+
+
+register_tensor_op(
+    "nn.conv2d_transpose",
+    attrs={
+        "strides": (1, 1),
+        "padding": (0, 0, 0, 0),
+        "output_padding": (0, 0),
+        "dilation": (1, 1),
+        "groups": 1,
+    },
+    num_inputs=2,
+    type_rel=_conv_t_relation,
+    impl=_conv_t_impl,
+    pattern=OpPattern.OPAQUE,
+    doc="transposed 2-D convolution, NCHW data, IOHW weight (ONNX ConvTranspose)",
+)
+
+
+def conv2d_transpose(
+    data: Any,
+    weight: Any,
+    strides: Any = (1, 1),
+    padding: Any = (0, 0, 0, 0),
+    output_padding: Any = (0, 0),
+    dilation: Any = (1, 1),
+    groups: int = 1,
+) -> Call:
+    """Transposed convolution; ``padding`` is (top, left, bottom, right) cropped off the full output."""
+    return call_op(
+        "nn.conv2d_transpose",
+        data,
+        weight,
+        strides=int_tuple(strides, 2, "strides"),
+        padding=int_tuple(padding, 4, "padding"),
+        output_padding=int_tuple(output_padding, 2, "output_padding"),
+        dilation=int_tuple(dilation, 2, "dilation"),
+        groups=int(groups),
+    )
+
+
+# --------------------------------------------------------------------------- max pool with dilation / ceil
+
+
+def _pool_ext_relation(arg_types: Sequence[Type], attrs: Attrs) -> Type:
+    data = expect_tensor(arg_types[0], "the data")
+    expect_ndim(data, 4, "the data", "NCHW")
+    expect_dtype(data, NUMERIC_DTYPES, "the data")
+    (ph, pw), (sh, sw), (dh, dw) = attrs["pool_size"], attrs["strides"], attrs["dilation"]
+    top, left, bottom, right = attrs["padding"]
+    out_h = window_out_size(data.shape[2], ph, sh, top, bottom, dh, "height")
+    out_w = window_out_size(data.shape[3], pw, sw, left, right, dw, "width")
+    return TensorType((data.shape[0], data.shape[1], out_h, out_w), data.dtype)
+
+
+def _pool_ext_impl(args: Sequence[Any], attrs: Attrs) -> np.ndarray:
+    from passinfra.ir.op._impl import pad_spatial, spatial_windows
+
+    data = np.asarray(args[0])
+    lowest = -np.inf if data.dtype.kind == "f" else np.iinfo(data.dtype).min
+    windows = spatial_windows(
+        pad_spatial(data, attrs["padding"], lowest), attrs["pool_size"], attrs["strides"], attrs["dilation"]
+    )
+    return np.ascontiguousarray(windows.max(axis=(4, 5)))
+
+
+register_tensor_op(
+    "nn.max_pool2d_dilated",
+    attrs={"pool_size": REQUIRED, "strides": (1, 1), "padding": (0, 0, 0, 0), "dilation": (1, 1)},
+    num_inputs=1,
+    type_rel=_pool_ext_relation,
+    impl=_pool_ext_impl,
+    pattern=OpPattern.OUT_EWISE_FUSABLE,
+    doc="2-D max pooling with dilated windows (NCHW)",
+)
+
+
+def max_pool2d_ext(data: Any, pool_size: Any, strides: Any, padding: Any, dilation: Any) -> Call:
+    """Max pooling with window dilation (padding (top, left, bottom, right))."""
+    return call_op(
+        "nn.max_pool2d_dilated",
+        data,
+        pool_size=int_tuple(pool_size, 2, "pool_size"),
+        strides=int_tuple(strides, 2, "strides"),
+        padding=int_tuple(padding, 4, "padding"),
+        dilation=int_tuple(dilation, 2, "dilation"),
+    )

@@ -1,0 +1,171 @@
+"""AlterOpLayout: run 2-D convolutions in the layout the CPU code generator prefers.
+
+The choice: NHWC data with HWIO weights. With the channels innermost, the inner loop of
+a convolution runs over contiguous input channels and writes contiguous output
+channels, which the C code generator vectorizes; NCHW would stride by H*W. The config
+``relay.AlterOpLayout.layout`` (default ``"NHWC"``) selects it; ``"NCHW"`` leaves every
+function unchanged.
+
+What the pass does, in one forward sweep over the dataflow (iterative, ExprMutator):
+
+* every ``nn.conv2d`` in NCHW/OIHW becomes an NHWC/HWIO conv2d; its weight is re-laid by
+  ``transpose(W, (2, 3, 1, 0))``, a transpose of a constant that FoldConstant removes;
+* the NHWC value is then propagated through ops that do not care about the layout:
+  elementwise ops (relu, exp, ...), binary broadcast ops whose other operand is NHWC too
+  or smaller than the result (a per-channel bias or scale, re-laid by ``expand_dims`` +
+  ``transpose``), ``nn.bias_add`` along the channels (its axis becomes 3), and the pools
+  (``layout="NHWC"``);
+* where an NCHW value is needed (any other op, the function result), one
+  ``transpose(x, (0, 3, 1, 2))`` is inserted, and where an NCHW value enters a converted
+  conv2d, one ``transpose(x, (0, 2, 3, 1))``; each is created once per value and shared.
+
+So ``conv2d -> relu -> conv2d`` gets one transpose in and one out. Values bound by Let,
+tuples and calls of functions keep NCHW (a transpose at the boundary): correct, merely
+not optimal. Untyped nodes are left alone; the pass infers types first if needed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from passinfra import ir
+from passinfra.ir import op
+from passinfra.ir.expr import Call, Expr, Function
+from passinfra.ir.op.registry import Op, OpPattern
+from passinfra.ir.types import TensorType
+from passinfra.transform.config import register_config
+from passinfra.transform.context import PassContext
+from passinfra.transform.decorators import function_pass
+from passinfra.transform.errors import PassConfigError
+from passinfra.transform.passes import FunctionPass
+from passinfra.transform.registry import register_pass
+
+LAYOUT_CONFIG = "relay.AlterOpLayout.layout"
+register_config(LAYOUT_CONFIG, str)
+SUPPORTED_LAYOUTS = ("NHWC", "NCHW")
+
+NCHW_TO_NHWC = (0, 2, 3, 1)
+NHWC_TO_NCHW = (0, 3, 1, 2)
+OIHW_TO_HWIO = (2, 3, 1, 0)
+
+_CONV2D = Op.get("nn.conv2d")
+_BIAS_ADD = Op.get("nn.bias_add")
+_POOLS = (Op.get("nn.max_pool2d"), Op.get("nn.avg_pool2d"), Op.get("nn.global_avg_pool2d"))
+
+
+def _tensor_type(node: Expr) -> TensorType | None:
+    ty = node._checked_type
+    return ty if isinstance(ty, TensorType) else None
+
+
+class _NHWCRewriter(ir.ExprMutator):
+    """``self.visit(e)`` gives ``e`` rewritten, in its original (NCHW) layout;
+    ``self.nhwc[e]`` holds its NHWC version when one was built."""
+
+    def __init__(self) -> None:
+        self.nhwc: dict[Expr, Expr] = {}
+        self._entry_transposes: dict[Expr, Expr] = {}
+        self._relaid_operands: dict[Expr, Expr] = {}  # one re-laid copy of a shared bias
+        self._rules: dict[Op, Callable[[Call], Expr | None]] = {
+            _CONV2D: self._conv2d, _BIAS_ADD: self._bias_add, **{pool: self._pool for pool in _POOLS},
+        }
+
+    def visit_call(self, call: Call) -> Expr:
+        rule = self._rules.get(call.op) if isinstance(call.op, Op) else None
+        if rule is None and isinstance(call.op, Op):
+            rule = self._layout_free_rule(call)
+        converted = rule(call) if rule is not None and _tensor_type(call) is not None else None
+        if converted is None:
+            return super().visit_call(call)
+        self.nhwc[call] = converted
+        return op.transpose(converted, NHWC_TO_NCHW)
+
+    # ----- helpers -------------------------------------------------------------------
+    def _as_nhwc(self, arg: Expr) -> Expr:
+        """``arg`` in NHWC: its propagated version, or one shared entry transpose."""
+        known = self.nhwc.get(arg)
+        if known is not None:
+            return known
+        entry = self._entry_transposes.get(arg)
+        if entry is None:
+            entry = self._entry_transposes[arg] = op.transpose(self.visit(arg), NCHW_TO_NHWC)
+        return entry
+
+    def _relaid_operand(self, arg: Expr, out_type: TensorType) -> Expr | None:
+        """A broadcast operand of an NHWC-converted op, re-laid to NHWC; None if it is
+        neither NHWC already nor smaller than the result."""
+        if arg in self.nhwc and _tensor_type(arg) == out_type:
+            return self.nhwc[arg]
+        arg_type = _tensor_type(arg)
+        if arg_type is None or arg_type.ndim > 4 or arg_type.size >= out_type.size:
+            return None
+        relaid = self._relaid_operands.get(arg)
+        if relaid is None:
+            relaid = self.visit(arg)
+            if 0 < arg_type.ndim < 4:
+                relaid = op.expand_dims(relaid, 0, 4 - arg_type.ndim)
+            if arg_type.ndim > 0:
+                relaid = op.transpose(relaid, NCHW_TO_NHWC)
+            self._relaid_operands[arg] = relaid
+        return relaid
+
+    # ----- rules: each returns the NHWC version of the call, or None ---------------------
+    def _conv2d(self, call: Call) -> Expr | None:
+        if call.attrs["data_layout"] != "NCHW" or call.attrs["kernel_layout"] != "OIHW":
+            return None
+        data, weight = call.args
+        attrs = call.attrs.with_item("data_layout", "NHWC").with_item("kernel_layout", "HWIO")
+        new_weight = op.transpose(self.visit(weight), OIHW_TO_HWIO)
+        return Call(_CONV2D, [self._as_nhwc(data), new_weight], attrs)
+
+    def _bias_add(self, call: Call) -> Expr | None:
+        data, bias = call.args
+        if data not in self.nhwc or call.attrs["axis"] % 4 != 1:
+            return None
+        return Call(_BIAS_ADD, [self.nhwc[data], self.visit(bias)], call.attrs.with_item("axis", 3))
+
+    def _pool(self, call: Call) -> Expr | None:
+        data = call.args[0]
+        if data not in self.nhwc or call.attrs["layout"] != "NCHW":
+            return None
+        return Call(call.op, [self.nhwc[data]], call.attrs.with_item("layout", "NHWC"))
+
+    def _layout_free_rule(self, call: Call) -> Callable[[Call], Expr | None] | None:
+        """Elementwise and binary broadcast ops, which compute the same per element in
+        any layout; stateful ops are never touched."""
+        callee: Op = call.op
+        if callee.stateful or not any(arg in self.nhwc for arg in call.args):
+            return None
+        if callee.pattern == OpPattern.ELEMWISE and len(call.args) == 1:
+            return lambda c: Call(c.op, [self.nhwc[c.args[0]]], c.attrs)
+        if callee.pattern == OpPattern.BROADCAST and len(call.args) == 2:
+            return self._broadcast
+        return None
+
+    def _broadcast(self, call: Call) -> Expr | None:
+        out_type = _tensor_type(call)
+        if out_type is None or out_type.ndim != 4:
+            return None
+        new_args = [self._relaid_operand(arg, out_type) for arg in call.args]
+        if any(arg is None for arg in new_args):
+            return None
+        return Call(call.op, new_args, call.attrs)
+
+
+def alter_op_layout_function(func: Function, mod: ir.IRModule, ctx: PassContext) -> Function:
+    """The per-function body of :func:`AlterOpLayout`."""
+    layout = ctx.get_config(LAYOUT_CONFIG, "NHWC")
+    if layout not in SUPPORTED_LAYOUTS:
+        raise PassConfigError(
+            f"AlterOpLayout: {LAYOUT_CONFIG}={layout!r} is not supported; use one of {SUPPORTED_LAYOUTS}"
+        )
+    if layout == "NCHW":
+        return func
+    ir.infer_type(func, mod)  # cached: free when InferType already ran
+    return _NHWCRewriter().visit(func)
+
+
+@register_pass("AlterOpLayout")
+def AlterOpLayout() -> FunctionPass:
+    """Convert NCHW conv2d to NHWC/HWIO and propagate the layout to avoid transposes."""
+    return function_pass(alter_op_layout_function, opt_level=3, name="AlterOpLayout", required=["InferType"])

@@ -1,0 +1,275 @@
+"""Running function stages on Ray workers.
+
+The driver holds the current version of every function (workers send back what they
+changed at the end of each stage); workers hold resident copies, tracked by object
+identity: a function is up to date on its worker exactly when the driver's object is
+the one last sent to or received from that worker. Before a stage only new or changed
+functions are sent; functions that left the module are dropped.
+
+A stage is cut into batch calls (a chunk of one worker's functions, every pass of the
+stage per function), all submitted at once, several in flight per actor. Results are
+merged in module order, never completion order. A call that fails because its actor
+died is retried on a restarted actor of the same slot, after the slot's functions are
+re-sent; nothing is lost because the driver still holds the stage's inputs.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+from ray.exceptions import RayActorError, WorkerCrashedError
+
+from passinfra.ir.expr import BaseFunc
+from passinfra.ir.module import IRModule
+from passinfra.transform import PassContext
+from passinfra.transform.config import config_type
+from scheduler.assign import estimated_cost, lpt, makespan
+from scheduler.plan import FunctionStage, reads_module
+from scheduler.stats import RunStats, StageStats
+from workers.actor import BatchError, BatchResult, StageSpec
+from workers.pool import WorkerPool
+from workers.wire import pack_functions, pack_module, packed_size, unpack_functions
+
+MAX_ATTEMPTS = 3  # per batch call; an actor dying this often is a bug, not bad luck
+CALLS_PER_WORKER = 4  # batch calls in flight per worker and stage
+REBALANCE_THRESHOLD = 1.25  # move functions when the measured makespan is this much over LPT's
+
+
+class WorkerLostError(RuntimeError):
+    """A batch of functions kept killing the workers it was sent to."""
+
+
+@dataclass
+class StageOutcome:
+    module: IRModule
+    error: BatchError | None
+    error_worker: dict[str, Any] | None
+    # leaf index -> slot -> (seconds, functions)
+    timings: dict[int, dict[int, tuple[float, int]]] = field(default_factory=dict)
+
+
+@dataclass
+class _Call:
+    slot: int
+    names: list[str]
+    generation: int
+    attempt: int = 1
+
+
+class RayStageRunner:
+    def __init__(self, pool: WorkerPool, stats: RunStats, batch_size: int | None = None) -> None:
+        self.pool = pool
+        self.stats = stats
+        self.batch_size = batch_size
+        self._resident: dict[str, tuple[int, BaseFunc]] = {}
+        self._cost: dict[str, float] = {}  # measured seconds per function, last stage it ran
+        self._stage_ids = 0
+
+    # ----- residency -------------------------------------------------------------------
+    def _sync(self, mod: IRModule, stage: StageStats) -> None:
+        """Send new/changed functions, drop removed ones, rebalance by measured cost."""
+        workers = len(self.pool)
+        names = [gv.name_hint for gv in mod.functions]
+        present = set(names)
+        drops: dict[int, list[str]] = {}
+        for name in list(self._resident):
+            if name not in present:
+                slot, _ = self._resident.pop(name)
+                drops.setdefault(slot, []).append(name)
+        placement = {name: slot for name, (slot, _) in self._resident.items()}
+        newcomers = {name: estimated_cost(mod[name]) for name in names if name not in placement}
+        if newcomers:
+            loads = [0.0] * workers
+            for name, slot in placement.items():
+                loads[slot] += self._cost_of(name, mod)
+            placement.update(lpt(newcomers, loads))
+        placement = self._rebalance(placement, mod, drops)
+        sends: dict[int, dict[str, BaseFunc]] = {}
+        for name in names:
+            func = mod[name]
+            slot = placement[name]
+            resident = self._resident.get(name)
+            if resident is None or resident[0] != slot or resident[1] is not func:
+                sends.setdefault(slot, {})[name] = func
+        futures = []
+        for slot, victims in drops.items():
+            futures.append(self.pool.slots[slot].actor.drop.remote(victims))
+        for slot, functions in sends.items():
+            packed = pack_functions(functions)
+            size = packed_size(packed)
+            stage.bytes_sent += size
+            self.stats.bytes_sent += size
+            futures.append(self.pool.slots[slot].actor.load.remote(packed))
+            for name, func in functions.items():
+                self._resident[name] = (slot, func)
+        if futures:
+            ray.get(futures)
+
+    def _cost_of(self, name: str, mod: IRModule) -> float:
+        return self._cost.get(name) or estimated_cost(mod[name]) * 1e-6
+
+    def _rebalance(
+        self, placement: dict[str, int], mod: IRModule, drops: dict[int, list[str]]
+    ) -> dict[str, int]:
+        """Re-place by measured cost when the current placement is clearly worse than LPT's."""
+        workers = len(self.pool)
+        if not self._cost or workers < 2 or len(placement) <= workers:
+            return placement
+        costs = {name: self._cost_of(name, mod) for name in placement}
+        better = lpt(costs, [0.0] * workers)
+        if makespan(placement, costs, workers) <= REBALANCE_THRESHOLD * makespan(better, costs, workers):
+            return placement
+        for name, slot in better.items():
+            old = placement.get(name)
+            if old is not None and old != slot:
+                drops.setdefault(old, []).append(name)
+                self._resident.pop(name, None)
+                self.stats.functions_moved += 1
+        return better
+
+    # ----- a stage ----------------------------------------------------------------------
+    def run_stage(self, stage: FunctionStage, mod: IRModule, ctx: PassContext) -> StageOutcome:
+        started = time.perf_counter()
+        stats = StageStats(stage.index, "function", [leaf.name for leaf in stage.leaves], len(mod))
+        self.stats.stages.append(stats)
+        self._sync(mod, stats)
+        self._stage_ids += 1
+        snapshot = pack_module(mod) if reads_module(stage.leaves[0].pass_) else None
+        spec = StageSpec(
+            self._stage_ids,
+            [(leaf.leaf_index, leaf.pass_) for leaf in stage.leaves],
+            ctx.to_spec(),
+            snapshot,
+            {key: config_type(key) for key in ctx.config},
+        )
+        spec_ref = ray.put(spec)
+        spec_bytes = packed_size(snapshot)
+        order = {gv.name_hint: i for i, gv in enumerate(mod.functions)}
+        pending: dict[Any, _Call] = {}
+        for call in self._plan_calls(mod):
+            pending[self._submit(call, spec_ref)] = call
+        # every worker receives the stage once (the spec is in the object store)
+        stats.bytes_sent += spec_bytes * len(self.pool)
+        self.stats.bytes_sent += spec_bytes * len(self.pool)
+        results: list[tuple[_Call, BatchResult]] = []
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            ref = ready[0]
+            call = pending.pop(ref)
+            try:
+                result = ray.get(ref)
+            except (RayActorError, WorkerCrashedError):
+                self._recover(call, mod, stats)
+                for other_ref, other in list(pending.items()):
+                    if other.slot == call.slot and other.generation < self.pool.slots[call.slot].generation:
+                        del pending[other_ref]
+                        other.generation = self.pool.slots[call.slot].generation
+                        pending[self._submit(other, spec_ref)] = other
+                call.generation = self.pool.slots[call.slot].generation
+                call.attempt += 1
+                if call.attempt > MAX_ATTEMPTS:
+                    raise WorkerLostError(
+                        f"functions {call.names} were lost with their worker {MAX_ATTEMPTS} times "
+                        f"in stage {stage.index} ({', '.join(stats.passes)})"
+                    ) from None
+                pending[self._submit(call, spec_ref)] = call
+                continue
+            results.append((call, result))
+        outcome = self._merge(results, mod, order, stage, stats)
+        stats.wall_seconds = time.perf_counter() - started
+        return outcome
+
+    def _plan_calls(self, mod: IRModule) -> list[_Call]:
+        by_slot: dict[int, list[str]] = {}
+        for gv in mod.functions:
+            slot = self._resident[gv.name_hint][0]
+            by_slot.setdefault(slot, []).append(gv.name_hint)
+        calls = []
+        for slot, names in sorted(by_slot.items()):
+            size = self.batch_size or max(1, math.ceil(len(names) / CALLS_PER_WORKER))
+            for start in range(0, len(names), size):
+                calls.append(_Call(slot, names[start : start + size], self.pool.slots[slot].generation))
+        return calls
+
+    def _submit(self, call: _Call, spec_ref: Any) -> Any:
+        self.stats.remote_calls += 1
+        self.stats.stages[-1].remote_calls += 1
+        return self.pool.slots[call.slot].actor.run_batch.remote([spec_ref], call.names)
+
+    def _recover(self, call: _Call, mod: IRModule, stats: StageStats) -> None:
+        """The actor of ``call.slot`` died: restart the slot (once per death) and re-send
+        the functions it held, as they were when the stage started."""
+        self.stats.retries += 1
+        slot = self.pool.slots[call.slot]
+        if call.generation == slot.generation:  # first failure seen for this actor
+            slot = self.pool.restart(call.slot)
+            self.stats.worker_restarts += 1
+            self.stats.worker_pids[slot.index] = slot.info["pid"]
+            mine = {name: mod[name] for name, (owner, _) in self._resident.items() if owner == call.slot}
+            if mine:
+                packed = pack_functions(mine)
+                size = packed_size(packed)
+                stats.bytes_sent += size
+                self.stats.bytes_sent += size
+                ray.get(slot.actor.load.remote(packed))
+                for name, func in mine.items():
+                    self._resident[name] = (call.slot, func)
+
+    def _merge(
+        self,
+        results: list[tuple[_Call, BatchResult]],
+        mod: IRModule,
+        order: dict[str, int],
+        stage: FunctionStage,
+        stats: StageStats,
+    ) -> StageOutcome:
+        changed: dict[str, BaseFunc] = {}
+        timings: dict[int, dict[int, tuple[float, int]]] = {}
+        first_error: tuple[tuple[int, int], BatchError, dict[str, Any]] | None = None
+        for call, result in results:
+            size = packed_size(result.changed)
+            stats.bytes_received += size
+            self.stats.bytes_received += size
+            news = unpack_functions(result.changed) if result.changed is not None else {}
+            changed.update(news)
+            current = self.pool.slots[call.slot].generation == call.generation
+            for name in call.names:
+                if name in news and current:
+                    self._resident[name] = (call.slot, news[name])
+            per_function: dict[str, float] = {}
+            for leaf, name, seconds in result.timings:
+                seconds_so_far, count = timings.setdefault(leaf, {}).get(call.slot, (0.0, 0))
+                timings[leaf][call.slot] = (seconds_so_far + seconds, count + 1)
+                per_function[name] = per_function.get(name, 0.0) + seconds
+                self.stats.events.append((leaf, self._leaf_name(stage, leaf), name, call.slot, seconds))
+            self._cost.update(per_function)
+            stats.worker_seconds += result.busy_seconds
+            self.stats.worker_busy_seconds[call.slot] = (
+                self.stats.worker_busy_seconds.get(call.slot, 0.0) + result.busy_seconds
+            )
+            done = self.stats.worker_functions.get(call.slot, 0)
+            self.stats.worker_functions[call.slot] = done + len(call.names)
+            self.stats.worker_pids[call.slot] = result.pid
+            if result.error is not None:
+                key = (result.error.leaf, order[result.error.function])
+                if first_error is None or key < first_error[0]:
+                    worker = dict(self.pool.slots[call.slot].info, slot=call.slot, pid=result.pid)
+                    first_error = (key, result.error, worker)
+        new_mod = mod.copy()
+        for gv in mod.functions:  # module order, never completion order
+            if gv.name_hint in changed:
+                new_mod[gv] = changed[gv.name_hint]
+        if first_error is None:
+            return StageOutcome(new_mod, None, None, timings)
+        return StageOutcome(new_mod, first_error[1], first_error[2], timings)
+
+    @staticmethod
+    def _leaf_name(stage: FunctionStage, leaf_index: int) -> str:
+        for leaf in stage.leaves:
+            if leaf.leaf_index == leaf_index:
+                return leaf.name
+        return "?"

@@ -1,0 +1,78 @@
+"""Starting, attaching to and stopping Ray for the scheduler.
+
+Without an address the scheduler starts a private local Ray instance (127.0.0.1 only, no
+dashboard) with the machine's CPUs and stops it on shutdown; with an address (``"auto"``
+or ``host:port``) it attaches and never stops the cluster. If Ray is already initialized
+in this process (a test session, a user's own ``ray.init``) that instance is used as is.
+When attaching, the project's packages travel to the workers through ``runtime_env``
+``py_modules``, so cluster nodes need nothing but Ray and NumPy installed.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ray
+
+import passinfra
+import scheduler
+import workers
+
+
+@dataclass
+class RayHandle:
+    started_here: bool  # we called ray.init and will call ray.shutdown
+    attached: bool  # connected to an existing cluster
+    address: str | None
+
+
+def project_packages() -> list[str]:
+    """The directories of the import packages raypass workers need."""
+    return [str(Path(module.__file__).parent) for module in (passinfra, scheduler, workers)]
+
+
+def local_worker_env() -> dict[str, Any]:
+    """runtime_env for a local instance: workers see the driver's import path, so passes
+    defined in the caller's own modules (tests, scripts) unpickle on the workers."""
+    paths = [p for p in sys.path if p and os.path.isdir(p)]
+    cwd = os.getcwd()
+    if cwd not in paths:
+        paths.insert(0, cwd)
+    return {"env_vars": {"PYTHONPATH": os.pathsep.join(paths)}}
+
+
+def connect(address: str | None, num_cpus: int | None) -> RayHandle:
+    if ray.is_initialized():
+        return RayHandle(started_here=False, attached=True, address=address)
+    if address is not None:
+        ray.init(
+            address=address,
+            runtime_env={"py_modules": project_packages()},
+            log_to_driver=False,
+            logging_level="ERROR",
+        )
+        return RayHandle(started_here=True, attached=True, address=address)
+    ray.init(
+        num_cpus=num_cpus or os.cpu_count() or 1,
+        include_dashboard=False,
+        _node_ip_address="127.0.0.1",
+        runtime_env=local_worker_env(),
+        log_to_driver=False,
+        logging_level="ERROR",
+    )
+    return RayHandle(started_here=True, attached=False, address=None)
+
+
+def disconnect(handle: RayHandle | None) -> None:
+    """Stop what we started: a local instance is shut down; from a cluster we only
+    disconnect (ray.shutdown in a client driver does not stop the cluster)."""
+    if handle is not None and handle.started_here and ray.is_initialized():
+        ray.shutdown()
+
+
+def cluster_cpus() -> float:
+    return float(ray.cluster_resources().get("CPU", 1.0))

@@ -1,0 +1,62 @@
+"""Counters of one scheduler run (``Scheduler.last_run``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class StageStats:
+    index: int
+    kind: str  # "function" or "module"
+    passes: list[str]
+    functions: int = 0
+    remote_calls: int = 0
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    wall_seconds: float = 0.0
+    worker_seconds: float = 0.0
+
+
+@dataclass
+class RunStats:
+    backend: str = "local"
+    backend_reason: str = ""
+    num_workers: int = 0
+    remote_calls: int = 0
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    retries: int = 0
+    worker_restarts: int = 0
+    functions_moved: int = 0  # by rebalancing
+    wall_seconds: float = 0.0
+    worker_busy_seconds: dict[int, float] = field(default_factory=dict)
+    worker_functions: dict[int, int] = field(default_factory=dict)
+    worker_pids: dict[int, int] = field(default_factory=dict)
+    stages: list[StageStats] = field(default_factory=list)
+    # (leaf index, pass, function, worker slot, seconds, start offset) for traces/tables
+    events: list[tuple[int, str, str, int, float]] = field(default_factory=list)
+
+    def remote_calls_per_stage(self) -> list[int]:
+        return [stage.remote_calls for stage in self.stages]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "backend": self.backend,
+            "backend_reason": self.backend_reason,
+            "num_workers": self.num_workers,
+            "remote_calls": self.remote_calls,
+            "remote_calls_per_stage": self.remote_calls_per_stage(),
+            "bytes_sent": self.bytes_sent,
+            "bytes_received": self.bytes_received,
+            "retries": self.retries,
+            "worker_restarts": self.worker_restarts,
+            "functions_moved": self.functions_moved,
+            "wall_seconds": self.wall_seconds,
+            "worker_busy_seconds": dict(self.worker_busy_seconds),
+            "worker_functions": dict(self.worker_functions),
+        }
+
+    def __getitem__(self, key: str) -> Any:
+        return self.as_dict()[key]

@@ -1,0 +1,272 @@
+"""Host code, memory planning, linking, runtime.Module and build()."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from cg_c_support import loop, prim_func
+
+from passinfra.codegen import tir
+from passinfra.codegen.codegen_c import CodegenC
+from passinfra.codegen.compile_c import CompileC
+from passinfra.codegen.host import HostCodegen, PlanMemory, analyze_main, plan_memory
+from passinfra.codegen.link import LinkLibrary
+from passinfra.errors import EvaluationError, IRError
+from passinfra.ir import op
+from passinfra.ir.expr import Call, Function, GlobalVar, Let, Tuple, TupleGetItem, Var, const, var
+from passinfra.ir.module import IRModule
+from passinfra.runtime.module import Module, load_module
+from passinfra.transform import PassContext, Sequential
+
+F32 = "float32"
+
+
+@pytest.fixture
+def ctx(tmp_path):
+    with PassContext(config={"codegen.cache_dir": str(tmp_path / "cache")}) as context:
+        yield context
+
+
+def unary_kernel(symbol: str, n: int, fn) -> tir.PrimFunc:
+    x, out = tir.Buffer("x", (n,), F32), tir.Buffer("out", (n,), F32)
+    i = tir.TVar("i")
+    return prim_func([x, out], loop(i, n, tir.BufferStore(out, fn(x.load(i)), (i,))), 1, symbol)
+
+
+def binary_kernel(symbol: str, n: int, fn) -> tir.PrimFunc:
+    a, b, out = tir.Buffer("a", (n,), F32), tir.Buffer("b", (n,), F32), tir.Buffer("out", (n,), F32)
+    i = tir.TVar("i")
+    return prim_func([a, b, out], loop(i, n, tir.BufferStore(out, fn(a.load(i), b.load(i)), (i,))), 2, symbol)
+
+
+def split_kernel(symbol: str, n: int) -> tir.PrimFunc:
+    """One input, two outputs: (x * 2, x + 1)."""
+    x, o1, o2 = tir.Buffer("x", (n,), F32), tir.Buffer("o1", (n,), F32), tir.Buffer("o2", (n,), F32)
+    i = tir.TVar("i")
+    body = loop(i, n, tir.SeqStmt((tir.BufferStore(o1, x.load(i) * 2.0, (i,)),
+                                   tir.BufferStore(o2, x.load(i) + 1.0, (i,)))))
+    return prim_func([x, o1, o2], body, 1, symbol)
+
+
+def chain_module(n: int = 64, length: int = 6) -> IRModule:
+    """main(x) = k(...k(x)) with k(v) = v * 1.5 + 1, each call a separate kernel call."""
+    step = GlobalVar("step")
+    x = var("x", (n,))
+    body = x
+    for _ in range(length):
+        body = Call(step, [body])
+    return IRModule({"main": Function([x], body), step: unary_kernel("step", n, lambda v: v * 1.5 + 1.0)})
+
+
+def compile_lowered(mod: IRModule) -> Module:
+    import json
+
+    linked = Sequential([CodegenC(), CompileC(), PlanMemory(), HostCodegen(), LinkLibrary()])(mod)
+    metadata = json.loads(linked.attrs["runtime_metadata"])
+    return Module(linked.attrs["library"], metadata, linked.attrs["weights"])
+
+
+def test_chain_runs_and_plans_less_than_the_naive_sum(ctx):
+    mod = chain_module()
+    lib = compile_lowered(mod)
+    x = np.random.default_rng(0).standard_normal(64).astype(F32)
+    expected = x.copy()
+    for _ in range(6):
+        expected = expected * np.float32(1.5) + np.float32(1.0)
+    np.testing.assert_allclose(lib(x), expected, rtol=1e-6)
+    planned = PlanMemory()(mod).attrs
+    # 5 intermediates of 256 bytes (the last call writes into the output): two slots suffice
+    assert planned["naive_intermediate_bytes"] == 5 * 256
+    assert planned["workspace_bytes"] == 2 * 256
+    assert lib.metadata["workspace_bytes"] == 2 * 256
+
+
+def test_plan_never_overlaps_tensors_that_are_live_together():
+    # diamond + long-lived value: v1 is read by the last call, so it must keep its slot
+    n, add, neg = 16, GlobalVar("add"), GlobalVar("neg")
+    x = var("x", (n,))
+    v1 = Call(neg, [x])
+    v2 = Call(neg, [v1])
+    v3 = Call(neg, [v2])
+    v4 = Call(add, [v3, v1])
+    out = Call(neg, [v4])
+    mod = IRModule({"main": Function([x], out), add: binary_kernel("add", n, lambda a, b: a + b),
+                    neg: unary_kernel("neg", n, lambda a: -a)})
+    program = analyze_main(mod)
+    plan = plan_memory(program)
+    steps = {t: s for s, call in enumerate(program.calls) for t in call.outputs}
+    last = dict(steps)
+    for s, call in enumerate(program.calls):
+        for t in call.args:
+            last[t] = max(last.get(t, s), s)
+    placed = sorted(plan.offsets)
+    for a in placed:
+        for b in placed:
+            if a < b and steps[a] <= last[b] and steps[b] <= last[a]:
+                size = 64
+                assert plan.offsets[a] + size <= plan.offsets[b] or plan.offsets[b] + size <= plan.offsets[a]
+    assert plan.workspace_bytes < plan.naive_bytes
+
+
+def test_tuples_constants_lets_and_multiple_outputs(ctx):
+    n = 8
+    split, add = GlobalVar("split2"), GlobalVar("add")
+    x = var("x", (n,))
+    weight = np.arange(n, dtype=F32)
+    parts = Var("parts")
+    body = Let(parts, Call(split, [x]),
+               Tuple([Call(add, [TupleGetItem(parts, 0), const(weight)]), TupleGetItem(parts, 1), x,
+                      TupleGetItem(parts, 1)]))
+    mod = IRModule({"main": Function([x], body), split: split_kernel("split2", n),
+                    add: binary_kernel("add", n, lambda a, b: a + b)})
+    lib = compile_lowered(mod)
+    data = np.random.default_rng(3).standard_normal(n).astype(F32)
+    first, second, same, again = lib(data)
+    np.testing.assert_allclose(first, data * 2 + weight, rtol=1e-6)
+    np.testing.assert_allclose(second, data + 1, rtol=1e-6)
+    np.testing.assert_array_equal(same, data)
+    np.testing.assert_array_equal(again, second)
+    assert lib.metadata["weights_bytes"] == weight.nbytes
+
+
+def test_host_rejects_constructs_it_cannot_run():
+    x = var("x", (4,))
+    with pytest.raises(IRError, match="op 'exp' directly"):
+        analyze_main(IRModule({"main": Function([x], op.exp(x))}))
+    from passinfra.ir.expr import If
+
+    cond = var("c", (), "bool")
+    with pytest.raises(IRError, match="cannot handle If"):
+        analyze_main(IRModule({"main": Function([cond, x], If(cond, x, x))}))
+    helper = GlobalVar("helper")
+    mod = IRModule({"main": Function([x], Call(helper, [x])), helper: Function([var("y", (4,))], x)})
+    with pytest.raises(IRError, match="@helper, which is not lowered"):
+        analyze_main(mod)
+
+
+def test_host_checks_argument_shapes_against_kernel_buffers():
+    k = GlobalVar("k")
+    x = var("x", (5,))
+    mod = IRModule({"main": Function([x], Call(k, [x])), k: unary_kernel("k", 4, lambda v: v)})
+    with pytest.raises(IRError, match=r"argument 0 of @k is float32\[5\].*buffer 'x' is float32\[4\]"):
+        analyze_main(mod)
+
+
+def test_runtime_checks_inputs_and_round_trips_through_files(ctx, tmp_path):
+    lib = compile_lowered(chain_module(n=16, length=2))
+    with pytest.raises(EvaluationError, match=r"takes 1 inputs \(x\), got 2"):
+        lib(np.zeros(16, F32), np.zeros(16, F32))
+    with pytest.raises(EvaluationError, match="input 'x': expected shape"):
+        lib(np.zeros(15, F32))
+    with pytest.raises(EvaluationError, match="input 'x': expected dtype float32, got float64"):
+        lib(np.zeros(16))
+    with pytest.raises(KeyError, match="no entry named 'other'"):
+        lib["other"]
+    x = np.linspace(-1, 1, 16).astype(F32)
+    path = tmp_path / "model.so"
+    lib.export_library(path)
+    assert (tmp_path / "model.so.raypass.json").exists() and (tmp_path / "model.so.weights.bin").exists()
+    loaded = load_module(path)
+    np.testing.assert_array_equal(loaded["main"](x), lib(x))
+    assert loaded.library_bytes == lib.library_bytes
+
+
+# ----- build() end to end ------------------------------------------------------------------
+def test_build_rejects_unknown_target():
+    from passinfra.build import BuildError, build
+
+    with pytest.raises(BuildError, match="unsupported target 'cuda'"):
+        build(chain_module(), target="cuda")
+
+
+def test_build_hands_the_compile_pipeline_to_the_scheduler(ctx):
+    from passinfra.build import build
+
+    class RecordingScheduler:
+        def __init__(self):
+            self.calls = []
+
+        def run(self, pipeline, mod):
+            self.calls.append([p.info.name for p in pipeline.passes])
+            raise RuntimeError("stop here")
+
+    scheduler = RecordingScheduler()
+    x = var("x", (4,))
+    with pytest.raises(RuntimeError, match="stop here"):
+        build(IRModule.from_expr(Function([x], op.exp(x))), scheduler=scheduler)
+    assert scheduler.calls and scheduler.calls[0][-2:] == ["CodegenC", "CompileC"]
+    assert "FuseOps" in scheduler.calls[0]
+
+
+def _lowering_available() -> bool:
+    from passinfra.build import _import_pass_modules
+    from passinfra.transform.registry import is_registered
+
+    _import_pass_modules()
+
+    return is_registered("LowerToPrimFunc") and is_registered("StorageFlatten")
+
+
+needs_lowering = pytest.mark.skipif(not _lowering_available(),
+                                    reason="LowerToPrimFunc/StorageFlatten not registered yet")
+
+
+@needs_lowering
+@pytest.mark.parametrize("model", ["demo_cnn", "mlp", "transformer_block"])
+def test_build_zoo_model_matches_the_interpreter(ctx, model):
+    import passinfra
+    from passinfra.build import build
+    from passinfra.frontend.models import MODELS
+
+    mod = MODELS[model]()
+    main = mod["main"]
+    ty = main.params[0].type_annotation
+    x = np.random.default_rng(0).standard_normal(ty.shape).astype(ty.dtype)
+    lib = build(mod, opt_level=3)
+    np.testing.assert_allclose(lib(x), passinfra.evaluate(mod, x), rtol=1e-5, atol=1e-5)
+
+
+@needs_lowering
+def test_build_export_and_load_round_trip(ctx, tmp_path):
+    import passinfra
+    from passinfra.build import build
+    from passinfra.frontend.models import mlp
+
+    mod = mlp()
+    lib = build(mod)
+    path = tmp_path / "mlp.so"
+    lib.export_library(path)
+    x = np.random.default_rng(1).standard_normal(mod["main"].params[0].type_annotation.shape).astype(F32)
+    np.testing.assert_allclose(load_module(path)(x), passinfra.evaluate(mod, x), rtol=1e-5, atol=1e-5)
+
+
+@needs_lowering
+def test_second_build_compiles_nothing(ctx):
+    from passinfra.build import build
+    from passinfra.codegen.cache import compile_stats, reset_compile_stats
+    from passinfra.frontend.models import mlp
+
+    build(mlp())
+    reset_compile_stats()
+    build(mlp())
+    assert compile_stats()["compiles"] == 0 and compile_stats()["hits"] > 0
+
+
+def test_host_analysis_and_planning_of_a_100k_call_chain(default_recursion_limit):
+    n, length = 4, 100_000
+    mod = chain_module(n=n, length=length)
+    program = analyze_main(mod)
+    assert len(program.calls) == length
+    plan = plan_memory(program)
+    assert plan.workspace_bytes == 2 * 64 and plan.naive_bytes == (length - 1) * n * 4
+
+
+@needs_lowering
+def test_same_model_links_to_byte_identical_libraries(ctx):
+    from passinfra.build import build
+    from passinfra.frontend.models import demo_cnn
+
+    first, second = build(demo_cnn()), build(demo_cnn())
+    assert first.library_bytes == second.library_bytes
+    assert first.metadata == second.metadata
+    assert first.metadata["workspace_bytes"] <= first.metadata["naive_intermediate_bytes"]

@@ -1,0 +1,104 @@
+"""Function and module passes used by the scheduler tests.
+
+They live in an importable module (not inside a test function) so Ray workers unpickle
+them by reference.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from passinfra import ir
+from passinfra.ir import op
+from passinfra.transform import function_pass, module_pass, register_pass
+
+
+class AddToMultiply(ir.ExprMutator):
+    def visit_call(self, call):
+        new = super().visit_call(call)
+        if isinstance(new, ir.Call) and getattr(new.op, "name", "") == "add":
+            return op.multiply(*new.args)
+        return new
+
+
+@function_pass(opt_level=1, name="AddToMultiply", reads_module=False)
+def add_to_multiply(func, mod, ctx):
+    return AddToMultiply().visit(func)
+
+
+@function_pass(opt_level=1, name="RecordPid", reads_module=False)
+def record_pid(func, mod, ctx):
+    return func.with_attr("pid", os.getpid())
+
+
+@function_pass(opt_level=0, name="Identity", reads_module=False)
+def identity(func, mod, ctx):
+    return func
+
+
+@function_pass(opt_level=0, name="TagOptLevel", reads_module=False)
+def tag_opt_level(func, mod, ctx):
+    """Shows that workers run under an equivalent PassContext."""
+    return func.with_attr("opt_level_seen", ctx.opt_level)
+
+
+@function_pass(opt_level=0, name="Sleep20ms", reads_module=False)
+def sleep_20ms(func, mod, ctx):
+    time.sleep(0.02)
+    return func
+
+
+@function_pass(opt_level=0, name="CountCallers")
+def count_callers(func, mod, ctx):
+    """Reads the whole module (reads_module left at its default, True)."""
+    total = sum(1 for f in mod.functions.values() if isinstance(f, ir.Function))
+    return func.with_attr("functions_seen", total)
+
+
+@module_pass(opt_level=0, name="AddHelperFunction")
+def add_helper_function(mod, ctx):
+    x = ir.var("x", (4,))
+    mod["helper"] = ir.Function([x], op.negative(x))
+    return mod
+
+
+class MyPassError(Exception):
+    """A custom exception type that must reach the caller unchanged."""
+
+
+@register_pass("FailOnF3", override=True)
+def fail_on_f3_factory():
+    @function_pass(opt_level=0, name="FailOnF3", reads_module=False)
+    def fail_on_f3(func, mod, ctx):
+        if "tag" in func.attrs and func.attrs["tag"] == "f3":
+            raise MyPassError("f3 is not welcome here")
+        return func
+
+    return fail_on_f3
+
+
+def crash_once_pass(marker_dir: str, victim: str):
+    """A pass that kills its worker process the first time it sees ``victim``."""
+
+    @function_pass(opt_level=0, name="CrashOnce", reads_module=False)
+    def crash_once(func, mod, ctx):
+        marker = Path(marker_dir) / f"crashed-{func.attrs.get('tag')}"
+        if func.attrs.get("tag") == victim and not marker.exists():
+            marker.write_text("crashed")
+            os._exit(17)
+        return func.with_attr("survived", True)
+
+    return crash_once
+
+
+def chain_module(num_functions: int, length: int = 20) -> ir.IRModule:
+    mod = ir.IRModule()
+    for i in range(num_functions):
+        x = ir.var("x", (4,))
+        body = x
+        for j in range(length):
+            body = op.add(body, ir.const(float(j % 7)))
+        mod[f"f{i}"] = ir.Function([x], body).with_attr("tag", f"f{i}")
+    return mod

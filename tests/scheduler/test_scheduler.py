@@ -1,0 +1,192 @@
+"""The Ray scheduler: parallel equals sequential, workers do the work, counters, faults."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from passinfra import ir
+from passinfra.instrument import PassInstrument, PassTimingInstrument
+from passinfra.transform import PassContext, Sequential
+from scheduler import Scheduler, build_plan, replay
+from tests.scheduler import passes_for_tests as P
+from tests.strategies import modules_with_many_functions
+
+
+def _pipeline():
+    return Sequential([P.add_to_multiply, P.identity, P.tag_opt_level], opt_level=0)
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_ray_output_prints_identically_to_local(ray_scheduler, workers):
+    mod = P.chain_module(24)
+    with PassContext(opt_level=3):
+        expected = _pipeline()(mod).astext()
+        out = ray_scheduler(workers).run(_pipeline(), mod)
+    assert out.astext() == expected
+    assert out["f0"].attrs["opt_level_seen"] == 3  # the worker's context matches the driver's
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@given(mod=modules_with_many_functions(min_functions=5, max_functions=20))
+def test_random_modules_identical_across_worker_counts(ray_scheduler, mod):
+    pipeline = _pipeline()
+    expected = pipeline(mod).astext()
+    for workers in (1, 3):
+        assert ray_scheduler(workers).run(pipeline, mod).astext() == expected
+
+
+def test_input_module_is_not_mutated(ray_scheduler):
+    mod = P.chain_module(6)
+    before = ir.structural_hash(mod)
+    text = mod.astext()
+    ray_scheduler(2).run(_pipeline(), mod)
+    assert ir.structural_hash(mod) == before and mod.astext() == text
+
+
+def test_function_passes_run_on_workers_module_passes_in_driver(ray_scheduler):
+    sched = ray_scheduler(2)
+    pipeline = Sequential([P.record_pid, P.add_helper_function, P.record_pid], opt_level=0)
+    out = sched.run(pipeline, P.chain_module(8))
+    pids = {func.attrs["pid"] for func in out.functions.values()}
+    assert os.getpid() not in pids
+    assert pids <= set(sched.last_run.worker_pids.values())
+    assert len(pids) == 2
+    assert "helper" in out  # the module pass ran (in the driver) between the two stages
+
+
+def test_a_pass_reading_the_module_sees_every_function(ray_scheduler):
+    pipeline = Sequential([P.add_helper_function, P.count_callers], opt_level=0)
+    mod = P.chain_module(7)
+    out = ray_scheduler(2).run(pipeline, mod)
+    assert out.astext() == pipeline(mod).astext()
+    assert {f.attrs["functions_seen"] for f in out.functions.values()} == {8}
+
+
+def test_batching_one_round_trip_per_chunk_not_per_pass(ray_scheduler):
+    sched = ray_scheduler(2, batch_size=25)
+    passes = [P.identity, P.add_to_multiply, P.identity, P.tag_opt_level, P.identity]
+    pipeline = Sequential(passes, opt_level=0)
+    mod = P.chain_module(200, length=3)
+    plan = build_plan(pipeline)
+    assert [stage.kind for stage in plan.stages] == ["function"]
+    with PassContext(instruments=[PassTimingInstrument()]):
+        sched.run(pipeline, mod)
+    assert sched.last_run.remote_calls <= math.ceil(200 / 25)
+    assert sched.last_run.remote_calls_per_stage() == [sched.last_run.remote_calls]
+
+
+def test_a_stage_that_changes_nothing_receives_almost_nothing(ray_scheduler):
+    sched = ray_scheduler(2)
+    mod = P.chain_module(50)
+    sched.run(Sequential([P.identity, P.identity], opt_level=0), mod)
+    assert sched.last_run.bytes_received == 0
+    assert sched.last_run.bytes_sent > 10_000  # the functions went out once
+
+
+def test_timing_merges_worker_time(ray_scheduler):
+    timing = PassTimingInstrument()
+    mod = P.chain_module(40, length=2)
+    with PassContext(instruments=[timing]):
+        ray_scheduler(4, cpus_per_worker=0.25).run(Sequential([P.sleep_20ms], opt_level=0), mod)
+        entry = timing.timings()[0]["children"][0]
+        rendered = timing.render()
+    assert entry["name"] == "Sleep20ms"
+    assert entry["workers"]["functions"] == 40
+    assert entry["workers"]["cpu_us"] >= 800_000
+    assert "40 functions" in rendered
+
+
+class Recorder(PassInstrument):
+    def __init__(self, events):
+        self.events = events
+
+    def enter_pass_ctx(self):
+        self.events.append(("enter",))
+
+    def exit_pass_ctx(self):
+        self.events.append(("exit",))
+
+    def should_run(self, mod, info):
+        self.events.append(("should_run", info.name, len(mod)))
+        return True
+
+    def run_before_pass(self, mod, info):
+        self.events.append(("before", info.name, len(mod)))
+
+    def run_after_pass(self, mod, info):
+        self.events.append(("after", info.name, len(mod), "f0" in mod and "pid" in mod["f0"].attrs))
+
+
+def test_hook_sequence_identical_to_in_process(ray_scheduler):
+    inner = Sequential([P.add_to_multiply, P.add_helper_function], opt_level=0, name="inner")
+    pipeline = Sequential([P.identity, inner, P.tag_opt_level], opt_level=0, name="outer")
+    mod = P.chain_module(5)
+    local_events: list = []
+    with PassContext(instruments=[Recorder(local_events)]):
+        expected = pipeline(mod)
+    ray_events: list = []
+    with PassContext(instruments=[Recorder(ray_events)]):
+        out = ray_scheduler(2).run(pipeline, mod)
+    assert ray_events == local_events
+    assert out.astext() == expected.astext()
+
+
+def test_custom_exception_reaches_the_caller_with_notes(ray_scheduler, tmp_path):
+    sched = ray_scheduler(2)
+    pipeline = Sequential([P.add_to_multiply, P.fail_on_f3_factory()], opt_level=0)
+    events: list = []
+    with pytest.raises(P.MyPassError, match="not welcome") as info:
+        with PassContext(instruments=[Recorder(events)], config={"scheduler.reproducer_dir": str(tmp_path)}):
+            sched.run(pipeline, P.chain_module(6))
+    notes = "\n".join(info.value.__notes__)
+    assert "FailOnF3" in notes and "'f3'" in notes and "worker" in notes and "pid" in notes
+    assert events[-1] == ("exit",)  # the context's exit hooks ran
+    assert sched._pool is None  # no actor left behind
+    repro = next(tmp_path.glob("repro-*.txt"))
+    with pytest.raises(P.MyPassError, match="not welcome"):
+        replay(repro)
+
+
+def test_worker_death_loses_nothing(ray_scheduler, tmp_path):
+    sched = ray_scheduler(2)
+    pipeline = Sequential([P.add_to_multiply, P.crash_once_pass(str(tmp_path), "f5")], opt_level=0)
+    mod = P.chain_module(12)
+    out = sched.run(pipeline, mod)
+    assert (tmp_path / "crashed-f5").exists()
+    assert sched.last_run.retries >= 1 and sched.last_run.worker_restarts >= 1
+    expected = Sequential([P.add_to_multiply, P.crash_once_pass(str(tmp_path), "none")], opt_level=0)(mod)
+    assert out.astext() == expected.astext()
+
+
+def test_results_evaluate_like_the_local_ones(ray_scheduler):
+    from passinfra import evaluate
+
+    mod = P.chain_module(4)
+    out = ray_scheduler(2).run(_pipeline(), mod)
+    local = _pipeline()(mod)
+    x = np.arange(4, dtype="float32")
+    for name in ("f0", "f3"):
+        np.testing.assert_array_equal(evaluate(out, x, entry=name), evaluate(local, x, entry=name))
+
+
+def test_auto_backend_says_why_it_stays_local():
+    sched = Scheduler(backend="auto")
+    mod = P.chain_module(3)
+    out = sched.run(_pipeline(), mod)
+    assert sched.last_run.backend == "local"
+    assert "too small" in sched.last_run.backend_reason
+    assert out.astext() == _pipeline()(mod).astext()
+
+
+def test_bad_arguments_are_named():
+    from passinfra.transform import PassError
+
+    with pytest.raises(PassError, match="backend 'gpu'"):
+        Scheduler(backend="gpu")
+    with pytest.raises(PassError, match="num_workers"):
+        Scheduler(backend="ray", num_workers=0)
