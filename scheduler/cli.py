@@ -1,8 +1,9 @@
 """The ``raypass`` command line.
 
 It lives in ``scheduler`` because it drives everything (the scheduler depends on
-passinfra, never the other way round). User errors print one line on stderr and exit
-with status 2; ``--debug`` shows the traceback.
+passinfra, never the other way round). Each subcommand has a module of its own
+(``scheduler/cli_*.py``). User errors print one line on stderr and exit with status 2;
+``--debug`` shows the traceback.
 """
 
 from __future__ import annotations
@@ -11,12 +12,12 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-import numpy as np
-
 import passinfra
-from passinfra.errors import RaypassError
+from passinfra.errors import ParseError, RaypassError
+from scheduler import cli_compile, cli_demo, cli_plan, cli_run, cli_tools
+from scheduler.cli_common import EXIT_USER_ERROR, CliUserError
 
-EXIT_USER_ERROR = 2
+EXIT_FAILURE = 1
 
 
 def _cmd_ops(args: argparse.Namespace) -> int:
@@ -33,51 +34,65 @@ def _cmd_ops(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_demo(args: argparse.Namespace) -> int:
-    from passinfra.frontend.models import demo_cnn
-
-    mod = demo_cnn(batch=args.batch, seed=args.seed)
-    print("# The demo model (conv2d -> batch_norm -> relu -> dense -> softmax), as text IR:")
-    print(mod.astext(show_meta_data=False))
-    data_type = mod["main"].params[0].type_annotation
-    rng = np.random.default_rng(args.seed)
-    data = rng.standard_normal(data_type.shape).astype(data_type.dtype)
-    out = passinfra.evaluate(mod, data)
-    print("# Reference interpreter:")
-    print(f"input  {data.shape} {data.dtype}")
-    print(f"output {out.shape} {out.dtype}; rows sum to {np.round(out.sum(axis=-1), 6).tolist()}")
-    return 0
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="raypass", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"raypass {passinfra.__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-
+    cli_compile.add_parser(sub)
+    cli_run.add_parser(sub)
+    cli_plan.add_parser(sub)
+    cli_demo.add_parser(sub)
+    cli_tools.add_parsers(sub)
     ops = sub.add_parser("ops", help="list the registered ops with their fusion pattern kind")
     ops.set_defaults(func=_cmd_ops)
-
-    demo = sub.add_parser("demo", help="build, print and run the embedded demo model")
-    demo.add_argument("--batch", type=int, default=1)
-    demo.add_argument("--seed", type=int, default=0)
-    demo.set_defaults(func=_cmd_demo)
     return parser
+
+
+def user_error_types() -> tuple[type[BaseException], ...]:
+    """Errors that mean the command was wrong, not raypass: exit status 2."""
+    from passinfra.frontend import OnnxImportError, UnsupportedOpsError
+    from passinfra.frontend.zoo import ZooSpecError
+    from passinfra.transform import PassArgumentError, PassConfigError, PassDependencyError, PassNotFoundError
+    from scheduler.reproducer import ReproducerError
+
+    return (
+        CliUserError,
+        UnsupportedOpsError,
+        OnnxImportError,
+        ZooSpecError,
+        PassNotFoundError,
+        PassConfigError,
+        PassDependencyError,
+        PassArgumentError,
+        ParseError,
+        ReproducerError,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, rest = parser.parse_known_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_USER_ERROR
+    if rest and not getattr(args, "takes_rest", False):
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
-        return args.func(args)
-    except RaypassError as err:
+        return args.func(args, rest) if getattr(args, "takes_rest", False) else args.func(args)
+    except (RaypassError, OSError) as err:
         if args.debug:
             raise
-        print(f"raypass: error: {err}", file=sys.stderr)
-        return EXIT_USER_ERROR
+        user_error = isinstance(err, user_error_types()) or isinstance(err, OSError)
+        kind = "error" if user_error else f"{type(err).__name__}"
+        message = " ".join(str(err).split()) or type(err).__name__
+        print(f"raypass: {kind}: {message}", file=sys.stderr)
+        if not user_error:
+            print("raypass: run again with --debug for the traceback", file=sys.stderr)
+        return EXIT_USER_ERROR if user_error else EXIT_FAILURE
+    except KeyboardInterrupt:
+        print("raypass: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

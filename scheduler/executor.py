@@ -11,6 +11,7 @@ between passes, the plan has one function pass per stage, so the hooks see real 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -43,8 +44,15 @@ ErrorHook = Callable[[FunctionStage, StageOutcome, IRModule], None]
 
 
 class PlanExecutor:
-    def __init__(self, run_stage: StageRunner, ctx: PassContext, on_error: ErrorHook | None = None) -> None:
+    def __init__(
+        self,
+        run_stage: StageRunner,
+        ctx: PassContext,
+        on_error: ErrorHook | None = None,
+        on_module_pass: Callable[[str, float, float], None] | None = None,
+    ) -> None:
         self._run_stage = run_stage
+        self._on_module_pass = on_module_pass
         self._ctx = ctx
         self._on_error = on_error
         self._outcomes: dict[int, StageOutcome] = {}
@@ -65,7 +73,10 @@ class PlanExecutor:
                 for child in node.children:
                     self._visit(child)
             elif node.kind == "module":
+                wall, t0 = time.time(), time.perf_counter()
                 self._mod = node.pass_.transform(self._mod, ctx)
+                if self._on_module_pass is not None:
+                    self._on_module_pass(node.name, wall, time.perf_counter() - t0)
             else:
                 self._function_pass(node)
             return self._mod

@@ -29,7 +29,7 @@ from passinfra.transform import PassContext
 from passinfra.transform.config import config_type
 from scheduler.assign import estimated_cost, lpt, makespan
 from scheduler.plan import FunctionStage, reads_module
-from scheduler.stats import RunStats, StageStats
+from scheduler.stats import DriverEvent, RunStats, StageStats, WorkEvent
 from workers.actor import BatchError, BatchResult, StageSpec
 from workers.pool import WorkerPool
 from workers.wire import pack_functions, pack_module, packed_size, unpack_functions
@@ -136,7 +136,11 @@ class RayStageRunner:
         started = time.perf_counter()
         stats = StageStats(stage.index, "function", [leaf.name for leaf in stage.leaves], len(mod))
         self.stats.stages.append(stats)
+        sync_start, t0 = time.time(), time.perf_counter()
         self._sync(mod, stats)
+        self.stats.driver_events.append(
+            DriverEvent(f"send functions (stage {stage.index})", sync_start, time.perf_counter() - t0)
+        )
         self._stage_ids += 1
         snapshot = pack_module(mod) if reads_module(stage.leaves[0].pass_) else None
         spec = StageSpec(
@@ -179,7 +183,11 @@ class RayStageRunner:
                 pending[self._submit(call, spec_ref)] = call
                 continue
             results.append((call, result))
+        merge_start, t0 = time.time(), time.perf_counter()
         outcome = self._merge(results, mod, order, stage, stats)
+        self.stats.driver_events.append(
+            DriverEvent(f"merge results (stage {stage.index})", merge_start, time.perf_counter() - t0)
+        )
         stats.wall_seconds = time.perf_counter() - started
         return outcome
 
@@ -241,11 +249,13 @@ class RayStageRunner:
                 if name in news and current:
                     self._resident[name] = (call.slot, news[name])
             per_function: dict[str, float] = {}
-            for leaf, name, seconds in result.timings:
+            for leaf, name, wall_start, seconds in result.timings:
                 seconds_so_far, count = timings.setdefault(leaf, {}).get(call.slot, (0.0, 0))
                 timings[leaf][call.slot] = (seconds_so_far + seconds, count + 1)
                 per_function[name] = per_function.get(name, 0.0) + seconds
-                self.stats.events.append((leaf, self._leaf_name(stage, leaf), name, call.slot, seconds))
+                self.stats.events.append(
+                    WorkEvent(leaf, self._leaf_name(stage, leaf), name, call.slot, wall_start, seconds)
+                )
             self._cost.update(per_function)
             stats.worker_seconds += result.busy_seconds
             self.stats.worker_busy_seconds[call.slot] = (

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import networkx
 import ray
 
 import passinfra
@@ -31,8 +32,10 @@ class RayHandle:
 
 
 def project_packages() -> list[str]:
-    """The directories of the import packages raypass workers need."""
-    return [str(Path(module.__file__).parent) for module in (passinfra, scheduler, workers)]
+    """The directories of the pure-Python packages raypass workers import: the
+    project's own, and networkx (used by type inference), so that cluster nodes need
+    nothing installed but Ray and NumPy."""
+    return [str(Path(module.__file__).parent) for module in (passinfra, scheduler, workers, networkx)]
 
 
 def local_worker_env() -> dict[str, Any]:
@@ -57,6 +60,7 @@ def connect(address: str | None, num_cpus: int | None) -> RayHandle:
         )
         return RayHandle(started_here=True, attached=True, address=address)
     ray.init(
+        address="local",  # a private instance, even if another one runs on this machine
         num_cpus=num_cpus or os.cpu_count() or 1,
         include_dashboard=False,
         _node_ip_address="127.0.0.1",

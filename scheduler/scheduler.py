@@ -27,7 +27,7 @@ from scheduler.executor import PlanExecutor, plan_leaf_names
 from scheduler.plan import FunctionStage, build_plan
 from scheduler.ray_runner import RayStageRunner, StageOutcome
 from scheduler.reproducer import write_reproducer
-from scheduler.stats import RunStats
+from scheduler.stats import DriverEvent, RunStats
 
 register_config("scheduler.reproducer_dir", str)
 register_config("scheduler.batch_size", int)
@@ -138,7 +138,14 @@ class Scheduler:
         stats.worker_pids = {slot.index: slot.info["pid"] for slot in pool.slots}
         batch_size = ctx.get_config("scheduler.batch_size", None) or self.options.get("batch_size")
         runner = RayStageRunner(pool, stats, batch_size)
-        executor = PlanExecutor(runner.run_stage, ctx, on_error=self._error_hook(ctx))
+        executor = PlanExecutor(
+            runner.run_stage,
+            ctx,
+            on_error=self._error_hook(ctx),
+            on_module_pass=lambda name, start, seconds: stats.driver_events.append(
+                DriverEvent(name, start, seconds)
+            ),
+        )
         self._executor = executor
         try:
             return executor.run(pipeline, mod)

@@ -19,6 +19,27 @@ class StageStats:
     worker_seconds: float = 0.0
 
 
+@dataclass(frozen=True)
+class WorkEvent:
+    """One (pass, function) run on a worker: what a trace draws as a slice."""
+
+    leaf: int  # the pass invocation's index in the plan
+    pass_name: str
+    function: str
+    worker: int  # worker slot
+    start: float  # wall clock (time.time()) on the worker
+    seconds: float
+
+
+@dataclass(frozen=True)
+class DriverEvent:
+    """A span of driver time: a module pass, or dispatching/merging a stage."""
+
+    name: str
+    start: float
+    seconds: float
+
+
 @dataclass
 class RunStats:
     backend: str = "local"
@@ -35,8 +56,8 @@ class RunStats:
     worker_functions: dict[int, int] = field(default_factory=dict)
     worker_pids: dict[int, int] = field(default_factory=dict)
     stages: list[StageStats] = field(default_factory=list)
-    # (leaf index, pass, function, worker slot, seconds, start offset) for traces/tables
-    events: list[tuple[int, str, str, int, float]] = field(default_factory=list)
+    events: list[WorkEvent] = field(default_factory=list)
+    driver_events: list[DriverEvent] = field(default_factory=list)
 
     def remote_calls_per_stage(self) -> list[int]:
         return [stage.remote_calls for stage in self.stages]

@@ -55,7 +55,8 @@ class BatchResult:
     slot: int
     pid: int
     changed: Packed | None
-    timings: list[tuple[int, str, float]] = field(default_factory=list)
+    # (leaf index, function, wall-clock start (time.time()), seconds)
+    timings: list[tuple[int, str, float, float]] = field(default_factory=list)
     error: BatchError | None = None
     busy_seconds: float = 0.0
 
@@ -113,14 +114,14 @@ class FunctionWorker:
                 for leaf, pass_ in spec.passes:
                     if not pass_.accepts(func):
                         continue
-                    t0 = time.perf_counter()
+                    wall, t0 = time.time(), time.perf_counter()
                     try:
                         func = pass_.transform_function(func, view, ctx, name)
                     except Exception as error:  # returned to the driver, which re-raises it
-                        result.timings.append((leaf, name, time.perf_counter() - t0))
+                        result.timings.append((leaf, name, wall, time.perf_counter() - t0))
                         result.error = _batch_error(leaf, name, error, self.slot)
                         break
-                    result.timings.append((leaf, name, time.perf_counter() - t0))
+                    result.timings.append((leaf, name, wall, time.perf_counter() - t0))
                 if result.error is not None and result.error.function == name:
                     break
                 if func is not original:

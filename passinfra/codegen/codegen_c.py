@@ -1,14 +1,15 @@
 """CodegenC: a function pass rendering each PrimFunc to C (attr ``c_source``).
 
 It only reads the PrimFunc and the ``codegen.cflags`` config (OpenMP pragmas are emitted
-only when the flags enable OpenMP), so it runs on any worker and gives the same text
-everywhere.
+only when the flags enable OpenMP) and ``codegen.blas_threads``, so it runs on any worker
+and gives the same text everywhere.
 """
 
 from __future__ import annotations
 
 from passinfra.codegen.c_renderer import RenderOptions, render_prim_func
 from passinfra.codegen.compiler import CompilerSettings
+from passinfra.codegen.gemm import DEFAULT_BLAS_THREADS
 from passinfra.codegen.prim_func_pass import PrimFuncPass, create_prim_func_pass
 from passinfra.codegen.tir import PrimFunc
 from passinfra.ir.module import IRModule
@@ -17,14 +18,15 @@ from passinfra.transform.registry import register_pass
 
 
 def _codegen_c(func: PrimFunc, mod: IRModule, ctx: PassContext) -> PrimFunc:
-    options = RenderOptions.from_cflags(CompilerSettings.from_context(ctx).cflags)
+    options = RenderOptions.from_cflags(CompilerSettings.from_context(ctx).cflags,
+                                        ctx.get_config("codegen.blas_threads", DEFAULT_BLAS_THREADS))
     return func.with_attr("c_source", render_prim_func(func, options))
 
 
 @register_pass("CodegenC")
 def CodegenC() -> PrimFuncPass:  # noqa: N802 - pass factories are named like classes
     """Render every PrimFunc to C source, stored in its ``c_source`` attr."""
-    return create_prim_func_pass(_codegen_c, opt_level=0, name="CodegenC")
+    return create_prim_func_pass(_codegen_c, opt_level=0, name="CodegenC", reads_module=False)
 
 
 __all__ = ["CodegenC"]

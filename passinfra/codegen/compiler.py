@@ -85,25 +85,39 @@ def compiler_identity(cc: str) -> str:
     return f"{path}|{first_line[0] if first_line else 'unknown version'}"
 
 
+@dataclass(frozen=True)
+class CompileResult:
+    """Object code, and whether it came from the cache (no compiler ran)."""
+
+    object_code: bytes
+    cache_hit: bool
+
+
 def compile_c(source: str, settings: CompilerSettings | None = None, name: str = "kernel") -> bytes:
     """Compile C ``source`` to object code (bytes), using the cache unless disabled.
 
     ``name`` (a C identifier) names the C file, which is what error messages show.
     """
+    return compile_c_result(source, settings, name).object_code
+
+
+def compile_c_result(source: str, settings: CompilerSettings | None = None,
+                     name: str = "kernel") -> CompileResult:
+    """:func:`compile_c`, also telling whether the object was a cache hit."""
     settings = settings or CompilerSettings()
     identity = compiler_identity(settings.cc)
     if not settings.use_cache:
-        return _run_compiler(source, settings, name)
+        return CompileResult(_run_compiler(source, settings, name), cache_hit=False)
     cache = ObjectCache(settings.resolved_cache_dir)
     key = cache_key(source, identity, settings.cflags)
     cached, corrupted = cache.lookup(key)
     if cached is not None:
-        return cached
+        return CompileResult(cached, cache_hit=True)
     data = _run_compiler(source, settings, name)
     if corrupted:
         count("rebuilds")
     cache.put(key, data)
-    return data
+    return CompileResult(data, cache_hit=False)
 
 
 def _run_compiler(source: str, settings: CompilerSettings, name: str) -> bytes:
@@ -163,6 +177,7 @@ def link_shared(objects: list[tuple[str, bytes]], settings: CompilerSettings | N
 
 
 __all__ = [
-    "CompileError", "CompilerSettings", "DEFAULT_CC", "DEFAULT_CFLAGS", "compile_c", "compiler_identity",
+    "CompileError", "CompileResult", "CompilerSettings", "DEFAULT_CC", "DEFAULT_CFLAGS", "compile_c",
+    "compile_c_result", "compiler_identity",
     "link_shared", "resolve_compiler",
 ]

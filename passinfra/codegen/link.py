@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from passinfra.codegen.c_renderer import sanitize_identifier
 from passinfra.codegen.compiler import CompilerSettings, link_shared
+from passinfra.codegen.gemm import blas_library
 from passinfra.codegen.host import HOST_SYMBOL
 from passinfra.codegen.tir import PrimFunc
 from passinfra.errors import IRError
@@ -37,8 +38,21 @@ def collect_objects(mod: IRModule) -> list[tuple[str, bytes]]:
     return objects
 
 
+def link_flags(mod: IRModule) -> tuple[str, ...]:
+    """The libraries after the objects: libm, and BLAS (with an rpath to its directory)
+    when a kernel calls it."""
+    flags: tuple[str, ...] = ("-Wl,-Bsymbolic",)
+    if any(isinstance(f, PrimFunc) and f.attrs.get("uses_blas", False) for _, f in mod.items()):
+        library = blas_library()
+        if library is None:
+            raise IRError("a kernel calls BLAS but the scipy-openblas32 package is not installed "
+                          "(install it, or build with config codegen.blas=False)")
+        flags += library.link_flags()
+    return (*flags, "-lm")
+
+
 def _link_pass(mod: IRModule, ctx: PassContext) -> IRModule:
-    library = link_shared(collect_objects(mod), CompilerSettings.from_context(ctx))
+    library = link_shared(collect_objects(mod), CompilerSettings.from_context(ctx), link_flags(mod))
     mod.attrs = mod.attrs.with_item("library", library)
     return mod
 
@@ -49,4 +63,4 @@ def LinkLibrary() -> ModulePass:  # noqa: N802 - pass factories are named like c
     return ModulePass(_link_pass, PassInfo(0, "LinkLibrary"))
 
 
-__all__ = ["LinkLibrary", "collect_objects"]
+__all__ = ["LinkLibrary", "collect_objects", "link_flags"]

@@ -43,6 +43,7 @@ from passinfra.codegen.compute import (
     missing_rule_reason,
 )
 from passinfra.codegen.compute.base import local_scalar, seq
+from passinfra.codegen.gemm import GemmPlan, blas_library, plan_contraction
 from passinfra.errors import IRError
 from passinfra.ir.attrs import Attrs
 from passinfra.ir.expr import BaseFunc, Call, Constant, Expr, Function, Tuple, TupleGetItem, Var
@@ -95,6 +96,8 @@ class _Tensor:
     output: tir.Buffer | None = None
     state: str = "new"  # new -> inline | pending | materialized | fused
     buffer: tir.Buffer | None = None
+    gemm: GemmPlan | None = None  # computed by BLAS calls instead of a loop nest
+    gemm_inputs: tuple[Any, ...] = ()
 
     def load(self, *indices: Any) -> tir.PrimExpr:
         return self.lowerer.load(self, tuple(tir.as_prim(i) for i in indices))
@@ -181,9 +184,11 @@ def expr_cost(expr: tir.PrimExpr, limit: int) -> tuple[int, bool]:
 
 
 class _Lowerer:
-    def __init__(self, func: Function, symbol: str) -> None:
+    def __init__(self, func: Function, symbol: str, use_blas: bool = False) -> None:
         self.func = func
         self.symbol = symbol
+        self.use_blas = use_blas
+        self.uses_blas = False  # set when a contraction became a BLAS call
         self.names: dict[str, int] = {}
         self.inputs: list[tir.Buffer] = []
         self.outputs: list[tir.Buffer] = []
@@ -275,7 +280,17 @@ class _Lowerer:
         result = self._tensors_of(op.name, desc, out_type)
         for tensor in _leaves(result):
             tensor.producers = producers
+        if self.use_blas and isinstance(desc, ReduceOp):
+            self._plan_gemm(result, op.name, attrs, args)
         return result
+
+    def _plan_gemm(self, tensor: _Tensor, op_name: str, attrs: Attrs, args: list[Any]) -> None:
+        # BLAS reads its operands from memory: only tensors (never scalar constants or tuples)
+        if not all(isinstance(a, (_Tensor, BufferHandle)) for a in args):
+            return
+        shapes = [tuple(a.shape) for a in args]
+        tensor.gemm = plan_contraction(op_name, attrs, shapes, tensor.dtype, tensor.shape)
+        tensor.gemm_inputs = tuple(args)
 
     def _tensors_of(self, name: str, desc: Any, out_type: Type) -> Any:
         if isinstance(desc, ExternOp):
@@ -340,7 +355,7 @@ class _Lowerer:
         if tensor.output is not None:
             self._emit_reduce(tensor, tensor.output)
             tensor.buffer, tensor.state = tensor.output, "materialized"
-        elif tensor.uses == 1 and isinstance(tensor.consumers[0], ComputeOp):
+        elif tensor.uses == 1 and isinstance(tensor.consumers[0], ComputeOp) and tensor.gemm is None:
             tensor.state = "pending"  # wait for the consumer's loop nest: fuse into it
         else:
             self._materialize(tensor)
@@ -433,6 +448,9 @@ class _Lowerer:
         return [tir.BufferStore(acc, desc.init(), ()), self._loops(red_vars, desc.reduce_extents, update)]
 
     def _emit_reduce(self, tensor: _Tensor, buffer: tir.Buffer) -> None:
+        if tensor.gemm is not None:
+            self._emit_gemm(tensor, buffer)
+            return
         desc: ReduceOp = tensor.desc
         out_vars = self._loop_vars("i", len(tensor.shape))
         acc = local_scalar("acc", tensor.dtype)
@@ -440,6 +458,20 @@ class _Lowerer:
         final = acc.load() if desc.finalize is None else desc.finalize(acc.load(), out_vars)
         store = tir.BufferStore(buffer, final, out_vars)
         self.stmts.append(self._loops(out_vars, tensor.shape, tir.Allocate(acc, seq(*nest, store))))
+
+    def _emit_gemm(self, tensor: _Tensor, buffer: tir.Buffer) -> None:
+        inputs = []
+        for arg in tensor.gemm_inputs:
+            if isinstance(arg, BufferHandle):
+                inputs.append(arg.buffer)
+                continue
+            if arg.state != "materialized":  # BLAS needs the operand in memory
+                self._materialize(arg)
+            inputs.append(arg.buffer)
+        stmt, scratch = tensor.gemm.emit(inputs, buffer, self.new_buffer)
+        self.allocations.extend(scratch)
+        self.stmts.append(stmt)
+        self.uses_blas = True
 
     def _emit_extern(self, group: _Extern) -> None:
         buffers = []
@@ -480,15 +512,22 @@ class _Lowerer:
             body = tir.Allocate(buffer, body)
         attrs = {"global_symbol": self.symbol, "num_inputs": len(self.inputs),
                  "op_names": tuple(self.op_names)}
+        if self.uses_blas:
+            attrs["uses_blas"] = True  # LinkLibrary links the BLAS library then
         return tir.PrimFunc([*self.inputs, *self.outputs], body, attrs)
 
 
-def lower_primitive_function(func: Function, name: str) -> tir.PrimFunc:
+def lower_primitive_function(func: Function, name: str, use_blas: bool | None = None) -> tir.PrimFunc:
     """Lower one primitive function (a fused group) to a PrimFunc whose C name is
-    ``c_identifier(name)``."""
+    ``c_identifier(name)``. ``use_blas``: compute large float32 contractions with BLAS
+    calls (:mod:`passinfra.codegen.gemm`); None means config ``codegen.blas`` (default:
+    on when the BLAS library is installed)."""
     if not isinstance(func, Function):
         raise IRError(f"LowerToPrimFunc: {name!r} is a {type(func).__name__}, not a graph-level Function")
-    return _Lowerer(func, c_identifier(name)).run()
+    if use_blas is None:
+        use_blas = bool(PassContext.current().get_config("codegen.blas", True))
+    use_blas = use_blas and blas_library() is not None
+    return _Lowerer(func, c_identifier(name), use_blas).run()
 
 
 # --------------------------------------------------------------------------- the pass
@@ -502,13 +541,21 @@ def _name_in(mod: IRModule, func: BaseFunc) -> str:
                   "(its C symbol is its GlobalVar name)")
 
 
+def _blas(ctx: PassContext) -> bool:
+    return bool(ctx.get_config("codegen.blas", True))
+
+
 class LowerToPrimFuncPass(FunctionPass):
     """Function pass over the functions with a truthy ``Primitive`` attr; every other
     function is left as it is."""
 
+    # the worker passes the function's GlobalVar name; nothing else of the module is read
+    reads_module = False
+
     def __init__(self) -> None:
-        super().__init__(lambda func, mod, ctx: lower_primitive_function(func, _name_in(mod, func)),
-                         PassInfo(0, "LowerToPrimFunc"))
+        super().__init__(
+            lambda func, mod, ctx: lower_primitive_function(func, _name_in(mod, func), _blas(ctx)),
+            PassInfo(0, "LowerToPrimFunc"))
 
     def accepts(self, func: BaseFunc) -> bool:
         return (isinstance(func, Function) and bool(func.attrs.get("Primitive", 0))
@@ -520,7 +567,7 @@ class LowerToPrimFuncPass(FunctionPass):
         if name == "<anonymous>":
             return super().transform_function(func, mod, ctx, name)
         try:
-            return lower_primitive_function(func, name)
+            return lower_primitive_function(func, name, _blas(ctx))
         except BaseException as error:
             add_note(error, f"raised by function pass 'LowerToPrimFunc' on function {name!r}")
             raise

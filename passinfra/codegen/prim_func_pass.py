@@ -42,10 +42,14 @@ class PrimFuncPass(FunctionPass):
 
 
 def create_prim_func_pass(
-    pass_func: PrimFuncPassFunc, opt_level: int, name: str, required: Iterable[str] | None = None
+    pass_func: PrimFuncPassFunc, opt_level: int, name: str, required: Iterable[str] | None = None,
+    reads_module: bool = True,
 ) -> PrimFuncPass:
-    """A PrimFuncPass named ``name`` running ``pass_func`` at ``opt_level``."""
-    return PrimFuncPass(pass_func, PassInfo(opt_level, name, tuple(required or ())))
+    """A PrimFuncPass named ``name`` running ``pass_func`` at ``opt_level``.
+
+    ``reads_module=False`` promises ``pass_func`` looks at nothing in ``mod`` (only its
+    function and the context), so the scheduler may batch it with its neighbours."""
+    return PrimFuncPass(pass_func, PassInfo(opt_level, name, tuple(required or ())), reads_module)
 
 
 def prim_func_pass(

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from passinfra.codegen.gemm import evaluate_gemm, is_gemm
 from passinfra.codegen.tir import (
     EQ,
     GE,
@@ -161,6 +162,15 @@ class _Interpreter:
                                   f"{buf.name} of shape {array.shape}")
         return array
 
+    def flat_view(self, load: BufferLoad) -> np.ndarray:
+        """The memory of the loaded buffer from the loaded element on, as a 1-d view."""
+        indices = [int(self.expr(i)) for i in load.indices]
+        array = self.array(load.buffer, indices) if indices else self.memory[load.buffer]
+        flat = array.reshape(-1)
+        assert np.shares_memory(flat, array), "buffers are contiguous"
+        offset = int(np.ravel_multi_index(indices, array.shape)) if indices else 0
+        return flat[offset:]
+
     def stmt(self, node: Stmt) -> None:
         kind = type(node)
         if kind is SeqStmt:
@@ -191,6 +201,8 @@ class _Interpreter:
             self.env[node.var] = self.expr(node.value)
             self.stmt(node.body)
             del self.env[node.var]
+        elif kind is Evaluate and is_gemm(node.value):
+            evaluate_gemm(node.value, self.flat_view, self.expr)
         elif kind is Evaluate:
             self.expr(node.value)
         else:

@@ -37,6 +37,7 @@ from passinfra.transform.config import register_config
 from passinfra.transform.context import PassContext
 from passinfra.transform.decorators import function_pass
 from passinfra.transform.errors import PassConfigError
+from passinfra.transform.function_types import ensure_typed
 from passinfra.transform.passes import FunctionPass
 from passinfra.transform.registry import register_pass
 
@@ -161,11 +162,12 @@ def alter_op_layout_function(func: Function, mod: ir.IRModule, ctx: PassContext)
         )
     if layout == "NCHW":
         return func
-    ir.infer_type(func, mod)  # cached: free when InferType already ran
+    ensure_typed(func, mod)  # cached by the required InferType: the module is not read
     return _NHWCRewriter().visit(func)
 
 
 @register_pass("AlterOpLayout")
 def AlterOpLayout() -> FunctionPass:
     """Convert NCHW conv2d to NHWC/HWIO and propagate the layout to avoid transposes."""
-    return function_pass(alter_op_layout_function, opt_level=3, name="AlterOpLayout", required=["InferType"])
+    return function_pass(alter_op_layout_function, opt_level=3, name="AlterOpLayout",
+                         required=["InferType"], reads_module=False)

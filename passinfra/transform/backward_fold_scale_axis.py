@@ -35,6 +35,7 @@ from passinfra.ir.op.registry import Op
 from passinfra.ir.types import TensorType
 from passinfra.transform.context import PassContext
 from passinfra.transform.decorators import function_pass
+from passinfra.transform.function_types import ensure_typed
 from passinfra.transform.passes import FunctionPass
 from passinfra.transform.registry import register_pass
 
@@ -237,7 +238,7 @@ class _BackwardFolder(ir.ExprMutator):
 
 def backward_fold_function(func: Function, mod: ir.IRModule, ctx: PassContext) -> Function:
     """The per-function body of :func:`BackwardFoldScaleAxis`."""
-    ir.infer_type(func, mod)  # cached: free when InferType already ran
+    ensure_typed(func, mod)  # cached by the required InferType: the module is not read
     return _BackwardFolder(FunctionFacts(func)).visit(func)
 
 
@@ -245,4 +246,4 @@ def backward_fold_function(func: Function, mod: ir.IRModule, ctx: PassContext) -
 def BackwardFoldScaleAxis() -> FunctionPass:
     """Fold ``multiply(conv2d/dense(...), per-channel constant)`` into the weight."""
     return function_pass(backward_fold_function, opt_level=3, name="BackwardFoldScaleAxis",
-                         required=["InferType"])
+                         required=["InferType"], reads_module=False)

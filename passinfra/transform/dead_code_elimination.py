@@ -12,179 +12,23 @@ Liveness is computed from the body outwards with a worklist (``_Liveness``): the
 of a pure binding is only looked at once its var turns out to be used, so a chain of
 bindings that only feed each other disappears in one run.
 
-This module also holds :class:`Purity`, the effect analysis shared by the passes that
-move or merge code (CSE, ToGraphNormalForm, Inline).
+Calls of other global functions count as impure unless ``interprocedural=True`` (see
+:mod:`passinfra.transform.purity`): by default the pass reads only the function it is
+given, so the scheduler can batch it with its neighbours.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-from passinfra.ir.expr import Call, Expr, Function, GlobalVar, Let, Var
-from passinfra.ir.functor import ExprMutator, expr_children
+from passinfra.ir.expr import Expr, Function, Let, Var
+from passinfra.ir.functor import ExprMutator
 from passinfra.ir.module import IRModule
-from passinfra.ir.op.registry import Op
 from passinfra.transform.context import PassContext
 from passinfra.transform.decorators import function_pass
 from passinfra.transform.passes import Pass
+from passinfra.transform.purity import Purity, count_var_uses, use_children
 from passinfra.transform.registry import register_pass
 
-__all__ = ["DeadCodeElimination", "Purity", "count_var_uses"]
-
-
-def _children_in_scope(node: Expr) -> tuple:
-    """Children evaluated when ``node`` is evaluated: a Function literal's body is not
-    (it runs when the function is called), and binders are not uses."""
-    kind = type(node)
-    if kind is Let:
-        return (node.value, node.body)
-    if isinstance(node, Function):
-        return ()
-    return expr_children(node)
-
-
-class Purity:
-    """Which expressions may be removed, merged or moved without changing results.
-
-    An expression is impure when evaluating it may call a stateful op: directly, or
-    through a call of a global function, a function literal, or a Let-bound function
-    whose body (transitively) does. A call of any other callee (a parameter, a value
-    computed at run time) is assumed impure, since its body is unknown. Defining a
-    Function literal is pure; calling it is what counts.
-
-    Results are memoized per node; the analysis is iterative (explicit stacks), and
-    global functions' effects are found with a fixpoint over the call graph, so
-    recursion between functions is handled.
-    """
-
-    def __init__(self, mod: IRModule | None = None, scope: Expr | None = None) -> None:
-        self._mod = mod
-        self._node_pure: dict[Expr, bool] = {}
-        # function bodies ("units") -> whether calling them is pure
-        self._unit_pure: dict[Function, bool] = {}
-        self._let_functions: dict[Var, Function] = {}
-        self._scanned_globals: set[GlobalVar] = set()
-        if scope is not None:
-            self.add_scope(scope)
-
-    def add_scope(self, expr: Expr) -> None:
-        """Record the Let-bound function literals of ``expr`` so calls through their vars
-        can be analysed (vars are unique objects, so the binding is their only value)."""
-        stack, seen = [expr], set()
-        while stack:
-            node = stack.pop()
-            if node in seen:
-                continue
-            seen.add(node)
-            if type(node) is Let and isinstance(node.value, Function):
-                self._let_functions[node.var] = node.value
-            stack.extend(expr_children(node))
-
-    def is_pure(self, expr: Expr) -> bool:
-        """True if evaluating ``expr`` cannot call a stateful op."""
-        memo = self._node_pure
-        if expr in memo:
-            return memo[expr]
-        stack: list[tuple[Expr, bool]] = [(expr, False)]
-        while stack:
-            node, expanded = stack.pop()
-            if node in memo:
-                continue
-            children = _children_in_scope(node)
-            if not expanded:
-                stack.append((node, True))
-                stack.extend((child, False) for child in children if child not in memo)
-                continue
-            pure = all(memo[child] for child in children)
-            if pure and type(node) is Call:
-                pure = self.call_is_pure(node)
-            memo[node] = pure
-        return memo[expr]
-
-    def call_is_pure(self, call: Call) -> bool:
-        """True if this call itself (not its arguments) cannot call a stateful op."""
-        unit = self._callee_unit(call.op)
-        if isinstance(unit, bool):
-            return unit
-        return self._unit_is_pure(unit)
-
-    def _callee_unit(self, callee: Expr) -> Function | bool:
-        """The function body a call runs, or a bool when known without one."""
-        if isinstance(callee, Op):
-            return not callee.stateful
-        if isinstance(callee, Function):
-            return callee
-        if type(callee) is Var:
-            return self._let_functions.get(callee, False)
-        if type(callee) is GlobalVar:
-            func = self._mod.functions.get(callee) if self._mod is not None else None
-            if not isinstance(func, Function):
-                return False
-            if callee not in self._scanned_globals:
-                self._scanned_globals.add(callee)
-                self.add_scope(func)
-            return func
-        return False
-
-    def _unit_is_pure(self, unit: Function) -> bool:
-        if unit in self._unit_pure:
-            return self._unit_pure[unit]
-        # collect the units reachable from this one, with their direct effects
-        callees: dict[Function, list[Function]] = {}
-        impure: list[Function] = []
-        stack = [unit]
-        while stack:
-            current = stack.pop()
-            if current in callees or current in self._unit_pure:
-                continue
-            direct_impure, reached = self._scan_unit(current)
-            callees[current] = reached
-            if direct_impure:
-                impure.append(current)
-            stack.extend(reached)
-        # impurity flows from callees to callers; what it never reaches is pure
-        callers: dict[Function, list[Function]] = {u: [] for u in callees}
-        for caller, reached in callees.items():
-            for callee in reached:
-                if callee in callers:
-                    callers[callee].append(caller)
-                elif not self._unit_pure[callee]:
-                    impure.append(caller)
-        bad: set[Function] = set()
-        while impure:
-            current = impure.pop()
-            if current in bad:
-                continue
-            bad.add(current)
-            impure.extend(callers[current])
-        for current in callees:
-            self._unit_pure[current] = current not in bad
-        return self._unit_pure[unit]
-
-    def _scan_unit(self, unit: Function) -> tuple[bool, list[Function]]:
-        """(calls an impure callee directly, the function bodies it calls)."""
-        reached: list[Function] = []
-        direct_impure = False
-        for node in _nodes_in_scope(unit.body):
-            if type(node) is Call:
-                target = self._callee_unit(node.op)
-                if target is False:
-                    direct_impure = True
-                elif isinstance(target, Function):
-                    reached.append(target)
-        return direct_impure, reached
-
-
-def _nodes_in_scope(root: Expr) -> Iterator[Expr]:
-    """Every node evaluated with ``root`` (not descending into Function literals)."""
-    stack, seen = [root], set()
-    while stack:
-        node = stack.pop()
-        if node in seen:
-            continue
-        seen.add(node)
-        yield node
-        stack.extend(_children_in_scope(node))
+__all__ = ["DeadCodeElimination", "eliminate_dead_code"]
 
 
 class _Liveness:
@@ -220,7 +64,7 @@ class _Liveness:
                 self._count(node.body)
                 stack.append(node.body)
                 continue
-            for child in _use_children(node):
+            for child in use_children(node):
                 self._count(child)
                 stack.append(child)
 
@@ -230,31 +74,6 @@ class _Liveness:
 
     def is_live(self, var: Var) -> bool:
         return var in self.uses
-
-
-def count_var_uses(root: Expr) -> dict[Var, int]:
-    """For every var used in ``root``: the number of distinct nodes referring to it
-    (binders are not uses)."""
-    uses: dict[Var, int] = {}
-    stack, seen = [root], set()
-    while stack:
-        node = stack.pop()
-        if node in seen:
-            continue
-        seen.add(node)
-        for child in _use_children(node):
-            if type(child) is Var:
-                uses[child] = uses.get(child, 0) + 1
-            stack.append(child)
-    return uses
-
-
-def _use_children(node: Expr) -> tuple:
-    if type(node) is Let:
-        return (node.value, node.body)
-    if isinstance(node, Function):
-        return (node.body,)
-    return expr_children(node)
 
 
 class _Eliminator(ExprMutator):
@@ -301,12 +120,18 @@ def eliminate_dead_code(func: Function, mod: IRModule | None = None, inline_once
 
 
 @register_pass("DeadCodeElimination")
-def DeadCodeElimination(inline_once: bool = False) -> Pass:
+def DeadCodeElimination(inline_once: bool = False, interprocedural: bool = False) -> Pass:
     """A function pass (opt_level 1) removing unused pure Let bindings; with
-    ``inline_once=True`` a pure binding used exactly once is inlined into its use."""
+    ``inline_once=True`` a pure binding used exactly once is inlined into its use.
+
+    With ``interprocedural=False`` (the default) the pass reads nothing but the function
+    it is given (``reads_module=False``, so the scheduler batches it) and treats calls of
+    other global functions as possibly stateful; ``True`` judges them by their bodies,
+    reading the module.
+    """
 
     def transform(func: Function, mod: IRModule, ctx: PassContext) -> Function:
-        return eliminate_dead_code(func, mod, inline_once)
+        return eliminate_dead_code(func, mod if interprocedural else None, inline_once)
 
-    return function_pass(transform, opt_level=1, name="DeadCodeElimination")
+    return function_pass(transform, opt_level=1, name="DeadCodeElimination", reads_module=interprocedural)
 

@@ -6,7 +6,8 @@ it. Because arguments are compared by identity after rewriting, equality propaga
 bottom-up in one pass. Small constants are first merged by value (dtype, shape, bytes),
 so ``add(x, 1f)`` twice with two separate ``1f`` literals merges too.
 
-Never merged: calls that may call a stateful op (see ``Purity``). Scoping: each If
+Never merged: calls that may call a stateful op (see ``Purity``; a call of another
+global function counts as one unless ``interprocedural=True``). Scoping: each If
 branch and Function body has its own table on top of the enclosing ones, so a node
 first seen inside a branch is never reused outside it or in the other branch.
 """
@@ -19,9 +20,9 @@ from passinfra.ir.expr import Call, Constant, Expr, Function, If, Tuple, TupleGe
 from passinfra.ir.functor import ExprMutator
 from passinfra.ir.module import IRModule
 from passinfra.transform.context import PassContext
-from passinfra.transform.dead_code_elimination import Purity
 from passinfra.transform.decorators import function_pass
 from passinfra.transform.passes import Pass
+from passinfra.transform.purity import Purity
 from passinfra.transform.registry import register_pass
 
 __all__ = ["EliminateCommonSubexpr", "eliminate_common_subexpr"]
@@ -95,10 +96,16 @@ def eliminate_common_subexpr(func: Function, mod: IRModule | None = None) -> Fun
 
 
 @register_pass("EliminateCommonSubexpr")
-def EliminateCommonSubexpr() -> Pass:
-    """A function pass (opt_level 3) merging common pure subexpressions."""
+def EliminateCommonSubexpr(interprocedural: bool = False) -> Pass:
+    """A function pass (opt_level 3) merging common pure subexpressions.
+
+    With ``interprocedural=False`` (the default) the pass reads nothing but the function
+    it is given (``reads_module=False``, so the scheduler batches it) and treats calls of
+    other global functions as possibly stateful; ``True`` judges them by their bodies,
+    reading the module.
+    """
 
     def transform(func: Function, mod: IRModule, ctx: PassContext) -> Function:
-        return eliminate_common_subexpr(func, mod)
+        return eliminate_common_subexpr(func, mod if interprocedural else None)
 
-    return function_pass(transform, opt_level=3, name="EliminateCommonSubexpr")
+    return function_pass(transform, opt_level=3, name="EliminateCommonSubexpr", reads_module=interprocedural)

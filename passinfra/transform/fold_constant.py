@@ -14,6 +14,9 @@ Not folded: calls with no arguments (``zeros``/``ones`` would only turn a cheap 
 into a big literal), stateful ops, and calls whose NumPy implementation raises (the
 program keeps the call, so the error, if that code runs at all, happens at run time as
 it would have). Like TVM, the size of a folded result is not limited.
+
+Purity (for the TupleGetItem rule) is judged within the function unless
+``interprocedural=True``: a call of another global function counts as possibly stateful.
 """
 
 from __future__ import annotations
@@ -27,9 +30,9 @@ from passinfra.ir.functor import ExprMutator
 from passinfra.ir.module import IRModule
 from passinfra.ir.op.registry import Op
 from passinfra.transform.context import PassContext
-from passinfra.transform.dead_code_elimination import Purity
 from passinfra.transform.decorators import function_pass
 from passinfra.transform.passes import Pass
+from passinfra.transform.purity import Purity
 from passinfra.transform.registry import register_pass
 
 __all__ = ["FoldConstant", "ConstantChecker", "ConstantFolder", "fold_constant"]
@@ -124,10 +127,16 @@ def fold_constant(func: Function, mod: IRModule | None = None) -> Function:
 
 
 @register_pass("FoldConstant")
-def FoldConstant() -> Pass:
-    """A function pass (opt_level 2) folding constant subexpressions."""
+def FoldConstant(interprocedural: bool = False) -> Pass:
+    """A function pass (opt_level 2) folding constant subexpressions.
+
+    With ``interprocedural=False`` (the default) the pass reads nothing but the function
+    it is given (``reads_module=False``, so the scheduler batches it) and treats calls of
+    other global functions as possibly stateful; ``True`` judges them by their bodies,
+    reading the module.
+    """
 
     def transform(func: Function, mod: IRModule, ctx: PassContext) -> Function:
-        return fold_constant(func, mod)
+        return fold_constant(func, mod if interprocedural else None)
 
-    return function_pass(transform, opt_level=2, name="FoldConstant")
+    return function_pass(transform, opt_level=2, name="FoldConstant", reads_module=interprocedural)

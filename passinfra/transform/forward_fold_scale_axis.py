@@ -34,6 +34,7 @@ from passinfra.transform.backward_fold_scale_axis import (
 )
 from passinfra.transform.context import PassContext
 from passinfra.transform.decorators import function_pass
+from passinfra.transform.function_types import ensure_typed
 from passinfra.transform.passes import FunctionPass
 from passinfra.transform.registry import register_pass
 
@@ -109,7 +110,7 @@ class _ForwardFolder(ir.ExprMutator):
 
 def forward_fold_function(func: Function, mod: ir.IRModule, ctx: PassContext) -> Function:
     """The per-function body of :func:`ForwardFoldScaleAxis`."""
-    ir.infer_type(func, mod)  # cached: free when InferType already ran
+    ensure_typed(func, mod)  # cached by the required InferType: the module is not read
     return _ForwardFolder(FunctionFacts(func)).visit(func)
 
 
@@ -117,4 +118,4 @@ def forward_fold_function(func: Function, mod: ir.IRModule, ctx: PassContext) ->
 def ForwardFoldScaleAxis() -> FunctionPass:
     """Fold ``conv2d/dense(multiply(x, per-channel constant), W)`` into the weight."""
     return function_pass(forward_fold_function, opt_level=3, name="ForwardFoldScaleAxis",
-                         required=["InferType"])
+                         required=["InferType"], reads_module=False)

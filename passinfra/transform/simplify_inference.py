@@ -29,6 +29,7 @@ from passinfra.ir.types import TensorType
 from passinfra.transform.config import register_config
 from passinfra.transform.context import PassContext
 from passinfra.transform.decorators import function_pass
+from passinfra.transform.function_types import ensure_typed
 from passinfra.transform.passes import FunctionPass
 from passinfra.transform.registry import register_pass
 
@@ -112,7 +113,7 @@ class _InferenceSimplifier(ir.ExprMutator):
 
 def simplify_inference_function(func: Function, mod: ir.IRModule, ctx: PassContext) -> Function:
     """The per-function body of :func:`SimplifyInference`."""
-    ir.infer_type(func, mod)  # a no-op when InferType already ran (types are cached)
+    ensure_typed(func, mod)  # cached by the required InferType: the module is not read
     split = bool(ctx.get_config(SPLIT_LAYER_NORM, False))
     return _InferenceSimplifier(split).visit(func)
 
@@ -121,4 +122,4 @@ def simplify_inference_function(func: Function, mod: ir.IRModule, ctx: PassConte
 def SimplifyInference() -> FunctionPass:
     """Batch norm to scale and shift, dropout to identity, optionally layer norm split."""
     return function_pass(simplify_inference_function, opt_level=0, name="SimplifyInference",
-                         required=["InferType"])
+                         required=["InferType"], reads_module=False)

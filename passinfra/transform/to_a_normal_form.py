@@ -220,4 +220,5 @@ def ToANormalForm() -> Pass:
     def transform(func: Function, mod: IRModule, ctx: PassContext) -> Function:
         return to_a_normal_form(func)
 
-    return function_pass(transform, opt_level=1, name="ToANormalForm")
+    # reads nothing but the function: the scheduler may batch it with its neighbours
+    return function_pass(transform, opt_level=1, name="ToANormalForm", reads_module=False)

@@ -3,7 +3,8 @@
 A Let whose value is pure is dropped and its var replaced by the (rewritten) value; a
 var used several times thus becomes a node shared by its users, which is how graph form
 expresses reuse. Bindings whose value is impure (may call a stateful op) stay, since
-their position fixes when and whether the effect happens. A let-bound function that
+their position fixes when and whether the effect happens (a call of another global
+function counts as impure unless ``interprocedural=True``). A let-bound function that
 calls itself stays too (its var would otherwise be left unbound).
 
 Note: a pure value bound outside a Function literal and used inside it is substituted
@@ -17,9 +18,9 @@ from passinfra.ir.expr import Expr, Function, Let
 from passinfra.ir.functor import ExprMutator
 from passinfra.ir.module import IRModule
 from passinfra.transform.context import PassContext
-from passinfra.transform.dead_code_elimination import Purity, count_var_uses
 from passinfra.transform.decorators import function_pass
 from passinfra.transform.passes import Pass
+from passinfra.transform.purity import Purity, count_var_uses
 from passinfra.transform.registry import register_pass
 
 __all__ = ["ToGraphNormalForm", "to_graph_normal_form"]
@@ -52,10 +53,16 @@ def to_graph_normal_form(func: Function, mod: IRModule | None = None) -> Functio
 
 
 @register_pass("ToGraphNormalForm")
-def ToGraphNormalForm() -> Pass:
-    """A function pass (opt_level 1) turning pure Let bindings back into shared nodes."""
+def ToGraphNormalForm(interprocedural: bool = False) -> Pass:
+    """A function pass (opt_level 1) turning pure Let bindings back into shared nodes.
+
+    With ``interprocedural=False`` (the default) the pass reads nothing but the function
+    it is given (``reads_module=False``, so the scheduler batches it) and treats calls of
+    other global functions as possibly stateful; ``True`` judges them by their bodies,
+    reading the module.
+    """
 
     def transform(func: Function, mod: IRModule, ctx: PassContext) -> Function:
-        return to_graph_normal_form(func, mod)
+        return to_graph_normal_form(func, mod if interprocedural else None)
 
-    return function_pass(transform, opt_level=1, name="ToGraphNormalForm")
+    return function_pass(transform, opt_level=1, name="ToGraphNormalForm", reads_module=interprocedural)

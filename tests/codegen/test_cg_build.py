@@ -198,20 +198,6 @@ def test_build_hands_the_compile_pipeline_to_the_scheduler(ctx):
     assert "FuseOps" in scheduler.calls[0]
 
 
-def _lowering_available() -> bool:
-    from passinfra.build import _import_pass_modules
-    from passinfra.transform.registry import is_registered
-
-    _import_pass_modules()
-
-    return is_registered("LowerToPrimFunc") and is_registered("StorageFlatten")
-
-
-needs_lowering = pytest.mark.skipif(not _lowering_available(),
-                                    reason="LowerToPrimFunc/StorageFlatten not registered yet")
-
-
-@needs_lowering
 @pytest.mark.parametrize("model", ["demo_cnn", "mlp", "transformer_block"])
 def test_build_zoo_model_matches_the_interpreter(ctx, model):
     import passinfra
@@ -226,7 +212,6 @@ def test_build_zoo_model_matches_the_interpreter(ctx, model):
     np.testing.assert_allclose(lib(x), passinfra.evaluate(mod, x), rtol=1e-5, atol=1e-5)
 
 
-@needs_lowering
 def test_build_export_and_load_round_trip(ctx, tmp_path):
     import passinfra
     from passinfra.build import build
@@ -240,7 +225,6 @@ def test_build_export_and_load_round_trip(ctx, tmp_path):
     np.testing.assert_allclose(load_module(path)(x), passinfra.evaluate(mod, x), rtol=1e-5, atol=1e-5)
 
 
-@needs_lowering
 def test_second_build_compiles_nothing(ctx):
     from passinfra.build import build
     from passinfra.codegen.cache import compile_stats, reset_compile_stats
@@ -261,7 +245,6 @@ def test_host_analysis_and_planning_of_a_100k_call_chain(default_recursion_limit
     assert plan.workspace_bytes == 2 * 64 and plan.naive_bytes == (length - 1) * n * 4
 
 
-@needs_lowering
 def test_same_model_links_to_byte_identical_libraries(ctx):
     from passinfra.build import build
     from passinfra.frontend.models import demo_cnn

@@ -11,6 +11,7 @@ def ray_session():
 
     if not ray.is_initialized():
         ray.init(
+            address="local",  # never attach to another Ray that happens to run here
             num_cpus=2,
             include_dashboard=False,
             _node_ip_address="127.0.0.1",

@@ -123,7 +123,7 @@ def remove_no_op_prim_func(func: PrimFunc) -> PrimFunc:
 def RemoveNoOp() -> FunctionPass:
     """Remove no-op statements from every PrimFunc (see the module docstring)."""
     return create_prim_func_pass(lambda func, mod, ctx: remove_no_op_prim_func(func), opt_level=0,
-                                 name="RemoveNoOp")
+                                 name="RemoveNoOp", reads_module=False)
 
 
 __all__ = ["RemoveNoOp", "remove_no_op_prim_func", "is_no_op"]

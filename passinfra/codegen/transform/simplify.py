@@ -366,7 +366,7 @@ def simplify_prim_func(func: PrimFunc) -> PrimFunc:
 def Simplify() -> FunctionPass:
     """Simplify index arithmetic of every PrimFunc (see the module docstring)."""
     return create_prim_func_pass(lambda func, mod, ctx: simplify_prim_func(func), opt_level=0,
-                                 name="Simplify")
+                                 name="Simplify", reads_module=False)
 
 
 __all__ = ["Simplify", "Simplifier", "simplify_prim_func"]

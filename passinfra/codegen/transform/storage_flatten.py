@@ -86,7 +86,7 @@ def storage_flatten_prim_func(func: PrimFunc) -> PrimFunc:
 def StorageFlatten() -> FunctionPass:
     """Flatten every PrimFunc's buffers to 1-d (see the module docstring)."""
     return create_prim_func_pass(lambda func, mod, ctx: storage_flatten_prim_func(func), opt_level=0,
-                                 name="StorageFlatten")
+                                 name="StorageFlatten", reads_module=False)
 
 
 __all__ = ["StorageFlatten", "storage_flatten_prim_func", "row_major_index"]

@@ -155,7 +155,7 @@ def _run(func: PrimFunc, mod: Any, ctx: PassContext) -> PrimFunc:
 @register_pass("UnrollLoop")
 def UnrollLoop() -> FunctionPass:
     """Unroll loops per the ``tir.UnrollLoop`` config (see the module docstring)."""
-    return create_prim_func_pass(_run, opt_level=1, name="UnrollLoop")
+    return create_prim_func_pass(_run, opt_level=1, name="UnrollLoop", reads_module=False)
 
 
 __all__ = ["UnrollLoop", "UnrollLoopConfig", "unroll_prim_func", "CONFIG_KEY"]

@@ -156,7 +156,7 @@ def vectorize_prim_func(func: PrimFunc) -> PrimFunc:
 def VectorizeLoop() -> FunctionPass:
     """Mark safe innermost loops of every PrimFunc VECTORIZED (see the module docstring)."""
     return create_prim_func_pass(lambda func, mod, ctx: vectorize_prim_func(func), opt_level=1,
-                                 name="VectorizeLoop")
+                                 name="VectorizeLoop", reads_module=False)
 
 
 __all__ = ["VectorizeLoop", "vectorize_prim_func", "is_vectorizable", "affine_coefficient"]

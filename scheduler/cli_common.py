@@ -1,0 +1,201 @@
+"""What several ``raypass`` subcommands share: loading a MODEL, parsing option values,
+the PassContext from the command line, and the user-error type.
+
+Option values arrive as strings; everything here turns them into the typed values the
+library expects and raises :class:`CliUserError` (exit status 2) naming the bad value.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import runpy
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from passinfra.errors import RaypassError
+from passinfra.ir.module import IRModule
+from passinfra.transform import PassContext, get_pass, resolve_required
+from passinfra.transform.config import config_type, legalize_value
+
+EXIT_USER_ERROR = 2
+ZOO_PREFIX = "zoo:"
+
+
+class CliUserError(RaypassError):
+    """A command-line mistake: a missing file, a malformed option value."""
+
+
+# ----- MODEL ------------------------------------------------------------------------------
+def load_model(spec: str, shapes: dict[str, list[int]] | None = None) -> IRModule:
+    """An IRModule from a zoo spec (``zoo:transformer?layers=2``), an ``.onnx`` file or a
+    text-IR file (anything else)."""
+    if spec.startswith(ZOO_PREFIX):
+        from passinfra.frontend import from_onnx
+        from passinfra.frontend.zoo import zoo_spec
+
+        return from_onnx(zoo_spec(spec), shapes)
+    path = Path(spec)
+    if not path.is_file():
+        raise CliUserError(
+            f"model file {spec!r} does not exist (give an .onnx file, a text-IR file or zoo:NAME)"
+        )
+    if path.suffix == ".onnx":
+        from passinfra.frontend import from_onnx
+
+        return from_onnx(str(path), shapes)
+    if shapes:
+        raise CliUserError("--shapes applies to ONNX models only; a text-IR file states its own shapes")
+    from passinfra import ir
+
+    return ir.parse(path.read_text())
+
+
+# ----- option values ----------------------------------------------------------------------
+def parse_shapes(items: Sequence[str]) -> dict[str, list[int]]:
+    """``["data=1,3,224,224"]`` -> ``{"data": [1, 3, 224, 224]}``."""
+    shapes: dict[str, list[int]] = {}
+    for item in items:
+        name, sep, dims = item.partition("=")
+        try:
+            if not sep or not name:
+                raise ValueError
+            shapes[name] = [int(d) for d in dims.split(",") if d.strip()]
+        except ValueError:
+            raise CliUserError(
+                f"bad --shapes value {item!r}; expected name=d0,d1,... (e.g. input=1,3,224,224)"
+            ) from None
+    return shapes
+
+
+def split_names(values: Sequence[str]) -> list[str]:
+    """Pass-name options may be repeated and/or comma separated."""
+    return [name.strip() for value in values for name in value.split(",") if name.strip()]
+
+
+def parse_config(items: Sequence[str]) -> dict[str, Any]:
+    """``key=value`` strings converted to each key's registered type."""
+    config: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise CliUserError(f"bad --config value {item!r}; expected key=value")
+        expected = config_type(key)  # PassConfigError naming the known keys
+        config[key] = legalize_value(key, _from_text(key, expected, text))
+    return config
+
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def _from_text(key: str, expected: type, text: str) -> Any:
+    try:
+        if expected is bool:
+            lowered = text.strip().lower()
+            if lowered not in _TRUE | _FALSE:
+                raise ValueError
+            return lowered in _TRUE
+        if expected in (int, float, str):
+            return expected(text)
+        # containers are written as JSON: --config 'tir.UnrollLoop={"auto_max_step": 8}'
+        return json.loads(text)
+    except ValueError:
+        raise CliUserError(f"config {key!r} expects a {expected.__name__}, got {text!r}") from None
+
+
+def check_pass_names(required: Sequence[str], disabled: Sequence[str]) -> None:
+    """Unknown names raise PassNotFoundError, a ``required`` cycle PassCycleError, now
+    rather than halfway through a build."""
+    for name in [*required, *disabled]:
+        get_pass(name)
+    for name in required:
+        resolve_required(name)
+
+
+# ----- the PassContext ------------------------------------------------------------------------
+def add_context_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--opt-level", type=int, default=3, metavar="N", help="optimization level (default 3)"
+    )
+    parser.add_argument(
+        "--disabled-pass",
+        action="append",
+        default=[],
+        metavar="PASS[,PASS]",
+        help="never run these passes (repeatable)",
+    )
+    parser.add_argument(
+        "--required-pass",
+        action="append",
+        default=[],
+        metavar="PASS[,PASS]",
+        help="run these passes whatever the opt level (repeatable)",
+    )
+    parser.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="typed PassContext config, e.g. codegen.cflags=-O2 (repeatable)",
+    )
+
+
+def context_kwargs(args: argparse.Namespace, extra_config: dict[str, Any] | None = None) -> dict[str, Any]:
+    """PassContext keyword arguments (without instruments) from the parsed options."""
+    required = split_names(args.required_pass)
+    disabled = split_names(args.disabled_pass)
+    check_pass_names(required, disabled)
+    config = parse_config(args.config)
+    config.update(extra_config or {})
+    return {
+        "opt_level": args.opt_level,
+        "required_pass": required,
+        "disabled_pass": disabled,
+        "config": config,
+    }
+
+
+def make_context(args: argparse.Namespace, instruments: Sequence[Any] = ()) -> PassContext:
+    return PassContext(instruments=list(instruments), **context_kwargs(args))
+
+
+# ----- scheduler ------------------------------------------------------------------------
+def add_scheduler_options(parser: argparse.ArgumentParser, default_backend: str = "auto") -> None:
+    parser.add_argument(
+        "--backend",
+        choices=("local", "ray", "auto"),
+        default=default_backend,
+        help=f"where function passes run (default {default_backend})",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="Ray worker actors (default: one per CPU of the cluster)",
+    )
+    parser.add_argument(
+        "--address",
+        default=None,
+        metavar="ADDR",
+        help="connect to this Ray cluster (e.g. ray://head:10001 or auto)",
+    )
+
+
+def make_scheduler(args: argparse.Namespace) -> Any:
+    from scheduler.scheduler import Scheduler
+
+    if args.workers is not None and args.workers < 1:
+        raise CliUserError(f"--workers must be at least 1, got {args.workers}")
+    return Scheduler(backend=args.backend, num_workers=args.workers, address=args.address)
+
+
+# ----- plugins -----------------------------------------------------------------------------
+def load_plugins(paths: Sequence[str]) -> None:
+    """Run Python files that register passes, instruments or config keys."""
+    for path in paths:
+        if not Path(path).is_file():
+            raise CliUserError(f"plugin file {path!r} does not exist")
+        runpy.run_path(path, run_name="raypass_plugin")

@@ -1,0 +1,207 @@
+"""``raypass compile MODEL -o LIB``: build a model into a library (or emit C / final IR).
+
+:func:`compile_model` is the part ``raypass demo`` shares: it sets up the PassContext
+from the options (typed config, instruments), runs the build with a Scheduler under a
+progress display, and returns what the reports need.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from passinfra.instrument import DumpIR, PassPrintingInstrument, PassTimingInstrument
+from passinfra.ir.module import IRModule
+from passinfra.transform import PassContext
+from scheduler.cli_common import (
+    CliUserError,
+    add_context_options,
+    add_scheduler_options,
+    context_kwargs,
+    load_model,
+    make_scheduler,
+    parse_shapes,
+    split_names,
+)
+from scheduler.cli_progress import BuildProgress
+from scheduler.cli_report import print_timing
+from scheduler.cli_trace import PassSpanRecorder, Span, write_trace
+from scheduler.stats import RunStats
+
+EMIT_KINDS = ("c", "ir")
+
+
+@dataclass
+class BuildOutcome:
+    library: Any = None  # runtime.Module, unless emitting
+    emitted: str = ""  # C or IR text when emitting
+    seconds: float = 0.0
+    started: float = 0.0  # time.time() when the build began
+    timings: list[dict[str, Any]] = field(default_factory=list)
+    stats: RunStats | None = None
+    spans: list[Span] = field(default_factory=list)
+
+
+def add_build_options(parser: argparse.ArgumentParser, default_backend: str = "auto") -> None:
+    add_context_options(parser)
+    add_scheduler_options(parser, default_backend)
+    parser.add_argument("--cache-dir", default=None, metavar="DIR", help="compiled-kernel cache directory")
+    parser.add_argument("--no-cache", action="store_true", help="compile every kernel, use no cache")
+    parser.add_argument(
+        "--plugin",
+        action="append",
+        default=[],
+        metavar="FILE.py",
+        help="run a Python file that registers passes or config keys first (repeatable)",
+    )
+
+
+def _instruments(args: argparse.Namespace) -> list[Any]:
+    instruments: list[Any] = []
+    before = split_names(getattr(args, "print_ir_before", []) or [])
+    after = split_names(getattr(args, "print_ir_after", []) or [])
+    if before or after:
+        instruments.append(PassPrintingInstrument(before, after))
+    if getattr(args, "dump_ir", None):
+        instruments.append(DumpIR(args.dump_ir))
+    return instruments
+
+
+def _cache_config(args: argparse.Namespace) -> dict[str, Any]:
+    config: dict[str, Any] = {}
+    if args.cache_dir:
+        config["codegen.cache_dir"] = str(args.cache_dir)
+    if args.no_cache:
+        config["codegen.no_cache"] = True
+    return config
+
+
+def compile_model(
+    mod: IRModule,
+    args: argparse.Namespace,
+    scheduler: Any,
+    emit: str | None = None,
+    live_progress: bool | None = None,
+) -> BuildOutcome:
+    """Build ``mod`` under the PassContext the options describe."""
+    import passinfra
+    from passinfra.build import compile_pipeline, link_pipeline
+
+    kwargs = context_kwargs(args, _cache_config(args))
+    timing, recorder = PassTimingInstrument(), PassSpanRecorder()
+    others = [timing, recorder, *_instruments(args)]
+    # the progress display follows the plan the scheduler will make under these instruments
+    progress = BuildProgress(
+        [compile_pipeline(), link_pipeline()], PassContext(instruments=others, **kwargs), live=live_progress
+    )
+    outcome = BuildOutcome()
+    started = time.perf_counter()
+    outcome.started = time.time()
+    with progress, PassContext(instruments=[*others, progress], **kwargs):
+        if emit is None:
+            outcome.library = passinfra.build(mod, opt_level=args.opt_level, scheduler=scheduler)
+        else:
+            outcome.emitted = _emit(emit, scheduler.run(compile_pipeline(), mod), link_pipeline())
+        # read before the context exits: the timing instrument clears itself on exit
+        outcome.timings = timing.timings()
+    outcome.seconds = time.perf_counter() - started
+    outcome.stats = scheduler.last_run
+    outcome.spans = list(recorder.spans)
+    return outcome
+
+
+def _emit(kind: str, compiled: IRModule, link: Any) -> str:
+    if kind == "ir":
+        return compiled.astext()
+    from passinfra.codegen.tir import PrimFunc
+
+    parts = [
+        f"/* {gv.name_hint} */\n{func.attrs['c_source']}"
+        for gv, func in compiled.items()
+        if isinstance(func, PrimFunc) and "c_source" in func.attrs
+    ]
+    linked = link(compiled)
+    if "host_c_source" in linked.attrs:
+        parts.append(f"/* host code: raypass_main */\n{linked.attrs['host_c_source']}")
+    return "\n\n".join(parts) + "\n"
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    from scheduler.cli_common import load_plugins
+
+    load_plugins(args.plugin)
+    if args.emit is None and not args.output:
+        raise CliUserError("compile needs -o LIB (or --emit c|ir to write source instead)")
+    mod = load_model(args.model, parse_shapes(args.shapes))
+    scheduler = make_scheduler(args)
+    with scheduler:
+        outcome = compile_model(mod, args, scheduler, emit=args.emit)
+    if args.emit is not None:
+        if args.output and args.output != "-":
+            Path(args.output).write_text(outcome.emitted)
+            print(f"wrote the {'generated C' if args.emit == 'c' else 'final IR'} to {args.output}")
+        else:
+            sys.stdout.write(outcome.emitted)
+    else:
+        outcome.library.export_library(args.output)
+        kernels = len(set(outcome.library.metadata.get("kernels", [])))
+        print(
+            f"wrote {args.output} (+ .raypass.json, .weights.bin): {kernels} kernels, "
+            f"built in {outcome.seconds:.2f}s on the {outcome.stats.backend} backend"
+        )
+    if args.timing:
+        print_timing(outcome.timings, outcome.stats)
+    if args.trace:
+        path = write_trace(args.trace, outcome.spans, outcome.stats)
+        print(f"wrote the trace to {path} (open it in https://ui.perfetto.dev)")
+    return 0
+
+
+def add_parser(sub: Any) -> None:
+    parser = sub.add_parser(
+        "compile",
+        help="compile a model into a library (or emit C / IR)",
+        description="Compile MODEL (an .onnx file, a text-IR file or zoo:NAME?k=v&...).",
+    )
+    parser.add_argument(
+        "model", metavar="MODEL", help="model.onnx, model.txt (text IR) or zoo:transformer?layers=2"
+    )
+    parser.add_argument(
+        "-o", "--output", metavar="LIB", help="the library to write (with --emit: the source file)"
+    )
+    parser.add_argument(
+        "--shapes",
+        action="append",
+        default=[],
+        metavar="NAME=D0,D1,...",
+        help="static input shapes for an ONNX model (repeatable)",
+    )
+    add_build_options(parser)
+    parser.add_argument("--timing", action="store_true", help="print the pass timing table")
+    parser.add_argument("--trace", metavar="FILE", help="write a Chrome trace-event JSON of the build")
+    parser.add_argument(
+        "--print-ir-before",
+        action="append",
+        default=[],
+        metavar="PASS[,PASS]",
+        help="print the module before these passes",
+    )
+    parser.add_argument(
+        "--print-ir-after",
+        action="append",
+        default=[],
+        metavar="PASS[,PASS]",
+        help="print the module after these passes",
+    )
+    parser.add_argument("--dump-ir", metavar="DIR", help="write the module after every pass into DIR")
+    parser.add_argument(
+        "--emit",
+        choices=EMIT_KINDS,
+        default=None,
+        help="write the generated C or the final IR (to -o, or stdout) instead of a library",
+    )
+    parser.set_defaults(func=cmd_compile)

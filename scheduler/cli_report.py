@@ -1,0 +1,134 @@
+"""Tables the CLI prints with rich: the timing of a build, its workers, the passes.
+
+The numbers of the timing table come from the PassTimingInstrument (driver wall time
+per pass, and the worker CPU the scheduler merged into it) and from the scheduler's
+per-(pass, function) events (the slowest function): the same events the trace draws, so
+a pass's worker slices in the trace sum to its "worker CPU" here.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from scheduler.stats import RunStats
+
+# the Sequentials of passinfra.build: their time is the sum of their passes
+_PIPELINE_NAMES = frozenset({"build_compile", "build_link"})
+
+
+def console() -> Console:
+    """A console for stdout; off a terminal a fixed wide width keeps rows on one line."""
+    if sys.stdout.isatty():
+        return Console()
+    return Console(width=160, no_color=True, highlight=False)
+
+
+@dataclass
+class PassRow:
+    name: str
+    runs: int = 0
+    wall_ms: float = 0.0
+    worker_cpu_ms: float | None = None
+    functions: int | None = None
+    slowest: str = ""
+    slowest_ms: float = 0.0
+
+
+def timing_rows(timings: list[dict[str, Any]], stats: RunStats | None) -> list[PassRow]:
+    """One row per pass name (runs summed), in order of first run."""
+    rows: dict[str, PassRow] = {}
+    stack = list(reversed(timings))
+    while stack:
+        entry = stack.pop()
+        stack.extend(reversed(entry["children"]))
+        if entry["children"] or entry["name"] in _PIPELINE_NAMES:
+            continue  # a Sequential: its passes have rows of their own
+        row = rows.setdefault(entry["name"], PassRow(entry["name"]))
+        row.runs += 1
+        row.wall_ms += entry["total_us"] / 1e3
+        workers = entry["workers"]
+        if workers is not None:
+            row.worker_cpu_ms = (row.worker_cpu_ms or 0.0) + workers["cpu_us"] / 1e3
+            row.functions = (row.functions or 0) + workers["functions"]
+    for event in stats.events if stats is not None else ():
+        row = rows.get(event.pass_name)
+        if row is not None and event.seconds * 1e3 >= row.slowest_ms:
+            row.slowest, row.slowest_ms = event.function, event.seconds * 1e3
+    return list(rows.values())
+
+
+def timing_table(rows: list[PassRow]) -> Table:
+    table = Table(title="Pass timing", title_justify="left")
+    table.add_column("pass")
+    table.add_column("runs", justify="right")
+    table.add_column("wall ms", justify="right")
+    table.add_column("worker CPU ms", justify="right")
+    table.add_column("functions", justify="right")
+    table.add_column("slowest function")
+    for row in rows:
+        cpu = "-" if row.worker_cpu_ms is None else f"{row.worker_cpu_ms:.3f}"
+        functions = "-" if row.functions is None else str(row.functions)
+        slowest = f"{row.slowest} ({row.slowest_ms:.3f} ms)" if row.slowest else "-"
+        table.add_row(row.name, str(row.runs), f"{row.wall_ms:.3f}", cpu, functions, slowest)
+    total_wall = sum(row.wall_ms for row in rows)
+    total_cpu = sum(row.worker_cpu_ms or 0.0 for row in rows)
+    table.add_section()
+    table.add_row("total", "", f"{total_wall:.3f}", f"{total_cpu:.3f}", "", "")
+    # the workers run a whole batched stage when its first pass starts
+    table.caption = "wall: driver time (a batched stage's time shows on its first pass)"
+    return table
+
+
+def worker_table(stats: RunStats) -> Table | None:
+    """Per worker: pid, functions run, busy seconds, and busy share of the time the
+    function stages ran (Ray start-up and driver-only passes excluded)."""
+    if not stats.worker_busy_seconds:
+        return None
+    table = Table(title=f"Workers ({stats.backend}: {stats.backend_reason})", title_justify="left")
+    for column in ("worker", "pid", "function runs", "busy s", "busy share"):
+        table.add_column(column, justify="right")
+    stage_seconds = sum(stage.wall_seconds for stage in stats.stages if stage.kind == "function") or 1.0
+    for slot in sorted(stats.worker_busy_seconds):
+        busy = stats.worker_busy_seconds[slot]
+        pid = str(stats.worker_pids.get(slot, "?"))
+        runs = str(stats.worker_functions.get(slot, 0))
+        table.add_row(str(slot), pid, runs, f"{busy:.3f}", f"{busy / stage_seconds:.0%}")
+    table.caption = f"busy share: of the {stage_seconds:.3f}s the function stages ran"
+    return table
+
+
+def print_timing(timings: list[dict[str, Any]], stats: RunStats | None) -> list[PassRow]:
+    out = console()
+    rows = timing_rows(timings, stats)
+    out.print(timing_table(rows))
+    if stats is not None:
+        workers = worker_table(stats)
+        if workers is not None:
+            out.print(workers)
+        else:
+            out.print(f"backend: {stats.backend} ({stats.backend_reason})")
+    return rows
+
+
+def passes_table() -> Table:
+    """Every registered pass: name, kind, opt_level, required."""
+    from passinfra.transform import ModulePass, Sequential, get_pass, list_passes
+
+    table = Table(title="Registered passes", title_justify="left")
+    for column in ("name", "kind", "opt_level", "required"):
+        table.add_column(column)
+    for name in list_passes():
+        pass_ = get_pass(name)
+        if isinstance(pass_, Sequential):
+            kind = "sequential"
+        elif isinstance(pass_, ModulePass):
+            kind = "module"
+        else:
+            kind = "function"
+        table.add_row(name, kind, str(pass_.info.opt_level), ", ".join(pass_.info.required) or "-")
+    return table

@@ -1,0 +1,96 @@
+"""``raypass run LIB``: run a compiled library on given or random inputs."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from scheduler.cli_common import CliUserError
+
+RANDOM = "random"
+
+
+def random_input(shape: list[int], dtype: str, rng: np.random.Generator, high: int = 16) -> np.ndarray:
+    """Normal floats; small non-negative ints (token ids must index an embedding)."""
+    if np.issubdtype(np.dtype(dtype), np.integer):
+        return rng.integers(0, high, size=shape).astype(dtype)
+    if np.dtype(dtype) == np.bool_:
+        return rng.integers(0, 2, size=shape).astype(bool)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def _inputs(specs: list[dict[str, Any]], items: list[str], seed: int) -> list[np.ndarray]:
+    given: dict[str, str] = {}
+    for item in items:
+        name, sep, source = item.partition("=")
+        if not sep:
+            raise CliUserError(f"bad --input {item!r}; expected name=file.npy or name=random")
+        given[name] = source
+    unknown = set(given) - {spec["name"] for spec in specs}
+    if unknown:
+        known = ", ".join(spec["name"] for spec in specs)
+        raise CliUserError(f"the library has no input named {sorted(unknown)[0]!r}; its inputs: {known}")
+    rng = np.random.default_rng(seed)
+    arrays = []
+    for spec in specs:
+        source = given.get(spec["name"], RANDOM)
+        if source == RANDOM:
+            arrays.append(random_input(spec["shape"], spec["dtype"], rng))
+            continue
+        if not Path(source).is_file():
+            raise CliUserError(f"input file {source!r} for {spec['name']!r} does not exist")
+        arrays.append(np.load(source))
+    return arrays
+
+
+def _flatten(result: Any) -> list[np.ndarray]:
+    stack, flat = [result], []
+    while stack:
+        item = stack.pop()
+        if isinstance(item, tuple):
+            stack.extend(reversed(item))
+        else:
+            flat.append(np.asarray(item))
+    return flat
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from passinfra.runtime.module import load_module
+
+    if not Path(args.library).is_file():
+        raise CliUserError(f"library {args.library!r} does not exist (write one with `raypass compile -o`)")
+    lib = load_module(args.library)
+    arrays = _inputs(lib.metadata["inputs"], args.input, args.seed)
+    for spec, array in zip(lib.metadata["inputs"], arrays):
+        print(f"input  {spec['name']}: {array.shape} {array.dtype}")
+    outputs = _flatten(lib(*arrays))
+    if args.output:
+        Path(args.output).mkdir(parents=True, exist_ok=True)
+    for index, out in enumerate(outputs):
+        summary = ""
+        if out.size and np.issubdtype(out.dtype, np.number):
+            summary = f" min {out.min():.6g} max {out.max():.6g} mean {out.mean():.6g} std {out.std():.6g}"
+        print(f"output {index}: {out.shape} {out.dtype}{summary}")
+        if args.output:
+            path = Path(args.output) / f"output_{index}.npy"
+            np.save(path, out)
+            print(f"  saved to {path}")
+    return 0
+
+
+def add_parser(sub: Any) -> None:
+    parser = sub.add_parser("run", help="run a compiled library and summarize its outputs")
+    parser.add_argument("library", metavar="LIB", help="a library written by `raypass compile -o LIB`")
+    parser.add_argument(
+        "--input",
+        action="append",
+        default=[],
+        metavar="NAME=FILE.npy|random",
+        help="an input array (default: random for every input)",
+    )
+    parser.add_argument("--output", metavar="DIR", help="save every output as DIR/output_<i>.npy")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    parser.set_defaults(func=cmd_run)

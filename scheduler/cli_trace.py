@@ -1,0 +1,180 @@
+"""The trace of a build: Chrome trace-event JSON (opens in Perfetto / chrome://tracing)
+and a timeline picture, both with one lane for the driver and one per worker.
+
+Slices: every pass run seen by the driver (nested: a Sequential contains its passes),
+the scheduler's driver spans (sending functions, merging results, module passes), and
+on the worker lanes one slice per (pass, function) the workers measured.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from passinfra.instrument import PassInstrument
+from scheduler.stats import RunStats
+
+if TYPE_CHECKING:
+    from passinfra.ir.module import IRModule
+    from passinfra.transform.pass_info import PassInfo
+
+DRIVER_TID = 0
+TRACE_PID = 1
+
+
+@dataclass(frozen=True)
+class Span:
+    name: str
+    start: float  # time.time()
+    seconds: float
+    category: str
+
+
+class PassSpanRecorder(PassInstrument):
+    """Records the wall-clock span of every pass run in the driver."""
+
+    uses_module = False
+
+    def __init__(self) -> None:
+        self.spans: list[Span] = []
+        self._open: list[tuple[str, float, float]] = []
+
+    def run_before_pass(self, mod: IRModule, info: PassInfo) -> None:
+        self._open.append((info.name, time.time(), time.perf_counter()))
+
+    def run_after_pass(self, mod: IRModule, info: PassInfo) -> None:
+        self._close(info.name)
+
+    def on_pass_error(self, mod: IRModule, info: PassInfo, error: BaseException) -> None:
+        self._close(info.name)
+
+    def _close(self, name: str) -> None:
+        if self._open and self._open[-1][0] == name:
+            _, wall, started = self._open.pop()
+            self.spans.append(Span(name, wall, time.perf_counter() - started, "pass"))
+
+
+def worker_tid(slot: int) -> int:
+    return slot + 1
+
+
+def trace_events(spans: list[Span], stats: RunStats | None) -> list[dict[str, Any]]:
+    """Trace events (``ph: "X"`` complete slices, times in microseconds from the first
+    event) plus the lane names."""
+    slices: list[tuple[str, str, float, float, int, dict[str, Any]]] = [
+        (span.name, span.category, span.start, span.seconds, DRIVER_TID, {}) for span in spans
+    ]
+    workers: set[int] = set()
+    if stats is not None:
+        for event in stats.driver_events:
+            slices.append((event.name, "driver", event.start, event.seconds, DRIVER_TID, {}))
+        for work in stats.events:
+            workers.add(work.worker)
+            slices.append(
+                (
+                    work.pass_name,
+                    "worker",
+                    work.start,
+                    work.seconds,
+                    worker_tid(work.worker),
+                    {"function": work.function, "leaf": work.leaf},
+                )
+            )
+        workers.update(stats.worker_pids)
+    origin = min((start for _, _, start, _, _, _ in slices), default=0.0)
+    events: list[dict[str, Any]] = [_lane_name(DRIVER_TID, "driver")]
+    for slot in sorted(workers):
+        pid = stats.worker_pids.get(slot) if stats is not None else None
+        events.append(_lane_name(worker_tid(slot), f"worker {slot}" + (f" (pid {pid})" if pid else "")))
+    for name, category, start, seconds, tid, args in slices:
+        events.append(
+            {
+                "name": name,
+                "cat": category,
+                "ph": "X",
+                "pid": TRACE_PID,
+                "tid": tid,
+                "ts": round((start - origin) * 1e6, 3),
+                "dur": round(seconds * 1e6, 3),
+                "args": args,
+            }
+        )
+    return events
+
+
+def _lane_name(tid: int, name: str) -> dict[str, Any]:
+    # metadata events carry ts/dur 0 so every event has the same fields
+    return {
+        "name": "thread_name",
+        "ph": "M",
+        "pid": TRACE_PID,
+        "tid": tid,
+        "ts": 0,
+        "dur": 0,
+        "args": {"name": name},
+    }
+
+
+def write_trace(path: str | Path, spans: list[Span], stats: RunStats | None) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    document = {"traceEvents": trace_events(spans, stats), "displayTimeUnit": "ms"}
+    path.write_text(json.dumps(document))
+    return path
+
+
+# ----- the timeline picture ------------------------------------------------------------------
+TIMELINE_WIDTH_INCHES = 12.0
+TIMELINE_DPI = 100
+
+
+def write_timeline_png(path: str | Path, spans: list[Span], stats: RunStats | None) -> tuple[Path, int, int]:
+    """Draw the slices with workers as lanes (the driver on top); returns (path, width,
+    height) in pixels. Only the leaf pass spans of the driver are drawn (no nesting)."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, never a window
+    import matplotlib.pyplot as plt
+
+    events = [e for e in trace_events(_leaf_spans(spans), stats) if e["ph"] == "X"]
+    lanes = sorted({e["tid"] for e in events} | {DRIVER_TID})
+    names = sorted({e["name"] for e in events})
+    colours = plt.get_cmap("tab20")
+    colour_of = {name: colours(i % 20) for i, name in enumerate(names)}
+    height_inches = 1.5 + 0.5 * len(lanes)
+    fig, ax = plt.subplots(figsize=(TIMELINE_WIDTH_INCHES, height_inches), dpi=TIMELINE_DPI)
+    row_of = {tid: len(lanes) - 1 - i for i, tid in enumerate(lanes)}
+    for event in events:
+        ax.broken_barh(
+            [(event["ts"] / 1e3, max(event["dur"] / 1e3, 1e-3))],
+            (row_of[event["tid"]] - 0.4, 0.8),
+            facecolors=colour_of[event["name"]],
+            edgecolor="none",
+        )
+    ax.set_yticks([row_of[tid] for tid in lanes])
+    ax.set_yticklabels(["driver" if tid == DRIVER_TID else f"worker {tid - 1}" for tid in lanes])
+    ax.set_xlabel("milliseconds since the build started")
+    ax.set_title("raypass build timeline (colour = pass)")
+    ax.set_ylim(-0.6, len(lanes) - 0.4)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=TIMELINE_DPI)
+    width, height = fig.canvas.get_width_height()
+    plt.close(fig)
+    return path, width, height
+
+
+def _leaf_spans(spans: list[Span]) -> list[Span]:
+    """Spans that contain no other span (a Sequential's span covers its passes)."""
+    ordered = sorted(spans, key=lambda s: (s.start, -s.seconds))
+    leaves = []
+    for i, span in enumerate(ordered):
+        following = ordered[i + 1] if i + 1 < len(ordered) else None
+        contains_next = following is not None and following.start < span.start + span.seconds
+        if not contains_next:
+            leaves.append(span)
+    return leaves

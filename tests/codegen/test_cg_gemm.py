@@ -1,0 +1,161 @@
+"""Contractions through BLAS (passinfra/codegen/gemm.py): dense, matmul and conv2d become
+``rp_sgemm`` calls above a size threshold, and stay allclose to the interpreter."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import passinfra
+from passinfra.codegen.gemm import (
+    BLAS_SYMBOL,
+    GEMM_INTRINSIC,
+    MIN_GEMM_MACS,
+    blas_library,
+    blas_prototype,
+    is_gemm,
+    plan_contraction,
+)
+from passinfra.codegen.lower import LowerToPrimFunc, lower_primitive_function
+from passinfra.codegen.tir_eval import run_prim_func
+from passinfra.ir import op
+from passinfra.ir.attrs import Attrs
+from passinfra.ir.expr import Function, var
+from passinfra.ir.module import IRModule
+from passinfra.runtime.interpreter import evaluate
+from passinfra.transform import PassContext
+
+pytestmark = pytest.mark.skipif(blas_library() is None, reason="scipy-openblas32 is not installed")
+
+RTOL = ATOL = 1e-5
+
+
+def _arrays(shapes, seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(s).astype("float32") for s in shapes]
+
+
+def _func(shapes, make):
+    params = [var(f"p{i}", s) for i, s in enumerate(shapes)]
+    return Function(params, make(*params))
+
+
+def _gemm_calls(stmt) -> int:
+    """How many GEMM intrinsics a statement tree holds (explicit stack)."""
+    from passinfra.codegen import tir
+
+    count, stack = 0, [stmt]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, tir.Evaluate):
+            count += is_gemm(node.value)
+        elif isinstance(node, tir.SeqStmt):
+            stack.extend(node.stmts)
+        elif isinstance(node, (tir.For, tir.Allocate, tir.LetStmt)):
+            stack.append(node.body)
+        elif isinstance(node, tir.IfThenElse):
+            stack.extend(s for s in (node.then_case, node.else_case) if s is not None)
+    return count
+
+
+def conv(layout, kernel_layout, **kw):
+    def make(x, w):
+        return op.nn.conv2d(x, w, data_layout=layout, kernel_layout=kernel_layout, **kw)
+    return make
+
+
+def conv_bias_relu(x, w, b):
+    return op.nn.relu(op.nn.bias_add(op.nn.conv2d(x, w, padding=(1, 1)), b))
+
+
+# (name, input shapes, graph) -- every one big enough for BLAS
+CASES = [
+    ("dense", [(16, 64), (48, 64)], op.nn.dense),
+    ("dense_3d_data", [(2, 8, 64), (40, 64)], op.nn.dense),
+    ("matmul_2d", [(24, 64), (64, 32)], op.matmul),
+    ("matmul_batched_rhs_2d", [(3, 16, 32), (32, 40)], op.matmul),
+    ("matmul_batched", [(2, 3, 16, 32), (2, 3, 32, 24)], op.matmul),
+    ("matmul_broadcast_batch", [(2, 1, 16, 32), (3, 32, 24)], op.matmul),
+    ("matmul_lhs_2d", [(16, 32), (4, 32, 24)], op.matmul),
+    ("conv_nchw_pad", [(2, 8, 12, 12), (16, 8, 3, 3)], conv("NCHW", "OIHW", padding=(1, 1))),
+    ("conv_nchw_stride_dilation", [(1, 8, 15, 15), (16, 8, 3, 3)],
+     conv("NCHW", "OIHW", strides=(2, 2), dilation=(2, 2), padding=(2, 1))),
+    ("conv_nchw_1x1", [(2, 32, 8, 8), (24, 32, 1, 1)], conv("NCHW", "OIHW")),
+    ("conv_nhwc_hwio", [(2, 12, 12, 8), (3, 3, 8, 16)], conv("NHWC", "HWIO", padding=(1, 1))),
+    ("conv_nhwc_hwio_strided", [(1, 13, 13, 8), (5, 5, 8, 16)],
+     conv("NHWC", "HWIO", strides=(2, 2), padding=(2, 2, 1, 1))),
+    ("conv_nhwc_1x1", [(2, 8, 8, 32), (1, 1, 32, 24)], conv("NHWC", "HWIO")),
+    ("conv_bias_relu_epilogue", [(1, 8, 12, 12), (16, 8, 3, 3), (16,)], conv_bias_relu),
+]
+
+
+@pytest.mark.parametrize("name, shapes, make", CASES, ids=[c[0] for c in CASES])
+def test_lowered_gemm_matches_interpreter(name, shapes, make):
+    func = _func(shapes, make)
+    args = _arrays(shapes)
+    expected = evaluate(IRModule({"main": func}), *args)
+    lowered = lower_primitive_function(func, name, use_blas=True)
+    assert lowered.attrs["uses_blas"] is True
+    assert _gemm_calls(lowered.body) >= 1
+    np.testing.assert_allclose(run_prim_func(lowered, *args), expected, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("name, shapes, make", CASES[::2], ids=[c[0] for c in CASES[::2]])
+def test_built_gemm_matches_interpreter(name, shapes, make, tmp_path):
+    mod = IRModule({"main": _func(shapes, make)})
+    args = _arrays(shapes, seed=1)
+    with PassContext(config={"codegen.cache_dir": str(tmp_path)}):
+        compiled = passinfra.build(mod)
+    np.testing.assert_allclose(compiled(*args), evaluate(mod, *args), rtol=RTOL, atol=ATOL)
+
+
+def test_small_contractions_stay_loops():
+    shapes = [(2, 4), (3, 4)]
+    assert 2 * 3 * 4 < MIN_GEMM_MACS
+    lowered = lower_primitive_function(_func(shapes, op.nn.dense), "small", use_blas=True)
+    assert "uses_blas" not in lowered.attrs and _gemm_calls(lowered.body) == 0
+
+
+def test_unsupported_layouts_and_dtypes_have_no_plan():
+    attrs = Attrs({"data_layout": "NCHW", "kernel_layout": "HWIO", "groups": 1, "strides": (1, 1),
+                   "padding": (0, 0, 0, 0), "dilation": (1, 1)})
+    assert plan_contraction("nn.conv2d", attrs, [(1, 8, 16, 16), (3, 3, 8, 16)], "float32",
+                            (1, 16, 14, 14)) is None
+    grouped = Attrs({**attrs, "kernel_layout": "OIHW", "groups": 2})
+    assert plan_contraction("nn.conv2d", grouped, [(1, 8, 16, 16), (16, 4, 3, 3)], "float32",
+                            (1, 16, 14, 14)) is None
+    assert plan_contraction("nn.dense", Attrs({}), [(64, 64), (64, 64)], "float64", (64, 64)) is None
+    assert plan_contraction("nn.dense", Attrs({}), [(64, 64), (64, 64)], "float32", (64, 64)) is not None
+    assert plan_contraction("matmul", Attrs({}), [(64,), (64, 64)], "float32", (64,)) is None
+
+
+def test_blas_config_off_lowers_loops():
+    mod = IRModule({"main": _func([(16, 64), (48, 64)], op.nn.dense).with_attr("Primitive", 1)})
+    with PassContext(config={"codegen.blas": False}):
+        off = LowerToPrimFunc()(mod)["main"]
+    on = LowerToPrimFunc()(mod)["main"]
+    assert _gemm_calls(off.body) == 0 and "uses_blas" not in off.attrs
+    assert _gemm_calls(on.body) == 1 and on.attrs["uses_blas"] is True
+
+
+def test_c_source_calls_prefixed_sgemm_and_sets_threads(tmp_path):
+    mod = IRModule({"main": _func([(16, 64), (48, 64)], op.nn.dense).with_attr("Primitive", 1)})
+    seq = passinfra.transform.Sequential([passinfra.transform.get_pass(n) for n in
+                                          ("LowerToPrimFunc", "StorageFlatten", "CodegenC")])
+    with PassContext(config={"codegen.blas_threads": 3}):
+        source = seq(mod)["main"].attrs["c_source"]
+    assert f"{BLAS_SYMBOL}(101, 111, " in source
+    assert "scipy_openblas_set_num_threads(3)" in source
+    assert GEMM_INTRINSIC not in source
+    assert "set_num_threads(" not in blas_prototype(0).split("rp_blas_threads")[1]
+
+
+def test_library_links_blas_with_rpath(tmp_path):
+    mod = IRModule({"main": _func([(16, 64), (48, 64)], op.nn.dense)})
+    with PassContext(config={"codegen.cache_dir": str(tmp_path)}):
+        compiled = passinfra.build(mod)
+    path = tmp_path / "dense.so"
+    compiled.export_library(str(path))
+    data = path.read_bytes()
+    assert blas_library().lib_dir.encode() in data  # the rpath
+    assert BLAS_SYMBOL.encode() in data

@@ -1,0 +1,75 @@
+"""Multi-node and attach: scenarios in subprocesses (each needs its own Ray)."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+RAY = Path(sys.executable).with_name("ray")
+
+
+# keep Ray on the loopback address (it otherwise swaps 127.0.0.1 for the host's address),
+# and have head and client agree on token authentication (the token in ~/.ray)
+LOOPBACK_ONLY = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "token"}
+
+
+def _run_scenario(module: str, *args: str, timeout: float = 300) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), **LOOPBACK_ONLY)
+    proc = subprocess.run(
+        [sys.executable, "-m", f"tests.scheduler.scenarios.{module}", *args],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_multinode_spread_and_node_loss():
+    result = _run_scenario("multinode")
+    assert len(result["worker_nodes"]) == 2  # workers spread over both nodes
+    assert result["identical"]
+    assert result["retries"] >= 1 and result["restarts"] >= 1
+    assert result["victim"] not in result["nodes_after"]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def ray_head():
+    port = _free_port()
+    proc = subprocess.Popen(
+        [str(RAY), "start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1", "--num-cpus=2",
+         "--include-dashboard=false", "--block"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        env=dict(os.environ, **LOOPBACK_ONLY),
+    )
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.5)
+    else:
+        os.killpg(proc.pid, signal.SIGTERM)
+        pytest.fail("ray start --head did not come up within 60 s")
+    yield f"127.0.0.1:{port}", proc
+    os.killpg(proc.pid, signal.SIGTERM)
+    proc.wait(timeout=60)
+
+
+def test_attach_to_a_running_cluster(ray_head):
+    address, head = ray_head
+    result = _run_scenario("attach_client", address)
+    assert result["identical"] and result["attached"]
+    assert len(result["worker_pids"]) == 2
+    assert head.poll() is None  # the scheduler never stops a cluster it only attached to
