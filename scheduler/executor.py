@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from passinfra.instrument import PassInstrument, PassTimingInstrument
 from passinfra.ir.module import IRModule
 from passinfra.transform import Pass, PassContext, run_instrumented
 from scheduler.plan import FunctionStage, Plan, PlanNode, build_plan
-from scheduler.ray_runner import StageOutcome
+
+if TYPE_CHECKING:
+    from scheduler.ray_runner import StageOutcome
 
 _HOOKS_THAT_SEE_THE_MODULE = ("should_run", "run_before_pass", "run_after_pass")
 
@@ -39,8 +41,8 @@ def batching_allowed(ctx: PassContext) -> bool:
     return not any(instrument_needs_module(inst) for inst in ctx.instruments)
 
 
-StageRunner = Callable[[FunctionStage, IRModule, PassContext], StageOutcome]
-ErrorHook = Callable[[FunctionStage, StageOutcome, IRModule], None]
+StageRunner = Callable[[FunctionStage, IRModule, PassContext], "StageOutcome"]
+ErrorHook = Callable[[FunctionStage, "StageOutcome", IRModule], None]
 
 
 class PlanExecutor:

@@ -16,18 +16,20 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from passinfra.ir.module import IRModule
 from passinfra.transform import Pass, PassContext, register_config
 from passinfra.transform.errors import PassArgumentError
-from scheduler import ray_runtime
 from scheduler.assign import estimated_cost
 from scheduler.executor import PlanExecutor, plan_leaf_names
 from scheduler.plan import FunctionStage, build_plan
-from scheduler.ray_runner import RayStageRunner, StageOutcome
 from scheduler.reproducer import write_reproducer
 from scheduler.stats import DriverEvent, RunStats
+
+if TYPE_CHECKING:  # Ray is imported only when a Ray backend is used
+    from scheduler import ray_runtime
+    from scheduler.ray_runner import StageOutcome
 
 register_config("scheduler.reproducer_dir", str)
 register_config("scheduler.batch_size", int)
@@ -76,11 +78,15 @@ class Scheduler:
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None
-        ray_runtime.disconnect(self._ray)
-        self._ray = None
+        if self._ray is not None:
+            from scheduler import ray_runtime
+
+            ray_runtime.disconnect(self._ray)
+            self._ray = None
 
     def _ensure_pool(self) -> Any:
         if self._pool is None:
+            from scheduler import ray_runtime
             from workers.pool import WorkerPool
 
             if self._ray is None:
@@ -132,6 +138,8 @@ class Scheduler:
         return "ray", f"estimated work {work} node-visits over {len(mod)} functions"
 
     def _run_ray(self, pipeline: Pass, mod: IRModule, ctx: PassContext) -> IRModule:
+        from scheduler.ray_runner import RayStageRunner
+
         pool = self._ensure_pool()
         stats = self.last_run
         stats.num_workers = len(pool)
