@@ -76,7 +76,7 @@ def trace_events(spans: list[Span], stats: RunStats | None) -> list[dict[str, An
             slices.append(
                 (
                     work.pass_name,
-                    "worker",
+                    "function",  # a (pass, function) run, on the lane of whoever ran it
                     work.start,
                     work.seconds,
                     worker_tid(work.worker),
@@ -86,7 +86,7 @@ def trace_events(spans: list[Span], stats: RunStats | None) -> list[dict[str, An
         workers.update(stats.worker_pids)
     origin = min((start for _, _, start, _, _, _ in slices), default=0.0)
     events: list[dict[str, Any]] = [_lane_name(DRIVER_TID, "driver")]
-    for slot in sorted(workers):
+    for slot in sorted(slot for slot in workers if slot >= 0):  # work done in the driver is on its lane
         pid = stats.worker_pids.get(slot) if stats is not None else None
         events.append(_lane_name(worker_tid(slot), f"worker {slot}" + (f" (pid {pid})" if pid else "")))
     for name, category, start, seconds, tid, args in slices:

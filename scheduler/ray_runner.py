@@ -16,6 +16,8 @@ re-sent; nothing is lost because the driver still holds the stage's inputs.
 from __future__ import annotations
 
 import math
+import os
+import socket
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,7 +28,8 @@ from ray.exceptions import RayActorError, WorkerCrashedError
 from passinfra.ir.expr import BaseFunc
 from passinfra.ir.module import IRModule
 from passinfra.transform import PassContext
-from passinfra.transform.config import config_type
+from passinfra.transform.config import config_type, register_config
+from passinfra.transform.passes import ReadOnlyModule
 from scheduler.assign import estimated_cost, lpt, makespan
 from scheduler.plan import FunctionStage, reads_module
 from scheduler.stats import DriverEvent, RunStats, StageStats, WorkEvent
@@ -34,9 +37,16 @@ from workers.actor import BatchError, BatchResult, StageSpec
 from workers.pool import WorkerPool
 from workers.wire import pack_functions, pack_module, packed_size, unpack_functions
 
+# a stage over fewer functions than this runs in the driver (config
+# scheduler.min_stage_functions): one function cannot be spread over workers
+MIN_STAGE_FUNCTIONS = 2
+DRIVER_SLOT = -1  # the "worker" id of work done in the driver
 MAX_ATTEMPTS = 3  # per batch call; an actor dying this often is a bug, not bad luck
 CALLS_PER_WORKER = 4  # batch calls in flight per worker and stage
 REBALANCE_THRESHOLD = 1.25  # move functions when the measured makespan is this much over LPT's
+
+
+register_config("scheduler.min_stage_functions", int)
 
 
 class WorkerLostError(RuntimeError):
@@ -136,6 +146,12 @@ class RayStageRunner:
         started = time.perf_counter()
         stats = StageStats(stage.index, "function", [leaf.name for leaf in stage.leaves], len(mod))
         self.stats.stages.append(stats)
+        if len(mod) < ctx.get_config("scheduler.min_stage_functions", MIN_STAGE_FUNCTIONS):
+            # nothing to spread: shipping the function out and back would only cost time
+            outcome = self._run_in_driver(stage, mod, ctx)
+            stats.ran_in_driver = True
+            stats.wall_seconds = time.perf_counter() - started
+            return outcome
         sync_start, t0 = time.time(), time.perf_counter()
         self._sync(mod, stats)
         self.stats.driver_events.append(
@@ -190,6 +206,42 @@ class RayStageRunner:
         )
         stats.wall_seconds = time.perf_counter() - started
         return outcome
+
+    def _run_in_driver(self, stage: FunctionStage, mod: IRModule, ctx: PassContext) -> StageOutcome:
+        """The stage's passes over every function, here, in module order (same pass code
+        as a worker runs; its time shows as worker ``DRIVER_SLOT``)."""
+        view = ReadOnlyModule(mod, "<stage>")
+        changed: dict[str, BaseFunc] = {}
+        timings: dict[int, dict[int, tuple[float, int]]] = {}
+        first_error: BatchError | None = None
+        for gv, func in mod.items():
+            name, original = gv.name_hint, func
+            for leaf in stage.leaves:
+                if first_error is not None and leaf.leaf_index > first_error.leaf:
+                    break  # an earlier error wins anyway
+                if not leaf.pass_.accepts(func):
+                    continue
+                wall, t0 = time.time(), time.perf_counter()
+                try:
+                    func = leaf.pass_.transform_function(func, view, ctx, name)
+                except Exception as error:
+                    if first_error is None or leaf.leaf_index < first_error.leaf:
+                        first_error = BatchError(leaf.leaf_index, name, error, "")
+                    break
+                finally:
+                    seconds = time.perf_counter() - t0
+                    total, count = timings.setdefault(leaf.leaf_index, {}).get(DRIVER_SLOT, (0.0, 0))
+                    timings[leaf.leaf_index][DRIVER_SLOT] = (total + seconds, count + 1)
+                    self.stats.events.append(
+                        WorkEvent(leaf.leaf_index, leaf.name, name, DRIVER_SLOT, wall, seconds)
+                    )
+            if func is not original:
+                changed[name] = func
+        new_mod = mod.copy()
+        for name, func in changed.items():
+            new_mod[name] = func
+        worker = {"slot": "driver", "pid": os.getpid(), "host": socket.gethostname(), "node_id": None}
+        return StageOutcome(new_mod, first_error, worker if first_error else None, timings)
 
     def _plan_calls(self, mod: IRModule) -> list[_Call]:
         by_slot: dict[int, list[str]] = {}

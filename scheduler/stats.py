@@ -17,6 +17,7 @@ class StageStats:
     bytes_received: int = 0
     wall_seconds: float = 0.0
     worker_seconds: float = 0.0
+    ran_in_driver: bool = False  # too few functions to be worth shipping
 
 
 @dataclass(frozen=True)
