@@ -60,19 +60,29 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _script(name: str, extra: list[str]) -> Callable[[bool], tuple[str, list[list[str]]]]:
-    """An older benchmark script run as a subprocess; its own results file is linked."""
+    """An older benchmark script run as a subprocess; its own results file is linked (a
+    quick run writes a separate file, so it never replaces the full run's)."""
 
     def run(quick: bool) -> tuple[str, list[list[str]]]:
-        command = [sys.executable, str(BENCH_DIR / f"{name}.py"), *extra]
+        results = f"results_{name}{'_quick' if quick else ''}.md"
+        command = [
+            sys.executable,
+            str(BENCH_DIR / f"{name}.py"),
+            *extra,
+            "--output",
+            str(BENCH_DIR / results),
+        ]
         done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1800)
         if done.returncode != 0:
             raise RuntimeError(f"{' '.join(command)} exited {done.returncode}: {done.stderr[-2000:]}")
-        return f"See [results_{name}.md](results_{name}.md).\n\n{done.stdout.strip()}", []
+        return f"See [{results}]({results}).\n\n{done.stdout.strip()}", []
 
     return run
 
 
-def run_sections(sections: list[str], quick: bool, output: Path) -> tuple[list[str], list[list[str]]]:
+def run_sections(
+    sections: list[str], quick: bool, output: Path, on_section: Callable[[list[str], list[list[str]]], None]
+) -> tuple[list[str], list[list[str]]]:
     from bench import anchors, cache_bench, large_module, scaling, scheduler, simulator
 
     parts: list[str] = []
@@ -107,6 +117,7 @@ def run_sections(sections: list[str], quick: bool, output: Path) -> tuple[list[s
         print(f"[bench] {name} done in {seconds:.0f} s", file=sys.stderr, flush=True)
         parts.append(f"## {TITLES[name]}\n\n_section time: {seconds:.0f} s_\n\n{body}\n")
         headline += rows
+        on_section(parts, headline)  # a run killed later still leaves what it measured
     return parts, headline
 
 
@@ -148,16 +159,20 @@ def main(argv: list[str] | None = None) -> int:
     output = Path(args.output)
     started = time.perf_counter()
     notes = machine_notes()
+
+    def write(parts: list[str], headline: list[list[str]]) -> None:
+        load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+        output.write_text(render(parts, headline, args.quick, time.perf_counter() - started, notes, load))
+
     try:
-        parts, headline = run_sections(args.sections, args.quick, output)
+        parts, headline = run_sections(args.sections, args.quick, output, write)
     finally:
         import ray
 
         if ray.is_initialized():
             ray.shutdown()
     seconds = time.perf_counter() - started
-    load_after = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    output.write_text(render(parts, headline, args.quick, seconds, notes, load_after))
+    write(parts, headline)
     print(markdown_table(HEADLINE_HEADER, headline))
     print(f"\nwrote {output} in {seconds:.0f} s")
     return 0

@@ -219,8 +219,13 @@ def ray_scheduler(num_workers: int, **options: Any) -> Any:
     """A started ``Scheduler(backend="ray")`` (its pool is created now, not in a timed run)."""
     from scheduler import Scheduler
 
-    ensure_ray()
+    ray = ensure_ray()
     options.setdefault("cpus_per_worker", CPUS_PER_WORKER / max(1, num_workers // 2))
+    # actors of a scheduler shut down just before are released asynchronously: wait for them
+    needed = num_workers * options["cpus_per_worker"]
+    deadline = time.perf_counter() + 60.0
+    while ray.available_resources().get("CPU", 0.0) < needed - 1e-9 and time.perf_counter() < deadline:
+        time.sleep(0.2)
     sched = Scheduler(backend="ray", num_workers=num_workers, **options)
     sched._ensure_pool()  # noqa: SLF001  (start the actors outside the timed region)
     return sched

@@ -1,14 +1,26 @@
 """raypass as an ``onnx.backend.base.Backend``, so ONNX's own backend test suite can judge it.
 
-``prepare`` imports the model, runs the pipeline over it and binds an executor; ``run``
-feeds the inputs in graph order. Both the pipeline and the executor are pluggable: the
-executor is the reference interpreter until the compiled path (``passinfra.build``)
-lands, and a caller may pass any ``executor(mod) -> callable(*arrays)``.
+``prepare`` imports the model and binds an executor; ``run`` feeds the inputs in graph
+order. Two executors ship:
+
+* :func:`compiled_executor` (the default): ``passinfra.build(mod, opt_level=3)``, which
+  runs the whole standard pipeline (graph passes, fusion, lowering, loop passes, C) and
+  links a library; ``run`` calls ``lib(*arrays)``. An op without a compute rule fails
+  the build with an error naming it: there is no silent fallback to the interpreter.
+* :func:`interpreter_executor`: the reference interpreter, after the graph-level part of
+  the same pipeline (:func:`standard_pipeline`).
+
+A caller may pass any ``executor(mod) -> callable(*arrays)`` and a ``pipeline``; an
+executor that runs the standard pipeline itself says so with a true
+``runs_standard_pipeline`` attribute, and then ``prepare`` runs no pipeline of its own.
+``config`` (the class attribute, updated by ``prepare(config=...)``) is PassContext
+config in force while preparing, e.g. ``{"codegen.cache_dir": path}``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -20,8 +32,10 @@ from passinfra.ir.module import IRModule
 from passinfra.runtime import evaluate
 
 __all__ = [
+    "GRAPH_PASSES",
     "RaypassBackend",
     "RaypassBackendRep",
+    "compiled_executor",
     "interpreter_executor",
     "standard_pipeline",
     "prepare",
@@ -30,8 +44,29 @@ __all__ = [
 ]
 
 Executor = Callable[[IRModule], Callable[..., Any]]
-# the graph-level passes the backend runs when they are registered (they land over time)
-STANDARD_PASSES = ("InferType", "SimplifyInference", "FoldConstant", "DeadCodeElimination")
+Pipeline = Callable[[IRModule], IRModule]
+# the level the build uses; the interpreter's pipeline runs at the same level
+OPT_LEVEL = 3
+
+
+def _graph_passes() -> tuple[str, ...]:
+    """The graph-level prefix of the build pipeline: everything before fusion."""
+    from passinfra.build import COMPILE_PIPELINE
+
+    return COMPILE_PIPELINE[: COMPILE_PIPELINE.index("FuseOps")]
+
+
+GRAPH_PASSES: tuple[str, ...] = _graph_passes()
+
+
+def compiled_executor(mod: IRModule) -> Callable[..., Any]:
+    """Build ``mod`` with ``passinfra.build(mod, opt_level=3)``; the loaded library runs it."""
+    from passinfra.build import build
+
+    return build(mod, opt_level=OPT_LEVEL)
+
+
+compiled_executor.runs_standard_pipeline = True  # type: ignore[attr-defined]
 
 
 def interpreter_executor(mod: IRModule) -> Callable[..., Any]:
@@ -39,17 +74,40 @@ def interpreter_executor(mod: IRModule) -> Callable[..., Any]:
     return lambda *arrays: evaluate(mod, *arrays)
 
 
-def standard_pipeline() -> Callable[[IRModule], IRModule] | None:
-    """A Sequential of the standard graph passes that are registered, or None."""
+def standard_pipeline() -> Pipeline:
+    """The graph-level passes of the build (:data:`GRAPH_PASSES`) at opt_level 3, as one
+    callable; what the interpreter executor's modules go through."""
     from passinfra import transform
 
-    passes = []
-    for name in STANDARD_PASSES:
+    passes = [transform.get_pass(name) for name in GRAPH_PASSES]
+    sequential = transform.Sequential(passes, name="onnx_backend")
+
+    def run(mod: IRModule) -> IRModule:
+        with _context(opt_level=OPT_LEVEL):
+            return sequential(mod)
+
+    return run
+
+
+@contextlib.contextmanager
+def _context(opt_level: int | None = None, config: Mapping[str, Any] | None = None) -> Iterator[None]:
+    """The current PassContext with ``opt_level`` and extra ``config`` applied. Its
+    instruments are shared, not re-entered: whoever entered them will exit them."""
+    from passinfra.transform.context import PassContext
+
+    outer = PassContext.current()
+    ctx = PassContext(
+        opt_level=outer.opt_level if opt_level is None else opt_level,
+        required_pass=outer.required_pass,
+        disabled_pass=outer.disabled_pass,
+        config={**outer.config, **(config or {})},
+    )
+    with ctx:
+        ctx.instruments = outer.instruments
         try:
-            passes.append(transform.get_pass(name))
-        except Exception:  # not registered yet: the pass lands with its own issue
-            continue
-    return transform.Sequential(passes, name="onnx_backend") if passes else None
+            yield
+        finally:
+            ctx.instruments = ()
 
 
 class RaypassBackendRep(BackendRep):
@@ -79,7 +137,9 @@ class RaypassBackendRep(BackendRep):
 class RaypassBackend(Backend):
     """The ONNX backend interface over raypass (CPU only)."""
 
-    executor: Executor = staticmethod(interpreter_executor)  # type: ignore[assignment]
+    executor: Executor = staticmethod(compiled_executor)  # type: ignore[assignment]
+    # PassContext config in force while preparing (a subclass may set a cache directory)
+    config: Mapping[str, Any] = {}
 
     @classmethod
     def prepare(
@@ -87,18 +147,25 @@ class RaypassBackend(Backend):
         model: onnx.ModelProto,
         device: str = "CPU",
         shapes: dict | None = None,
-        pipeline: Callable[[IRModule], IRModule] | None = None,
+        pipeline: Pipeline | None = None,
         executor: Executor | None = None,
+        config: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> RaypassBackendRep:
+        """Import ``model`` and bind ``executor`` (default: the class's, the compiled
+        library). ``pipeline`` defaults to :func:`standard_pipeline` unless the executor
+        runs the standard pipeline itself."""
         super().prepare(model, device, **kwargs)
-        mod = from_onnx(model, shapes=shapes)
-        pipeline = pipeline if pipeline is not None else standard_pipeline()
-        if pipeline is not None:
-            mod = pipeline(mod)
+        executor = executor or cls.executor
         initializers = {init.name for init in model.graph.initializer}
         input_names = [i.name for i in model.graph.input if i.name not in initializers]
-        return RaypassBackendRep(mod, input_names, len(model.graph.output), executor or cls.executor)
+        with _context(config={**cls.config, **(config or {})}):
+            mod = from_onnx(model, shapes=shapes)
+            if pipeline is None and not getattr(executor, "runs_standard_pipeline", False):
+                pipeline = standard_pipeline()
+            if pipeline is not None:
+                mod = pipeline(mod)
+            return RaypassBackendRep(mod, input_names, len(model.graph.output), executor)
 
     @classmethod
     def run_model(cls, model: onnx.ModelProto, inputs: Any, device: str = "CPU", **kwargs: Any):

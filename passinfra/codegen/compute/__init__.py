@@ -4,8 +4,7 @@ Importing this package attaches the rules of every built-in op to the op registr
 (``Op.get(name).get_attr("compute")``); one module per op family.
 """
 
-from passinfra.codegen.compute import elemwise, extra, nn, random, reduce, transform  # noqa: F401  (registers rules)
-from passinfra.codegen.compute import onnx_extra  # noqa: F401  (lrn, conv2d_transpose, dilated max pool)
+from passinfra.codegen.compute import elemwise, extra, nn, onnx_extra, random, reduce, transform  # noqa: F401  (registers rules)
 from passinfra.codegen.compute.base import (
     COMPUTE_ATTR,
     BufferHandle,

@@ -3,8 +3,8 @@ more unary math and activations, strided_slice, pad, tile, broadcast_to, trilu, 
 argmax and argmin.
 
 Rules are attached only to ops that are registered (that module may grow or shrink).
-``nn.lrn``, ``nn.conv2d_transpose`` and ``nn.max_pool2d_dilated`` have no rule yet:
-lowering them fails with the usual error naming the op.
+The rules of ``nn.lrn``, ``nn.conv2d_transpose`` and ``nn.max_pool2d_dilated`` are in
+:mod:`passinfra.codegen.compute.onnx_extra`.
 """
 
 from __future__ import annotations
