@@ -77,10 +77,11 @@ class RayStageRunner:
         self.batch_size = batch_size
         self._resident: dict[str, tuple[int, BaseFunc]] = {}
         self._cost: dict[str, float] = {}  # measured seconds per function, last stage it ran
+        self._relevant: set[str] = set()  # functions some pass of the current stage accepts
         self._stage_ids = 0
 
     # ----- residency -------------------------------------------------------------------
-    def _sync(self, mod: IRModule, stage: StageStats) -> None:
+    def _sync(self, mod: IRModule, stage: StageStats, passes: list[Any] | None = None) -> None:
         """Send new/changed functions, drop removed ones, rebalance by measured cost."""
         workers = len(self.pool)
         names = [gv.name_hint for gv in mod.functions]
@@ -91,7 +92,13 @@ class RayStageRunner:
                 slot, _ = self._resident.pop(name)
                 drops.setdefault(slot, []).append(name)
         placement = {name: slot for name, (slot, _) in self._resident.items()}
-        newcomers = {name: estimated_cost(mod[name]) for name in names if name not in placement}
+        # a function no pass of this stage works on costs (next to) nothing here: the host
+        # `main` after FuseOps is large but untouched by codegen, and must not take a
+        # worker for itself while the kernels pile up on the other
+        self._relevant = {
+            name for name in names if passes is None or any(p.accepts(mod[name]) for p in passes)
+        }
+        newcomers = {name: self._cost_of(name, mod) for name in names if name not in placement}
         if newcomers:
             loads = [0.0] * workers
             for name, slot in placement.items():
@@ -120,6 +127,11 @@ class RayStageRunner:
             ray.get(futures)
 
     def _cost_of(self, name: str, mod: IRModule) -> float:
+        """Measured seconds of the last stage that ran the function, else an estimate
+        from its node count (about a microsecond per node and pass); tiny when no pass
+        of the current stage accepts it."""
+        if name not in self._relevant:
+            return 1e-9
         return self._cost.get(name) or estimated_cost(mod[name]) * 1e-6
 
     def _rebalance(
@@ -127,7 +139,7 @@ class RayStageRunner:
     ) -> dict[str, int]:
         """Re-place by measured cost when the current placement is clearly worse than LPT's."""
         workers = len(self.pool)
-        if not self._cost or workers < 2 or len(placement) <= workers:
+        if workers < 2 or len(placement) <= workers:
             return placement
         costs = {name: self._cost_of(name, mod) for name in placement}
         better = lpt(costs, [0.0] * workers)
@@ -153,7 +165,7 @@ class RayStageRunner:
             stats.wall_seconds = time.perf_counter() - started
             return outcome
         sync_start, t0 = time.time(), time.perf_counter()
-        self._sync(mod, stats)
+        self._sync(mod, stats, [leaf.pass_ for leaf in stage.leaves])
         self.stats.driver_events.append(
             DriverEvent(f"send functions (stage {stage.index})", sync_start, time.perf_counter() - t0)
         )
