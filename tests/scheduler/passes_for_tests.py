@@ -102,3 +102,12 @@ def chain_module(num_functions: int, length: int = 20) -> ir.IRModule:
             body = op.add(body, ir.const(float(j % 7)))
         mod[f"f{i}"] = ir.Function([x], body).with_attr("tag", f"f{i}")
     return mod
+
+
+@function_pass(opt_level=0, name="RandomDelay", reads_module=False)
+def random_delay(func, mod, ctx):
+    """Sleeps a random 0-15 ms, so batch calls complete in a different order every run."""
+    import random
+
+    time.sleep(random.random() * 0.015)
+    return func.with_attr("delayed", True)
