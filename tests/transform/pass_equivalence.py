@@ -14,17 +14,18 @@ from passinfra.transform.passes import Pass
 from tests.strategies import GEN_SETTINGS, make_chain, program_inputs, programs
 
 
-def assert_same_value(actual: Any, expected: Any) -> None:
-    """Equal results: same tuple structure; floats within rtol 1e-5, others exact."""
+def assert_same_value(actual: Any, expected: Any, atol: float = 1e-6) -> None:
+    """Equal results: same tuple structure; floats within rtol 1e-5 (plus ``atol`` for
+    values near 0), others exact."""
     if isinstance(expected, tuple):
         assert isinstance(actual, tuple) and len(actual) == len(expected)
         for a, e in zip(actual, expected):
-            assert_same_value(a, e)
+            assert_same_value(a, e, atol)
         return
     actual, expected = np.asarray(actual), np.asarray(expected)
     assert actual.dtype == expected.dtype and actual.shape == expected.shape
     if np.issubdtype(expected.dtype, np.floating):
-        np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=atol)
     else:
         np.testing.assert_array_equal(actual, expected)
 

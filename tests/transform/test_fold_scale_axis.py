@@ -16,6 +16,7 @@ from passinfra.transform.fold_scale_axis import FoldScaleAxis
 from passinfra.transform.forward_fold_scale_axis import ForwardFoldScaleAxis
 from passinfra.transform.simplify_inference import SimplifyInference
 from tests.strategies import GEN_SETTINGS, program_inputs, programs
+from tests.transform.pass_equivalence import assert_same_value
 
 RNG = np.random.default_rng(0)
 
@@ -31,19 +32,8 @@ def run(pass_, func: ir.Function) -> ir.Function:
 
 
 def assert_results_close(actual, expected) -> None:
-    """Equal structure; floats within rtol 1e-5 (plus a small atol: folding a scale into
-    a weight reassociates the products of a sum), others exact."""
-    if isinstance(expected, tuple):
-        assert isinstance(actual, tuple) and len(actual) == len(expected)
-        for a, b in zip(actual, expected):
-            assert_results_close(a, b)
-        return
-    actual, expected = np.asarray(actual), np.asarray(expected)
-    assert actual.dtype == expected.dtype and actual.shape == expected.shape
-    if expected.dtype.kind == "f":
-        np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
-    else:
-        np.testing.assert_array_equal(actual, expected)
+    """rtol 1e-5, atol 1e-5: folding a scale into a weight reassociates the products of a sum."""
+    assert_same_value(actual, expected, atol=1e-5)
 
 
 def op_names(expr: ir.Expr) -> list[str]:

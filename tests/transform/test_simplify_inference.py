@@ -13,6 +13,7 @@ from passinfra.ir import op
 from passinfra.transform import PassContext, get_pass
 from passinfra.transform.simplify_inference import SPLIT_LAYER_NORM, SimplifyInference
 from tests.strategies import GEN_SETTINGS, program_inputs, programs
+from tests.transform.pass_equivalence import assert_same_value
 
 
 def run(func: ir.Function, config: dict | None = None) -> ir.Function:
@@ -21,18 +22,8 @@ def run(func: ir.Function, config: dict | None = None) -> ir.Function:
 
 
 def assert_results_close(actual, expected) -> None:
-    """Equal structure; floats within rtol 1e-5 (atol for values near 0), others exact."""
-    if isinstance(expected, tuple):
-        assert isinstance(actual, tuple) and len(actual) == len(expected)
-        for a, b in zip(actual, expected):
-            assert_results_close(a, b)
-        return
-    actual, expected = np.asarray(actual), np.asarray(expected)
-    assert actual.dtype == expected.dtype and actual.shape == expected.shape
-    if expected.dtype.kind == "f":
-        np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
-    else:
-        np.testing.assert_array_equal(actual, expected)
+    """rtol 1e-5, atol 1e-6 for values near 0."""
+    assert_same_value(actual, expected, atol=1e-6)
 
 
 def bn_params(channels: int, dtype: str = "float32") -> list[ir.Var]:
