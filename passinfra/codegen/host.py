@@ -30,6 +30,7 @@ import numpy as np
 
 from passinfra.codegen.c_renderer import dtype_bytes, sanitize_identifier
 from passinfra.codegen.compiler import CompilerSettings, compile_c
+from passinfra.codegen.lower import flatten_tuples
 from passinfra.codegen.tir import PrimFunc
 from passinfra.errors import IRError
 from passinfra.ir.expr import Call, Constant, Expr, Function, GlobalVar, Let, Tuple, TupleGetItem, Var
@@ -81,24 +82,12 @@ class HostProgram:
 
     @property
     def output_ids(self) -> list[int]:
-        return flatten_ref(self.result)
+        return flatten_tuples(self.result)
 
     def output_structure(self) -> Any:
         """The result's nesting with tensors replaced by output positions."""
         counter = iter(range(len(self.output_ids)))
         return map_ref(self.result, lambda _tensor: next(counter))
-
-
-def flatten_ref(ref: Ref) -> list[int]:
-    out: list[int] = []
-    stack = [ref]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, tuple):
-            stack.extend(reversed(item))
-        else:
-            out.append(item)
-    return out
 
 
 def map_ref(ref: Ref, fn: Any) -> Any:
@@ -203,7 +192,7 @@ def _kernel_call(mod: IRModule, call: Call, ref_of: Any, program: HostProgram, i
                  cache: dict[GlobalVar, _KernelSignature]) -> tuple[Ref, int]:
     sig = _signature(mod, call.op, cache)
     name = call.op.name_hint  # type: ignore[attr-defined]
-    args = [t for arg in call.args for t in flatten_ref(ref_of(arg))]
+    args = [t for arg in call.args for t in flatten_tuples(ref_of(arg))]
     if len(args) != sig.num_inputs:
         raise IRError(f"host codegen: @{name} takes {sig.num_inputs} input buffers, "
                       f"main passes {len(args)} tensors")

@@ -123,8 +123,10 @@ def _handle_type(value: Any) -> Type:
     return TensorType(value.shape, value.dtype)
 
 
-def _leaves(value: Any) -> list[Any]:
-    """The tensor handles of a (possibly nested tuple) value, depth first."""
+def flatten_tuples(value: Any) -> list[Any]:
+    """The leaves of a (possibly nested tuple) value, depth first. This order is the
+    calling convention of lowered kernels: a tuple parameter or result becomes one
+    buffer per leaf, and the host flattens its arguments with this same function."""
     out, stack = [], [value]
     while stack:
         item = stack.pop()
@@ -273,12 +275,12 @@ class _Lowerer:
         attrs = complete_attrs(op, call.attrs)
         out_type = op.infer_type([_handle_type(a) for a in args], attrs)
         desc = rule(args, attrs, out_type)
-        producers = [t for a in args for t in _leaves(a) if isinstance(t, _Tensor)]
+        producers = [t for a in args for t in flatten_tuples(a) if isinstance(t, _Tensor)]
         for producer in producers:
             producer.uses += 1
             producer.consumers.append(desc)
         result = self._tensors_of(op.name, desc, out_type)
-        for tensor in _leaves(result):
+        for tensor in flatten_tuples(result):
             tensor.producers = producers
         if self.use_blas and isinstance(desc, ReduceOp):
             self._plan_gemm(result, op.name, attrs, args)
@@ -310,7 +312,7 @@ class _Lowerer:
         return tensor
 
     def _assign_outputs(self, result: Any) -> None:
-        leaves = _leaves(result)
+        leaves = flatten_tuples(result)
         for k, leaf in enumerate(leaves):
             buffer = self.new_buffer("out" if len(leaves) == 1 else f"out{k}", leaf.shape, leaf.dtype)
             self.outputs.append(buffer)
@@ -501,7 +503,7 @@ class _Lowerer:
     def _finish(self, result: Any) -> tir.PrimFunc:
         # outputs not written by their producer's nest: parameters, constants, a tensor
         # returned twice; copied in at the end
-        for leaf, buffer in zip(_leaves(result), self.outputs):
+        for leaf, buffer in zip(flatten_tuples(result), self.outputs):
             if isinstance(leaf, _Tensor) and leaf.output is buffer:
                 continue
             loop_vars = self._loop_vars("i", len(buffer.shape))

@@ -497,6 +497,13 @@ class _Parser:
     def parse_call(self, callee: Expr) -> Call:
         self.expect("(")
         args: list[Expr] = []
+        attrs = self.items_then_attrs(lambda: args.append(self.parse_value()), "a positional argument")
+        return Call(callee, args, attrs)
+
+    def items_then_attrs(self, parse_item: Any, item_kind: str) -> dict[str, Any]:
+        """Up to the closing ``)`` (consumed): comma-separated items, each read by
+        ``parse_item``, then ``key=value`` attributes (returned); an item after an
+        attribute or a repeated key is an error."""
         attrs: dict[str, Any] = {}
         while self.peek()[0] != ")":
             key_token = self.peek()
@@ -506,13 +513,13 @@ class _Parser:
                     raise self.error(f"attribute {key!r} is given twice", key_token)
                 attrs[key] = self.attr_value()
             elif attrs:
-                raise self.error("a positional argument cannot follow attributes", key_token)
+                raise self.error(f"{item_kind} cannot follow attributes", key_token)
             else:
-                args.append(self.parse_value())
+                parse_item()
             if self.peek()[0] != ")":
                 self.expect(",", "',' or ')'")
         self.advance()
-        return Call(callee, args, attrs)
+        return attrs
 
     def parse_if(self) -> If:
         self.advance()
@@ -539,23 +546,13 @@ class _Parser:
         self.expect("(", "'('")
         self.enter_scope()
         params: list[Var] = []
-        attrs: dict[str, Any] = {}
-        while self.peek()[0] != ")":
-            key_token = self.peek()
-            key = self.attr_key()
-            if key is not None:
-                if key in attrs:
-                    raise self.error(f"attribute {key!r} is given twice", key_token)
-                attrs[key] = self.attr_value()
-            elif attrs:
-                raise self.error("a parameter cannot follow attributes", key_token)
-            else:
-                param = self.binder()
-                self.define(self.vars, param.name_hint, param)
-                params.append(param)
-            if self.peek()[0] != ")":
-                self.expect(",", "',' or ')'")
-        self.advance()
+
+        def parameter() -> None:
+            param = self.binder()
+            self.define(self.vars, param.name_hint, param)
+            params.append(param)
+
+        attrs = self.items_then_attrs(parameter, "a parameter")
         ret_type = None
         if self.peek()[0] == "->":
             self.advance()
