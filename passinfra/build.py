@@ -20,6 +20,7 @@ from typing import Any
 # importing the packages registers the graph passes and the codegen passes
 import passinfra.codegen  # noqa: F401
 import passinfra.transform  # noqa: F401
+from passinfra.codegen.build_cache import BuildArtifact, build_key, lookup_build, store_build
 from passinfra.errors import RaypassError
 from passinfra.ir.module import IRModule
 from passinfra.ir.type_infer import infer_type
@@ -95,19 +96,32 @@ def build(mod: IRModule, opt_level: int = 3, target: str = "c", scheduler: Any =
     ``scheduler``: None runs every pass in-process; otherwise the compile pipeline runs as
     ``scheduler.run(pipeline, mod)``. The current PassContext's config (``codegen.*``),
     required/disabled passes and instruments apply; ``opt_level`` replaces its level.
+    A build of an unchanged module under unchanged settings is served from the
+    whole-build cache without running the passes (see
+    :mod:`passinfra.codegen.build_cache`; config ``codegen.build_cache=False`` turns it off).
     """
     if target not in SUPPORTED_TARGETS:
         raise BuildError(f"unsupported target {target!r}; supported targets: {', '.join(SUPPORTED_TARGETS)}")
     if not isinstance(mod, IRModule):
         raise BuildError(f"build expects an IRModule, got {type(mod).__name__}")
     main_type = infer_type(mod["main"], mod)
-    with _build_context(opt_level):
-        pipeline = compile_pipeline()
-        compiled = pipeline(mod) if scheduler is None else scheduler.run(pipeline, mod)
-        linked = link_pipeline()(compiled)
+    with _build_context(opt_level) as ctx:
+        key = build_key(mod, ctx, target, COMPILE_PIPELINE + LINK_PIPELINE)
+        artifact = lookup_build(key, ctx) if key is not None else None
+        if artifact is None:
+            artifact = _run_pipelines(mod, scheduler, main_type.ret_type)  # type: ignore[union-attr]
+            if key is not None:
+                store_build(key, artifact, ctx)
+    return Module(artifact.library, artifact.metadata, artifact.weights)
+
+
+def _run_pipelines(mod: IRModule, scheduler: Any, ret_type: Type) -> BuildArtifact:
+    pipeline = compile_pipeline()
+    compiled = pipeline(mod) if scheduler is None else scheduler.run(pipeline, mod)
+    linked = link_pipeline()(compiled)
     metadata = json.loads(linked.attrs["runtime_metadata"])
-    _use_graph_output_shapes(metadata, main_type.ret_type)  # type: ignore[union-attr]
-    return Module(linked.attrs["library"], metadata, linked.attrs["weights"])
+    _use_graph_output_shapes(metadata, ret_type)
+    return BuildArtifact(linked.attrs["library"], metadata, linked.attrs["weights"])
 
 
 def _use_graph_output_shapes(metadata: dict[str, Any], ret_type: Type) -> None:

@@ -29,7 +29,8 @@ _LOG = logging.getLogger(__name__)
 
 _STATS_LOCK = threading.Lock()
 _STATS: dict[str, int] = {}
-STAT_NAMES = ("hits", "misses", "corrupted", "rebuilds", "compiles", "writes")
+STAT_NAMES = ("hits", "misses", "corrupted", "rebuilds", "compiles", "writes", "host_compiles",
+              "build_hits", "build_misses", "build_corrupted", "build_writes")
 
 
 def reset_compile_stats() -> None:
@@ -50,7 +51,9 @@ def count(name: str, amount: int = 1) -> None:
 def compile_stats() -> dict[str, int]:
     """This process's counters: cache ``hits``, ``misses``, ``corrupted`` entries found,
     ``rebuilds`` (a corrupted entry compiled again), ``compiles`` (compiler runs) and
-    ``writes`` (entries stored)."""
+    ``writes`` (entries stored); ``host_compiles`` (of the compiles, the host entry's);
+    and the whole-build cache's ``build_hits``, ``build_misses``, ``build_corrupted``,
+    ``build_writes`` (:mod:`passinfra.codegen.build_cache`)."""
     with _STATS_LOCK:
         return dict(_STATS)
 
@@ -73,13 +76,20 @@ def cache_key(source: str, compiler_identity: str, flags: str) -> str:
 
 
 class ObjectCache:
-    """The cache directory: ``get(key)`` verified bytes or None, ``put(key, data)``."""
+    """The cache directory: ``get(key)`` verified bytes or None, ``put(key, data)``.
 
-    def __init__(self, directory: str | os.PathLike[str]) -> None:
+    ``suffix`` names the entries' kind on disk and ``stat_prefix`` the counters they
+    update, so whole-build entries (``.build``, ``build_hits``...) live in the same
+    directory without blurring the object counters.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], suffix: str = ".o", stat_prefix: str = "") -> None:
         self.directory = Path(directory)
+        self.suffix = suffix
+        self.stat_prefix = stat_prefix
 
     def path_of(self, key: str) -> Path:
-        return self.directory / key[:2] / f"{key}.o"
+        return self.directory / key[:2] / f"{key}{self.suffix}"
 
     def get(self, key: str) -> bytes | None:
         """The stored object, or None when absent or corrupted (a corrupted entry is
@@ -92,19 +102,19 @@ class ObjectCache:
         try:
             blob = path.read_bytes()
         except FileNotFoundError:
-            count("misses")
+            count(self.stat_prefix + "misses")
             return None, False
         payload = _verified_payload(blob)
         if payload is None:
-            count("corrupted")
-            count("misses")
+            count(self.stat_prefix + "corrupted")
+            count(self.stat_prefix + "misses")
             _LOG.warning("raypass compile cache: corrupted entry %s removed; it will be rebuilt", path)
             try:
                 path.unlink()
             except FileNotFoundError:
                 pass  # another process removed or replaced it already
             return None, True
-        count("hits")
+        count(self.stat_prefix + "hits")
         return payload, False
 
     def put(self, key: str, data: bytes) -> None:
@@ -125,7 +135,7 @@ class ObjectCache:
             except FileNotFoundError:
                 pass
             raise
-        count("writes")
+        count(self.stat_prefix + "writes")
 
 
 def _verified_payload(blob: bytes) -> bytes | None:

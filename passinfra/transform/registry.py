@@ -68,6 +68,14 @@ def get_pass(name: str) -> Pass:
     return result
 
 
+def registered_factory(name: str) -> PassFactory:
+    """The factory registered as ``name`` (PassNotFoundError when there is none)."""
+    factory = _FACTORIES.get(name)
+    if factory is None:
+        raise PassNotFoundError(_unknown_message(name))
+    return factory
+
+
 def is_registered(name: str) -> bool:
     return name in _FACTORIES
 

@@ -232,8 +232,13 @@ def test_second_build_compiles_nothing(ctx):
 
     build(mlp())
     reset_compile_stats()
-    build(mlp())
+    # the object cache's own behaviour: without the whole-build cache every pass runs again
+    with PassContext(config={**ctx.config, "codegen.build_cache": False}):
+        build(mlp())
     assert compile_stats()["compiles"] == 0 and compile_stats()["hits"] > 0
+    reset_compile_stats()
+    build(mlp())  # and with it, the object cache is not even consulted
+    assert compile_stats()["build_hits"] == 1 and compile_stats()["hits"] == 0
 
 
 def test_host_analysis_and_planning_of_a_100k_call_chain(default_recursion_limit):
@@ -249,7 +254,9 @@ def test_same_model_links_to_byte_identical_libraries(ctx):
     from passinfra.build import build
     from passinfra.frontend.models import demo_cnn
 
-    first, second = build(demo_cnn()), build(demo_cnn())
+    # deterministic compile and link, not the whole-build cache, must make them identical
+    with PassContext(config={**ctx.config, "codegen.build_cache": False}):
+        first, second = build(demo_cnn()), build(demo_cnn())
     assert first.library_bytes == second.library_bytes
     assert first.metadata == second.metadata
     assert first.metadata["workspace_bytes"] <= first.metadata["naive_intermediate_bytes"]

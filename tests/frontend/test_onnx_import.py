@@ -361,7 +361,7 @@ def test_long_chain_imports_under_default_recursion_limit(default_recursion_limi
 
 
 LIGHT_DIR = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
-# the interpreter runs these in a few seconds each
+# the interpreter runs these in a few seconds each; all nine are also compiled
 LIGHT_SMALL = [
     "light_bvlc_alexnet",
     "light_squeezenet",
@@ -503,7 +503,7 @@ def object_cache(tmp_path_factory):
 
 
 @requires_light
-@pytest.mark.parametrize("name", LIGHT_LARGE)
+@pytest.mark.parametrize("name", LIGHT_SMALL + LIGHT_LARGE)
 def test_light_model_with_random_weights_compiled_matches_onnxruntime(name, object_cache):
     model, feeds, expected = _light_case(name)
     rep = RaypassBackend.prepare(model, config={"codegen.cache_dir": object_cache})
