@@ -125,9 +125,9 @@ class ObjectCache:
         fd, tmp_name = tempfile.mkstemp(prefix=f".{key[:16]}.", suffix=".tmp", dir=path.parent)
         try:
             with os.fdopen(fd, "wb") as tmp:
+                # no fsync: os.replace makes the entry appear whole to other processes,
+                # and an entry torn by a power loss fails verification on read and is rebuilt
                 tmp.write(blob)
-                tmp.flush()
-                os.fsync(tmp.fileno())
             os.replace(tmp_name, path)
         except BaseException:
             try:
