@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from passinfra.codegen import tir
 from passinfra.codegen.gemm import DEFAULT_BLAS_THREADS, GEMM_INTRINSIC, blas_prototype, render_gemm
+from passinfra.codegen.transform.block_copy import BlockCopy, match_block_copy
 from passinfra.errors import IRError
 
 C_TYPES: dict[str, str] = {
@@ -77,6 +78,7 @@ PREAMBLE = """\
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* floor division and modulo with Python's sign rules (C's / and % truncate) */
 static inline int64_t rp_floordiv_i64(int64_t a, int64_t b) {
@@ -280,6 +282,12 @@ class CRenderer:
 
     def _emit_for(self, loop: tir.For, level: int, work: list) -> None:
         pad = "  " * level
+        # a copy inside a loop nest or branch (level > 1: it runs many times) becomes a
+        # memcpy / memset; a lone top-level loop is left as written
+        block = match_block_copy(loop) if level > 1 else None
+        if block is not None and block.target not in self._input_buffers:
+            self._emit_block_copy(block, pad)
+            return
         ctype = c_type(loop.loop_var.dtype)
         start = self.expr(loop.start)
         extent = self.expr(loop.extent)
@@ -299,6 +307,16 @@ class CRenderer:
         self._lines.append(f"{pad}for ({ctype} {name} = {start}; {name} < {bound}; ++{name}) {{")
         work.append(("line", "}", level))
         work.append(("stmt", loop.body, level + 1))
+
+    def _emit_block_copy(self, block: BlockCopy, pad: str) -> None:
+        # a contiguous copy / zero fill as memcpy / memset: gcc -O2 leaves the loop scalar
+        nbytes = block.count * dtype_bytes(block.target.dtype)
+        target = f"&{self._access(block.target, (block.target_start,))}"
+        if block.source is None:
+            self._lines.append(f"{pad}memset({target}, 0, {nbytes});")
+        else:
+            source = f"&{self._access(block.source, (block.source_start,))}"
+            self._lines.append(f"{pad}memcpy({target}, {source}, {nbytes});")
 
     def _emit_allocate(self, alloc: tir.Allocate, level: int, work: list) -> None:
         pad = "  " * level

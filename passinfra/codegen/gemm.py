@@ -11,13 +11,16 @@ in place; if so the contraction becomes
 * matmul: one GEMM per batch index (broadcast batch dimensions read index 0), or a
   single GEMM when the right operand has no batch dimensions;
 * conv2d (groups 1): an im2col loop nest into a scratch buffer whose column order is the
-  kernel's reduction order (so the weight is read in place), then one GEMM (NHWC) or one
-  per image (NCHW). A 1x1, stride-1, unpadded convolution skips the im2col.
+  kernel's reduction order (so the weight is read in place), then a GEMM: NHWC per block
+  of output rows (the block's columns stay in cache, see :data:`IM2COL_BLOCK_BYTES`),
+  NCHW one per image. A 1x1, stride-1, unpadded convolution skips the im2col.
 
 In the loop-level IR a GEMM is ``Evaluate(Intrinsic("rp_sgemm", ...))`` whose first
 three arguments are ``BufferLoad``\\ s naming the first element of A, B and C (the C
 renderer passes their addresses), so every TIR pass handles it without a new node kind.
-The element-wise epilogue (bias, activation) then runs as its own loop over the result.
+An element-wise epilogue (bias, activation, residual add) the lowering hands to ``emit``
+runs in place over each block of the result right after the GEMM that wrote it, while
+the block is still in cache.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import numpy as np
 
 from passinfra.codegen import tir
 from passinfra.codegen.compute.base import imm, seq
-from passinfra.codegen.compute.nn import _PaddedReader, _window_index
+from passinfra.codegen.compute.nn import _window_index
 from passinfra.ir.attrs import Attrs
 from passinfra.transform.config import register_config
 
@@ -133,13 +136,20 @@ def _matrix(flat: np.ndarray, rows: int, cols: int, leading: int) -> np.ndarray:
 # --------------------------------------------------------------------------- planning
 
 
+# ``epilogue(box)``: the statement applying the element-wise epilogue in place to the box
+# of the output given as one (start, extent) pair per axis
+Epilogue = Callable[[Sequence[tuple[tir.PrimExpr, int]]], tir.Stmt]
+
+
 @dataclass(frozen=True)
 class GemmPlan:
     """How to compute one contraction with GEMMs; ``emit`` builds the statements.
 
-    ``emit(inputs, out, new_buffer)`` gets the input buffers (data/lhs first), the output
-    buffer and a factory of scratch buffers; it returns the statement and the scratch
-    buffers it allocated (the caller wraps the function body in their Allocates).
+    ``emit(inputs, out, new_buffer, epilogue=None)`` gets the input buffers (data/lhs
+    first), the output buffer, a factory of scratch buffers and an optional epilogue
+    (run on every part of ``out`` once, after the GEMM that wrote it); it returns the
+    statement and the scratch buffers it allocated (the caller wraps the function body
+    in their Allocates).
     """
 
     op_name: str
@@ -167,8 +177,10 @@ def _plan_dense(attrs: Attrs, shapes: Sequence[tuple[int, ...]], out_shape: tupl
     if m * n * k < min_macs:
         return None
 
-    def emit(inputs: Sequence[tir.Buffer], out: tir.Buffer, new_buffer: Callable):
-        return gemm_call(_first(inputs[0]), _first(inputs[1]), _first(out), m, n, k, trans_b=True), []
+    def emit(inputs: Sequence[tir.Buffer], out: tir.Buffer, new_buffer: Callable,
+             epilogue: Epilogue | None = None):
+        call = gemm_call(_first(inputs[0]), _first(inputs[1]), _first(out), m, n, k, trans_b=True)
+        return _with_epilogue(call, out, epilogue), []
 
     return GemmPlan("nn.dense", emit)
 
@@ -186,18 +198,21 @@ def _plan_matmul(attrs: Attrs, shapes: Sequence[tuple[int, ...]], out_shape: tup
         # every batch of the left operand meets the same matrix: one tall GEMM
         rows = math.prod(lhs[:-1])
 
-        def emit_flat(inputs: Sequence[tir.Buffer], out: tir.Buffer, new_buffer: Callable):
-            return gemm_call(_first(inputs[0]), _first(inputs[1]), _first(out), rows, n, k, trans_b=False), []
+        def emit_flat(inputs: Sequence[tir.Buffer], out: tir.Buffer, new_buffer: Callable,
+                      epilogue: Epilogue | None = None):
+            call = gemm_call(_first(inputs[0]), _first(inputs[1]), _first(out), rows, n, k, trans_b=False)
+            return _with_epilogue(call, out, epilogue), []
 
         return GemmPlan("matmul", emit_flat)
 
-    def emit(inputs: Sequence[tir.Buffer], out: tir.Buffer, new_buffer: Callable):
+    def emit(inputs: Sequence[tir.Buffer], out: tir.Buffer, new_buffer: Callable,
+             epilogue: Epilogue | None = None):
         batch = tuple(tir.TVar(f"b{i}") for i in range(len(batch_shape)))
         lhs_at = _batch_start(inputs[0], batch, batch_shape)
         rhs_at = _batch_start(inputs[1], batch, batch_shape)
         out_at = tir.BufferLoad(out, (*batch, tir.IntImm(0), tir.IntImm(0)))
         call = gemm_call(lhs_at, rhs_at, out_at, m, n, k, trans_b=False)
-        return _serial_loops(batch, batch_shape, call), []
+        return _with_epilogue(_serial_loops(batch, batch_shape, call), out, epilogue), []
 
     return GemmPlan("matmul", emit)
 
@@ -217,33 +232,37 @@ def _plan_conv2d(attrs: Attrs, shapes: Sequence[tuple[int, ...]], out_shape: tup
     reduce_size = channels * kh * kw
     if batch * pixels * out_channels * reduce_size < min_macs:
         return None
+    # a 1x1, stride-1, unpadded convolution reads the data as the GEMM operand in place
     direct = (kh == kw == 1 and tuple(attrs["strides"]) == (1, 1) and not any(attrs["padding"]))
     channels_last = data_layout == "NHWC"
 
-    def emit(inputs: Sequence[tir.Buffer], result: tir.Buffer, new_buffer: Callable):
+    def emit(inputs: Sequence[tir.Buffer], result: tir.Buffer, new_buffer: Callable,
+             epilogue: Epilogue | None = None):
         data, weight = inputs
-        scratch: list[tir.Buffer] = []
         if direct:
-            columns = data
-        else:
-            col_shape = ((batch, out["H"], out["W"], kh, kw, channels) if channels_last
-                         else (batch, channels, kh, kw, out["H"], out["W"]))
-            columns = new_buffer("im2col", col_shape, data.dtype)
-            scratch.append(columns)
-        stmts = [] if direct else [_im2col(data, columns, attrs, channels_last)]
+            # out[N*OH*OW, O] = data[N*OH*OW, C] x weight[C, O] (NHWC), or per image
+            # out[n][O, OH*OW] = weight[O, C] x data[n][C, OH*OW] (NCHW)
+            gemms = _conv_gemms(data, weight, result, batch, pixels, out_channels, reduce_size, channels_last)
+            return _with_epilogue(gemms, result, epilogue), []
         if channels_last:
-            # out[N*OH*OW, O] = columns[N*OH*OW, KH*KW*C] x weight (HWIO: [KH*KW*C, O])
-            stmts.append(gemm_call(_first(columns), _first(weight), _first(result), batch * pixels,
-                                   out_channels, reduce_size, trans_b=False))
-        else:
-            # per image: out[n][O, OH*OW] = weight[O, C*KH*KW] x columns[n][C*KH*KW, OH*OW]
-            image = tir.TVar("n")
-            zeros = (tir.IntImm(0),) * (len(columns.shape) - 1)
-            call = gemm_call(_first(weight), tir.BufferLoad(columns, (image, *zeros)),
-                             tir.BufferLoad(result, (image, *(tir.IntImm(0),) * 3)),
-                             out_channels, pixels, reduce_size, trans_b=False)
-            stmts.append(_serial_loops((image,), (batch,), call))
-        return seq(*stmts), scratch
+            rows = _rows_per_block(out["H"], out["W"] * reduce_size * _FLOAT_BYTES)
+            columns = new_buffer("im2col", (rows, out["W"], kh, kw, channels), data.dtype)
+            image, block = tir.TVar("n"), tir.TVar("b")
+            first_row = block * tir.IntImm(rows) if rows < out["H"] else tir.IntImm(0)
+            fill = _im2col_rows(data, columns, attrs, image, first_row)
+            # out[rows*OW, O] of this block = columns[rows*OW, KH*KW*C] x weight[KH*KW*C, O] (HWIO)
+            call = gemm_call(_first(columns), _first(weight),
+                             tir.BufferLoad(result, (image, first_row, tir.IntImm(0), tir.IntImm(0))),
+                             rows * out["W"], out_channels, reduce_size, trans_b=False)
+            zero = tir.IntImm(0)
+            block_box = ((image, 1), (first_row, rows), (zero, out["W"]), (zero, out_channels))
+            block_epilogue = [] if epilogue is None else [epilogue(block_box)]
+            body = seq(fill, call, *block_epilogue)
+            return _serial_loops((image, block), (batch, out["H"] // rows), body), [columns]
+        columns = new_buffer("im2col", (batch, channels, kh, kw, out["H"], out["W"]), data.dtype)
+        stmts = [_im2col_channels_first(data, columns, attrs),
+                 _conv_gemms(columns, weight, result, batch, pixels, out_channels, reduce_size, False)]
+        return _with_epilogue(seq(*stmts), result, epilogue), [columns]
 
     return GemmPlan("nn.conv2d", emit)
 
@@ -252,19 +271,101 @@ def _plan_conv2d(attrs: Attrs, shapes: Sequence[tuple[int, ...]], out_shape: tup
 _CONV_LAYOUTS = {("NHWC", "HWIO"), ("NCHW", "OIHW")}
 
 
-def _im2col(data: tir.Buffer, columns: tir.Buffer, attrs: Attrs, channels_last: bool) -> tir.Stmt:
-    """The loop nest filling ``columns`` with the (zero-padded) input window of every
-    output pixel, in the kernel's reduction order."""
-    (sh, sw), (dh, dw) = attrs["strides"], attrs["dilation"]
-    top, left, _, _ = attrs["padding"]
-    reader = _PaddedReader(data, attrs["data_layout"], attrs["padding"], imm(0, data.dtype))
-    loop_vars = tuple(tir.TVar(f"i{k}") for k in range(6))
+# the channels-last im2col is filled and consumed one block of output rows at a time, the
+# block at most this big: the columns stay in the L2 cache between the copy and the GEMM
+# that reads them (a whole-image im2col of a 56x56x128 3x3 convolution is 14 MB, and
+# writing it to memory and reading it back cost half as much as the GEMM)
+IM2COL_BLOCK_BYTES = 512 * 1024
+_FLOAT_BYTES = 4
+
+
+def _rows_per_block(out_height: int, row_bytes: int) -> int:
+    """The most output rows per im2col block (a divisor of ``out_height``, so every block
+    is a full one) whose columns fit :data:`IM2COL_BLOCK_BYTES`; at least one row."""
+    fitting = [rows for rows in range(1, out_height + 1)
+               if out_height % rows == 0 and rows * row_bytes <= IM2COL_BLOCK_BYTES]
+    return max(fitting, default=1)
+
+
+def _conv_gemms(columns: tir.Buffer, weight: tir.Buffer, result: tir.Buffer, batch: int, pixels: int,
+                out_channels: int, reduce_size: int, channels_last: bool) -> tir.Stmt:
+    """The GEMMs of a convolution whose columns (or data, 1x1) cover whole images."""
     if channels_last:
-        n, oy, ox, ry, rx, c = loop_vars
+        # out[N*OH*OW, O] = columns[N*OH*OW, KH*KW*C] x weight (HWIO: [KH*KW*C, O])
+        return gemm_call(_first(columns), _first(weight), _first(result), batch * pixels, out_channels,
+                         reduce_size, trans_b=False)
+    # per image: out[n][O, OH*OW] = weight[O, C*KH*KW] x columns[n][C*KH*KW, OH*OW]
+    image = tir.TVar("n")
+    zeros = (tir.IntImm(0),) * (len(columns.shape) - 1)
+    call = gemm_call(_first(weight), tir.BufferLoad(columns, (image, *zeros)),
+                     tir.BufferLoad(result, (image, *(tir.IntImm(0),) * 3)),
+                     out_channels, pixels, reduce_size, trans_b=False)
+    return _serial_loops((image,), (batch,), call)
+
+
+def _im2col_rows(data: tir.Buffer, columns: tir.Buffer, attrs: Attrs, image: tir.PrimExpr,
+                 first_row: tir.PrimExpr) -> tir.Stmt:
+    """Fill ``columns[r, ox, ry, rx, c]`` (channels-last) with the zero-padded input window
+    of output pixel (``first_row + r``, ``ox``) of image ``image``.
+
+    The padding tests sit outside the innermost loop (an ``if`` per input row and per
+    input pixel), so that loop is a plain contiguous copy or zero fill the C compiler
+    vectorizes; a select per element with clamped indices made this copy cost more than
+    the GEMM it feeds."""
+    (sh, sw), (dh, dw) = attrs["strides"], attrs["dilation"]
+    top, left, bottom, right = attrs["padding"]
+    height, width = data.shape[1], data.shape[2]
+    loop_vars = tuple(tir.TVar(f"i{k}") for k in range(5))
+    r, ox, ry, rx, c = loop_vars
+    extents = columns.shape
+    zero = imm(0, data.dtype)
+    oy = r if isinstance(first_row, tir.IntImm) and first_row.value == 0 else first_row + r
+    iy, ix = _window_index(oy, sh, ry, dh, top), _window_index(ox, sw, rx, dw, left)
+    copy = _serial_loops((c,), extents[4:], tir.BufferStore(columns, data.load(image, iy, ix, c), loop_vars))
+    fill = _serial_loops((c,), extents[4:], tir.BufferStore(columns, zero, loop_vars))
+    pixel = _guarded(copy, fill, ix, width) if (left or right) else copy
+    row = _serial_loops((rx,), extents[3:4], pixel)
+    row_fill = _serial_loops((rx, c), extents[3:], tir.BufferStore(columns, zero, loop_vars))
+    body = _guarded(row, row_fill, iy, height) if (top or bottom) else row
+    return _serial_loops((r, ox, ry), extents[:3], body)
+
+
+def _im2col_channels_first(data: tir.Buffer, columns: tir.Buffer, attrs: Attrs) -> tir.Stmt:
+    """Fill ``columns[n, c, ry, rx, oy, ox]`` with the zero-padded input windows (NCHW);
+    the row padding test sits outside the innermost loop."""
+    (sh, sw), (dh, dw) = attrs["strides"], attrs["dilation"]
+    top, left, bottom, right = attrs["padding"]
+    height, width = data.shape[2], data.shape[3]
+    loop_vars = tuple(tir.TVar(f"i{k}") for k in range(6))
+    n, c, ry, rx, oy, ox = loop_vars
+    extents = columns.shape
+    zero = imm(0, data.dtype)
+    iy, ix = _window_index(oy, sh, ry, dh, top), _window_index(ox, sw, rx, dw, left)
+    if left or right:
+        clamped = tir.Max(tir.Min(ix, tir.IntImm(width - 1)), tir.IntImm(0))
+        value = tir.Select(_in_range(ix, width), data.load(n, c, iy, clamped), zero)
     else:
-        n, c, ry, rx, oy, ox = loop_vars
-    value = reader.read(n, c, _window_index(oy, sh, ry, dh, top), _window_index(ox, sw, rx, dw, left))
-    return _serial_loops(loop_vars, columns.shape, tir.BufferStore(columns, value, loop_vars))
+        value = data.load(n, c, iy, ix)
+    row = _serial_loops((ox,), extents[5:], tir.BufferStore(columns, value, loop_vars))
+    row_fill = _serial_loops((ox,), extents[5:], tir.BufferStore(columns, zero, loop_vars))
+    body = _guarded(row, row_fill, iy, height) if (top or bottom) else row
+    return _serial_loops((n, c, ry, rx, oy), extents[:5], body)
+
+
+def _in_range(index: tir.PrimExpr, extent: int) -> tir.PrimExpr:
+    return tir.And(tir.GE(index, tir.IntImm(0)), tir.LT(index, tir.IntImm(extent)))
+
+
+def _guarded(inside: tir.Stmt, outside: tir.Stmt, index: tir.PrimExpr, extent: int) -> tir.Stmt:
+    """``inside`` where ``0 <= index < extent``, else ``outside`` (the padding)."""
+    return tir.IfThenElse(_in_range(index, extent), inside, outside)
+
+
+def _with_epilogue(stmt: tir.Stmt, out: tir.Buffer, epilogue: Epilogue | None) -> tir.Stmt:
+    """``stmt`` followed by the epilogue over the whole of ``out`` (when there is one)."""
+    if epilogue is None:
+        return stmt
+    return seq(stmt, epilogue(tuple((tir.IntImm(0), extent) for extent in out.shape)))
 
 
 def _first(buffer: tir.Buffer) -> tir.BufferLoad:

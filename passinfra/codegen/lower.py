@@ -14,7 +14,10 @@ then, in evaluation order, each tensor is either
   consumer's loop nest is emitted and reads it exactly at its own loop indices, the
   reduction is fused into that nest -- per output index, accumulate into a one-element
   local, then apply the epilogue and store once (conv2d + bias_add + relu is one loop
-  nest). Any other read materializes it into a buffer first;
+  nest). A contraction computed by BLAS (:mod:`passinfra.codegen.gemm`) writes the
+  consumer's buffer instead, and the consumer runs in place over each block of it
+  right after the GEMM that produced the block. Any other read materializes it into a
+  buffer first;
 * materialized: group outputs (written straight into the output buffers), reductions
   that cannot fuse, and ExternOp nests (softmax, layer_norm, batch_norm). Intermediates
   live in buffers Allocate'd around the function body.
@@ -43,7 +46,8 @@ from passinfra.codegen.compute import (
     missing_rule_reason,
 )
 from passinfra.codegen.compute.base import local_scalar, seq
-from passinfra.codegen.gemm import GemmPlan, blas_library, plan_contraction
+from passinfra.codegen.gemm import Epilogue, GemmPlan, blas_library, plan_contraction
+from passinfra.codegen.transform.loop_tiling import elementwise_nest
 from passinfra.errors import IRError
 from passinfra.ir.attrs import Attrs
 from passinfra.ir.expr import BaseFunc, Call, Constant, Expr, Function, Tuple, TupleGetItem, Var
@@ -61,6 +65,10 @@ from passinfra.transform.registry import register_pass
 MAX_INLINE_SIZE = 256
 # a value used more than once is recomputed inline only if smaller than this (nodes)
 CHEAP_SIZE = 16
+# reduction loops (innermost first) whose total steps stay within this are unrolled: a
+# pooling window (3x3 taps) run as a loop kept its padding tests and loop overhead per tap
+# and cost several times the unrolled form; the C compiler's -O2 does not peel them
+MAX_UNROLLED_REDUCTION_STEPS = 16
 # at most this many inlined producers in a row: building an expression recurses through
 # them, so this keeps lowering far from Python's recursion limit (nodes like dropout add
 # nothing to the expression size, so the size bound alone does not limit the depth)
@@ -357,7 +365,7 @@ class _Lowerer:
         if tensor.output is not None:
             self._emit_reduce(tensor, tensor.output)
             tensor.buffer, tensor.state = tensor.output, "materialized"
-        elif tensor.uses == 1 and isinstance(tensor.consumers[0], ComputeOp) and tensor.gemm is None:
+        elif tensor.uses == 1 and isinstance(tensor.consumers[0], ComputeOp):
             tensor.state = "pending"  # wait for the consumer's loop nest: fuse into it
         else:
             self._materialize(tensor)
@@ -411,7 +419,10 @@ class _Lowerer:
         loop_vars = self._loop_vars("i", len(tensor.shape))
         value, touches = self._build(lambda: tensor.desc.fcompute(loop_vars))
         fused = self._fusable(tensor, loop_vars, touches)
-        if fused is not None:
+        if fused is not None and fused.gemm is not None and fused.dtype == buffer.dtype:
+            self._emit_gemm_in_place(tensor, fused, buffer)
+            return
+        if fused is not None and fused.gemm is None:
             acc = touches[fused][0]
             reduce_nest = self._reduce_into(fused, acc, loop_vars)
             store = tir.BufferStore(buffer, value, loop_vars)
@@ -423,7 +434,9 @@ class _Lowerer:
             for pending in touches:
                 self._materialize(pending)
             value = self._build_materialized(lambda: tensor.desc.fcompute(loop_vars))
-        self.stmts.append(self._loops(loop_vars, tensor.shape, tir.BufferStore(buffer, value, loop_vars)))
+        # a layout change reads some input transposed: walk it in tiles that stay in cache
+        store = tir.BufferStore(buffer, value, loop_vars)
+        self.stmts.append(elementwise_nest(loop_vars, tensor.shape, store))
 
     def _fusable(self, tensor: _Tensor, loop_vars: tuple, touches: dict) -> _Tensor | None:
         """The one pending reduction ``tensor``'s expression reads exactly at its own loop
@@ -447,7 +460,8 @@ class _Lowerer:
         red_vars = self._loop_vars("r", len(desc.reduce_extents))
         body = self._build_materialized(lambda: desc.fbody(out_vars, red_vars))
         update = tir.BufferStore(acc, desc.combine(acc.load(), body), ())
-        return [tir.BufferStore(acc, desc.init(), ()), self._loops(red_vars, desc.reduce_extents, update)]
+        loops = self._loops(red_vars, desc.reduce_extents, update, unroll_steps=MAX_UNROLLED_REDUCTION_STEPS)
+        return [tir.BufferStore(acc, desc.init(), ()), loops]
 
     def _emit_reduce(self, tensor: _Tensor, buffer: tir.Buffer) -> None:
         if tensor.gemm is not None:
@@ -461,7 +475,30 @@ class _Lowerer:
         store = tir.BufferStore(buffer, final, out_vars)
         self.stmts.append(self._loops(out_vars, tensor.shape, tir.Allocate(acc, seq(*nest, store))))
 
-    def _emit_gemm(self, tensor: _Tensor, buffer: tir.Buffer) -> None:
+    def _emit_gemm_in_place(self, tensor: _Tensor, contraction: _Tensor, buffer: tir.Buffer) -> None:
+        """``tensor`` (elementwise over ``contraction``, read at its own indices) as an
+        epilogue of the GEMMs: they write ``buffer``, and the epilogue rewrites each
+        block of it in place right after its GEMM, while the block is in cache (no
+        intermediate buffer, no second pass over memory)."""
+        contraction.buffer, contraction.state = buffer, "materialized"
+
+        def epilogue(box: Sequence[tuple[tir.PrimExpr, int]]) -> tir.Stmt:
+            loop_vars, extents, indices = [], [], []
+            for axis, (start, extent) in enumerate(box):
+                if extent == 1:
+                    indices.append(start)
+                    continue
+                loop_var = tir.TVar(f"e{axis}")
+                loop_vars.append(loop_var)
+                extents.append(extent)
+                zero_start = isinstance(start, tir.IntImm) and start.value == 0
+                indices.append(loop_var if zero_start else start + loop_var)
+            value = self._build_materialized(lambda: tensor.desc.fcompute(tuple(indices)))
+            return self._loops(loop_vars, extents, tir.BufferStore(buffer, value, tuple(indices)))
+
+        self._emit_gemm(contraction, buffer, epilogue)
+
+    def _emit_gemm(self, tensor: _Tensor, buffer: tir.Buffer, epilogue: Epilogue | None = None) -> None:
         inputs = []
         for arg in tensor.gemm_inputs:
             if isinstance(arg, BufferHandle):
@@ -470,7 +507,7 @@ class _Lowerer:
             if arg.state != "materialized":  # BLAS needs the operand in memory
                 self._materialize(arg)
             inputs.append(arg.buffer)
-        stmt, scratch = tensor.gemm.emit(inputs, buffer, self.new_buffer)
+        stmt, scratch = tensor.gemm.emit(inputs, buffer, self.new_buffer, epilogue)
         self.allocations.extend(scratch)
         self.stmts.append(stmt)
         self.uses_blas = True
@@ -493,9 +530,16 @@ class _Lowerer:
         return tuple(tir.TVar(f"{prefix}{k}") for k in range(count))
 
     @staticmethod
-    def _loops(loop_vars: Sequence[tir.TVar], extents: Sequence[int], body: tir.Stmt) -> tir.Stmt:
+    def _loops(loop_vars: Sequence[tir.TVar], extents: Sequence[int], body: tir.Stmt,
+               unroll_steps: int = 0) -> tir.Stmt:
+        """The loop nest over ``extents`` around ``body``; the innermost loops whose total
+        steps stay within ``unroll_steps`` are marked for unrolling."""
+        steps = 1
         for loop_var, extent in zip(reversed(tuple(loop_vars)), reversed(tuple(extents))):
-            body = tir.For(loop_var, tir.IntImm(0), tir.IntImm(int(extent)), tir.ForKind.SERIAL, body)
+            steps *= int(extent)
+            kind = tir.ForKind.UNROLLED if steps <= unroll_steps else tir.ForKind.SERIAL
+            unroll_steps = unroll_steps if kind is tir.ForKind.UNROLLED else 0  # only innermost ones
+            body = tir.For(loop_var, tir.IntImm(0), tir.IntImm(int(extent)), kind, body)
         return body
 
     # -- phase 3: the function

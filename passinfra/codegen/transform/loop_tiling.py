@@ -1,0 +1,186 @@
+"""Loop nests for element-wise stores: split at select boundaries, tiled for transposes.
+
+The lowering asks :func:`elementwise_nest` for the loop nest of one store per output
+index (an injective group). Two rewrites make such nests cheaper; both only reorder or
+partition independent iterations (no reduction), so they cannot change a value:
+
+* Range splitting. ``concatenate`` computes ``i < 416 ? a[..i..] : b[..i - 416..]`` per
+  element (clamped reads under a select). When a select's condition compares a loop
+  variable with a constant, the loop is split there into ranges in which the select is
+  decided, and the select is replaced by its branch; the clamps then fold away in
+  Simplify (which knows the loop ranges), so each piece is a plain copy the C renderer
+  turns into memcpy.
+* Tiling. A layout change (NCHW <-> NHWC) stores along the output's innermost axis
+  while one load walks that axis with a large stride: every step touches a new cache
+  line, and with a stride like 56*56 floats the lines fall into a few cache sets, so
+  nearly every read misses L1. The output's innermost axis and the axis the strided
+  load reads contiguously are tiled, both tile loops innermost, so one tile's lines of
+  both buffers stay in cache (the classic blocked transpose).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from passinfra.codegen import tir
+from passinfra.codegen.compute.base import seq
+from passinfra.codegen.tir_functor import StmtExprMutator, iter_expr_post_order, substitute
+from passinfra.codegen.transform.vectorize_loop import affine_coefficient
+
+# tile sizes tried, largest first: 16 float32 are one 64-byte cache line
+TILE_SIZES = (16, 8, 4)
+# at most this many pieces per nest from range splitting (a concatenate of many fields
+# keeps its selects past this)
+MAX_PIECES = 8
+
+# a loop: (variable, start, extent)
+Loop = tuple[tir.TVar, int, int]
+
+
+def elementwise_nest(loop_vars: Sequence[tir.TVar], extents: Sequence[int],
+                     store: tir.BufferStore) -> tir.Stmt:
+    """The loop nests running ``store`` (indexed by ``loop_vars``) over ``extents``,
+    split at select boundaries and tiled when a load is transposed (module docstring)."""
+    loops = [(var, 0, int(extent)) for var, extent in zip(loop_vars, extents)]
+    return seq(*(_tiled(piece_loops, piece) for piece_loops, piece in _pieces(loops, store)))
+
+
+# --------------------------------------------------------------------------- range splitting
+
+
+def _pieces(loops: list[Loop], store: tir.BufferStore) -> list[tuple[list[Loop], tir.BufferStore]]:
+    """(loops, store) pieces covering the iteration space, the selects on loop
+    variables that a piece's ranges decide replaced by their branch."""
+    done, work = [], [(loops, store)]
+    while work:
+        piece_loops, piece = work.pop()
+        cut = _select_cut(piece_loops, piece.value) if len(done) + len(work) + 1 < MAX_PIECES else None
+        if cut is None:
+            done.append((piece_loops, piece))
+            continue
+        position, boundary = cut
+        var, start, extent = piece_loops[position]
+        before, after = piece_loops[:position], piece_loops[position + 1:]
+        below = [*before, (var, start, boundary - start), *after]
+        above = [*before, (var, boundary, start + extent - boundary), *after]
+        work.append((above, _decide_selects(piece, var, boundary, start + extent)))
+        work.append((below, _decide_selects(piece, var, start, boundary)))
+    return done
+
+
+def _select_cut(loops: list[Loop], value: tir.PrimExpr) -> tuple[int, int] | None:
+    """(loop position, boundary) of the first select ``var < c`` with ``c`` strictly
+    inside ``var``'s range, or None."""
+    positions = {id(var): k for k, (var, _, _) in enumerate(loops)}
+    for node in iter_expr_post_order(value):
+        bound = _var_below_constant(node.cond) if isinstance(node, tir.Select) else None
+        if bound is None or id(bound[0]) not in positions:
+            continue
+        position = positions[id(bound[0])]
+        _, start, extent = loops[position]
+        if start < bound[1] < start + extent:
+            return position, bound[1]
+    return None
+
+
+def _var_below_constant(cond: tir.PrimExpr) -> tuple[tir.TVar, int] | None:
+    if isinstance(cond, tir.LT) and isinstance(cond.a, tir.TVar) and isinstance(cond.b, tir.IntImm):
+        return cond.a, cond.b.value
+    return None
+
+
+class _SelectDecider(StmtExprMutator):
+    """Replaces ``select(var < c, t, f)`` by ``t`` or ``f`` when ``var`` in [low, high)
+    decides it."""
+
+    def __init__(self, var: tir.TVar, low: int, high: int) -> None:
+        self.var, self.low, self.high = var, low, high
+
+    def rewrite_select(self, node: tir.Select) -> tir.PrimExpr:
+        bound = _var_below_constant(node.cond)
+        if bound is None or bound[0] is not self.var:
+            return node
+        if self.high <= bound[1]:
+            return node.true_value
+        if self.low >= bound[1]:
+            return node.false_value
+        return node
+
+
+def _decide_selects(store: tir.BufferStore, var: tir.TVar, low: int, high: int) -> tir.BufferStore:
+    value = _SelectDecider(var, low, high).visit_expr(store.value)
+    return store if value is store.value else tir.BufferStore(store.buffer, value, store.indices)
+
+
+# --------------------------------------------------------------------------- tiling
+
+
+def _tiled(loops: list[Loop], store: tir.BufferStore) -> tir.Stmt:
+    """The nest of ``loops`` around ``store``, tiled when a load is transposed."""
+    loop_vars = tuple(var for var, _, _ in loops)
+    partner = _transposed_partner(store.value, loop_vars) if len(loops) >= 2 else None
+    inner_tile = _tile(loops[-1][2]) if partner is not None else 1
+    if partner is None or inner_tile == 1:
+        return _nest(loops, store)
+    last = len(loops) - 1
+    outer = [loop for k, loop in enumerate(loops) if k not in (partner, last)]
+    inner_loops, inner_index = _split(loops[last], inner_tile)
+    partner_loops, partner_index = _split(loops[partner], _tile(loops[partner][2]))
+    # outer axes, the tile of the innermost axis, then one tile of both axes
+    order = [*outer, inner_loops[0], *partner_loops, inner_loops[1]]
+    body = substitute(store, {loop_vars[last]: inner_index, loop_vars[partner]: partner_index})
+    return _nest(order, body)
+
+
+def _transposed_partner(value: tir.PrimExpr, loop_vars: tuple[tir.TVar, ...]) -> int | None:
+    """The position of the loop variable a transposed load walks contiguously: a load
+    whose last index moves with that variable (coefficient 1; a constant clamp around
+    it is looked through) and not with the innermost loop variable, which moves one of
+    its outer indices instead."""
+    innermost = loop_vars[-1]
+    for node in iter_expr_post_order(value):
+        if not isinstance(node, tir.BufferLoad) or len(node.indices) < 2:
+            continue
+        *outer, last = node.indices
+        last = _unclamped(last)
+        if _mentions(last, innermost) or not any(_mentions(index, innermost) for index in outer):
+            continue
+        for position, loop_var in enumerate(loop_vars[:-1]):
+            if affine_coefficient(last, loop_var) == 1:
+                return position
+    return None
+
+
+def _unclamped(index: tir.PrimExpr) -> tir.PrimExpr:
+    while isinstance(index, (tir.Min, tir.Max)) and isinstance(index.b, tir.IntImm):
+        index = index.a
+    return index
+
+
+def _mentions(expr: tir.PrimExpr, var: tir.TVar) -> bool:
+    return any(node is var for node in iter_expr_post_order(expr))
+
+
+def _tile(extent: int) -> int:
+    """The largest tile size that divides ``extent`` into at least two tiles, or 1."""
+    return next((size for size in TILE_SIZES if extent % size == 0 and extent > size), 1)
+
+
+def _split(loop: Loop, tile: int) -> tuple[list[Loop], tir.PrimExpr]:
+    """The loops replacing ``loop``, outer first, and the expression of its variable in
+    theirs (``start + outer * tile + inner``)."""
+    var, start, extent = loop
+    if tile == 1:
+        return [loop], var
+    outer, inner = tir.TVar(f"{var.name}_o"), tir.TVar(f"{var.name}_i")
+    index = outer * tir.IntImm(tile) + inner
+    return [(outer, 0, extent // tile), (inner, 0, tile)], index + tir.IntImm(start) if start else index
+
+
+def _nest(loops: Sequence[Loop], body: tir.Stmt) -> tir.Stmt:
+    for var, start, extent in reversed(tuple(loops)):
+        body = tir.For(var, tir.IntImm(start), tir.IntImm(extent), tir.ForKind.SERIAL, body)
+    return body
+
+
+__all__ = ["MAX_PIECES", "TILE_SIZES", "elementwise_nest"]
