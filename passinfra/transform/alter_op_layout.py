@@ -14,7 +14,8 @@ What the pass does, in one forward sweep over the dataflow (iterative, ExprMutat
   elementwise ops (relu, exp, ...), binary broadcast ops whose other operand is NHWC too
   or smaller than the result (a per-channel bias or scale, re-laid by ``expand_dims`` +
   ``transpose``), ``nn.bias_add`` along the channels (its axis becomes 3), and the pools
-  (``layout="NHWC"``);
+  (``layout="NHWC"``), and ``concatenate`` along the channels (its axis becomes 3) when
+  one of its operands is NHWC;
 * where an NCHW value is needed (any other op, the function result), one
   ``transpose(x, (0, 3, 1, 2))`` is inserted, and where an NCHW value enters a converted
   conv2d, one ``transpose(x, (0, 2, 3, 1))``; each is created once per value and shared.
@@ -30,7 +31,7 @@ from collections.abc import Callable
 
 from passinfra import ir
 from passinfra.ir import op
-from passinfra.ir.expr import Call, Expr, Function
+from passinfra.ir.expr import Call, Expr, Function, Tuple
 from passinfra.ir.op.registry import Op, OpPattern
 from passinfra.ir.types import TensorType
 from passinfra.transform.config import register_config
@@ -52,6 +53,7 @@ OIHW_TO_HWIO = (2, 3, 1, 0)
 _CONV2D = Op.get("nn.conv2d")
 _BIAS_ADD = Op.get("nn.bias_add")
 _POOLS = (Op.get("nn.max_pool2d"), Op.get("nn.avg_pool2d"), Op.get("nn.global_avg_pool2d"))
+_CONCATENATE = Op.get("concatenate")
 
 
 def _tensor_type(node: Expr) -> TensorType | None:
@@ -68,7 +70,8 @@ class _NHWCRewriter(ir.ExprMutator):
         self._entry_transposes: dict[Expr, Expr] = {}
         self._relaid_operands: dict[Expr, Expr] = {}  # one re-laid copy of a shared bias
         self._rules: dict[Op, Callable[[Call], Expr | None]] = {
-            _CONV2D: self._conv2d, _BIAS_ADD: self._bias_add, **{pool: self._pool for pool in _POOLS},
+            _CONV2D: self._conv2d, _BIAS_ADD: self._bias_add, _CONCATENATE: self._concatenate,
+            **{pool: self._pool for pool in _POOLS},
         }
 
     def visit_call(self, call: Call) -> Expr:
@@ -130,6 +133,18 @@ class _NHWCRewriter(ir.ExprMutator):
         if data not in self.nhwc or call.attrs["layout"] != "NCHW":
             return None
         return Call(call.op, [self.nhwc[data]], call.attrs.with_item("layout", "NHWC"))
+
+    def _concatenate(self, call: Call) -> Expr | None:
+        """Joining along the channels, when some operand is NHWC already (DenseNet's
+        blocks: otherwise every concatenation costs a transpose out and one back in)."""
+        (fields,) = call.args
+        if not isinstance(fields, Tuple) or not any(f in self.nhwc for f in fields.fields):
+            return None
+        types = [_tensor_type(f) for f in fields.fields]
+        if any(t is None or t.ndim != 4 for t in types) or call.attrs["axis"] % 4 != 1:
+            return None
+        nhwc_fields = Tuple([self._as_nhwc(f) for f in fields.fields])
+        return Call(_CONCATENATE, [nhwc_fields], call.attrs.with_item("axis", 3))
 
     def _layout_free_rule(self, call: Call) -> Callable[[Call], Expr | None] | None:
         """Elementwise and binary broadcast ops, which compute the same per element in

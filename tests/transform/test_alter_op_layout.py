@@ -106,6 +106,37 @@ def test_conv_relu_conv_chain_has_one_transpose_in_and_one_out():
     check_same_values(before["main"], folded["main"], (1, 3, 8, 8))
 
 
+def test_dense_block_concatenation_stays_nhwc():
+    """DenseNet's pattern: features concatenated along the channels with a conv's output,
+    then a per-channel scale, relu and the next conv. Only the block input is NCHW (one
+    transpose in) and the result (one out); the concatenation joins NHWC values on axis 3."""
+    x = ir.var("x", (1, 4, 6, 6))
+    grown = op.nn.relu(op.nn.conv2d(x, ir.const(rand(2, 4, 3, 3)), padding=(1, 1)))
+    features = op.concatenate([x, grown], axis=1)
+    scaled = op.nn.relu(op.multiply(features, ir.const(rand(6, 1, 1))))
+    y = op.concatenate([features, op.nn.conv2d(scaled, ir.const(rand(3, 6, 1, 1)))], axis=-3)
+    before = ir.IRModule({"main": ir.Function([x], y)})
+    after = FoldConstant()(AlterOpLayout()(before))
+    assert op_names(after["main"]).count("transpose") == 2
+    concats = [n for n in ir.iter_post_order(after["main"].body)
+               if isinstance(n, ir.Call) and n.op.name == "concatenate"]
+    assert len(concats) == 2 and all(c.attrs["axis"] == 3 for c in concats)
+    check_same_values(before["main"], after["main"], (1, 4, 6, 6))
+
+
+def test_concatenation_without_nhwc_operands_or_off_the_channels_is_left_alone():
+    x, z = ir.var("x", (1, 4, 6, 6)), ir.var("z", (1, 2, 6, 6))
+    plain = ir.Function([x, z], op.concatenate([x, z], axis=1))
+    assert ir.structural_equal(run(plain), plain)
+    conv = op.nn.conv2d(x, ir.const(rand(4, 4, 1, 1)))
+    along_height = ir.Function([x], op.concatenate([conv, x], axis=2))
+    after = run(along_height)
+    (concat,) = [n for n in ir.iter_post_order(after.body)
+                 if isinstance(n, ir.Call) and n.op.name == "concatenate"]
+    assert concat.attrs["axis"] == 2
+    check_same_values(along_height, after, (1, 4, 6, 6))
+
+
 def test_nchw_consumers_share_one_transpose_back():
     x = ir.var("x", (1, 2, 3, 3))
     conv = op.nn.conv2d(x, ir.const(rand(2, 2, 1, 1)))
