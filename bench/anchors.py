@@ -131,18 +131,27 @@ def run(quick: bool) -> tuple[str, list[list[str]]]:
         feed = {i.name: a for i, a in zip(session.get_inputs(), arrays)}
         theirs = session.run(None, feed)[0]
         max_error = _max_error(lib(*arrays), theirs)
+        one_thread = ort.SessionOptions()
+        one_thread.intra_op_num_threads = one_thread.inter_op_num_threads = 1
+        session_1t = ort.InferenceSession(model.SerializeToString(), one_thread,
+                                          providers=["CPUExecutionProvider"])
         variants = {
             "raypass": partial(_burst, partial(lib, *arrays)),
             "onnxruntime": partial(_burst, partial(session.run, None, feed)),
+            # our library runs on one core (BLAS with one thread): the same-resources view
+            "onnxruntime 1 thread": partial(_burst, partial(session_1t.run, None, feed)),
         }
         if executable is not None:
             tvm_call, tvm_output = tvm_runner(executable, arrays)
             variants["tvm"] = partial(_burst, tvm_call)
         samples = interleaved(variants, MIN_REPEATS)
         slowdown = ratio(samples["raypass"], samples["onnxruntime"])
+        per_core = ratio(samples["raypass"], samples["onnxruntime 1 thread"])
         rows.append([label, builds["raypass"].spread(), f"{samples['raypass'].median * 1e3:.3f}",
                      f"{samples['onnxruntime'].median * 1e3:.3f}", slowdown.text(),
-                     verdict(slowdown.median, TARGET_INFERENCE, False), f"{max_error:.1e}"])
+                     verdict(slowdown.median, TARGET_INFERENCE, False),
+                     f"{samples['onnxruntime 1 thread'].median * 1e3:.3f}", per_core.text(),
+                     f"{max_error:.1e}"])
         headline.append(_row(f"inference {label}", "raypass", "onnxruntime", slowdown, TARGET_INFERENCE))
         if executable is not None:
             compile_ratio = ratio(builds["raypass"], builds["tvm"])
@@ -160,11 +169,14 @@ def run(quick: bool) -> tuple[str, list[list[str]]]:
     body = (
         f"Inference latency, {MIN_REPEATS} interleaved samples of {CALLS_PER_SAMPLE} calls each (median of "
         f"the per-call means); onnxruntime CPUExecutionProvider with default threads (OMP_NUM_THREADS="
-        f"{threads}); our library built in-process at opt_level=3 from an empty cache (build = ONNX import "
+        f"{threads}), and onnxruntime on one thread, the resources our library uses (its BLAS calls "
+        "run on one thread: `codegen.blas_threads`); our library built in-process at opt_level=3 from an "
+        "empty cache (build = ONNX import "
         "+ build, median [IQR] of the cold builds).\n\n"
         + markdown_table(
             ["model", "our cold build s", "raypass ms", "onnxruntime ms", "raypass / onnxruntime",
-             f"target <= {TARGET_INFERENCE:g}x", "max abs difference"],
+             f"target <= {TARGET_INFERENCE:g}x", "onnxruntime 1 thread ms", "raypass / onnxruntime 1 thread",
+             "max abs difference"],
             rows,
         )
         + f"\n\n### Apache TVM ({status})\n\n"
