@@ -1,7 +1,7 @@
 """Code generation: build time and inference latency of compiled libraries.
 
 For each model (the zoo transformer, a zoo ResNet and, when the onnx package ships its
-light model, DenseNet-121 with random weights):
+light models, ResNet-50 and DenseNet-121 with random weights):
 
 * build time: cold (empty compile cache), warm (same cache again: no compiler runs) and,
   with ``--ray``, cold on the Ray backend with 2 workers;
@@ -42,6 +42,7 @@ from passinfra.transform import PassContext  # noqa: E402
 
 LIGHT_DIR = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 DENSENET = os.path.join(LIGHT_DIR, "light_densenet121.onnx")
+RESNET50 = os.path.join(LIGHT_DIR, "light_resnet50.onnx")
 ZOO_MODELS = {
     "zoo transformer (4 layers, hidden 256, seq 64)": "zoo:transformer?layers=4&hidden=256&seq=64",
     "zoo resnet20 (CIFAR, 32x32)": "zoo:resnet?depth=20",
@@ -197,10 +198,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", default=str(ROOT / "bench" / "results_codegen.md"))
     parser.add_argument("--ray", action="store_true", help="also build on Ray with 2 workers")
-    parser.add_argument("--no-densenet", action="store_true")
+    parser.add_argument("--no-densenet", action="store_true", help="skip the two 224x224 light models")
     parser.add_argument("--repeat", type=int, default=30)
     args = parser.parse_args()
     models = [(label, zoo.zoo_spec(spec)) for label, spec in ZOO_MODELS.items()]
+    if os.path.exists(RESNET50) and not args.no_densenet:
+        models.append(("ResNet-50 (light, random weights, 224x224)",
+                       random_light_weights(onnx.load(RESNET50))))
     if os.path.exists(DENSENET) and not args.no_densenet:
         models.append(("DenseNet-121 (light, random weights, 224x224)",
                        random_light_weights(onnx.load(DENSENET))))
@@ -214,7 +218,9 @@ def main() -> None:
     table = render(rows, args.ray)
     print(table)
     note = (f"Machine: {os.cpu_count()} CPUs (shared with other jobs while measured); the compiled "
-            "libraries call OpenBLAS (scipy-openblas32) with 1 thread for dense/matmul/conv2d.")
+            "libraries call OpenBLAS (scipy-openblas32) with 1 thread for dense/matmul/conv2d. Warm build: "
+            "the same module built again into the same cache directory, served by the whole-build cache "
+            "(passinfra.codegen.build_cache); bench/cache_bench.py also measures it with that cache off.")
     Path(args.output).write_text("# Code generation: build time and inference latency\n\n"
                                  f"{note}\n\n{table}\n")
 
