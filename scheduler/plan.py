@@ -12,6 +12,9 @@ leaves come:
   batch per function on the workers) separated by module passes (:class:`ModuleBarrier`,
   run in the driver). A function pass that reads the module (``reads_module``) starts a
   stage of its own, because it must see every function as the previous pass left it.
+  A function stage followed by the InferType module pass is marked ``types_wanted``: its
+  workers infer the types of what they return, so InferType in the driver finds them
+  cached, and the workers' resident copies carry them into the next stage.
 
 The executor walks the same tree, so the hooks it calls match an in-process run.
 """
@@ -53,6 +56,9 @@ class FunctionStage:
 
     index: int
     leaves: list[PlanNode]
+    # the next stage is InferType: type inference is cheaper on the workers (in parallel,
+    # and their own copies then carry the types) than in the driver
+    types_wanted: bool = False
 
     kind = "function"
 
@@ -93,6 +99,10 @@ class Plan:
             where = "workers, batched per function" if stage.kind == "function" else "driver"
             lines.append(f"stage {stage.index}: {stage.kind} [{names}] ({where})")
         return "\n".join(lines)
+
+
+# the module pass whose work (caching a type on every node) the workers can do ahead
+TYPE_INFERENCE_PASS = "InferType"
 
 
 def reads_module(pass_: Pass) -> bool:
@@ -147,6 +157,13 @@ def _stages(leaves: list[PlanNode], batch: bool) -> list[Stage]:
         else:
             stages.append(ModuleBarrier(len(stages), [leaf]))
         leaf.stage = stages[-1].index
+    for stage, following in zip(stages, stages[1:]):
+        if (
+            isinstance(stage, FunctionStage)
+            and isinstance(following, ModuleBarrier)
+            and following.leaves[0].name == TYPE_INFERENCE_PASS
+        ):
+            stage.types_wanted = True
     return stages
 
 

@@ -17,6 +17,7 @@ class StageStats:
     bytes_received: int = 0
     wall_seconds: float = 0.0
     worker_seconds: float = 0.0
+    worker_typing_seconds: float = 0.0  # of worker_seconds: types inferred for InferType
     ran_in_driver: bool = False  # too few functions to be worth shipping
 
 
@@ -53,6 +54,8 @@ class RunStats:
     worker_restarts: int = 0
     functions_moved: int = 0  # by rebalancing
     wall_seconds: float = 0.0
+    # of the workers' busy time: inferring types of results ahead of the driver's InferType
+    worker_typing_seconds: float = 0.0
     worker_busy_seconds: dict[int, float] = field(default_factory=dict)
     worker_functions: dict[int, int] = field(default_factory=dict)
     worker_pids: dict[int, int] = field(default_factory=dict)
@@ -76,6 +79,7 @@ class RunStats:
             "worker_restarts": self.worker_restarts,
             "functions_moved": self.functions_moved,
             "wall_seconds": self.wall_seconds,
+            "worker_typing_seconds": self.worker_typing_seconds,
             "worker_busy_seconds": dict(self.worker_busy_seconds),
             "worker_functions": dict(self.worker_functions),
         }

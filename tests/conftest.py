@@ -7,7 +7,9 @@ and test modules import shared helpers as ``from tests.strategies import ...``.
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -56,6 +58,14 @@ def ray_session():
         ray.shutdown()
 
 
+def _wait_for_cpus(ray: Any, needed: float, timeout: float = 60.0) -> None:
+    """Actors of a scheduler a previous test shut down release their CPUs asynchronously;
+    a new pool started before that fails to place its actors (WorkerStartError)."""
+    deadline = time.monotonic() + timeout
+    while ray.available_resources().get("CPU", 0.0) < needed - 1e-9 and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
 @pytest.fixture
 def ray_scheduler(ray_session):
     """A factory of ray-backend Schedulers on the session's Ray (fractional CPUs per
@@ -68,6 +78,7 @@ def ray_scheduler(ray_session):
         options.setdefault("cpus_per_worker", 0.25)
         key = (num_workers, tuple(sorted(options.items())))
         if key not in made:
+            _wait_for_cpus(ray_session, num_workers * options["cpus_per_worker"])
             made[key] = Scheduler(backend="ray", num_workers=num_workers, **options)
         return made[key]
 

@@ -1,12 +1,16 @@
 """Packing functions for the trip between driver and workers.
 
-Functions travel as one IRModule in the flat wire format (passinfra.ir.serialize):
-a small payload (the node table) plus the constants' bytes as out-of-band buffers, which
-Ray moves without copying when they are NumPy arrays.
+Functions travel as one IRModule in the flat wire format (passinfra.ir.serialize): the
+node table, plus the constants' bytes. Small constants are written into the payload;
+only large ones travel as out-of-band buffers (NumPy arrays, which Ray moves without
+copying). Ray handles every out-of-band array of a call's arguments separately, at some
+tens of microseconds each, so a batch of a few hundred functions with a few scalar
+constants each would otherwise spend more time on its buffers than on its bytes.
 """
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,20 +18,21 @@ import numpy as np
 
 from passinfra.ir.expr import BaseFunc
 from passinfra.ir.module import IRModule
-from passinfra.ir.serialize import from_wire, to_wire
+from passinfra.ir.serialize import from_wire
 
 Packed = tuple[bytes, list[np.ndarray]]
 
+# constants at least this large travel out-of-band, without a copy into the payload
+OUT_OF_BAND_BYTES = 64 * 1024
+
 
 def pack_functions(functions: Mapping[str, BaseFunc]) -> Packed:
-    """``{name: function}`` -> (payload, buffers), in the mapping's order."""
-    payload, buffers = to_wire(IRModule(dict(functions)))
-    return payload, [np.frombuffer(buf.raw(), dtype=np.uint8) for buf in buffers]
+    """``{name: function}`` -> (payload, large buffers), in the mapping's order."""
+    return pack_module(IRModule(dict(functions)))
 
 
 def unpack_functions(packed: Packed) -> dict[str, BaseFunc]:
-    payload, buffers = packed
-    mod = from_wire(payload, buffers)
+    mod = unpack_module(packed)
     return {gv.name_hint: func for gv, func in mod.items()}
 
 
@@ -39,8 +44,17 @@ def packed_size(packed: Packed | None) -> int:
 
 
 def pack_module(mod: IRModule) -> Packed:
-    payload, buffers = to_wire(mod)
-    return payload, [np.frombuffer(buf.raw(), dtype=np.uint8) for buf in buffers]
+    large: list[np.ndarray] = []
+
+    def keep_small_in_band(buffer: pickle.PickleBuffer) -> bool:
+        view = buffer.raw()
+        if view.nbytes < OUT_OF_BAND_BYTES:
+            return True  # pickle writes it into the payload
+        large.append(np.frombuffer(view, dtype=np.uint8))
+        return False
+
+    payload = pickle.dumps(mod, protocol=5, buffer_callback=keep_small_in_band)
+    return payload, large
 
 
 def unpack_module(packed: Packed) -> Any:

@@ -111,3 +111,22 @@ def random_delay(func, mod, ctx):
 
     time.sleep(random.random() * 0.015)
     return func.with_attr("delayed", True)
+
+
+@function_pass(opt_level=0, name="RecordArrivedTyped", reads_module=False)
+def record_arrived_typed(func, mod, ctx):
+    """Whether the function came with its type cached, as InferType leaves it in-process."""
+    return func.with_attr("arrived_typed", func._checked_type is not None)
+
+
+def calling_module(num_callers: int) -> ir.IRModule:
+    """``helper`` and callers of it: typing a caller needs the helper's type, which a
+    worker without the helper cannot know."""
+    mod = ir.IRModule()
+    x = ir.var("x", (4,))
+    mod["helper"] = ir.Function([x], op.negative(x))
+    for i in range(num_callers):
+        y = ir.var("y", (4,))
+        body = op.add(ir.Call(mod.get_global_var("helper"), [y]), ir.const(float(i)))
+        mod[f"caller{i}"] = ir.Function([y], body).with_attr("tag", f"caller{i}")
+    return mod

@@ -192,6 +192,49 @@ def test_bad_arguments_are_named():
         Scheduler(backend="ray", num_workers=0)
 
 
+# --------------------------------------------------------------------------- types after InferType
+
+
+def _typed_pipeline():
+    from passinfra.transform import InferType
+
+    return Sequential([P.add_to_multiply, InferType(), P.record_arrived_typed], opt_level=0)
+
+
+def test_a_stage_before_infer_type_asks_the_workers_for_types():
+    plan = build_plan(_typed_pipeline())
+    function_stages = [stage for stage in plan.stages if stage.kind == "function"]
+    assert [stage.types_wanted for stage in function_stages] == [True, False]
+
+
+@pytest.mark.parametrize("make_module", [lambda: P.chain_module(12), lambda: P.calling_module(11)])
+def test_functions_reach_the_pass_after_infer_type_typed(ray_scheduler, make_module):
+    """In-process, InferType caches a type on every function before the next pass; a
+    worker's copy must have it too (a caller of a function another worker holds cannot
+    be typed there, so it is re-sent once the driver typed it)."""
+    mod = make_module()
+    expected = _typed_pipeline()(mod).astext()
+    sched = ray_scheduler(2)
+    out = sched.run(_typed_pipeline(), mod)
+    assert out.astext() == expected
+    assert all(func.attrs["arrived_typed"] for func in out.functions.values())
+    assert sched.last_run.worker_typing_seconds > 0.0  # the workers did the typing
+
+
+def test_a_type_error_is_reported_by_infer_type_as_in_process(ray_scheduler):
+    from passinfra.errors import IRTypeError
+
+    x = ir.var("x", (4,))
+    y = ir.var("y", (3,))
+    mod = P.chain_module(6)
+    mod["bad"] = ir.Function([x, y], ir.op.add(x, y))  # shapes do not broadcast
+    with pytest.raises(IRTypeError) as local:
+        _typed_pipeline()(mod)
+    with pytest.raises(IRTypeError) as remote:
+        ray_scheduler(2).run(_typed_pipeline(), mod)
+    assert str(remote.value) == str(local.value)
+
+
 def test_completion_order_never_changes_the_result(ray_scheduler):
     """Random delays on the workers shuffle the order in which batch calls finish; the
     merged module is the same, run after run and for every worker count."""
@@ -203,3 +246,4 @@ def test_completion_order_never_changes_the_result(ray_scheduler):
         for _ in range(2):
             assert sched.run(pipeline, mod).astext() == expected
         assert sched.last_run.remote_calls >= 10  # many small calls, so order really varies
+

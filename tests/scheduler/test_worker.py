@@ -1,0 +1,61 @@
+"""The worker and the wire format, without Ray: residency, typing ahead of InferType, buffers."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from passinfra import ir
+from passinfra.ir import op
+from passinfra.transform import PassContext
+from tests.scheduler import passes_for_tests as P
+from workers.actor import FunctionWorker, StageSpec
+from workers.wire import OUT_OF_BAND_BYTES, pack_functions, packed_size, unpack_functions
+
+
+def _spec(types_wanted: bool) -> StageSpec:
+    return StageSpec(1, [(0, P.add_to_multiply)], PassContext().to_spec(), types_wanted=types_wanted)
+
+
+def _functions(mod: ir.IRModule) -> dict:
+    return {gv.name_hint: func for gv, func in mod.items()}
+
+
+def test_a_batch_loads_and_drops_before_it_runs():
+    worker = FunctionWorker(0)
+    functions = _functions(P.chain_module(4))
+    worker.run_batch([_spec(False)], ["f0", "f1"], pack_functions({n: functions[n] for n in ("f0", "f1")}))
+    result = worker.run_batch([_spec(False)], ["f2"], pack_functions({"f2": functions["f2"]}), ["f0"])
+    assert worker.resident() == ["f1", "f2"]
+    assert set(unpack_functions(result.changed)) == {"f2"}
+
+
+def test_results_come_back_typed_when_infer_type_follows():
+    worker = FunctionWorker(0)
+    functions = _functions(P.chain_module(3))
+    result = worker.run_batch([_spec(True)], list(functions), pack_functions(functions))
+    back = unpack_functions(result.changed)
+    assert all(func._checked_type is not None for func in back.values())  # the types travel
+    assert result.untyped == [] and result.typing_seconds > 0.0
+    untyped = worker.run_batch([_spec(False)], ["f0"], pack_functions({"f0": functions["f0"]}))
+    assert unpack_functions(untyped.changed)["f0"]._checked_type is None  # only when asked
+
+
+def test_a_caller_without_its_callee_is_left_untyped_and_named():
+    worker = FunctionWorker(0)
+    functions = _functions(P.calling_module(2))
+    callers = {name: functions[name] for name in ("caller0", "caller1")}  # no helper here
+    result = worker.run_batch([_spec(True)], list(callers), pack_functions(callers))
+    assert result.error is None  # typing is an optimization: its failure is not the pass's
+    assert result.untyped == ["caller0", "caller1"]
+
+
+def test_small_constants_travel_in_the_payload_large_ones_beside_it():
+    x = ir.var("x", (4,))
+    large = np.arange(OUT_OF_BAND_BYTES // 4, dtype="float32")
+    func = ir.Function([x], op.add(op.add(x, ir.const(1.0)), op.sum(ir.const(large))))
+    payload, buffers = packed = pack_functions({"f": func, "g": func})
+    assert [b.nbytes for b in buffers] == [large.nbytes]  # sent once, out-of-band
+    assert packed_size(packed) == len(payload) + large.nbytes
+    back = unpack_functions(packed)
+    assert back["f"] is back["g"]
+    ir.assert_structural_equal(back["f"], func)
