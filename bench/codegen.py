@@ -54,12 +54,16 @@ def random_light_weights(model: onnx.ModelProto, seed: int = 0) -> onnx.ModelPro
     seeded random initializer, small enough to keep deep nets in float range."""
     rng = np.random.default_rng(seed)
     shapes = {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}
+    # batch-norm variances (input 4) must be positive: they go under a square root; the
+    # models name them differently, so they are found by their consumer
+    variances = {node.input[4] for node in model.graph.node
+                 if node.op_type == "BatchNormalization" and len(node.input) > 4}
     nodes, initializers = [], list(model.graph.initializer)
     for node in model.graph.node:
         if node.op_type == "ConstantOfShape" and node.input[0] in shapes:
             shape = tuple(int(d) for d in shapes[node.input[0]])
             weight = (rng.standard_normal(shape) * 0.05).astype(np.float32)
-            if "var" in node.output[0]:  # batch-norm variances must be positive (sqrt)
+            if node.output[0] in variances:
                 weight = np.abs(weight) + np.float32(0.5)
             initializers.append(numpy_helper.from_array(weight, node.output[0]))
         else:
