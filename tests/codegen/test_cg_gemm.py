@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from cg_gemm_support import function_of as _func
+from cg_gemm_support import random_arrays as _arrays
+from cg_gemm_support import statements
 
 import passinfra
+from passinfra.codegen import tir
 from passinfra.codegen.gemm import (
     BLAS_SYMBOL,
     GEMM_INTRINSIC,
@@ -20,7 +24,6 @@ from passinfra.codegen.lower import LowerToPrimFunc, lower_primitive_function
 from passinfra.codegen.tir_eval import run_prim_func
 from passinfra.ir import op
 from passinfra.ir.attrs import Attrs
-from passinfra.ir.expr import Function, var
 from passinfra.ir.module import IRModule
 from passinfra.runtime.interpreter import evaluate
 from passinfra.transform import PassContext
@@ -30,32 +33,9 @@ pytestmark = pytest.mark.skipif(blas_library() is None, reason="scipy-openblas32
 RTOL = ATOL = 1e-5
 
 
-def _arrays(shapes, seed=0):
-    rng = np.random.default_rng(seed)
-    return [rng.standard_normal(s).astype("float32") for s in shapes]
-
-
-def _func(shapes, make):
-    params = [var(f"p{i}", s) for i, s in enumerate(shapes)]
-    return Function(params, make(*params))
-
-
 def _gemm_calls(stmt) -> int:
-    """How many GEMM intrinsics a statement tree holds (explicit stack)."""
-    from passinfra.codegen import tir
-
-    count, stack = 0, [stmt]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, tir.Evaluate):
-            count += is_gemm(node.value)
-        elif isinstance(node, tir.SeqStmt):
-            stack.extend(node.stmts)
-        elif isinstance(node, (tir.For, tir.Allocate, tir.LetStmt)):
-            stack.append(node.body)
-        elif isinstance(node, tir.IfThenElse):
-            stack.extend(s for s in (node.then_case, node.else_case) if s is not None)
-    return count
+    """How many GEMM intrinsics a statement tree holds."""
+    return sum(is_gemm(n.value) for n in statements(stmt) if isinstance(n, tir.Evaluate))
 
 
 def conv(layout, kernel_layout, **kw):

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from cg_gemm_support import function_of as _func
+from cg_gemm_support import random_arrays as _arrays
+from cg_gemm_support import statements as _nodes
 
 import passinfra
 from passinfra.codegen import gemm, tir
@@ -13,7 +16,6 @@ from passinfra.codegen.gemm import blas_library, is_gemm
 from passinfra.codegen.lower import MAX_UNROLLED_REDUCTION_STEPS, lower_primitive_function
 from passinfra.codegen.tir_eval import run_prim_func
 from passinfra.ir import op
-from passinfra.ir.expr import Function, var
 from passinfra.ir.module import IRModule
 from passinfra.runtime.interpreter import evaluate
 from passinfra.transform import PassContext
@@ -21,31 +23,6 @@ from passinfra.transform import PassContext
 needs_blas = pytest.mark.skipif(blas_library() is None, reason="scipy-openblas32 is not installed")
 
 RTOL = ATOL = 1e-5
-
-
-def _arrays(shapes, seed=0):
-    rng = np.random.default_rng(seed)
-    return [rng.standard_normal(s).astype("float32") for s in shapes]
-
-
-def _func(shapes, make):
-    params = [var(f"p{i}", s) for i, s in enumerate(shapes)]
-    return Function(params, make(*params))
-
-
-def _nodes(stmt):
-    """Every statement of a statement tree (explicit stack)."""
-    out, stack = [], [stmt]
-    while stack:
-        node = stack.pop()
-        out.append(node)
-        if isinstance(node, tir.SeqStmt):
-            stack.extend(node.stmts)
-        elif isinstance(node, (tir.For, tir.Allocate, tir.LetStmt)):
-            stack.append(node.body)
-        elif isinstance(node, tir.IfThenElse):
-            stack.extend(s for s in (node.then_case, node.else_case) if s is not None)
-    return out
 
 
 def _allocated(stmt) -> list[str]:
