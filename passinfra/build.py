@@ -50,6 +50,7 @@ COMPILE_PIPELINE: tuple[str, ...] = (
     "StorageFlatten",
     "VectorizeLoop",
     "UnrollLoop",
+    "LoopPartition",
     "RemoveNoOp",
     "CodegenC",
     "CompileC",

@@ -115,6 +115,7 @@ def build_key(mod: IRModule, ctx: PassContext, target: str, pipeline: Sequence[s
         "pipeline": list(zip(pipeline, factories)),
         "compiler": compiler_identity(settings.cc),
         "default_cflags": DEFAULT_CFLAGS,
+        "vector_math": settings.uses_vector_math,
         "blas": None if blas is None else repr(blas),
         "sources": source_digest(),
     }

@@ -22,7 +22,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from passinfra.codegen import tir
+from passinfra.codegen import tir, vector_math
 from passinfra.codegen.gemm import DEFAULT_BLAS_THREADS, GEMM_INTRINSIC, blas_prototype, render_gemm
 from passinfra.codegen.transform.block_copy import BlockCopy, match_block_copy
 from passinfra.errors import IRError
@@ -79,7 +79,7 @@ PREAMBLE = """\
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-
+""" + vector_math.declarations() + """
 /* floor division and modulo with Python's sign rules (C's / and % truncate) */
 static inline int64_t rp_floordiv_i64(int64_t a, int64_t b) {
   int64_t q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
@@ -106,6 +106,11 @@ static inline int32_t rp_min_i32(int32_t a, int32_t b) { return a < b ? a : b; }
 static inline int32_t rp_max_i32(int32_t a, int32_t b) { return a > b ? a : b; }
 static inline int64_t rp_min_i64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t rp_max_i64(int64_t a, int64_t b) { return a > b ? a : b; }
+/* a float Select evaluates both of its sides (the loop-level IR allows it, and every load
+   under a Select is clamped into its buffer): an unconditional load lets the compiler turn
+   the select into a blend and vectorize the loop, where C's lazy ?: would keep it scalar */
+static inline float rp_select_f32(bool c, float a, float b) { return c ? a : b; }
+static inline double rp_select_f64(bool c, double a, double b) { return c ? a : b; }
 static inline float rp_sigmoid_f32(float x) { return 1.0f / (1.0f + expf(-x)); }
 static inline double rp_sigmoid_f64(double x) { return 1.0 / (1.0 + exp(-x)); }
 static inline float rp_rsqrt_f32(float x) { return 1.0f / sqrtf(x); }
@@ -445,6 +450,18 @@ def _render_float(renderer: CRenderer, node: tir.FloatImm, args: list[str]) -> s
     return f"({text}{suffix})" if value < 0 else text + suffix
 
 
+_EAGER_SELECTS = {"float32": "rp_select_f32", "float64": "rp_select_f64"}
+
+
+def _render_select(node: tir.Select, args: list[str]) -> str:
+    eager = _EAGER_SELECTS.get(node.dtype)
+    if eager is not None:
+        return f"{eager}({args[0]}, {args[1]}, {args[2]})"
+    # integer selects stay lazy: an index computation under a false condition may divide
+    # by zero
+    return f"({args[0]} ? {args[1]} : {args[2]})"
+
+
 def _render_load(renderer: CRenderer, node: tir.BufferLoad, args: list[str]) -> str:
     return renderer._access(node.buffer, node.indices)
 
@@ -454,7 +471,7 @@ _NODE_RENDERERS: dict[type, Callable[[CRenderer, object, list[str]], str]] = {
     tir.FloatImm: _render_float,  # type: ignore[dict-item]
     tir.TVar: lambda r, n, a: r._name_of(n),  # type: ignore[arg-type]
     tir.Not: lambda r, n, a: f"(!{a[0]})",
-    tir.Select: lambda r, n, a: f"({a[0]} ? {a[1]} : {a[2]})",
+    tir.Select: lambda r, n, a: _render_select(n, a),  # type: ignore[arg-type]
     tir.Cast: lambda r, n, a: f"(({c_type(n.dtype)}){a[0]})",  # type: ignore[attr-defined]
     tir.Intrinsic: lambda r, n, a: r._render_intrinsic(n, a),  # type: ignore[arg-type]
     tir.BufferLoad: _render_load,  # type: ignore[dict-item]

@@ -7,7 +7,9 @@ Settings come from the PassContext config (registered here):
   ``-march=native`` unless the user puts it there);
 - ``codegen.cache_dir`` (str): the object cache, default
   :func:`~passinfra.codegen.cache.default_cache_dir`;
-- ``codegen.no_cache`` (bool): compile every time, neither reading nor writing the cache.
+- ``codegen.no_cache`` (bool): compile every time, neither reading nor writing the cache;
+- ``codegen.vector_math`` (bool, default True): vectorized math calls through glibc's
+  libmvec where the compiler can link it (:mod:`passinfra.codegen.vector_math`).
 
 A failed compile raises :class:`CompileError` with the compiler's stderr and the path of
 the C file, which is kept (in a fresh temporary directory) so it can be inspected.
@@ -24,6 +26,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from passinfra.codegen import vector_math
 from passinfra.codegen.cache import ObjectCache, cache_key, count, default_cache_dir
 from passinfra.errors import RaypassError
 from passinfra.transform.config import register_config
@@ -48,6 +51,7 @@ class CompilerSettings:
     cflags: str = DEFAULT_CFLAGS
     cache_dir: str | None = None
     use_cache: bool = True
+    vector_math: bool = True
 
     @staticmethod
     def from_context(ctx: PassContext | None = None) -> CompilerSettings:
@@ -57,7 +61,20 @@ class CompilerSettings:
             cflags=ctx.get_config("codegen.cflags", DEFAULT_CFLAGS),
             cache_dir=ctx.get_config("codegen.cache_dir", None),
             use_cache=not ctx.get_config("codegen.no_cache", False),
+            vector_math=ctx.get_config("codegen.vector_math", True),
         )
+
+    @property
+    def uses_vector_math(self) -> bool:
+        """Vector math asked for and linkable with this compiler and these flags."""
+        return self.vector_math and vector_math.vector_math_available(self.cc, self.cflags)
+
+    @property
+    def effective_cflags(self) -> str:
+        """The flags the compiler runs with: ``cflags``, plus the vector-math macro."""
+        if self.uses_vector_math:
+            return f"{self.cflags} -D{vector_math.MACRO}"
+        return self.cflags
 
     @property
     def resolved_cache_dir(self) -> str:
@@ -109,7 +126,7 @@ def compile_c_result(source: str, settings: CompilerSettings | None = None,
     if not settings.use_cache:
         return CompileResult(_run_compiler(source, settings, name), cache_hit=False)
     cache = ObjectCache(settings.resolved_cache_dir)
-    key = cache_key(source, identity, settings.cflags)
+    key = cache_key(source, identity, settings.effective_cflags)
     cached, corrupted = cache.lookup(key)
     if cached is not None:
         return CompileResult(cached, cache_hit=True)
@@ -126,7 +143,7 @@ def _run_compiler(source: str, settings: CompilerSettings, name: str) -> bytes:
     c_path = Path(workdir) / f"{name}.c"
     obj_path = Path(workdir) / f"{name}.o"
     c_path.write_text(source, encoding="utf-8")
-    command = [resolve_compiler(settings.cc), *shlex.split(settings.cflags), "-c", c_path.name,
+    command = [resolve_compiler(settings.cc), *shlex.split(settings.effective_cflags), "-c", c_path.name,
                "-o", obj_path.name]
     try:
         # run inside the temp dir with relative names, so no absolute path ends up in the object
@@ -162,8 +179,9 @@ def link_shared(objects: list[tuple[str, bytes]], settings: CompilerSettings | N
         names.append(file_name)
     # -fopenmp must reach the linker too when kernels were compiled with it
     link_flags = [f for f in shlex.split(settings.cflags) if f in ("-fopenmp",)]
+    libraries = (vector_math.LINK_FLAG,) if settings.uses_vector_math else ()
     command = [resolve_compiler(settings.cc), "-shared", *link_flags, "-o", "library.so", *names,
-               *extra_flags]
+               *libraries, *extra_flags]
     result = subprocess.run(command, capture_output=True, text=True, cwd=workdir, timeout=600)
     if result.returncode != 0:
         raise CompileError(

@@ -245,7 +245,8 @@ def _plan_conv2d(attrs: Attrs, shapes: Sequence[tuple[int, ...]], out_shape: tup
             gemms = _conv_gemms(data, weight, result, batch, pixels, out_channels, reduce_size, channels_last)
             return _with_epilogue(gemms, result, epilogue), []
         if channels_last:
-            rows = _rows_per_block(out["H"], out["W"] * reduce_size * _FLOAT_BYTES)
+            rows = _rows_per_block(out["H"], out["W"], reduce_size * _FLOAT_BYTES,
+                                   reduce_size * out_channels * _FLOAT_BYTES)
             columns = new_buffer("im2col", (rows, out["W"], kh, kw, channels), data.dtype)
             image, block = tir.TVar("n"), tir.TVar("b")
             first_row = block * tir.IntImm(rows) if rows < out["H"] else tir.IntImm(0)
@@ -276,15 +277,23 @@ _CONV_LAYOUTS = {("NHWC", "HWIO"), ("NCHW", "OIHW")}
 # that reads them (a whole-image im2col of a 56x56x128 3x3 convolution is 14 MB, and
 # writing it to memory and reading it back cost half as much as the GEMM)
 IM2COL_BLOCK_BYTES = 512 * 1024
+# ... but every block's GEMM reads the whole weight again, and a GEMM with few rows spends
+# its time packing the weight rather than multiplying: a block has at least this many
+# GEMM rows (output pixels) where the image has them, and may grow to the weight's size
+MIN_GEMM_ROWS = 128
 _FLOAT_BYTES = 4
 
 
-def _rows_per_block(out_height: int, row_bytes: int) -> int:
-    """The most output rows per im2col block (a divisor of ``out_height``, so every block
-    is a full one) whose columns fit :data:`IM2COL_BLOCK_BYTES`; at least one row."""
-    fitting = [rows for rows in range(1, out_height + 1)
-               if out_height % rows == 0 and rows * row_bytes <= IM2COL_BLOCK_BYTES]
-    return max(fitting, default=1)
+def _rows_per_block(out_height: int, out_width: int, pixel_bytes: int, weight_bytes: int) -> int:
+    """Output rows per im2col block: a divisor of ``out_height`` (every block is a full
+    one), the most whose columns (``pixel_bytes`` per output pixel) fit the larger of
+    :data:`IM2COL_BLOCK_BYTES` and the weight, and at least :data:`MIN_GEMM_ROWS` pixels
+    when the image has that many."""
+    divisors = [rows for rows in range(1, out_height + 1) if out_height % rows == 0]
+    budget = max(IM2COL_BLOCK_BYTES, weight_bytes)
+    fitting = max((rows for rows in divisors if rows * out_width * pixel_bytes <= budget), default=1)
+    wide_enough = min((rows for rows in divisors if rows * out_width >= MIN_GEMM_ROWS), default=out_height)
+    return max(fitting, wide_enough)
 
 
 def _conv_gemms(columns: tir.Buffer, weight: tir.Buffer, result: tir.Buffer, batch: int, pixels: int,

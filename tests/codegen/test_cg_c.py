@@ -115,6 +115,26 @@ def test_select_cast_if_and_float64(tmp_path, settings):
     assert "floor(" in kernel.source and "floorf(" not in kernel.source.split("int select_cast(")[1]
 
 
+def test_float_selects_evaluate_both_sides_integer_selects_stay_lazy(tmp_path, settings):
+    # a float Select is a call (both sides evaluated, so the compiler may blend and
+    # vectorize); an integer one keeps C's lazy ?: (a side may divide by zero)
+    n = 8
+    x, fout, iout = tir.Buffer("x", (n,), F32), tir.Buffer("f", (n,), F32), tir.Buffer("g", (n,), "int64")
+    i = tir.TVar("i")
+    clamped = tir.Max(tir.Sub(i, tir.IntImm(1)), tir.IntImm(0))
+    float_select = tir.Select(tir.GE(i, tir.IntImm(1)), x.load(clamped), tir.FloatImm(-1.0))
+    int_select = tir.Select(tir.NE(i, tir.IntImm(0)), tir.FloorDiv(tir.IntImm(12), i), tir.IntImm(-1))
+    stores = (tir.BufferStore(fout, float_select, (i,)), tir.BufferStore(iout, int_select, (i,)))
+    body = loop(i, n, tir.SeqStmt(stores))
+    kernel = CompiledKernel(prim_func([x, fout, iout], body, 1, "selects"), tmp_path, settings)
+    assert "rp_select_f32(" in kernel.source and " ? " in kernel.source.split("int selects(")[1]
+    data = np.arange(1, n + 1, dtype=np.float32)
+    got_f, got_i = np.zeros(n, np.float32), np.zeros(n, np.int64)
+    kernel(data, got_f, got_i)
+    np.testing.assert_array_equal(got_f, np.concatenate([[-1.0], data[:-1]]).astype(np.float32))
+    np.testing.assert_array_equal(got_i, [-1] + [12 // k for k in range(1, n)])
+
+
 def test_large_local_buffer_goes_to_the_heap(tmp_path, settings):
     n = 10_000  # 40 KB: too big for the stack
     x, out = tir.Buffer("x", (n,), F32), tir.Buffer("out", (n,), F32)

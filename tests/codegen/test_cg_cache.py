@@ -22,7 +22,7 @@ def fresh_stats():
 
 
 def entry_path(cache_dir: Path, source: str, settings: CompilerSettings) -> Path:
-    key = cache_key(source, compiler_identity(settings.cc), settings.cflags)
+    key = cache_key(source, compiler_identity(settings.cc), settings.effective_cflags)
     return ObjectCache(cache_dir).path_of(key)
 
 

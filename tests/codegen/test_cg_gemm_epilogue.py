@@ -69,8 +69,10 @@ def nhwc_conv_bias_relu(strides=(1, 1), padding=(1, 1), dilation=(1, 1)):
     ((1, 1), (2, 2), (2, 2)),
 ], ids=["same", "strided_asymmetric_pad", "dilated"])
 def test_channels_last_conv_in_row_blocks_with_epilogue(monkeypatch, tmp_path, strides, padding, dilation):
-    # a tiny block budget forces several row blocks per image (and 2 images)
+    # a tiny block budget and no minimum GEMM height force several row blocks per image
+    # (and 2 images)
     monkeypatch.setattr(gemm, "IM2COL_BLOCK_BYTES", 4 * 1024)
+    monkeypatch.setattr(gemm, "MIN_GEMM_ROWS", 1)
     shapes = [(2, 12, 10, 8), (3, 3, 8, 16), (16,)]
     func = _func(shapes, nhwc_conv_bias_relu(strides, padding, dilation))
     lowered, args, expected = _check(func, shapes)
@@ -83,11 +85,28 @@ def test_channels_last_conv_in_row_blocks_with_epilogue(monkeypatch, tmp_path, s
 
 def test_rows_per_block_divides_the_height_and_fits_the_budget(monkeypatch):
     monkeypatch.setattr(gemm, "IM2COL_BLOCK_BYTES", 1000)
-    assert gemm._rows_per_block(12, 300) == 3
-    assert gemm._rows_per_block(7, 300) == 1  # 7 is prime: one row per block
-    assert gemm._rows_per_block(5, 5000) == 1  # one row is over budget: still one row
+    monkeypatch.setattr(gemm, "MIN_GEMM_ROWS", 1)
+    # (height, width, bytes per output pixel, weight bytes): a row is width * pixel bytes
+    assert gemm._rows_per_block(12, 1, 300, 0) == 3
+    assert gemm._rows_per_block(7, 1, 300, 0) == 1  # 7 is prime: one row per block
+    assert gemm._rows_per_block(5, 1, 5000, 0) == 1  # one row is over budget: still one row
     monkeypatch.setattr(gemm, "IM2COL_BLOCK_BYTES", 10 ** 9)
-    assert gemm._rows_per_block(56, 4096) == 56
+    assert gemm._rows_per_block(56, 1, 4096, 0) == 56
+
+
+def test_rows_per_block_grows_to_the_weight_and_to_a_minimum_gemm_height(monkeypatch):
+    monkeypatch.setattr(gemm, "IM2COL_BLOCK_BYTES", 1000)
+    monkeypatch.setattr(gemm, "MIN_GEMM_ROWS", 1)
+    # a weight bigger than the budget is re-read by every block: blocks grow to its size
+    assert gemm._rows_per_block(12, 1, 300, 2000) == 6
+    # each block's GEMM has at least MIN_GEMM_ROWS rows (pixels), even over the budget
+    monkeypatch.setattr(gemm, "MIN_GEMM_ROWS", 40)
+    assert gemm._rows_per_block(12, 10, 300, 0) == 4  # 4 rows of 10 pixels
+    assert gemm._rows_per_block(7, 7, 300, 0) == 7  # the whole image is under 40 pixels
+    # ResNet-50's last 3x3 convolution (7x7 output, 512 channels): one block, one GEMM
+    monkeypatch.setattr(gemm, "IM2COL_BLOCK_BYTES", 512 * 1024)
+    monkeypatch.setattr(gemm, "MIN_GEMM_ROWS", 128)
+    assert gemm._rows_per_block(7, 7, 4608 * 4, 4608 * 512 * 4) == 7
 
 
 def dense_bias_relu(x, w, b):

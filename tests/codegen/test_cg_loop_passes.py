@@ -10,7 +10,9 @@ from cg_tir_samples import loop, row_sum, transpose, vector_add
 from passinfra import ir
 from passinfra.codegen.tir import (
     EQ,
+    GE,
     LT,
+    Add,
     Allocate,
     Buffer,
     BufferStore,
@@ -24,11 +26,14 @@ from passinfra.codegen.tir import (
     IntImm,
     Max,
     Min,
+    Mul,
     PrimFunc,
+    Select,
     SeqStmt,
     TVar,
 )
 from passinfra.codegen.tir_eval import run_prim_func
+from passinfra.codegen.tir_functor import iter_expr_post_order
 from passinfra.codegen.tir_structural import assert_tir_equal
 from passinfra.codegen.tir_verify import verify_prim_func
 from passinfra.codegen.transform import (
@@ -205,6 +210,27 @@ def test_unroll_copies_get_fresh_inner_loop_vars() -> None:
     first, second = result.body.stmts
     assert first.loop_var is not second.loop_var
     verify_prim_func(result)
+
+
+def test_unrolled_copies_decide_conditions_on_the_enclosing_loops() -> None:
+    # a pooling tap: out[i] = max over k of (2*i + k - 1 >= 0 ? x[max(2*i + k - 1, 0)] : -inf);
+    # once k is a constant, taps k >= 1 hold for every i >= 0: no Select, no clamp left
+    x, out = Buffer("x", (9,), "float32"), Buffer("out", (4,), "float32")
+    i, k = TVar("i"), TVar("k")
+    index = Add(Add(Mul(i, IntImm(2)), k), IntImm(-1))
+    tap = Select(GE(index, IntImm(0)), x.load(Max(index, IntImm(0))), FloatImm(float("-inf")))
+    body = loop(i, 4, SeqStmt((
+        BufferStore(out, FloatImm(float("-inf")), (i,)),
+        For(k, IntImm(0), IntImm(3), ForKind.UNROLLED, BufferStore(out, Max(out.load(i), tap), (i,))),
+    )))
+    func = PrimFunc([x, out], body, {"num_inputs": 1})
+    result = run_pass(UnrollLoop(), func)
+    verify_prim_func(result)
+    taps = result.body.body.stmts[1].stmts
+    kinds = [[type(node).__name__ for node in iter_expr_post_order(tap_store.value)] for tap_store in taps]
+    assert "Select" in kinds[0] and all("Select" not in names for names in kinds[1:])
+    data = np.arange(9, dtype=np.float32)[::-1].copy()
+    np.testing.assert_array_equal(run_prim_func(result, data), run_prim_func(func, data))
 
 
 def test_unroll_config_errors_name_the_field() -> None:

@@ -239,15 +239,16 @@ def _softmax(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> Ex
 
         def row(at: Callable) -> tir.Stmt:
             peak, total = local_scalar("row_max", dtype), local_scalar("row_sum", dtype)
-            # exp(x - max) is stored once and summed in the same loop, then normalized
-            exp_store = _row_loop(extent, lambda k: seq(
-                tir.BufferStore(out, intrinsic("exp", data.load(*at(k)) - peak.load()), at(k)),
-                tir.BufferStore(total, total.load() + out.load(*at(k)), ())))
+            # exp(x - max) is stored by a loop of its own, which vectorizes (a vector exp,
+            # see codegen.vector_math), then summed in order by a scalar loop (a float sum
+            # does not vectorize without reassociating it), then normalized
+            exp_store = _row_loop(extent, lambda k: tir.BufferStore(
+                out, intrinsic("exp", data.load(*at(k)) - peak.load()), at(k)))
             stmts = seq(
                 _accumulate(peak, extent, tir.Max, lambda k: data.load(*at(k)),
                             reduction_identity("max", dtype)),
-                tir.BufferStore(total, imm(0, dtype), ()),
                 exp_store,
+                _accumulate(total, extent, tir.Add, lambda k: out.load(*at(k)), imm(0, dtype)),
                 _row_loop(extent, lambda k: tir.BufferStore(out, out.load(*at(k)) / total.load(), at(k))),
             )
             return tir.Allocate(peak, tir.Allocate(total, stmts))
