@@ -56,7 +56,7 @@ class BuildArtifact:
 
     library: bytes
     metadata: dict[str, Any]
-    weights: bytes
+    weights: bytes | memoryview
 
     def to_bytes(self) -> bytes:
         header = json.dumps({"metadata": self.metadata, "library_bytes": len(self.library)},
@@ -64,12 +64,16 @@ class BuildArtifact:
         return len(header).to_bytes(8, "little") + header + self.library + self.weights
 
     @staticmethod
-    def from_bytes(data: bytes) -> BuildArtifact:
-        header_len = int.from_bytes(data[:8], "little")
-        header = json.loads(data[8:8 + header_len])
+    def from_bytes(data: bytes | memoryview) -> BuildArtifact:
+        """The artifact stored in ``data``; from a memoryview, the weights stay a view
+        into it (no copy: the loaded module copies them once, into aligned memory)."""
+        view = memoryview(data)
+        header_len = int.from_bytes(view[:8], "little")
+        header = json.loads(bytes(view[8:8 + header_len]))
         start = 8 + header_len
         end = start + header["library_bytes"]
-        return BuildArtifact(data[start:end], header["metadata"], data[end:])
+        weights = view[end:] if isinstance(data, memoryview) else bytes(view[end:])
+        return BuildArtifact(bytes(view[start:end]), header["metadata"], weights)
 
 
 @functools.lru_cache(maxsize=1)
@@ -131,7 +135,7 @@ def _cache(ctx: PassContext) -> ObjectCache:
 
 def lookup_build(key: str, ctx: PassContext) -> BuildArtifact | None:
     """The stored build for ``key``, or None (absent, or corrupted and removed)."""
-    data = _cache(ctx).get(key)
+    data, _ = _cache(ctx).lookup_view(key)
     return None if data is None else BuildArtifact.from_bytes(data)
 
 

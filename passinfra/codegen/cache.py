@@ -98,6 +98,12 @@ class ObjectCache:
 
     def lookup(self, key: str) -> tuple[bytes | None, bool]:
         """``(object or None, whether a corrupted entry was found and removed)``."""
+        view, corrupted = self.lookup_view(key)
+        return (None if view is None else bytes(view)), corrupted
+
+    def lookup_view(self, key: str) -> tuple[memoryview | None, bool]:
+        """:meth:`lookup` without copying the payload out of the file's bytes: a
+        whole-build entry holds every weight of the model (100 MB for ResNet-50)."""
         path = self.path_of(key)
         try:
             blob = path.read_bytes()
@@ -138,12 +144,13 @@ class ObjectCache:
         count(self.stat_prefix + "writes")
 
 
-def _verified_payload(blob: bytes) -> bytes | None:
+def _verified_payload(blob: bytes) -> memoryview | None:
+    """The payload of an entry (a view into ``blob``) if its digest matches, else None."""
     header_len = len(_MAGIC) + _DIGEST_LEN + 1
     if len(blob) < header_len or not blob.startswith(_MAGIC) or blob[header_len - 1:header_len] != b"\n":
         return None
     expected = blob[len(_MAGIC):len(_MAGIC) + _DIGEST_LEN].decode("ascii", errors="replace")
-    payload = blob[header_len:]
+    payload = memoryview(blob)[header_len:]
     return payload if hashlib.sha256(payload).hexdigest() == expected else None
 
 

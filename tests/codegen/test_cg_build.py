@@ -212,6 +212,38 @@ def test_build_zoo_model_matches_the_interpreter(ctx, model):
     np.testing.assert_allclose(lib(x), passinfra.evaluate(mod, x), rtol=1e-5, atol=1e-5)
 
 
+def test_threads_calling_one_module_each_get_their_own_workspace(ctx):
+    # the workspace is kept between calls, per thread: concurrent calls (which run without
+    # the GIL) must neither share it nor see each other's intermediates
+    import threading
+
+    import passinfra
+    from passinfra.build import build
+    from passinfra.frontend.models import MODELS
+
+    mod = MODELS["demo_cnn"]()
+    ty = mod["main"].params[0].type_annotation
+    rng = np.random.default_rng(1)
+    inputs = [rng.standard_normal(ty.shape).astype(ty.dtype) for _ in range(4)]
+    expected = [passinfra.evaluate(mod, x) for x in inputs]
+    lib = build(mod, opt_level=3)
+    assert lib.metadata["workspace_bytes"] > 0
+    results: dict[int, list] = {}
+
+    def worker(index: int) -> None:
+        results[index] = [lib(inputs[index]) for _ in range(20)]
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for index, outputs in results.items():
+        for output in outputs:
+            np.testing.assert_allclose(output, expected[index], rtol=1e-5, atol=1e-5)
+    assert lib._workspace() is lib._workspace()  # kept between calls on one thread
+
+
 def test_build_export_and_load_round_trip(ctx, tmp_path):
     import passinfra
     from passinfra.build import build

@@ -119,3 +119,12 @@ def test_a_corrupted_build_entry_is_detected_and_rebuilt(tmp_path, damage, caplo
 def test_artifact_round_trips_through_bytes():
     artifact = BuildArtifact(b"\x7fELF library", {"entry": "raypass_main", "inputs": []}, b"\0" * 70)
     assert BuildArtifact.from_bytes(artifact.to_bytes()) == artifact
+
+
+def test_artifact_read_from_a_view_keeps_the_weights_in_place():
+    # a warm build of a large model must not copy its weights on the way to the module
+    artifact = BuildArtifact(b"\x7fELF library", {"entry": "raypass_main", "inputs": []}, bytes(range(70)))
+    stored = artifact.to_bytes()
+    loaded = BuildArtifact.from_bytes(memoryview(stored))
+    assert loaded == artifact and isinstance(loaded.weights, memoryview)
+    assert loaded.weights.obj is stored  # a view into the entry's bytes, not a copy
