@@ -334,6 +334,19 @@ def _im2col_rows(data: tir.Buffer, columns: tir.Buffer, attrs: Attrs, image: tir
     fill = _serial_loops((c,), extents[4:], tir.BufferStore(columns, zero, loop_vars))
     pixel = _guarded(copy, fill, ix, width) if (left or right) else copy
     row = _serial_loops((rx,), extents[3:4], pixel)
+    if sw == dw == 1 and extents[3] > 1:
+        # stride and dilation 1: a window's row of taps is one contiguous run of the input
+        # row (taps x channels), and of the columns: copied as one block where the whole
+        # window row is inside the image (LoopPartition cuts the borders off)
+        whole_row = _serial_loops((rx, c), extents[3:], tir.BufferStore(columns, data.load(image, iy, ix, c),
+                                                                        loop_vars))
+        if left or right:
+            # the first tap reads column ox - left, the last ox - left + taps - 1
+            last_inside = width + left - extents[3]
+            inside = tir.And(tir.GE(ox, tir.IntImm(left)), tir.LE(ox, tir.IntImm(last_inside)))
+            row = tir.IfThenElse(inside, whole_row, row)
+        else:
+            row = whole_row
     row_fill = _serial_loops((rx, c), extents[3:], tir.BufferStore(columns, zero, loop_vars))
     body = _guarded(row, row_fill, iy, height) if (top or bottom) else row
     return _serial_loops((r, ox, ry), extents[:3], body)

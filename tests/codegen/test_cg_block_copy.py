@@ -76,3 +76,42 @@ def test_unrolled_or_parallel_loops_are_not_block_copies():
     assert match_block_copy(loop(i, 8, store)) is not None
     assert match_block_copy(loop(i, 8, store, tir.ForKind.UNROLLED)) is None
     assert match_block_copy(loop(i, 8, store, tir.ForKind.PARALLEL)) is None
+
+
+def _nest(source_row_stride: int, target_row_stride: int, rows: int = 3, cols: int = 4) -> tir.PrimFunc:
+    """A 3-deep nest: for b: for r: for c: out[b, r*ts + c] = x[b, r*ss + c] (flattened);
+    the (r, c) pair is one block when both strides equal ``cols``."""
+    blocks = 2
+    x = tir.Buffer("x", (blocks * rows * source_row_stride,), F32)
+    out = tir.Buffer("out", (blocks * rows * target_row_stride,), F32)
+    b, r, c = tir.TVar("b"), tir.TVar("r"), tir.TVar("c")
+    target = b * tir.IntImm(rows * target_row_stride) + r * tir.IntImm(target_row_stride) + c
+    source = b * tir.IntImm(rows * source_row_stride) + r * tir.IntImm(source_row_stride) + c
+    body = loop(b, blocks, loop(r, rows, loop(c, cols, tir.BufferStore(out, x.load(source), (target,)))))
+    return prim_func([x, out], body, 1, "nest")
+
+
+def test_a_perfect_nest_over_contiguous_rows_is_one_block(tmp_path, settings):
+    func = _nest(4, 4)
+    block = match_block_copy(func.body.body)  # the (r, c) nest inside b
+    assert block is not None and block.count == 12
+    kernel = CompiledKernel(func, tmp_path, settings)
+    assert "memcpy(" in kernel.source and ", 48);" in kernel.source
+    x = np.random.default_rng(1).standard_normal(24).astype(F32)
+    out = np.zeros(24, F32)
+    kernel(x, out)
+    np.testing.assert_array_equal(out, x)
+
+
+@pytest.mark.parametrize("source_stride, target_stride", [(6, 4), (4, 6)], ids=["source_gaps", "target_gaps"])
+def test_a_nest_with_gaps_between_rows_is_not_one_block(tmp_path, settings, source_stride, target_stride):
+    func = _nest(source_stride, target_stride)
+    assert match_block_copy(func.body.body) is None
+    inner = match_block_copy(func.body.body.body)  # each row alone still is
+    assert inner is not None and inner.count == 4
+    kernel = CompiledKernel(func, tmp_path, settings)
+    x = np.random.default_rng(2).standard_normal(2 * 3 * source_stride).astype(F32)
+    out = np.zeros(2 * 3 * target_stride, F32)
+    kernel(x, out)
+    got = out.reshape(2, 3, target_stride)[:, :, :4]
+    np.testing.assert_array_equal(got, x.reshape(2, 3, source_stride)[:, :, :4])

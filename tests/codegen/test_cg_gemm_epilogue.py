@@ -11,6 +11,7 @@ from cg_gemm_support import random_arrays as _arrays
 from cg_gemm_support import statements as _nodes
 
 import passinfra
+from passinfra.build import compile_pipeline
 from passinfra.codegen import gemm, tir
 from passinfra.codegen.gemm import blas_library, is_gemm
 from passinfra.codegen.lower import MAX_UNROLLED_REDUCTION_STEPS, lower_primitive_function
@@ -81,6 +82,28 @@ def test_channels_last_conv_in_row_blocks_with_epilogue(monkeypatch, tmp_path, s
     # the epilogue rewrote the output in place: the only scratch is the im2col block
     assert all(name.startswith("im2col") for name in _allocated(lowered.body))
     _check_built(func, args, expected, tmp_path)
+
+
+@needs_blas
+@pytest.mark.parametrize("strides, padding, dilation, whole_rows", [
+    ((1, 1), (1, 1), (1, 1), True),
+    ((1, 1), (0, 0), (1, 1), True),
+    ((2, 2), (1, 1), (1, 1), False),
+    ((1, 1), (2, 2), (2, 2), False),
+], ids=["same", "valid", "strided", "dilated"])
+def test_stride_one_windows_copy_a_row_of_taps_at_once(tmp_path, strides, padding, dilation, whole_rows):
+    # stride and dilation 1: a window's row of 3 taps x 8 channels is one contiguous run
+    # of the input and of the columns, copied as one block (96 bytes) inside the image
+    shapes = [(1, 9, 10, 8), (3, 3, 8, 16), (16,)]
+    func = _func(shapes, nhwc_conv_bias_relu(strides, padding, dilation))
+    _, args, expected = _check(func, shapes)
+    with PassContext(opt_level=3, config={"codegen.cache_dir": str(tmp_path)}):
+        compiled = passinfra.build(IRModule({"main": func}))
+        lowered = compile_pipeline()(IRModule({"main": func}))
+    np.testing.assert_allclose(compiled(*args), expected, rtol=RTOL, atol=ATOL)
+    sources = "".join(f.attrs["c_source"] for f in lowered.functions.values() if isinstance(f, tir.PrimFunc))
+    row_copies = [line for line in sources.splitlines() if "memcpy(" in line and line.endswith(", 96);")]
+    assert bool(row_copies) == whole_rows
 
 
 def test_rows_per_block_divides_the_height_and_fits_the_budget(monkeypatch):

@@ -32,12 +32,20 @@ class BlockCopy:
 def match_block_copy(loop: tir.For) -> BlockCopy | None:
     """The copy or zero fill a loop performs, if its body is one store of consecutive
     elements (flattened buffers) of either another buffer's consecutive elements of the
-    same dtype, or the constant zero; else None."""
+    same dtype, or the constant zero; else None.
+
+    A perfect nest is one block too when each step of a loop moves both sides on by
+    exactly the block of the loops inside it (a convolution window's row of taps times
+    its channels, channels-last)."""
     if loop.kind not in (tir.ForKind.SERIAL, tir.ForKind.VECTORIZED):
         return None
+    if not (isinstance(loop.extent, tir.IntImm) and isinstance(loop.start, tir.IntImm)
+            and loop.extent.value >= 2):
+        return None
+    if isinstance(loop.body, tir.For):
+        return _match_nest(loop)
     store = loop.body
-    if not (isinstance(store, tir.BufferStore) and isinstance(loop.extent, tir.IntImm)
-            and isinstance(loop.start, tir.IntImm) and loop.extent.value >= 2 and len(store.indices) == 1):
+    if not (isinstance(store, tir.BufferStore) and len(store.indices) == 1):
         return None
     var = loop.loop_var
     if affine_coefficient(store.indices[0], var) != 1:
@@ -53,6 +61,20 @@ def match_block_copy(loop: tir.For) -> BlockCopy | None:
     if _is_positive_zero(value, store.buffer.dtype):
         return BlockCopy(store.buffer, target_start, None, None, loop.extent.value)
     return None
+
+
+def _match_nest(loop: tir.For) -> BlockCopy | None:
+    inner = match_block_copy(loop.body)
+    if inner is None:
+        return None
+    var = loop.loop_var
+    if affine_coefficient(inner.target_start, var) != inner.count:
+        return None
+    if inner.source is not None and affine_coefficient(inner.source_start, var) != inner.count:
+        return None
+    source_start = None if inner.source_start is None else _at_start(inner.source_start, loop)
+    return BlockCopy(inner.target, _at_start(inner.target_start, loop), inner.source, source_start,
+                     inner.count * loop.extent.value)
 
 
 def _at_start(index: tir.PrimExpr, loop: tir.For) -> tir.PrimExpr:
