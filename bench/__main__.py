@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.common import BENCH_DIR, ROOT, machine_notes, markdown_table
+from bench.common import BENCH_DIR, ROOT, cpu_times, machine_notes, markdown_table, steal_percent
 
 SECTIONS = (
     "scaling",
@@ -159,9 +159,11 @@ def main(argv: list[str] | None = None) -> int:
     output = Path(args.output)
     started = time.perf_counter()
     notes = machine_notes()
+    cpu_at_start = cpu_times()
 
     def write(parts: list[str], headline: list[list[str]]) -> None:
         load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+        notes["CPU time taken by the hypervisor (steal) during the run"] = steal_percent(cpu_at_start)
         output.write_text(render(parts, headline, args.quick, time.perf_counter() - started, notes, load))
 
     try:

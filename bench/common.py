@@ -169,6 +169,25 @@ def machine_notes() -> dict[str, str]:
     }
 
 
+def cpu_times() -> tuple[int, int] | None:
+    """(steal, total) jiffies of all CPUs so far (/proc/stat), None where unavailable."""
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()
+    except (OSError, IndexError):
+        return None
+    values = [int(v) for v in fields[1:9]]  # user nice system idle iowait irq softirq steal
+    return (values[7], sum(values)) if len(values) == 8 else None
+
+
+def steal_percent(since: tuple[int, int] | None) -> str:
+    """The share of CPU time a hypervisor took from this machine since ``since`` (a
+    :func:`cpu_times` reading): on a shared virtual machine it slows every measurement."""
+    now = cpu_times()
+    if since is None or now is None or now[1] <= since[1]:
+        return "unknown"
+    return f"{100.0 * (now[0] - since[0]) / (now[1] - since[1]):.0f}%"
+
+
 def peak_rss_mib(pid: int) -> float | None:
     """The peak resident set size of a live process on this machine (Linux VmHWM)."""
     try:

@@ -1,0 +1,24 @@
+"""Machine notes of the benchmark reports: the hypervisor's share of CPU time."""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+
+import pytest
+
+from bench.common import cpu_times, steal_percent
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/stat is Linux's")
+def test_steal_is_a_percentage_of_the_cpu_time_since_a_reading():
+    start = cpu_times()
+    assert start is not None and 0 <= start[0] <= start[1]
+    deadline = time.perf_counter() + 0.1
+    while time.perf_counter() < deadline:  # let the CPU clocks tick (100 per second)
+        pass
+    assert re.fullmatch(r"\d+%", steal_percent(start))
+    assert steal_percent(None) == "unknown"
+    # a reading from the future (more jiffies than now) cannot give a share
+    assert steal_percent((start[0], start[1] + 10**12)) == "unknown"
