@@ -153,6 +153,8 @@ def run(quick: bool) -> tuple[str, list[list[str]]]:
                      f"{samples['onnxruntime 1 thread'].median * 1e3:.3f}", per_core.text(),
                      f"{max_error:.1e}"])
         headline.append(_row(f"inference {label}", "raypass", "onnxruntime", slowdown, TARGET_INFERENCE))
+        headline.append(_row(f"inference {label}, same cores", "raypass", "onnxruntime 1 thread", per_core,
+                             TARGET_INFERENCE))
         if executable is not None:
             compile_ratio = ratio(builds["raypass"], builds["tvm"])
             latency_ratio = ratio(samples["raypass"], samples["tvm"])
