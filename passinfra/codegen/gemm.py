@@ -330,7 +330,8 @@ def _im2col_rows(data: tir.Buffer, columns: tir.Buffer, attrs: Attrs, image: tir
     zero = imm(0, data.dtype)
     oy = r if isinstance(first_row, tir.IntImm) and first_row.value == 0 else first_row + r
     iy, ix = _window_index(oy, sh, ry, dh, top), _window_index(ox, sw, rx, dw, left)
-    copy = _serial_loops((c,), extents[4:], tir.BufferStore(columns, data.load(image, iy, ix, c), loop_vars))
+    copy_element = tir.BufferStore(columns, data.load(image, iy, ix, c), loop_vars)
+    copy = _serial_loops((c,), extents[4:], copy_element)
     fill = _serial_loops((c,), extents[4:], tir.BufferStore(columns, zero, loop_vars))
     pixel = _guarded(copy, fill, ix, width) if (left or right) else copy
     row = _serial_loops((rx,), extents[3:4], pixel)
@@ -338,8 +339,7 @@ def _im2col_rows(data: tir.Buffer, columns: tir.Buffer, attrs: Attrs, image: tir
         # stride and dilation 1: a window's row of taps is one contiguous run of the input
         # row (taps x channels), and of the columns: copied as one block where the whole
         # window row is inside the image (LoopPartition cuts the borders off)
-        whole_row = _serial_loops((rx, c), extents[3:], tir.BufferStore(columns, data.load(image, iy, ix, c),
-                                                                        loop_vars))
+        whole_row = _serial_loops((rx, c), extents[3:], copy_element)
         if left or right:
             # the first tap reads column ox - left, the last ox - left + taps - 1
             last_inside = width + left - extents[3]

@@ -32,6 +32,15 @@ def const_int(expr: PrimExpr) -> int | None:
     return expr.value if type(expr) is IntImm and is_int_dtype(expr.dtype) else None
 
 
+def constant_range(start: PrimExpr, extent: PrimExpr) -> Range | None:
+    """The inclusive range of a loop variable whose loop bounds are constant and
+    non-empty, else None."""
+    low, count = const_int(start), const_int(extent)
+    if low is None or count is None or count <= 0:
+        return None
+    return (low, low + count - 1)
+
+
 class RangeAnalyzer:
     """Bounds of integer expressions given bounds of variables (``var_ranges``).
 
@@ -39,8 +48,8 @@ class RangeAnalyzer:
     changes (entering or leaving a loop).
     """
 
-    def __init__(self) -> None:
-        self.var_ranges: dict[TVar, Range] = {}
+    def __init__(self, var_ranges: dict[TVar, Range] | None = None) -> None:
+        self.var_ranges: dict[TVar, Range] = dict(var_ranges or {})
         self._cache: dict[int, tuple[Any, Range | None]] = {}
 
     def reset(self) -> None:
@@ -156,4 +165,5 @@ def split_multiples(expr: PrimExpr, divisor: int) -> tuple[list[PrimExpr], list[
     return quotient, remainder
 
 
-__all__ = ["RangeAnalyzer", "const_int", "is_int_dtype", "add_terms", "sum_terms", "split_multiples"]
+__all__ = ["RangeAnalyzer", "const_int", "constant_range", "is_int_dtype", "add_terms", "sum_terms",
+           "split_multiples"]

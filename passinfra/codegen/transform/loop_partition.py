@@ -29,23 +29,21 @@ from passinfra.codegen.tir import (
     GT,
     LE,
     LT,
-    Add,
     For,
     ForKind,
     IntImm,
     Max,
     Min,
-    Mul,
     PrimExpr,
     PrimFunc,
     SeqStmt,
     Stmt,
-    Sub,
     TVar,
 )
 from passinfra.codegen.tir_functor import StmtExprMutator, StmtExprVisitor, substitute
-from passinfra.codegen.transform.arith import const_int
+from passinfra.codegen.transform.arith import Range, RangeAnalyzer, const_int, constant_range
 from passinfra.codegen.transform.simplify import Simplifier
+from passinfra.codegen.transform.vectorize_loop import affine_coefficient
 from passinfra.transform.context import PassContext
 from passinfra.transform.passes import FunctionPass
 from passinfra.transform.registry import register_pass
@@ -58,27 +56,16 @@ _COMPARISONS = {LT: lambda x, y: x < y, LE: lambda x, y: x <= y,
 
 
 def affine_in(expr: PrimExpr, var: TVar) -> tuple[int, int] | None:
-    """``(a, b)`` with ``expr == a*var + b`` when ``expr`` is built from ``var``, integer
-    constants, +, - and multiplication by a constant; None otherwise."""
-    if expr is var:
-        return (1, 0)
-    value = const_int(expr)
-    if value is not None:
-        return (0, value)
-    kind = type(expr)
-    if kind in (Add, Sub):
-        left, right = affine_in(expr.a, var), affine_in(expr.b, var)
-        if left is None or right is None:
-            return None
-        sign = 1 if kind is Add else -1
-        return (left[0] + sign * right[0], left[1] + sign * right[1])
-    if kind is Mul:
-        left, right = affine_in(expr.a, var), affine_in(expr.b, var)
-        if left is None or right is None or (left[0] and right[0]):
-            return None
-        scale, term = (right[1], left) if not right[0] else (left[1], right)
-        return (scale * term[0], scale * term[1])
-    return None
+    """``(a, b)`` with ``expr == a*var + b`` when ``expr`` is affine in ``var`` and mentions
+    no other variable; None otherwise."""
+    slope = affine_coefficient(expr, var)
+    if slope is None:
+        return None
+    # the value at var = 0 is b; a range that is not one point means another variable
+    at_zero = RangeAnalyzer({var: (0, 0)}).bound(expr)
+    if at_zero is None or at_zero[0] != at_zero[1]:
+        return None
+    return (slope, at_zero[0])
 
 
 class _CutFinder(StmtExprVisitor):
@@ -139,23 +126,23 @@ def _cuts(body: Stmt, var: TVar, low: int, high: int) -> list[int]:
 class _Partitioner(StmtExprMutator):
     def __init__(self) -> None:
         # ranges of the enclosing loops: a piece is simplified knowing them too
-        self.outer_ranges: dict[TVar, tuple[int, int]] = {}
+        self.outer_ranges: dict[TVar, Range] = {}
 
     def visit_for(self, stmt: For) -> Stmt:
-        start, extent = const_int(stmt.start), const_int(stmt.extent)
-        if start is None or extent is None or extent < 2:
+        bound = constant_range(stmt.start, stmt.extent)
+        if bound is None or bound[0] == bound[1]:
             return super().visit_for(stmt)
-        self.outer_ranges[stmt.loop_var] = (start, start + extent - 1)
+        self.outer_ranges[stmt.loop_var] = bound
         try:
             loop = super().visit_for(stmt)
         finally:
             del self.outer_ranges[stmt.loop_var]
         if loop.kind not in _PARTITIONED_KINDS:
             return loop
-        cuts = _cuts(loop.body, loop.loop_var, start, start + extent - 1)
+        cuts = _cuts(loop.body, loop.loop_var, *bound)
         if not cuts or len(cuts) + 1 > MAX_PIECES:
             return loop
-        bounds = [start, *cuts, start + extent]
+        bounds = [bound[0], *cuts, bound[1] + 1]
         pieces = []
         dtype = loop.loop_var.dtype
         for index, (low, end) in enumerate(zip(bounds, bounds[1:])):
@@ -164,13 +151,8 @@ class _Partitioner(StmtExprMutator):
                 # later copies get fresh binders (their loop variable and the ones inside):
                 # no variable is bound twice
                 piece = substitute(piece, {}, fresh_binders=True)
-            pieces.append(self._simplified(piece))
+            pieces.append(Simplifier(self.outer_ranges).visit_stmt(piece))
         return SeqStmt(tuple(pieces))
-
-    def _simplified(self, piece: For) -> Stmt:
-        simplifier = Simplifier()
-        simplifier.ranges.var_ranges.update(self.outer_ranges)
-        return simplifier.visit_stmt(piece)
 
 
 def partition_prim_func(func: PrimFunc) -> PrimFunc:

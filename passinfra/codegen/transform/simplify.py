@@ -51,12 +51,15 @@ from passinfra.codegen.tir import (
     Select,
     Stmt,
     Sub,
+    TVar,
 )
 from passinfra.codegen.tir_eval import BINARY_OPS
 from passinfra.codegen.tir_functor import StmtExprMutator, same_expr, substitute
 from passinfra.codegen.transform.arith import (
+    Range,
     RangeAnalyzer,
     const_int,
+    constant_range,
     is_int_dtype,
     split_multiples,
     sum_terms,
@@ -87,8 +90,10 @@ def _bool(value: bool) -> PrimExpr:
 class Simplifier(StmtExprMutator):
     """The rewriter behind the Simplify pass; usable on any statement or expression."""
 
-    def __init__(self) -> None:
-        self.ranges = RangeAnalyzer()
+    def __init__(self, var_ranges: dict[TVar, Range] | None = None) -> None:
+        # ``var_ranges``: ranges of variables bound outside what is simplified (the
+        # enclosing loops of a statement simplified on its own)
+        self.ranges = RangeAnalyzer(var_ranges)
 
     # -- scopes: a loop or let gives its variable a range
 
@@ -96,9 +101,7 @@ class Simplifier(StmtExprMutator):
         start, extent = self.visit_expr(stmt.start), self.visit_expr(stmt.extent)
         if const_int(extent) == 1:
             return self.visit_stmt(substitute(stmt.body, {stmt.loop_var: start}))
-        lo, count = const_int(start), const_int(extent)
-        known = lo is not None and count is not None and count > 0
-        body = self._with_range(stmt.loop_var, (lo, lo + count - 1) if known else None, stmt.body)
+        body = self._with_range(stmt.loop_var, constant_range(start, extent), stmt.body)
         if start is stmt.start and extent is stmt.extent and body is stmt.body:
             return stmt
         return For(stmt.loop_var, start, extent, stmt.kind, body)

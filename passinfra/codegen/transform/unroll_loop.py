@@ -21,7 +21,7 @@ from typing import Any
 from passinfra.codegen.prim_func_pass import create_prim_func_pass
 from passinfra.codegen.tir import For, ForKind, IntImm, PrimFunc, SeqStmt, Stmt, TVar
 from passinfra.codegen.tir_functor import StmtExprMutator, StmtExprVisitor, substitute
-from passinfra.codegen.transform.arith import Range, const_int
+from passinfra.codegen.transform.arith import Range, const_int, constant_range
 from passinfra.codegen.transform.simplify import Simplifier
 from passinfra.transform.config import register_config
 from passinfra.transform.context import PassContext
@@ -119,10 +119,9 @@ class _Unroller(StmtExprMutator):
         # decided on the loop nest as written (steps of inner loops count even when they
         # are unrolled themselves); inner loops are then unrolled first, before copying
         wanted = self._wants_unroll(stmt)
-        lo, count = const_int(stmt.start), const_int(stmt.extent)
-        known = lo is not None and count is not None and count > 0
-        if known:
-            self.outer_ranges[stmt.loop_var] = (lo, lo + count - 1)
+        bound = constant_range(stmt.start, stmt.extent)
+        if bound is not None:
+            self.outer_ranges[stmt.loop_var] = bound
         try:
             inner = super().visit_for(stmt)
         finally:
@@ -136,16 +135,11 @@ class _Unroller(StmtExprMutator):
             return For(inner.loop_var, inner.start, inner.extent, ForKind.UNROLLED, inner.body)
         # each copy is simplified on its own: its loop variable is now a constant
         copies = [
-            self._simplifier().visit_stmt(substitute(
+            Simplifier(self.outer_ranges).visit_stmt(substitute(
                 inner.body, {inner.loop_var: IntImm(value, inner.loop_var.dtype)}, fresh_binders=True))
             for value in range(start, start + extent)
         ]
         return copies[0] if len(copies) == 1 else SeqStmt(tuple(copies))
-
-    def _simplifier(self) -> Simplifier:
-        simplifier = Simplifier()
-        simplifier.ranges.var_ranges.update(self.outer_ranges)
-        return simplifier
 
     def _wants_unroll(self, loop: For) -> bool:
         if loop.kind is ForKind.UNROLLED:
