@@ -44,6 +44,7 @@ COMPILE_PIPELINE: tuple[str, ...] = (
     "DeadCodeElimination",
     "AlterOpLayout",
     "FoldConstant",
+    "DeduplicateFilters",
     "FuseOps",
     "LowerToPrimFunc",
     "Simplify",

@@ -41,6 +41,7 @@ __all__ = [
 from passinfra.transform.alter_op_layout import AlterOpLayout  # noqa: E402
 from passinfra.transform.backward_fold_scale_axis import BackwardFoldScaleAxis  # noqa: E402
 from passinfra.transform.dead_code_elimination import DeadCodeElimination  # noqa: E402
+from passinfra.transform.deduplicate_filters import DeduplicateFilters  # noqa: E402
 from passinfra.transform.eliminate_common_subexpr import EliminateCommonSubexpr  # noqa: E402
 from passinfra.transform.fold_constant import FoldConstant  # noqa: E402
 from passinfra.transform.fold_scale_axis import FoldScaleAxis  # noqa: E402
@@ -58,6 +59,6 @@ __all__ += [
     "BUILTIN_PASSES", "InferType", "FoldConstant", "DeadCodeElimination", "EliminateCommonSubexpr",
     "SimplifyInference", "FoldScaleAxis", "BackwardFoldScaleAxis", "ForwardFoldScaleAxis",
     "ToANormalForm", "ToGraphNormalForm", "LambdaLift", "FuseOps", "AlterOpLayout",
-    "RemoveUnusedFunctions", "Inline",
+    "RemoveUnusedFunctions", "Inline", "DeduplicateFilters",
 ]
 BUILTIN_PASSES = __all__[__all__.index("BUILTIN_PASSES") + 1 :]
