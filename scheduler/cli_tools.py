@@ -19,27 +19,35 @@ def cmd_passes(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from scheduler.reproducer import read_reproducer, replay
+    from scheduler.reproducer import read_header, run_replay
 
     if not Path(args.repro).is_file():
         raise CliUserError(f"reproducer {args.repro!r} does not exist")
-    _, pipeline, _, fields = read_reproducer(args.repro)
+    repro = read_header(args.repro)
+    pipeline = repro.pipeline
     print(
         f"replaying {args.repro}: {len(pipeline)} passes from {pipeline[0] if pipeline else '-'}; "
-        f"the original run failed in {fields.get('pass', '?')} on {fields.get('function', '?')}"
+        f"the original run failed in {repro.pass_name} on {repro.function} ({repro.error_type})"
     )
-    try:
-        mod = replay(args.repro)
-    except Exception as error:  # the point of a replay: show the failure, exit 1
-        first_line = str(error).splitlines()[0] if str(error) else ""
-        print(f"the failure reproduced: {type(error).__name__}: {first_line}")
-        if args.debug:
-            raise
-        return 1
-    print(f"the replay finished without an error ({len(mod)} functions); the failure did not reproduce")
-    if args.print_ir:
-        print(mod.astext())
-    return 0
+    # a pass that cannot be found raises PassNotFoundError here: a user error (exit 2)
+    result = run_replay(args.repro, plugins=args.plugin)
+    if result.failure is None:
+        assert result.module is not None
+        print(f"the replay finished without an error ({len(result.module)} functions); "
+              "the failure did not reproduce")
+        if args.print_ir:
+            print(result.module.astext())
+        return 0
+    if result.reproduced:
+        print(f"the failure reproduced: {result.failure.describe()}")
+    else:
+        # a different error is not the recorded failure; it still is a failure (exit 1)
+        print(f"the failure did not reproduce; the replay failed differently: {result.failure.describe()}")
+        print(f"(the original run: {repro.fields.get('error', '?')}, in pass {repro.pass_name!r} "
+              f"on function {repro.function!r})")
+    if args.debug:
+        raise result.failure.error
+    return 1
 
 
 def bench_directory() -> Path | None:
@@ -78,6 +86,14 @@ def add_parsers(sub: Any) -> None:
     replay = sub.add_parser("replay", help="re-run a reproducer file written by a failed run")
     replay.add_argument("repro", metavar="REPRO", help="a repro-*.txt file")
     replay.add_argument("--print-ir", action="store_true", help="print the module the replay produced")
+    replay.add_argument(
+        "--plugin",
+        action="append",
+        default=[],
+        metavar="FILE.py",
+        help="run a Python file that registers passes or config keys first (repeatable), instead "
+        "of the plugin files the reproducer recorded (run by default while they exist)",
+    )
     replay.set_defaults(func=cmd_replay)
 
     bench = sub.add_parser("bench", help="run the benchmarks (bench/__main__.py); other options pass through")

@@ -1,27 +1,46 @@
 """Reproducers of failed runs: write one, replay it in-process.
 
 A reproducer is a text file: a few ``#`` header lines (the failing pass and function,
-the error, the PassContext as JSON, the remaining pipeline as registered pass names from
-the start of the failing stage) followed by the text IR of the module slice (the
-failing function and every function it references, as they were when the stage began).
-``replay(path)`` parses it and runs the pipeline in-process under the same context, so
-the same error is raised without Ray.
+the error and its type, the PassContext as JSON, the remaining pipeline as registered
+pass names from the start of the failing stage, and where the pipeline's non-built-in
+passes came from) followed by the text IR of the module slice (the failing function and
+every function it references, as they were when the stage began).
+
+``replay(path)`` loads what defined the passes (importable modules, and plugin files run
+with ``--plugin`` that still exist), parses the slice and runs the pipeline in-process
+under the same context, so the same error is raised without Ray. :func:`run_replay`
+says whether what happened is the recorded failure: the same exception type, from the
+same pass, on the same function.
 """
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import json
 import re
+import runpy
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from passinfra import ir
 from passinfra.errors import RaypassError
 from passinfra.ir.expr import GlobalVar
 from passinfra.ir.functor import iter_post_order
 from passinfra.ir.module import IRModule
-from passinfra.transform import PassContext, get_pass
+from passinfra.transform import PassContext, Sequential, get_pass
+from passinfra.transform.errors import PassNotFoundError
+from passinfra.transform.registry import is_registered, registered_factory
 
 MAGIC = "# raypass reproducer v1"
+# the module name plugin files run under (as ``raypass compile --plugin`` runs them), so a
+# plugin's exception type has the same qualified name in the replay as in the original run
+PLUGIN_RUN_NAME = "raypass_plugin"
+# what passinfra.transform.passes notes on an error raised by a function pass
+_FUNCTION_NOTE = re.compile(r"raised by function pass '(?P<pass_name>.*)' on function '(?P<function>.*)'")
 
 
 class ReproducerError(RaypassError, ValueError):
@@ -47,6 +66,7 @@ def module_slice(mod: IRModule, name: str) -> IRModule:
     return IRModule({gv: f for gv, f in mod.items() if gv.name_hint in kept}, attrs=mod.attrs)
 
 
+# ----- writing --------------------------------------------------------------------------------
 def write_reproducer(
     directory: str | Path,
     mod: IRModule,
@@ -63,21 +83,91 @@ def write_reproducer(
     spec = ctx.to_spec()
     spec["config"] = {k: v for k, v in spec.get("config", {}).items() if k != "scheduler.reproducer_dir"}
     message = " ".join(f"{type(error).__name__}: {error}".split())
+    plugins, modules = pass_sources([pass_name, *pipeline])
     header = [
         MAGIC,
         f"# pass: {pass_name}",
         f"# function: {function}",
         f"# error: {message}",
+        f"# error_type: {qualified_name(type(error))}",
         f"# context: {json.dumps(spec, sort_keys=True, default=str)}",
         f"# pipeline: {json.dumps(pipeline)}",
+        f"# plugins: {json.dumps(plugins)}",
+        f"# modules: {json.dumps(modules)}",
     ]
     text = module_slice(mod, function).astext()
     path.write_text("\n".join(header) + "\n" + text)
     return path
 
 
-def read_reproducer(path: str | Path) -> tuple[IRModule, list[str], PassContext, dict[str, str]]:
-    text = Path(path).read_text()
+def qualified_name(cls: type) -> str:
+    """``module.qualname`` of an exception type (``raypass_plugin.BoomError``)."""
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def pass_sources(names: Iterable[str]) -> tuple[list[str], list[str]]:
+    """Where the registered passes ``names`` were defined, outside raypass itself:
+    ``(plugin files, importable modules)``. A plugin file (run by ``--plugin``) is
+    recorded by absolute path; a module that can be imported again, by name."""
+    plugins: list[str] = []
+    modules: list[str] = []
+    for name in dict.fromkeys(names):
+        origin = _factory_origin(registered_factory(name)) if is_registered(name) else None
+        if origin is None:
+            continue
+        kind, where = origin
+        target = plugins if kind == "plugin" else modules
+        if where not in target:
+            target.append(where)
+    return plugins, modules
+
+
+def _factory_origin(factory: Any) -> tuple[str, str] | None:
+    module = getattr(factory, "__module__", None) or ""
+    if module == "passinfra" or module.startswith("passinfra.") or module == "__main__":
+        return None  # built in (always there), or a script that must not run twice
+    if module == PLUGIN_RUN_NAME:
+        try:
+            source = inspect.getsourcefile(factory)
+        except TypeError:  # e.g. a callable instance: its class has the plugin's module
+            source = getattr(getattr(factory, "__code__", None), "co_filename", None)
+        # resolved now: the plugin was run relative to this process's working directory
+        return ("plugin", str(Path(source).resolve())) if source and Path(source).is_file() else None
+    loaded = sys.modules.get(module)
+    return ("module", module) if loaded is not None and getattr(loaded, "__file__", None) else None
+
+
+# ----- reading --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Reproducer:
+    """A reproducer's header fields and its IR text, before anything is loaded or parsed
+    (the IR and the context may need what the plugins register)."""
+
+    path: Path
+    fields: dict[str, str]
+    pipeline: list[str]
+    context_spec: dict[str, Any]
+    plugins: list[str]
+    modules: list[str]
+    body: str
+
+    @property
+    def pass_name(self) -> str:
+        return self.fields.get("pass", "?")
+
+    @property
+    def function(self) -> str:
+        return self.fields.get("function", "?")
+
+    @property
+    def error_type(self) -> str:
+        """The recorded exception type: qualified, or only its name in older files."""
+        return self.fields.get("error_type") or self.fields.get("error", "?").split(":", 1)[0]
+
+
+def read_header(path: str | Path) -> Reproducer:
+    path = Path(path)
+    text = path.read_text()
     if not text.startswith(MAGIC):
         raise ReproducerError(f"{path} is not a raypass reproducer (no '{MAGIC}' header)")
     fields: dict[str, str] = {}
@@ -91,19 +181,149 @@ def read_reproducer(path: str | Path) -> tuple[IRModule, list[str], PassContext,
     try:
         spec = json.loads(fields["context"])
         pipeline = json.loads(fields["pipeline"])
+        plugins = json.loads(fields.get("plugins", "[]"))
+        modules = json.loads(fields.get("modules", "[]"))
     except (KeyError, json.JSONDecodeError) as err:
         raise ReproducerError(f"{path}: broken header ({err})") from None
-    mod = ir.parse("\n".join(body_lines))
-    return mod, pipeline, PassContext.from_spec(spec), fields
+    return Reproducer(path, fields, pipeline, spec, plugins, modules, "\n".join(body_lines))
 
 
-def replay(path: str | Path) -> IRModule:
-    """Re-run a reproducer in-process; raises what the original run raised."""
-    mod, pipeline, ctx, _ = read_reproducer(path)
-    passes = [get_pass(name) for name in pipeline]
+def read_reproducer(path: str | Path) -> tuple[IRModule, list[str], PassContext, dict[str, str]]:
+    """``(module slice, pipeline, context, header fields)``; what defined the passes must
+    be loaded already (see :func:`load_pass_sources`)."""
+    repro = read_header(path)
+    return ir.parse(repro.body), repro.pipeline, PassContext.from_spec(repro.context_spec), repro.fields
+
+
+# ----- loading what defined the passes -------------------------------------------------------
+def load_pass_sources(repro: Reproducer, plugins: Sequence[str] = ()) -> None:
+    """Import the recorded modules, then run ``plugins`` if any are given (they replace
+    the recorded plugin files: the user knows where the plugin is now), else the recorded
+    plugin files that still exist; then raise PassNotFoundError naming the first pipeline
+    pass still not registered."""
+    missing_sources: list[str] = []
+    for module in repro.modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as error:
+            missing_sources.append(f"module {module!r} ({error})")
+    for plugin in plugins:
+        if not Path(plugin).is_file():
+            raise ReproducerError(f"plugin file {str(plugin)!r} does not exist")
+        runpy.run_path(str(plugin), run_name=PLUGIN_RUN_NAME)
+    for plugin in () if plugins else repro.plugins:
+        if Path(plugin).is_file():
+            runpy.run_path(plugin, run_name=PLUGIN_RUN_NAME)
+        else:
+            missing_sources.append(f"plugin file {plugin!r} (it no longer exists)")
+    for name in repro.pipeline:
+        if not is_registered(name):
+            raise PassNotFoundError(_missing_pass_message(name, missing_sources))
+
+
+def _missing_pass_message(name: str, missing_sources: list[str]) -> str:
+    where = f"; not loaded from the original run: {', '.join(missing_sources)}" if missing_sources else ""
+    return (
+        f"the reproducer runs pass {name!r}, which is not registered{where}; load the file "
+        f"that registers it with --plugin FILE.py"
+    )
+
+
+# ----- replaying ------------------------------------------------------------------------------
+@dataclass
+class ReplayFailure:
+    """An exception the replay raised, and where: the pipeline pass and the function
+    (None when a module pass failed: it runs on the whole slice, not per function)."""
+
+    pass_name: str
+    function: str | None
+    error: BaseException
+
+    @property
+    def error_type(self) -> str:
+        return qualified_name(type(self.error))
+
+    def describe(self) -> str:
+        where = f"in pass {self.pass_name!r}"
+        if self.function is not None:
+            where += f" on function {self.function!r}"
+        message = str(self.error).splitlines()[0] if str(self.error) else ""
+        return f"{type(self.error).__name__} {where}: {message}"
+
+
+@dataclass
+class ReplayResult:
+    repro: Reproducer
+    module: IRModule | None = None  # what the pipeline produced, when it finished
+    failure: ReplayFailure | None = None
+
+    @property
+    def reproduced(self) -> bool:
+        """The recorded failure happened again: same exception type, same pass, same
+        function (a module pass's failure counts as on the slice's function)."""
+        failure = self.failure
+        if failure is None:
+            return False
+        recorded = self.repro.error_type
+        # older files record the type's name only
+        actual = failure.error_type if "." in recorded else type(failure.error).__name__
+        same_type = actual == recorded
+        same_function = failure.function is None or failure.function == self.repro.function
+        return same_type and failure.pass_name == self.repro.pass_name and same_function
+
+
+def run_replay(path: str | Path, plugins: Sequence[str] = ()) -> ReplayResult:
+    """Load the reproducer's pass sources (see :func:`load_pass_sources`), then run its
+    pipeline on its slice in-process. Errors of the replay itself (a broken file, a pass
+    that cannot be found) raise; an exception of a pass is caught and returned in the
+    result, with where it happened."""
+    repro = read_header(path)
+    load_pass_sources(repro, plugins)
+    mod = ir.parse(repro.body)
+    ctx = PassContext.from_spec(repro.context_spec)
+    result = ReplayResult(repro)
+    passes = [(name, get_pass(name)) for name in repro.pipeline]
     with ctx:
         # the names are the plan's leaves (already enabled, dependencies included), so
         # each runs directly: no second round of gating or dependency resolution
-        for pass_ in passes:
-            mod = pass_(mod)
-    return mod
+        for name, pass_ in passes:
+            try:
+                mod = pass_(mod)
+            except Exception as error:
+                result.failure = _locate(name, pass_, error)
+                return result
+    result.module = mod
+    return result
+
+
+def _locate(name: str, pass_: Any, error: BaseException) -> ReplayFailure:
+    """Where ``error`` came from. The pipeline names plan leaves, so the pass is the one
+    run (or, for a pass registered as a Sequential, its outermost failing function pass);
+    the function is named by the note the function-pass loop adds to the error."""
+    sites = [m for m in map(_FUNCTION_NOTE.fullmatch, getattr(error, "__notes__", ())) if m]
+    if isinstance(pass_, Sequential):
+        if sites:
+            return ReplayFailure(sites[-1]["pass_name"], sites[-1]["function"], error)
+        return ReplayFailure(name, None, error)
+    own = [m for m in sites if m["pass_name"] == name]
+    return ReplayFailure(name, own[-1]["function"] if own else None, error)
+
+
+def replay(path: str | Path, plugins: Sequence[str] = ()) -> IRModule:
+    """Re-run a reproducer in-process; raises what the original run raised.
+
+    ``plugins``: Python files registering the passes, run instead of the plugin files the
+    reproducer recorded (which are run when none are given); recorded modules are imported.
+    """
+    result = run_replay(path, plugins)
+    if result.failure is not None:
+        raise result.failure.error
+    assert result.module is not None
+    return result.module
+
+
+__all__ = [
+    "ReplayFailure", "ReplayResult", "Reproducer", "ReproducerError", "load_pass_sources", "module_slice",
+    "pass_sources", "qualified_name", "read_header", "read_reproducer", "replay", "run_replay",
+    "write_reproducer",
+]

@@ -11,6 +11,13 @@ complete entry and the last one wins, never a torn file. Reads verify the digest
 corrupted or truncated entry is detected, removed and reported (``corrupted`` counter and
 a warning); the caller then rebuilds it.
 
+Several processes share one directory (parallel CI jobs compiling into one
+``--cache-dir``), so: temporary names are unique per process and attempt; entries get the
+mode a plain ``open`` would give (0o666 less the umask, not ``mkstemp``'s owner-only
+0o600), so every job sharing the directory can read them; and a corrupted entry is removed
+only if it is still the file that was read, never a good entry another process published
+meanwhile.
+
 Counters are per process (a Ray worker has its own): :func:`compile_stats`.
 """
 
@@ -19,9 +26,10 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import tempfile
 import threading
 from pathlib import Path
+
+from passinfra.atomic_io import atomic_write
 
 _MAGIC = b"RPOBJ1\n"
 _DIGEST_LEN = 64
@@ -106,7 +114,7 @@ class ObjectCache:
         whole-build entry holds every weight of the model (100 MB for ResNet-50)."""
         path = self.path_of(key)
         try:
-            blob = path.read_bytes()
+            blob, identity = _read_with_identity(path)
         except FileNotFoundError:
             count(self.stat_prefix + "misses")
             return None, False
@@ -115,33 +123,40 @@ class ObjectCache:
             count(self.stat_prefix + "corrupted")
             count(self.stat_prefix + "misses")
             _LOG.warning("raypass compile cache: corrupted entry %s removed; it will be rebuilt", path)
-            try:
-                path.unlink()
-            except FileNotFoundError:
-                pass  # another process removed or replaced it already
+            _remove_if_unchanged(path, identity)
             return None, True
         count(self.stat_prefix + "hits")
         return payload, False
 
-    def put(self, key: str, data: bytes) -> None:
+    def put(self, key: str, data: bytes | memoryview) -> None:
         """Store ``data`` under ``key`` atomically (temp file + os.replace)."""
         path = self.path_of(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        blob = _MAGIC + hashlib.sha256(data).hexdigest().encode("ascii") + b"\n" + data
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{key[:16]}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as tmp:
-                # no fsync: os.replace makes the entry appear whole to other processes,
-                # and an entry torn by a power loss fails verification on read and is rebuilt
-                tmp.write(blob)
-            os.replace(tmp_name, path)
-        except BaseException:
-            try:
-                os.unlink(tmp_name)
-            except FileNotFoundError:
-                pass
-            raise
+        path.parent.mkdir(parents=True, exist_ok=True)  # exist_ok: another process may win the race
+        header = _MAGIC + hashlib.sha256(data).hexdigest().encode("ascii") + b"\n"
+        # no fsync: os.replace makes the entry appear whole to other processes, and an
+        # entry torn by a power loss fails verification on read and is rebuilt
+        atomic_write(path, header, data, prefix=f".{key[:16]}.")
         count(self.stat_prefix + "writes")
+
+
+def _read_with_identity(path: Path) -> tuple[bytes, tuple[int, int]]:
+    """The file's bytes and ``(device, inode)`` of the very file they came from."""
+    with open(path, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        return handle.read(), (info.st_dev, info.st_ino)
+
+
+def _remove_if_unchanged(path: Path, identity: tuple[int, int]) -> None:
+    """Remove the corrupted entry at ``path`` unless another process has replaced it
+    since it was read (that one is a fresh, whole entry: removing it would only force
+    every job to compile again). The check and the unlink are not one atomic step, but
+    the window left is the microseconds between them, not the read and the hashing."""
+    try:
+        info = os.stat(path)
+        if (info.st_dev, info.st_ino) == identity:
+            os.unlink(path)
+    except FileNotFoundError:
+        pass  # another process removed it already
 
 
 def _verified_payload(blob: bytes) -> memoryview | None:

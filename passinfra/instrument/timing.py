@@ -5,6 +5,10 @@ Sequential's passes nest under it). A failed pass closes its node through
 ``on_pass_error``, so the tree stays consistent and ``render()`` works at any time,
 even from inside a pass (open passes show their time so far).
 
+Every rendered line keeps one format, failed or not, so tools that parse the report
+never meet a line they do not know; which runs failed is a separate query
+(:meth:`PassTimingInstrument.failed_passes`, or ``"failed"`` in :meth:`timings`).
+
 Parallel runs: the scheduler merges what workers measured with
 :meth:`PassTimingInstrument.record_remote`; the pass's line then ends with
 ``[workers: <cpu>us cpu, <n> functions]``.
@@ -137,9 +141,16 @@ class PassTimingInstrument(PassInstrument):
             stack.extend((child, total, entry["children"]) for child in reversed(node.children))
         return result
 
+    def failed_passes(self) -> list[str]:
+        """The names of the pass runs that failed, in the order they started (a pass
+        that raised, and the passes it enclosed, e.g. its Sequential's open ones)."""
+        return [node.name for node in _preorder(self._root) if node.failed]
+
     def render(self) -> str:
         """One line per pass run, children indented by one tab:
-        ``name: <total>us [<self>us] (<total%>; <parent%>)``. Empty if nothing ran."""
+        ``name: <total>us [<self>us] (<total%>; <parent%>)``, plus
+        `` [workers: <cpu>us cpu, <n> functions]`` for a pass that ran on workers.
+        A failed run keeps this format (see :meth:`failed_passes`). Empty if nothing ran."""
         lines: list[str] = []
         stack = [(entry, 0) for entry in reversed(self.timings())]
         while stack:
@@ -152,8 +163,6 @@ class PassTimingInstrument(PassInstrument):
             workers = entry["workers"]
             if workers is not None:
                 line += f" [workers: {workers['cpu_us']:.0f}us cpu, {workers['functions']} functions]"
-            if entry["failed"]:
-                line += " [failed]"
             lines.append(line + "\n")
             stack.extend((child, depth + 1) for child in reversed(entry["children"]))
         return "".join(lines)

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from passinfra.atomic_io import atomic_write
 from passinfra.errors import EvaluationError, RaypassError
 
 METADATA_SUFFIX = ".raypass.json"
@@ -132,11 +133,9 @@ def _restructure(structure: Any, outputs: list[np.ndarray]) -> Any:
 
 
 def _atomic_write(path: str, data: bytes) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".raypass-", dir=directory)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
-    os.replace(tmp, path)
+    # ordinary file permissions (not mkstemp's owner-only ones) and no temporary file
+    # left behind on a failure: parallel CI jobs may write and read the same outputs
+    atomic_write(path, data)
 
 
 def load_module(path: str | os.PathLike[str]) -> Module:

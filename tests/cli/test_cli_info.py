@@ -48,17 +48,25 @@ def test_plan_png_and_dot_are_exclusive(raypass_inprocess):
     assert exit_info.value.code == 2
 
 
-def _reproducer(tmp_path, body: str, pipeline: list[str]):
+def _reproducer(tmp_path, body: str, pipeline: list[str], error: BaseException | None = None):
     from passinfra import ir
     from passinfra.transform import PassContext
     from scheduler.reproducer import write_reproducer
 
     mod = ir.parse(body)
-    return write_reproducer(tmp_path, mod, "main", pipeline[0], pipeline, PassContext(), ValueError("boom"))
+    error = ValueError("boom") if error is None else error
+    return write_reproducer(tmp_path, mod, "main", pipeline[0], pipeline, PassContext(), error)
 
 
 def test_replay_reproduces_a_failure(raypass, tmp_path):
-    path = _reproducer(tmp_path, FAILING_REPRO_BODY, ["InferType"])
+    import pytest
+
+    from passinfra import ir, transform
+
+    # "reproduced" means the recorded exception type, so record the one InferType raises
+    with pytest.raises(Exception) as original:
+        transform.InferType()(ir.parse(FAILING_REPRO_BODY))
+    path = _reproducer(tmp_path, FAILING_REPRO_BODY, ["InferType"], original.value)
     result = raypass("replay", path)
     assert result.returncode == 1, result.stderr
     assert "the original run failed in InferType on main" in result.stdout

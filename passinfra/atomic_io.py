@@ -1,0 +1,49 @@
+"""Writing a file that other processes may read at any moment.
+
+Used by the compile cache and by ``export_library``: parallel CI jobs compile into one
+cache directory and may write the same output paths, so a reader must only ever see an
+old file or a whole new one, and files must get ordinary permissions so every job sharing
+the directory can read them.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+
+def atomic_write(path: str | os.PathLike[str], *chunks: bytes | memoryview,
+                 prefix: str = ".raypass-") -> None:
+    """Write ``chunks``, one after another, to ``path`` so that other processes see either
+    the old file or the whole new one: a temporary file in the same directory, published
+    by ``os.replace``; the temporary file never outlives a failure."""
+    path = Path(path)
+    fd, tmp_name = _create_temp(path.parent, prefix)
+    try:
+        with os.fdopen(fd, "wb") as tmp:
+            for chunk in chunks:
+                tmp.write(chunk)
+        os.replace(tmp_name, path)
+    except BaseException:
+        try:
+            os.unlink(tmp_name)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def _create_temp(directory: Path, prefix: str) -> tuple[int, str]:
+    """A new file in ``directory`` named so that no other process or thread picks it,
+    opened for writing with mode 0o666 less the umask (what a plain ``open`` gives; the
+    kernel applies the umask, which a thread-safe program cannot read)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    while True:
+        name = os.path.join(directory, f"{prefix}{os.getpid()}.{secrets.token_hex(8)}.tmp")
+        try:
+            return os.open(name, flags, 0o666), name
+        except FileExistsError:  # a 64-bit collision within one pid: draw again
+            continue
+
+
+__all__ = ["atomic_write"]
