@@ -8,6 +8,7 @@ a pass's worker slices in the trace sum to its "worker CPU" here.
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from passinfra.codegen.compile_c import compile_counts
 from scheduler.stats import RunStats
 
 # the Sequentials of passinfra.build: their time is the sum of their passes
@@ -85,21 +87,41 @@ def timing_table(rows: list[PassRow]) -> Table:
 
 
 def worker_table(stats: RunStats) -> Table | None:
-    """Per worker: pid, functions run, busy seconds, and busy share of the time the
-    function stages ran (Ray start-up and driver-only passes excluded)."""
+    """Per worker: pid, functions run, busy seconds, busy share of the time the function
+    stages ran (Ray start-up and driver-only passes excluded), and the kernels CompileC
+    compiled there (cache hits among them)."""
     if not stats.worker_busy_seconds:
         return None
     table = Table(title=f"Workers ({stats.backend}: {stats.backend_reason})", title_justify="left")
-    for column in ("worker", "pid", "function runs", "busy s", "busy share"):
+    for column in ("worker", "pid", "function runs", "busy s", "busy share", "kernels", "cache hits"):
         table.add_column(column, justify="right")
     stage_seconds = sum(stage.wall_seconds for stage in stats.stages if stage.kind == "function") or 1.0
+    compiles = compile_counts(stats.facts)
     for slot in sorted(stats.worker_busy_seconds):
         busy = stats.worker_busy_seconds[slot]
-        pid = str(stats.worker_pids.get(slot, "?"))
+        pid = stats.worker_pids.get(slot)
         runs = str(stats.worker_functions.get(slot, 0))
-        table.add_row(str(slot), pid, runs, f"{busy:.3f}", f"{busy / stage_seconds:.0%}")
+        kernels, hits = compiles.get(pid, (0, 0)) if pid is not None else (0, 0)
+        table.add_row(str(slot), str(pid or "?"), runs, f"{busy:.3f}", f"{busy / stage_seconds:.0%}",
+                      str(kernels), str(hits))
     table.caption = f"busy share: of the {stage_seconds:.3f}s the function stages ran"
     return table
+
+
+def compile_summary(stats: RunStats) -> str | None:
+    """Where CompileC ran and how many of its objects came from the cache, per process:
+    ``kernels: worker 0 (pid 11) 7 compiled, 0 cache hits; ...`` (None: nothing compiled)."""
+    compiles = compile_counts(stats.facts)
+    if not compiles:
+        return None
+    slot_of = {pid: slot for slot, pid in stats.worker_pids.items()}
+    parts = []
+    # the driver first, then the workers by slot (a replaced worker's old pid: by pid, last)
+    for pid in sorted(compiles, key=lambda pid: (pid != os.getpid(), slot_of.get(pid, len(slot_of)), pid)):
+        kernels, hits = compiles[pid]
+        where = f"worker {slot_of[pid]}" if pid in slot_of else "driver" if pid == os.getpid() else "worker"
+        parts.append(f"{where} (pid {pid}) {kernels - hits} compiled, {hits} cache hits")
+    return "kernels: " + "; ".join(parts)
 
 
 def print_timing(timings: list[dict[str, Any]], stats: RunStats | None) -> list[PassRow]:
@@ -112,6 +134,9 @@ def print_timing(timings: list[dict[str, Any]], stats: RunStats | None) -> list[
             out.print(workers)
         else:
             out.print(f"backend: {stats.backend} ({stats.backend_reason})")
+        compiles = compile_summary(stats)
+        if compiles is not None:
+            out.print(compiles)
     return rows
 
 

@@ -3,7 +3,8 @@ and a timeline picture, both with one lane for the driver and one per worker.
 
 Slices: every pass run seen by the driver (nested: a Sequential contains its passes),
 the scheduler's driver spans (sending functions, merging results, module passes), and
-on the worker lanes one slice per (pass, function) the workers measured.
+on the worker lanes one slice per (pass, function) the workers measured, whose args
+carry the facts the pass reported about that run (CompileC: ``cache_hit``).
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ def trace_events(spans: list[Span], stats: RunStats | None) -> list[dict[str, An
                     work.start,
                     work.seconds,
                     worker_tid(work.worker),
-                    {"function": work.function, "leaf": work.leaf},
+                    {**dict(work.facts), "function": work.function, "leaf": work.leaf},
                 )
             )
         workers.update(stats.worker_pids)

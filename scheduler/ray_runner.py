@@ -18,6 +18,16 @@ re-sent; nothing is lost because the driver still holds the stage's inputs.
 When InferType follows the stage, the workers return their functions typed (see
 ``workers.actor``); one they could not type is re-sent after the driver typed it, so a
 worker's copy always has the types the driver's has.
+
+A stage whose passes need types (they require InferType) that some function lacks runs
+in the driver, as a small stage does: inferring them needs the callees' types, which a
+worker holding a shard cannot see (``passinfra.transform.module_view.typing_scope``).
+That happens only when such a pass runs without its InferType (a bare pass as the
+pipeline); in a Sequential InferType runs right before it.
+
+The facts passes report about their runs (``passinfra.transform.run_facts``: which
+process compiled a kernel, cache hit or not) come back with each call's timings and go
+to ``RunStats.facts`` and to the (pass, function) events the trace draws.
 """
 
 from __future__ import annotations
@@ -33,13 +43,13 @@ from typing import Any
 import ray
 from ray.exceptions import RayActorError, WorkerCrashedError
 
-from passinfra.ir.expr import BaseFunc
+from passinfra.ir.expr import BaseFunc, Function
 from passinfra.ir.module import IRModule
 from passinfra.transform import PassContext
 from passinfra.transform.config import config_type, register_config
-from passinfra.transform.passes import ReadOnlyModule
+from passinfra.transform.run_facts import RunFact, collect_facts
 from scheduler.assign import estimated_cost, lpt, makespan
-from scheduler.plan import FunctionStage, reads_module
+from scheduler.plan import TYPE_INFERENCE_PASS, FunctionStage, reads_module
 from scheduler.stats import DriverEvent, RunStats, StageStats, WorkEvent
 from workers.actor import BatchError, BatchResult, StageSpec
 from workers.pool import WorkerPool
@@ -179,8 +189,9 @@ class RayStageRunner:
         started = time.perf_counter()
         stats = StageStats(stage.index, "function", [leaf.name for leaf in stage.leaves], len(mod))
         self.stats.stages.append(stats)
-        if len(mod) < ctx.get_config("scheduler.min_stage_functions", MIN_STAGE_FUNCTIONS):
-            # nothing to spread: shipping the function out and back would only cost time
+        too_small = len(mod) < ctx.get_config("scheduler.min_stage_functions", MIN_STAGE_FUNCTIONS)
+        # too_small: nothing to spread, shipping the function out and back would only cost time
+        if too_small or _types_missing(stage, mod):
             outcome = self._run_in_driver(stage, mod, ctx)
             stats.ran_in_driver = True
             stats.wall_seconds = time.perf_counter() - started
@@ -254,39 +265,48 @@ class RayStageRunner:
 
     def _run_in_driver(self, stage: FunctionStage, mod: IRModule, ctx: PassContext) -> StageOutcome:
         """The stage's passes over every function, here, in module order (same pass code
-        as a worker runs; its time shows as worker ``DRIVER_SLOT``)."""
-        view = ReadOnlyModule(mod, "<stage>")
+        and module views as a worker; its time shows as worker ``DRIVER_SLOT``)."""
         changed: dict[str, BaseFunc] = {}
         timings: dict[int, dict[int, tuple[float, int]]] = {}
         first_error: BatchError | None = None
-        for gv, func in mod.items():
-            name, original = gv.name_hint, func
-            for leaf in stage.leaves:
-                if first_error is not None and leaf.leaf_index > first_error.leaf:
-                    break  # an earlier error wins anyway
-                if not leaf.pass_.accepts(func):
-                    continue
-                wall, t0 = time.time(), time.perf_counter()
-                try:
-                    func = leaf.pass_.transform_function(func, view, ctx, name)
-                except Exception as error:
-                    if first_error is None or leaf.leaf_index < first_error.leaf:
-                        first_error = BatchError(leaf.leaf_index, name, error, "")
-                    break
-                finally:
-                    seconds = time.perf_counter() - t0
-                    total, count = timings.setdefault(leaf.leaf_index, {}).get(DRIVER_SLOT, (0.0, 0))
-                    timings[leaf.leaf_index][DRIVER_SLOT] = (total + seconds, count + 1)
-                    self.stats.events.append(
-                        WorkEvent(leaf.leaf_index, leaf.name, name, DRIVER_SLOT, wall, seconds)
-                    )
-            if func is not original:
-                changed[name] = func
+        with collect_facts() as facts:
+            for gv, func in mod.items():
+                name, original = gv.name_hint, func
+                for leaf in stage.leaves:
+                    if first_error is not None and leaf.leaf_index > first_error.leaf:
+                        break  # an earlier error wins anyway
+                    if not leaf.pass_.accepts(func):
+                        continue
+                    wall, t0, reported = time.time(), time.perf_counter(), len(facts)
+                    try:
+                        func = leaf.pass_.transform_function_in(func, mod, ctx, name)
+                    except Exception as error:
+                        if first_error is None or leaf.leaf_index < first_error.leaf:
+                            first_error = BatchError(leaf.leaf_index, name, error, "")
+                        break
+                    finally:
+                        seconds = time.perf_counter() - t0
+                        total, count = timings.setdefault(leaf.leaf_index, {}).get(DRIVER_SLOT, (0.0, 0))
+                        timings[leaf.leaf_index][DRIVER_SLOT] = (total + seconds, count + 1)
+                        self._record_run(leaf.leaf_index, leaf.name, name, DRIVER_SLOT, wall, seconds,
+                                         facts[reported:])
+                if func is not original:
+                    changed[name] = func
         new_mod = mod.copy()
         for name, func in changed.items():
             new_mod[name] = func
         worker = {"slot": "driver", "pid": os.getpid(), "host": socket.gethostname(), "node_id": None}
         return StageOutcome(new_mod, first_error, worker if first_error else None, timings)
+
+    def _record_run(
+        self, leaf: int, pass_name: str, function: str, slot: int, wall: float, seconds: float,
+        facts: list[RunFact],
+    ) -> None:
+        """One (pass, function) run: a trace event carrying the facts the pass reported,
+        which also go to ``RunStats.facts``."""
+        self.stats.events.append(WorkEvent(leaf, pass_name, function, slot, wall, seconds,
+                                           tuple((fact.name, fact.value) for fact in facts)))
+        self.stats.facts.extend(facts)
 
     def _plan_calls(self, mod: IRModule, drops: dict[int, list[str]]) -> list[_Call]:
         """Each slot's functions, in module order, cut into ``CALLS_PER_WORKER`` chunks of
@@ -375,13 +395,15 @@ class RayStageRunner:
                     self._resident[name] = (call.slot, None)
             per_function: dict[str, float] = {}
             leaf_names = {leaf.leaf_index: leaf.name for leaf in stage.leaves}
+            facts: dict[tuple[int, str], list[RunFact]] = {}
+            for leaf, fact in result.facts:
+                facts.setdefault((leaf, fact.function), []).append(fact)
             for leaf, name, wall_start, seconds in result.timings:
                 seconds_so_far, count = timings.setdefault(leaf, {}).get(call.slot, (0.0, 0))
                 timings[leaf][call.slot] = (seconds_so_far + seconds, count + 1)
                 per_function[name] = per_function.get(name, 0.0) + seconds
-                self.stats.events.append(
-                    WorkEvent(leaf, leaf_names.get(leaf, "?"), name, call.slot, wall_start, seconds)
-                )
+                self._record_run(leaf, leaf_names.get(leaf, "?"), name, call.slot, wall_start, seconds,
+                                 facts.get((leaf, name), []))
             self._cost.update(per_function)
             stats.worker_seconds += result.busy_seconds
             stats.worker_typing_seconds += result.typing_seconds
@@ -404,3 +426,13 @@ class RayStageRunner:
         if first_error is None:
             return StageOutcome(new_mod, None, None, timings)
         return StageOutcome(new_mod, first_error[1], first_error[2], timings)
+
+
+def _types_missing(stage: FunctionStage, mod: IRModule) -> bool:
+    """Whether a pass of ``stage`` that needs types (it requires InferType) would be
+    handed an untyped function: typing it needs the whole module (see the module docstring)."""
+    typed_passes = [leaf.pass_ for leaf in stage.leaves if TYPE_INFERENCE_PASS in leaf.pass_.info.required]
+    if not typed_passes:
+        return False
+    untyped = (f for f in mod.functions.values() if isinstance(f, Function) and f._checked_type is None)
+    return any(p.accepts(func) for func in untyped for p in typed_passes)

@@ -1,9 +1,17 @@
-"""Counters of one scheduler run (``Scheduler.last_run``)."""
+"""Counters of one scheduler run (``Scheduler.last_run``).
+
+Besides the counters: ``events``, one per (pass, function) run on a worker (what the
+trace draws), and ``facts``, what the passes reported about their runs (which process
+compiled a kernel, whether it was a cache hit: ``passinfra.transform.run_facts``). Facts
+about where work ran live here and in the trace, never in the IR.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+from passinfra.transform.run_facts import RunFact
 
 
 @dataclass
@@ -31,6 +39,7 @@ class WorkEvent:
     worker: int  # worker slot
     start: float  # wall clock (time.time()) on the worker
     seconds: float
+    facts: tuple[tuple[str, Any], ...] = ()  # (name, value) the pass reported about this run
 
 
 @dataclass(frozen=True)
@@ -62,6 +71,7 @@ class RunStats:
     stages: list[StageStats] = field(default_factory=list)
     events: list[WorkEvent] = field(default_factory=list)
     driver_events: list[DriverEvent] = field(default_factory=list)
+    facts: list[RunFact] = field(default_factory=list)  # in the order they were merged
 
     def remote_calls_per_stage(self) -> list[int]:
         return [stage.remote_calls for stage in self.stages]

@@ -6,9 +6,12 @@ once (with the first batch call that needs it, so the worker starts on the first
 while the driver still packs the next) and afterwards only names it. A batch call runs a
 stage's passes one function at a time (all passes for a function, then the next
 function), measuring each (pass, function), and returns per function either nothing
-(unchanged) or the new function. An exception stops that function's batch and is
-returned, not raised, so the driver can pick the same error an in-process run would have
-raised first.
+(unchanged) or the new function, with the facts the passes reported about their runs
+(``passinfra.transform.run_facts``: never in the IR). An exception stops that function's
+batch and is returned, not raised, so the driver can pick the same error an in-process
+run would have raised first. Each pass sees the module through the same view as
+in-process (``FunctionPass.transform_function_in``): the stage's snapshot for a pass
+that reads the module, its own function alone for one that promised not to.
 
 When the stage is followed by InferType (``StageSpec.types_wanted``), the worker infers
 the types of the batch's functions before returning them: types are caches on the nodes
@@ -33,7 +36,7 @@ from passinfra.ir.expr import BaseFunc, Function
 from passinfra.ir.module import IRModule
 from passinfra.ir.type_infer import infer_module
 from passinfra.transform import FunctionPass, PassContext, register_config
-from passinfra.transform.passes import ReadOnlyModule
+from passinfra.transform.run_facts import RunFact, collect_facts
 from workers.wire import Packed, pack_functions, unpack_module
 
 # a stage's passes are unpickled once per worker and kept for its batch calls
@@ -73,6 +76,7 @@ class BatchResult:
     busy_seconds: float = 0.0
     typing_seconds: float = 0.0  # part of busy_seconds spent inferring result types
     untyped: list[str] = field(default_factory=list)  # types were wanted but not inferred
+    facts: list[tuple[int, RunFact]] = field(default_factory=list)  # (leaf index, fact reported)
 
 
 class RemotePassError(RuntimeError):
@@ -82,7 +86,7 @@ class RemotePassError(RuntimeError):
 class FunctionWorker:
     def __init__(self, slot: int) -> None:
         self.slot = slot
-        # the resident functions, kept as a module so a batch's view of it is a dict copy
+        # the resident functions (a shard: a pass never sees this module, see module_view)
         self.module = IRModule()
         self._stages: OrderedDict[int, tuple[StageSpec, IRModule | None]] = OrderedDict()
 
@@ -139,22 +143,22 @@ class FunctionWorker:
         ctx = PassContext.from_spec(spec.ctx_spec)
         result = BatchResult(self.slot, os.getpid(), None)
         changed: dict[str, BaseFunc] = {}
-        with ctx:
-            view = snapshot if snapshot is not None else ReadOnlyModule(self.module, "<batch>")
+        with ctx, collect_facts() as facts:
             for name in names:
                 func = self.module[name]
                 original = func
                 for leaf, pass_ in spec.passes:
                     if not pass_.accepts(func):
                         continue
-                    wall, t0 = time.time(), time.perf_counter()
+                    wall, t0, reported = time.time(), time.perf_counter(), len(facts)
                     try:
-                        func = pass_.transform_function(func, view, ctx, name)
+                        func = pass_.transform_function_in(func, snapshot, ctx, name)
                     except Exception as error:  # returned to the driver, which re-raises it
-                        result.timings.append((leaf, name, wall, time.perf_counter() - t0))
                         result.error = _batch_error(leaf, name, error, self.slot)
-                        break
                     result.timings.append((leaf, name, wall, time.perf_counter() - t0))
+                    result.facts.extend((leaf, fact) for fact in facts[reported:])
+                    if result.error is not None:
+                        break
                 if result.error is not None and result.error.function == name:
                     break
                 if func is not original:
@@ -199,8 +203,7 @@ class FunctionWorker:
             import ray
 
             spec = ray.get(item)
-        snapshot = unpack_module(spec.snapshot) if spec.snapshot is not None else None
-        entry = (spec, ReadOnlyModule(snapshot, "<snapshot>") if snapshot is not None else None)
+        entry = (spec, unpack_module(spec.snapshot) if spec.snapshot is not None else None)
         if not isinstance(item, StageSpec):
             self._stages[item.hex()] = entry
             while len(self._stages) > _STAGE_CACHE_SIZE:

@@ -3,11 +3,16 @@
 This is the expensive step of a build and the one the scheduler fans out to workers:
 each call runs the system C compiler (or hits the content-addressed cache) for one
 kernel, reading only the function and the ``codegen.*`` config.
+
+Where a kernel was compiled and whether the object came from the cache are facts about
+the run, not about the program: the IR carries only the object code (identical wherever
+it was made), and the facts go to the run statistics (:mod:`passinfra.transform.run_facts`;
+:func:`compile_records` reads them back).
 """
 
 from __future__ import annotations
 
-import os
+from collections.abc import Iterable
 
 from passinfra.codegen.c_renderer import sanitize_identifier
 from passinfra.codegen.compiler import CompilerSettings, compile_c_result
@@ -17,6 +22,10 @@ from passinfra.errors import IRError
 from passinfra.ir.module import IRModule
 from passinfra.transform.context import PassContext
 from passinfra.transform.registry import register_pass
+from passinfra.transform.run_facts import RunFact, report_fact
+
+PASS_NAME = "CompileC"
+CACHE_HIT_FACT = "cache_hit"  # the fact CompileC reports per kernel: the object came from the cache
 
 
 def _compile_c(func: PrimFunc, mod: IRModule, ctx: PassContext) -> PrimFunc:
@@ -25,29 +34,36 @@ def _compile_c(func: PrimFunc, mod: IRModule, ctx: PassContext) -> PrimFunc:
     if not isinstance(source, str):
         raise IRError(f"PrimFunc {symbol!r} has no 'c_source' attr; run CodegenC before CompileC")
     result = compile_c_result(source, CompilerSettings.from_context(ctx), name=sanitize_identifier(symbol))
-    # where and how the object was made: evidence that compiles ran on the workers. Only
-    # attrs; the link reads nothing but object_code, so the library bytes stay the same.
-    func = func.with_attr("compile_pid", os.getpid())
-    func = func.with_attr("compile_cache_hit", result.cache_hit)
+    # the process that ran this is recorded with the fact; neither goes into the IR
+    report_fact(CACHE_HIT_FACT, result.cache_hit)
     return func.with_attr("object_code", result.object_code)
 
 
-def compile_records(mod: IRModule) -> dict[str, tuple[int, bool]]:
-    """``{kernel name: (pid of the process that ran CompileC, whether it was a cache hit)}``
-    for every compiled PrimFunc of ``mod``."""
+def compile_records(facts: Iterable[RunFact]) -> dict[str, tuple[int, bool]]:
+    """``{kernel name: (pid of the process that ran CompileC on it, whether the object
+    was a cache hit)}`` from the facts of a run (``Scheduler.last_run.facts``, or a
+    :func:`~passinfra.transform.run_facts.collect_facts` list); the last run of a kernel wins."""
     return {
-        gv.name_hint: (int(func.attrs["compile_pid"]), bool(func.attrs["compile_cache_hit"]))
-        for gv, func in mod.items()
-        if isinstance(func, PrimFunc) and "compile_pid" in func.attrs
+        fact.function: (fact.pid, bool(fact.value))
+        for fact in facts
+        if fact.pass_name == PASS_NAME and fact.name == CACHE_HIT_FACT
     }
 
 
-@register_pass("CompileC")
+def compile_counts(facts: Iterable[RunFact]) -> dict[int, tuple[int, int]]:
+    """``{pid: (kernels CompileC ran on in that process, how many were cache hits)}``."""
+    counts: dict[int, tuple[int, int]] = {}
+    for pid, hit in compile_records(facts).values():
+        kernels, hits = counts.get(pid, (0, 0))
+        counts[pid] = (kernels + 1, hits + int(hit))
+    return counts
+
+
+@register_pass(PASS_NAME)
 def CompileC() -> PrimFuncPass:  # noqa: N802 - pass factories are named like classes
-    """Compile every PrimFunc's C source; the object code goes to its ``object_code`` attr,
-    the compiling process's pid to ``compile_pid`` and ``compile_cache_hit`` says whether
-    the object came from the cache (see :func:`compile_records`)."""
-    return create_prim_func_pass(_compile_c, opt_level=0, name="CompileC", reads_module=False)
+    """Compile every PrimFunc's C source into its ``object_code`` attr; each compile
+    reports whether the object came from the cache (see :func:`compile_records`)."""
+    return create_prim_func_pass(_compile_c, opt_level=0, name=PASS_NAME, reads_module=False)
 
 
-__all__ = ["CompileC", "compile_records"]
+__all__ = ["CACHE_HIT_FACT", "CompileC", "compile_counts", "compile_records"]

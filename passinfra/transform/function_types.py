@@ -18,6 +18,7 @@ from __future__ import annotations
 from passinfra.ir.expr import Function
 from passinfra.ir.module import IRModule
 from passinfra.ir.type_infer import infer_type
+from passinfra.transform.module_view import typing_scope
 
 __all__ = ["ensure_typed"]
 
@@ -25,4 +26,4 @@ __all__ = ["ensure_typed"]
 def ensure_typed(func: Function, mod: IRModule) -> None:
     """Make sure every node of ``func`` has its type cached (see the module docstring)."""
     if func._checked_type is None:
-        infer_type(func, mod)
+        infer_type(func, typing_scope(mod))  # mod is the pass's view; callees' types are in the scope

@@ -8,7 +8,6 @@ functions get a copy; function passes build a new module). ``pass(mod)`` runs un
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from passinfra.ir.expr import BaseFunc, Function, GlobalVar
 from passinfra.ir.module import IRModule
@@ -20,7 +19,9 @@ from passinfra.transform.errors import (
     add_note,
 )
 from passinfra.transform.instrumented import PassBody, run_instrumented
+from passinfra.transform.module_view import function_view
 from passinfra.transform.pass_info import PassInfo
+from passinfra.transform.run_facts import begin_run, end_run
 
 ModulePassFunc = Callable[[IRModule, PassContext], IRModule]
 FunctionPassFunc = Callable[[BaseFunc, IRModule, PassContext], BaseFunc]
@@ -89,15 +90,16 @@ class FunctionPass(Pass):
     """A pass applied to each function: ``pass_func(func, mod, ctx) -> function``.
 
     Every function the pass accepts (``accepts``: a Function without a truthy
-    ``SkipOptimization`` attr) is transformed against one read-only snapshot of the module
-    as it was before the pass; the results are applied afterwards, in module order, to a
+    ``SkipOptimization`` attr) is transformed against a read-only view of the module as
+    it was before the pass; the results are applied afterwards, in module order, to a
     new module. Functions cannot be added or removed.
 
     Scheduler seams: ``transform_module_functions`` is the per-function loop (a parallel
-    scheduler overrides or replaces it), ``transform_function`` the single call a worker
-    makes with its module snapshot. ``reads_module`` says whether the pass function
-    looks at other functions of ``mod``; the default (True) is the safe one, and a pass
-    that promises False lets the scheduler batch it with its neighbours.
+    scheduler replaces it), ``transform_function_in`` the single call every executor
+    (in-process, the scheduler's driver, a worker) makes per function. ``reads_module``
+    says whether the pass function looks at other functions of ``mod``; the default
+    (True) is the safe one, and a pass that promises False lets the scheduler batch it
+    with its neighbours, and sees only its own function (``module_view``), wherever it runs.
     """
 
     reads_module: bool = True
@@ -121,22 +123,33 @@ class FunctionPass(Pass):
 
     def transform_module_functions(self, mod: IRModule, ctx: PassContext) -> IRModule:
         """Transform every accepted function of ``mod``; return a new module."""
-        snapshot = ReadOnlyModule(mod, self.info.name)
         updates: dict[GlobalVar, BaseFunc] = {}
         for gv, func in mod.items():
             if self.accepts(func):
-                updates[gv] = self.transform_function(func, snapshot, ctx, gv.name_hint)
+                updates[gv] = self.transform_function_in(func, mod, ctx, gv.name_hint)
         return self.apply_updates(mod, updates)
+
+    def transform_function_in(
+        self, func: BaseFunc, base: IRModule | None, ctx: PassContext, name: str
+    ) -> BaseFunc:
+        """Transform ``func``, called ``name`` in ``base`` (the module before this pass; None
+        where only the function is at hand, which a pass that promised reads_module=False
+        never misses), handing the pass the view of ``base`` it may read."""
+        return self.transform_function(func, function_view(self, base, name, func), ctx, name)
 
     def transform_function(
         self, func: BaseFunc, mod: IRModule, ctx: PassContext, name: str = "<anonymous>"
     ) -> BaseFunc:
-        """Apply the pass function to one function; ``name`` is used in error messages."""
+        """Apply the pass function to one function; ``name`` is used in error messages
+        and names the function in the facts the pass reports (``run_facts``)."""
+        previous = begin_run(self.info.name, name)
         try:
             result = self.pass_func(func, mod, ctx)
         except BaseException as error:
             add_note(error, f"raised by function pass {self.info.name!r} on function {name!r}")
             raise
+        finally:
+            end_run(previous)
         if not isinstance(result, BaseFunc):
             raise PassReturnTypeError(
                 f"function pass {self.info.name!r} returned {type(result).__name__} for function "
@@ -155,40 +168,3 @@ class FunctionPass(Pass):
         for gv, func in updates.items():
             result[gv] = func
         return result
-
-
-class ReadOnlyModule(IRModule):
-    """The module a function pass is handed: any change to its function set raises,
-    naming the pass and the function name involved."""
-
-    __slots__ = ("_pass_name",)
-
-    def __init__(self, mod: IRModule, pass_name: str) -> None:
-        super().__init__(attrs=mod.attrs)
-        self._functions = dict(mod.items())
-        self._pass_name = pass_name
-
-    def _refuse(self, action: str, names: list[str]) -> FunctionSetChangedError:
-        return FunctionSetChangedError(
-            f"function pass {self._pass_name!r} cannot {action} functions of the module "
-            f"(tried {action} {names}); a function pass may only rewrite the function it is given"
-        )
-
-    def __setitem__(self, key: Any, func: BaseFunc) -> None:
-        name = key.name_hint if isinstance(key, GlobalVar) else str(key)
-        raise self._refuse("add or replace", [name])
-
-    def __delitem__(self, key: Any) -> None:
-        name = key.name_hint if isinstance(key, GlobalVar) else str(key)
-        raise self._refuse("remove", [name])
-
-    def update(self, other: Any) -> None:
-        names = [gv.name_hint if isinstance(gv, GlobalVar) else str(gv) for gv in dict(other.items())]
-        raise self._refuse("add or replace", names)
-
-    def update_func(self, gv: Any, func: BaseFunc) -> None:
-        self[gv] = func
-
-    def copy(self) -> IRModule:
-        """A plain (mutable) module with the same functions."""
-        return IRModule(dict(self._functions), attrs=self.attrs)

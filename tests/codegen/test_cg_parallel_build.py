@@ -1,5 +1,6 @@
 """Built with the Ray backend (2 workers), the library is byte-identical to the one built
-in-process, and the C compiles ran in the workers' processes (CompileC's records)."""
+in-process, and the C compiles ran in the workers' processes (CompileC's records, which
+are run facts in ``last_run``, not IR attrs)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from passinfra.frontend.models import demo_cnn, transformer_block
 from passinfra.ir.module import IRModule
 from passinfra.runtime.interpreter import evaluate
 from passinfra.transform import PassContext
+from passinfra.transform.run_facts import collect_facts
 
 MODELS = {
     "demo_cnn": (lambda: demo_cnn(batch=1, size=16, conv_channels=16), (1, 3, 16, 16)),
@@ -24,7 +26,7 @@ MODELS = {
 
 class KeepCompiled:
     """A scheduler wrapper keeping the module its ``run`` returned (build() links it in
-    the driver and keeps only the library), so the test can read CompileC's records."""
+    the driver and keeps only the library), so the test can look at the compiled IR."""
 
     def __init__(self, scheduler) -> None:
         self.scheduler = scheduler
@@ -50,8 +52,12 @@ def test_ray_build_is_byte_identical_and_compiled_on_workers(name, ray_scheduler
     remote.export_library(tmp_path / "remote.so")
     assert (tmp_path / "local.so").read_bytes() == (tmp_path / "remote.so").read_bytes()
 
-    records = compile_records(keep.compiled)
+    records = compile_records(scheduler.last_run.facts)
     assert len(records) >= 2, records  # several kernels, each compiled by CompileC
+    kernels = {gv.name_hint: func for gv, func in keep.compiled.items() if gv.name_hint in records}
+    assert len(kernels) == len(records)  # the records name the module's kernels, which carry no
+    # fact about the process that compiled them
+    assert all(set(func.attrs) & {"compile_pid", "compile_cache_hit"} == set() for func in kernels.values())
     pids = {pid for pid, _ in records.values()}
     assert os.getpid() not in pids
     assert pids <= set(scheduler.last_run.worker_pids.values())
@@ -64,8 +70,11 @@ def test_ray_build_is_byte_identical_and_compiled_on_workers(name, ray_scheduler
 def test_compile_records_in_process_cold_then_warm(tmp_path):
     mod = demo_cnn()
     with PassContext(opt_level=3, config={"codegen.cache_dir": str(tmp_path)}):
-        cold = compile_records(compile_pipeline()(mod))
-        warm = compile_records(compile_pipeline()(mod))
+        with collect_facts() as cold_facts:
+            compile_pipeline()(mod)
+        with collect_facts() as warm_facts:
+            compile_pipeline()(mod)
+    cold, warm = compile_records(cold_facts), compile_records(warm_facts)
     assert cold and {pid for pid, _ in cold.values()} == {os.getpid()}
     assert not any(hit for _, hit in cold.values())
     assert warm.keys() == cold.keys() and all(hit for _, hit in warm.values())
