@@ -7,7 +7,7 @@ the now filled directory, which the whole-build cache serves without running a p
 Then a module whose ``main`` differs in one place (a ``tanh`` after the last op, fused
 into the last kernel) is built warm: the whole-build cache misses, and only the kernels
 whose C source changed are compiled, plus the host entry, whose call table necessarily
-changes (``passinfra.codegen.cache.compile_stats``, in-process builds).
+changes (``passinfra.codegen.object_cache.compile_stats``, in-process builds).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from bench.common import MIN_REPEATS, Sample, markdown_table, ratio, verdict
-from passinfra.codegen.cache import compile_stats, reset_compile_stats
+from passinfra.codegen.object_cache import compile_stats, reset_compile_stats
 
 TARGET_WARM_SPEEDUP = 10.0
 

@@ -37,7 +37,7 @@ from onnx import numpy_helper  # noqa: E402
 import passinfra  # noqa: E402
 from bench.common import cpu_times, steal_percent  # noqa: E402
 from bench.flops import contraction_flops, sgemm_ceiling  # noqa: E402
-from passinfra.codegen.cache import compile_stats, reset_compile_stats  # noqa: E402
+from passinfra.codegen.object_cache import compile_stats, reset_compile_stats  # noqa: E402
 from passinfra.frontend import from_onnx, zoo  # noqa: E402
 from passinfra.runtime.interpreter import evaluate  # noqa: E402
 from passinfra.transform import PassContext  # noqa: E402

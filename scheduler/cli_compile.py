@@ -117,7 +117,7 @@ def compile_model(
 def _emit(kind: str, compiled: IRModule, link: Any) -> str:
     if kind == "ir":
         return compiled.astext()
-    from passinfra.codegen.tir import PrimFunc
+    from passinfra.tir import PrimFunc
 
     parts = [
         f"/* {gv.name_hint} */\n{func.attrs['c_source']}"

@@ -16,7 +16,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from passinfra.codegen.compile_c import compile_counts
+from passinfra.codegen.compile_c_pass import compile_counts
 from scheduler.stats import RunStats
 
 # the Sequentials of passinfra.build: their time is the sum of their passes

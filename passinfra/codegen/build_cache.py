@@ -1,6 +1,6 @@
 """Whole-build cache: an unchanged model under unchanged settings skips the pipeline.
 
-The object cache (:mod:`passinfra.codegen.cache`) saves the C compiler's time, but a
+The object cache (:mod:`passinfra.codegen.object_cache`) saves the C compiler's time, but a
 rebuild would still run every graph pass, lowering, C rendering and the link. This cache
 stores what ``build()`` returns (library bytes, runtime metadata, weights blob) under a
 key naming everything that determines it:
@@ -21,7 +21,7 @@ The scheduler does not enter the key: parallel builds are byte-identical to in-p
 ones. Entries live in the object cache's directory, are verified on read (a corrupted
 entry is removed, reported and rebuilt) and written atomically.
 
-Counters (:func:`~passinfra.codegen.cache.compile_stats`): ``build_hits``,
+Counters (:func:`~passinfra.codegen.object_cache.compile_stats`): ``build_hits``,
 ``build_misses``, ``build_corrupted``.
 """
 
@@ -35,9 +35,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from passinfra.codegen.cache import ObjectCache
-from passinfra.codegen.compiler import DEFAULT_CFLAGS, CompilerSettings, compiler_identity
+from passinfra.codegen.cc_driver import DEFAULT_CFLAGS, CompilerSettings, compiler_identity
 from passinfra.codegen.gemm import blas_library
+from passinfra.codegen.object_cache import ObjectCache
 from passinfra.ir.module import IRModule
 from passinfra.ir.structural import structural_hash
 from passinfra.transform.config import register_config

@@ -22,9 +22,10 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from passinfra.codegen import tir, vector_math
+from passinfra import tir
+from passinfra.codegen import vector_math
+from passinfra.codegen.block_copy import BlockCopy, match_block_copy
 from passinfra.codegen.gemm import DEFAULT_BLAS_THREADS, GEMM_INTRINSIC, blas_prototype, render_gemm
-from passinfra.codegen.transform.block_copy import BlockCopy, match_block_copy
 from passinfra.errors import IRError
 
 C_TYPES: dict[str, str] = {

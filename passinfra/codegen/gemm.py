@@ -17,7 +17,8 @@ in place; if so the contraction becomes
 
 In the loop-level IR a GEMM is ``Evaluate(Intrinsic("rp_sgemm", ...))`` whose first
 three arguments are ``BufferLoad``\\ s naming the first element of A, B and C (the C
-renderer passes their addresses), so every TIR pass handles it without a new node kind.
+renderer passes their addresses), so every TIR pass handles it without a new node kind
+(its name and reference semantics: :mod:`passinfra.tir.intrinsics`).
 An element-wise epilogue (bias, activation, residual add) the lowering hands to ``emit``
 runs in place over each block of the result right after the GEMM that wrote it, while
 the block is still in cache.
@@ -30,15 +31,13 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
-from passinfra.codegen import tir
+from passinfra import tir
 from passinfra.codegen.compute.base import imm, seq
 from passinfra.codegen.compute.nn import _window_index
 from passinfra.ir.attrs import Attrs
+from passinfra.tir.intrinsics import GEMM_INTRINSIC, evaluate_gemm, is_gemm
 from passinfra.transform.config import register_config
 
-GEMM_INTRINSIC = "rp_sgemm"
 BLAS_SYMBOL = "scipy_cblas_sgemm"
 # below this many multiply-adds a plain loop nest is as fast as the call into BLAS
 MIN_GEMM_MACS = 16384
@@ -106,31 +105,12 @@ def gemm_call(a: tir.BufferLoad, b: tir.BufferLoad, c: tir.BufferLoad, m: int, n
     return tir.Evaluate(tir.Intrinsic(GEMM_INTRINSIC, (a, b, c, *ints), "int32"))
 
 
-def is_gemm(expr: tir.PrimExpr) -> bool:
-    return isinstance(expr, tir.Intrinsic) and expr.name == GEMM_INTRINSIC
-
-
 def render_gemm(args: Sequence[str]) -> str:
     """The C call of a ``rp_sgemm`` intrinsic whose arguments rendered to ``args``."""
     a, b, c, m, n, k, lda, ldb, ldc, trans_b = args
     trans = f"({trans_b} ? {CBLAS_TRANS} : {CBLAS_NO_TRANS})"
     return (f"(rp_blas_threads(), {BLAS_SYMBOL}({CBLAS_ROW_MAJOR}, {CBLAS_NO_TRANS}, {trans}, {m}, {n}, "
             f"{k}, 1.0f, &{a}, {lda}, &{b}, {ldb}, 0.0f, &{c}, {ldc}))")
-
-
-def evaluate_gemm(intrinsic: tir.Intrinsic, flat_view: Callable[[tir.BufferLoad], np.ndarray],
-                  scalar: Callable[[tir.PrimExpr], int]) -> None:
-    """Run a ``rp_sgemm`` in the TIR interpreter: ``flat_view(load)`` is the buffer's
-    memory from the loaded element on (1-d view), ``scalar`` evaluates an argument."""
-    a_load, b_load, c_load, *rest = intrinsic.args
-    m, n, k, lda, ldb, ldc, trans_b = (int(scalar(x)) for x in rest)
-    a = _matrix(flat_view(a_load), m, k, lda)
-    b = _matrix(flat_view(b_load), n, k, ldb).T if trans_b else _matrix(flat_view(b_load), k, n, ldb)
-    _matrix(flat_view(c_load), m, n, ldc)[...] = (a.astype(np.float64) @ b.astype(np.float64))
-
-
-def _matrix(flat: np.ndarray, rows: int, cols: int, leading: int) -> np.ndarray:
-    return np.lib.stride_tricks.as_strided(flat, (rows, cols), (leading * flat.itemsize, flat.itemsize))
 
 
 # --------------------------------------------------------------------------- planning

@@ -30,16 +30,16 @@ from typing import Any
 import numpy as np
 
 from passinfra.codegen.c_renderer import dtype_bytes, sanitize_identifier
-from passinfra.codegen.cache import count
-from passinfra.codegen.compiler import CompilerSettings, compile_c_result
+from passinfra.codegen.cc_driver import CompilerSettings, compile_c_result
 from passinfra.codegen.lower import flatten_tuples
-from passinfra.codegen.tir import PrimFunc
+from passinfra.codegen.object_cache import count
 from passinfra.errors import IRError
 from passinfra.ir.expr import Call, Constant, Expr, Function, GlobalVar, Let, Tuple, TupleGetItem, Var
 from passinfra.ir.functor import iter_post_order
 from passinfra.ir.module import IRModule
 from passinfra.ir.op.registry import Op
 from passinfra.ir.types import TensorType, TupleType
+from passinfra.tir import PrimFunc
 from passinfra.transform.context import PassContext
 from passinfra.transform.pass_info import PassInfo
 from passinfra.transform.passes import ModulePass

@@ -8,12 +8,12 @@ same module links to the same bytes wherever the kernels were compiled.
 from __future__ import annotations
 
 from passinfra.codegen.c_renderer import sanitize_identifier
-from passinfra.codegen.compiler import CompilerSettings, link_shared
+from passinfra.codegen.cc_driver import CompilerSettings, link_shared
 from passinfra.codegen.gemm import blas_library
 from passinfra.codegen.host import HOST_SYMBOL
-from passinfra.codegen.tir import PrimFunc
 from passinfra.errors import IRError
 from passinfra.ir.module import IRModule
+from passinfra.tir import PrimFunc
 from passinfra.transform.context import PassContext
 from passinfra.transform.pass_info import PassInfo
 from passinfra.transform.passes import ModulePass

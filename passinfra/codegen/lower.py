@@ -1,5 +1,5 @@
 """LowerToPrimFunc: each ``Primitive`` function (a fused group from FuseOps) becomes a
-loop-level :class:`~passinfra.codegen.tir.PrimFunc`.
+loop-level :class:`~passinfra.tir.PrimFunc`.
 
 The body of a primitive function is a dataflow graph of op calls over its parameters.
 Every call gets a description from its op's compute rule (:mod:`passinfra.codegen.compute`);
@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from passinfra.codegen import tir
+from passinfra import tir
 from passinfra.codegen.compute import (
     COMPUTE_ATTR,
     BufferHandle,
@@ -47,7 +47,7 @@ from passinfra.codegen.compute import (
 )
 from passinfra.codegen.compute.base import local_scalar, seq
 from passinfra.codegen.gemm import Epilogue, GemmPlan, blas_library, plan_contraction
-from passinfra.codegen.transform.loop_tiling import elementwise_nest
+from passinfra.codegen.loop_tiling import elementwise_nest
 from passinfra.errors import IRError
 from passinfra.ir.attrs import Attrs
 from passinfra.ir.expr import BaseFunc, Call, Constant, Expr, Function, Tuple, TupleGetItem, Var

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from passinfra.codegen.tir import PrimFunc
 from passinfra.ir.expr import BaseFunc
 from passinfra.ir.module import IRModule
+from passinfra.tir import PrimFunc
 from passinfra.transform.context import PassContext
 from passinfra.transform.decorators import function_pass
 from passinfra.transform.errors import PassReturnTypeError

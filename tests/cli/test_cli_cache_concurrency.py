@@ -15,7 +15,7 @@ import pytest
 
 import passinfra
 from passinfra import ir
-from passinfra.codegen.cache import ObjectCache, compile_stats, reset_compile_stats
+from passinfra.codegen.object_cache import ObjectCache, compile_stats, reset_compile_stats
 from passinfra.ir import op
 from passinfra.runtime import load_module
 from passinfra.transform import PassContext
@@ -104,7 +104,7 @@ _BUILD_SCRIPT = textwrap.dedent("""
     import sys
     import numpy as np
     import passinfra
-    from passinfra.codegen.cache import compile_stats
+    from passinfra.codegen.object_cache import compile_stats
     from passinfra.transform import PassContext
     from scheduler.cli_common import load_model
 
@@ -140,7 +140,7 @@ def test_concurrent_builds_share_the_whole_build_cache(tmp_path):
 def test_a_corrupted_entry_replaced_meanwhile_is_not_removed(tmp_path, monkeypatch):
     """Process A reads a corrupted entry; before A removes it, process B publishes a good
     one: A must leave B's entry in place (it used to delete it)."""
-    import passinfra.codegen.cache as cache_module
+    import passinfra.codegen.object_cache as cache_module
 
     cache, key, good = ObjectCache(tmp_path), "ab" * 32, b"\x7fELF a good object"
     cache.put(key, good)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
-from passinfra.codegen import tir
+from passinfra import tir
 from passinfra.codegen.c_renderer import RenderOptions, render_prim_func
-from passinfra.codegen.compiler import CompilerSettings, compile_c, link_shared
+from passinfra.codegen.cc_driver import CompilerSettings, compile_c, link_shared
 
 
 def prim_func(params: list[tir.Buffer], body: tir.Stmt, num_inputs: int, symbol: str) -> tir.PrimFunc:

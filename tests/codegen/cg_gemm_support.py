@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from passinfra.codegen import tir
+from passinfra import tir
 from passinfra.ir.expr import Function, var
 
 

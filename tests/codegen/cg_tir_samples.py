@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from passinfra.codegen.tir import (
+from passinfra.tir import (
     Allocate,
     Buffer,
     BufferStore,

@@ -1,5 +1,5 @@
 """Contiguous copies and zero fills inside loop nests render as memcpy / memset
-(passinfra/codegen/transform/block_copy.py) and compute what the loops did."""
+(passinfra/codegen/block_copy.py) and compute what the loops did."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from cg_c_support import CompiledKernel, loop, prim_func
 
-from passinfra.codegen import tir
+from passinfra import tir
+from passinfra.codegen.block_copy import match_block_copy
 from passinfra.codegen.c_renderer import render_prim_func
-from passinfra.codegen.compiler import CompilerSettings
-from passinfra.codegen.transform.block_copy import match_block_copy
+from passinfra.codegen.cc_driver import CompilerSettings
 
 F32 = "float32"
 ROWS, COLS = 5, 6

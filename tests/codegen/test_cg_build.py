@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from cg_c_support import loop, prim_func
 
-from passinfra.codegen import tir
-from passinfra.codegen.codegen_c import CodegenC
-from passinfra.codegen.compile_c import CompileC
+from passinfra import tir
+from passinfra.codegen.codegen_c_pass import CodegenC
+from passinfra.codegen.compile_c_pass import CompileC
 from passinfra.codegen.host import HostCodegen, PlanMemory, analyze_main, plan_memory
 from passinfra.codegen.link import LinkLibrary
 from passinfra.errors import EvaluationError, IRError
@@ -259,7 +259,7 @@ def test_build_export_and_load_round_trip(ctx, tmp_path):
 
 def test_second_build_compiles_nothing(ctx):
     from passinfra.build import build
-    from passinfra.codegen.cache import compile_stats, reset_compile_stats
+    from passinfra.codegen.object_cache import compile_stats, reset_compile_stats
     from passinfra.frontend.models import mlp
 
     build(mlp())

@@ -7,7 +7,7 @@ import pytest
 
 import passinfra
 from passinfra.codegen.build_cache import BuildArtifact, build_key
-from passinfra.codegen.cache import compile_stats, reset_compile_stats
+from passinfra.codegen.object_cache import compile_stats, reset_compile_stats
 from passinfra.frontend.models import mlp
 from passinfra.instrument.timing import PassTimingInstrument
 from passinfra.ir import op

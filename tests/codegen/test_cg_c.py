@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 from cg_c_support import CompiledKernel, loop, prim_func
 
-from passinfra.codegen import tir
+from passinfra import tir
 from passinfra.codegen.c_renderer import CRenderer, RenderOptions, render_prim_func
-from passinfra.codegen.codegen_c import CodegenC
-from passinfra.codegen.compile_c import CompileC
-from passinfra.codegen.compiler import CompileError, CompilerSettings, compile_c
+from passinfra.codegen.cc_driver import CompileError, CompilerSettings, compile_c
+from passinfra.codegen.codegen_c_pass import CodegenC
+from passinfra.codegen.compile_c_pass import CompileC
 from passinfra.errors import IRError
 from passinfra.ir import op
 from passinfra.ir.expr import Function, var

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from passinfra.codegen.cache import ObjectCache, cache_key, compile_stats, reset_compile_stats
-from passinfra.codegen.compiler import CompilerSettings, compile_c, compiler_identity
+from passinfra.codegen.cc_driver import CompilerSettings, compile_c, compiler_identity
+from passinfra.codegen.object_cache import ObjectCache, cache_key, compile_stats, reset_compile_stats
 
 SOURCE = "int answer(void) { return 42; }\n"
 
@@ -66,7 +66,7 @@ def test_corrupted_entry_is_detected_and_rebuilt(tmp_path, damage, caplog):
     else:
         blob = bytearray(b"not an object at all")
     path.write_bytes(bytes(blob))
-    with caplog.at_level("WARNING", logger="passinfra.codegen.cache"):
+    with caplog.at_level("WARNING", logger="passinfra.codegen.object_cache"):
         rebuilt = compile_c(SOURCE, settings)
     assert rebuilt == good
     stats = compile_stats()
@@ -99,8 +99,8 @@ def test_concurrent_writers_do_not_corrupt_the_entry(tmp_path):
     # one must get a valid object and the entry must verify afterwards
     script = textwrap.dedent(f"""
         import sys
-        from passinfra.codegen.compiler import CompilerSettings, compile_c
-        from passinfra.codegen.cache import ObjectCache
+        from passinfra.codegen.cc_driver import CompilerSettings, compile_c
+        from passinfra.codegen.object_cache import ObjectCache
         settings = CompilerSettings(cache_dir={str(tmp_path)!r})
         source = "int answer(void) {{ return 42; }}\\n" + "/* " + "x" * 200000 + " */\\n"
         for _ in range(5):

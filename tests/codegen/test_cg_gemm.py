@@ -10,7 +10,7 @@ from cg_gemm_support import random_arrays as _arrays
 from cg_gemm_support import statements
 
 import passinfra
-from passinfra.codegen import tir
+from passinfra import tir
 from passinfra.codegen.gemm import (
     BLAS_SYMBOL,
     GEMM_INTRINSIC,
@@ -21,11 +21,11 @@ from passinfra.codegen.gemm import (
     plan_contraction,
 )
 from passinfra.codegen.lower import LowerToPrimFunc, lower_primitive_function
-from passinfra.codegen.tir_eval import run_prim_func
 from passinfra.ir import op
 from passinfra.ir.attrs import Attrs
 from passinfra.ir.module import IRModule
 from passinfra.runtime.interpreter import evaluate
+from passinfra.tir.evaluator import run_prim_func
 from passinfra.transform import PassContext
 
 pytestmark = pytest.mark.skipif(blas_library() is None, reason="scipy-openblas32 is not installed")

@@ -11,14 +11,15 @@ from cg_gemm_support import random_arrays as _arrays
 from cg_gemm_support import statements as _nodes
 
 import passinfra
+from passinfra import tir
 from passinfra.build import compile_pipeline
-from passinfra.codegen import gemm, tir
+from passinfra.codegen import gemm
 from passinfra.codegen.gemm import blas_library, is_gemm
 from passinfra.codegen.lower import MAX_UNROLLED_REDUCTION_STEPS, lower_primitive_function
-from passinfra.codegen.tir_eval import run_prim_func
 from passinfra.ir import op
 from passinfra.ir.module import IRModule
 from passinfra.runtime.interpreter import evaluate
+from passinfra.tir.evaluator import run_prim_func
 from passinfra.transform import PassContext
 
 needs_blas = pytest.mark.skipif(blas_library() is None, reason="scipy-openblas32 is not installed")

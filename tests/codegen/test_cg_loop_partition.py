@@ -10,7 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from passinfra import ir
-from passinfra.codegen.tir import (
+from passinfra.codegen.transform import LoopPartition
+from passinfra.codegen.transform.loop_partition import MAX_PIECES, affine_in, partition_prim_func
+from passinfra.tir import (
     GE,
     LT,
     Add,
@@ -29,11 +31,9 @@ from passinfra.codegen.tir import (
     Sub,
     TVar,
 )
-from passinfra.codegen.tir_eval import run_prim_func
-from passinfra.codegen.tir_functor import StmtExprVisitor
-from passinfra.codegen.tir_verify import verify_prim_func
-from passinfra.codegen.transform import LoopPartition
-from passinfra.codegen.transform.loop_partition import MAX_PIECES, affine_in, partition_prim_func
+from passinfra.tir.evaluator import run_prim_func
+from passinfra.tir.functor import StmtExprVisitor
+from passinfra.tir.verify import verify_prim_func
 from passinfra.transform import PassContext, get_pass
 
 

@@ -1,5 +1,5 @@
 """Element-wise stores that read an input transposed get a tiled loop nest
-(passinfra/codegen/transform/loop_tiling.py); values stay those of the interpreter."""
+(passinfra/codegen/loop_tiling.py); values stay those of the interpreter."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 
 import passinfra
-from passinfra.codegen import tir
+from passinfra import tir
+from passinfra.codegen.loop_tiling import elementwise_nest
 from passinfra.codegen.lower import lower_primitive_function
-from passinfra.codegen.tir_eval import run_prim_func
-from passinfra.codegen.transform.loop_tiling import elementwise_nest
 from passinfra.ir import op
 from passinfra.ir.expr import Function, var
 from passinfra.ir.module import IRModule
 from passinfra.runtime.interpreter import evaluate
+from passinfra.tir.evaluator import run_prim_func
 from passinfra.transform import PassContext
 
 
@@ -80,7 +80,7 @@ def test_tiled_nest_puts_both_tiles_innermost():
 
 
 def _selects(stmt) -> int:
-    from passinfra.codegen.tir_functor import iter_expr_post_order
+    from passinfra.tir.functor import iter_expr_post_order
 
     count, stack = 0, [stmt]
     while stack:

@@ -8,10 +8,9 @@ import numpy as np
 import pytest
 
 import passinfra
-from passinfra.codegen import tir
+from passinfra import tir
 from passinfra.codegen.compute import ComputeOp, register_compute
 from passinfra.codegen.lower import MAX_INLINE_DEPTH, LowerToPrimFunc, lower_primitive_function
-from passinfra.codegen.tir_eval import run_prim_func
 from passinfra.errors import IRError
 from passinfra.frontend.models import demo_cnn, mlp, transformer_block
 from passinfra.ir import op
@@ -19,6 +18,7 @@ from passinfra.ir.expr import Call, Function, GlobalVar, Tuple, TupleGetItem, Va
 from passinfra.ir.module import IRModule
 from passinfra.ir.op.registry import Op, OpPattern, register_op
 from passinfra.ir.types import TensorType
+from passinfra.tir.evaluator import run_prim_func
 from passinfra.transform import get_pass
 from passinfra.transform.fuse_ops import FuseOps
 from passinfra.transform.infer_type import InferType

@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 from cg_c_support import CompiledKernel, loop, prim_func
 
-from passinfra.codegen import tir, vector_math
-from passinfra.codegen.cache import compile_stats, reset_compile_stats
-from passinfra.codegen.compiler import DEFAULT_CC, DEFAULT_CFLAGS, CompilerSettings, compile_c
+from passinfra import tir
+from passinfra.codegen import vector_math
+from passinfra.codegen.cc_driver import DEFAULT_CC, DEFAULT_CFLAGS, CompilerSettings, compile_c
+from passinfra.codegen.object_cache import compile_stats, reset_compile_stats
 
 AVAILABLE = vector_math.vector_math_available(DEFAULT_CC, DEFAULT_CFLAGS)
 needs_libmvec = pytest.mark.skipif(not AVAILABLE, reason="the C library has no libmvec (glibc < 2.35)")

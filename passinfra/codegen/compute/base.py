@@ -27,7 +27,7 @@ from typing import Any, Protocol, Union
 
 import numpy as np
 
-from passinfra.codegen import tir
+from passinfra import tir
 from passinfra.errors import IRError
 from passinfra.ir.attrs import Attrs
 from passinfra.ir.op.registry import Op

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from passinfra.codegen import tir
+from passinfra import tir
 from passinfra.codegen.compute.base import (
     ComputeOp,
     ExternOp,

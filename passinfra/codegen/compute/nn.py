@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from passinfra.codegen import tir
+from passinfra import tir
 from passinfra.codegen.compute.base import (
     ExternOp,
     Indices,

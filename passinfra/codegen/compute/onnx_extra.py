@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from passinfra.codegen import tir
+from passinfra import tir
 from passinfra.codegen.compute.base import (
     Indices,
     ReduceOp,

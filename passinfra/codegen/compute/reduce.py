@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from passinfra.codegen import tir
+from passinfra import tir
 from passinfra.codegen.compute.base import Indices, ReduceOp, TensorHandle, imm, register_compute
 from passinfra.ir.attrs import Attrs
 from passinfra.ir.op._rel import normalize_axes

@@ -24,7 +24,8 @@ from __future__ import annotations
 from typing import Any
 
 from passinfra.codegen.prim_func_pass import create_prim_func_pass
-from passinfra.codegen.tir import (
+from passinfra.codegen.transform.simplify import Simplifier
+from passinfra.tir import (
     GE,
     GT,
     LE,
@@ -40,10 +41,8 @@ from passinfra.codegen.tir import (
     Stmt,
     TVar,
 )
-from passinfra.codegen.tir_functor import StmtExprMutator, StmtExprVisitor, substitute
-from passinfra.codegen.transform.arith import Range, RangeAnalyzer, const_int, constant_range
-from passinfra.codegen.transform.simplify import Simplifier
-from passinfra.codegen.transform.vectorize_loop import affine_coefficient
+from passinfra.tir.arith import Range, RangeAnalyzer, affine_coefficient, const_int, constant_range
+from passinfra.tir.functor import StmtExprMutator, StmtExprVisitor, substitute
 from passinfra.transform.context import PassContext
 from passinfra.transform.passes import FunctionPass
 from passinfra.transform.registry import register_pass

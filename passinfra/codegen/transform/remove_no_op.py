@@ -13,7 +13,7 @@ empty ``SeqStmt(())``.
 from __future__ import annotations
 
 from passinfra.codegen.prim_func_pass import create_prim_func_pass
-from passinfra.codegen.tir import (
+from passinfra.tir import (
     Allocate,
     BufferLoad,
     BufferStore,
@@ -30,8 +30,8 @@ from passinfra.codegen.tir import (
     Stmt,
     TVar,
 )
-from passinfra.codegen.tir_functor import StmtExprMutator, same_expr
-from passinfra.codegen.transform.arith import const_int
+from passinfra.tir.arith import const_int
+from passinfra.tir.functor import StmtExprMutator, same_expr
 from passinfra.transform.passes import FunctionPass
 from passinfra.transform.registry import register_pass
 

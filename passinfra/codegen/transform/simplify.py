@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from passinfra.codegen.prim_func_pass import create_prim_func_pass
-from passinfra.codegen.tir import (
+from passinfra.tir import (
     EQ,
     GE,
     GT,
@@ -53,9 +53,7 @@ from passinfra.codegen.tir import (
     Sub,
     TVar,
 )
-from passinfra.codegen.tir_eval import BINARY_OPS
-from passinfra.codegen.tir_functor import StmtExprMutator, same_expr, substitute
-from passinfra.codegen.transform.arith import (
+from passinfra.tir.arith import (
     Range,
     RangeAnalyzer,
     const_int,
@@ -64,6 +62,8 @@ from passinfra.codegen.transform.arith import (
     split_multiples,
     sum_terms,
 )
+from passinfra.tir.evaluator import BINARY_OPS
+from passinfra.tir.functor import StmtExprMutator, same_expr, substitute
 from passinfra.transform.passes import FunctionPass
 from passinfra.transform.registry import register_pass
 

@@ -10,7 +10,8 @@ and the C renderer read; a function already flattened is returned unchanged.
 from __future__ import annotations
 
 from passinfra.codegen.prim_func_pass import create_prim_func_pass
-from passinfra.codegen.tir import (
+from passinfra.errors import IRError
+from passinfra.tir import (
     Allocate,
     Buffer,
     BufferLoad,
@@ -21,9 +22,8 @@ from passinfra.codegen.tir import (
     PrimFunc,
     Stmt,
 )
-from passinfra.codegen.tir_functor import StmtExprMutator
-from passinfra.codegen.transform.arith import sum_terms
-from passinfra.errors import IRError
+from passinfra.tir.arith import sum_terms
+from passinfra.tir.functor import StmtExprMutator
 from passinfra.transform.passes import FunctionPass
 from passinfra.transform.registry import register_pass
 

@@ -19,10 +19,10 @@ from __future__ import annotations
 from typing import Any
 
 from passinfra.codegen.prim_func_pass import create_prim_func_pass
-from passinfra.codegen.tir import For, ForKind, IntImm, PrimFunc, SeqStmt, Stmt, TVar
-from passinfra.codegen.tir_functor import StmtExprMutator, StmtExprVisitor, substitute
-from passinfra.codegen.transform.arith import Range, const_int, constant_range
 from passinfra.codegen.transform.simplify import Simplifier
+from passinfra.tir import For, ForKind, IntImm, PrimFunc, SeqStmt, Stmt, TVar
+from passinfra.tir.arith import Range, const_int, constant_range
+from passinfra.tir.functor import StmtExprMutator, StmtExprVisitor, substitute
 from passinfra.transform.config import register_config
 from passinfra.transform.context import PassContext
 from passinfra.transform.errors import PassConfigTypeError

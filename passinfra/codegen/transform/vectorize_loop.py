@@ -17,74 +17,22 @@ A serial loop is marked ``ForKind.VECTORIZED`` (the C renderer emits
 
 from __future__ import annotations
 
-from typing import Any
-
 from passinfra.codegen.prim_func_pass import create_prim_func_pass
-from passinfra.codegen.tir import (
-    Add,
+from passinfra.tir import (
     Buffer,
     BufferLoad,
     BufferStore,
-    Cast,
     For,
     ForKind,
-    IntImm,
-    Mul,
     PrimExpr,
     PrimFunc,
     SeqStmt,
     Stmt,
-    Sub,
-    TVar,
 )
-from passinfra.codegen.tir_functor import StmtExprMutator, iter_expr_post_order, same_expr
-from passinfra.codegen.transform.arith import const_int
+from passinfra.tir.arith import affine_coefficient, const_int
+from passinfra.tir.functor import StmtExprMutator, iter_expr_post_order, same_expr
 from passinfra.transform.passes import FunctionPass
 from passinfra.transform.registry import register_pass
-
-_NOT_AFFINE = object()
-
-
-def affine_coefficient(expr: PrimExpr, var: TVar) -> int | None:
-    """The constant ``c`` with ``expr = c * var + (terms free of var)``, or None when
-    ``expr`` is not affine in ``var``."""
-    coefficient: dict[int, Any] = {}  # id(node) -> coefficient or _NOT_AFFINE
-    for node in iter_expr_post_order(expr):
-        kind = type(node)
-        if kind is TVar:
-            result: Any = 1 if node is var else 0
-        elif kind is IntImm or not _mentions(node, coefficient):
-            result = 0
-        elif kind is Add or kind is Sub:
-            a, b = coefficient[id(node.a)], coefficient[id(node.b)]
-            if a is _NOT_AFFINE or b is _NOT_AFFINE:
-                result = _NOT_AFFINE
-            else:
-                result = a + b if kind is Add else a - b
-        elif kind is Mul:
-            a, b = coefficient[id(node.a)], coefficient[id(node.b)]
-            if a is _NOT_AFFINE or b is _NOT_AFFINE:
-                result = _NOT_AFFINE
-            elif b == 0 and const_int(node.b) is not None:
-                result = a * const_int(node.b)
-            elif a == 0 and const_int(node.a) is not None:
-                result = b * const_int(node.a)
-            else:
-                result = _NOT_AFFINE
-        elif kind is Cast and node.dtype.startswith("int") and node.value.dtype.startswith("int"):
-            result = coefficient[id(node.value)]
-        else:
-            result = _NOT_AFFINE
-        coefficient[id(node)] = result
-    final = coefficient[id(expr)]
-    return None if final is _NOT_AFFINE else final
-
-
-def _mentions(node: Any, coefficient: dict[int, Any]) -> bool:
-    """Whether a child of ``node`` involves the variable (non-zero or non-affine)."""
-    from passinfra.codegen.tir_functor import expr_children
-
-    return any(coefficient[id(child)] != 0 for child in expr_children(node))
 
 
 def _straight_line_stores(body: Stmt) -> list[BufferStore] | None:

@@ -10,15 +10,19 @@ recursion limit). Variables and buffers are numbered in order of first appearanc
   whatever sharing either has;
 * the same rows, plus the names, rebuild the PrimFunc in another process.
 
-Importing this module registers PrimFunc with structural equality/hash and the wire
-format (``tir.py`` imports it at its end).
+Importing this module registers PrimFunc with the graph IR's structural equality/hash
+and wire format (the package ``passinfra.tir`` imports it, so any use of the loop IR
+has the registration).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from passinfra.codegen.tir import (
+from passinfra.errors import IRError
+from passinfra.ir.attrs import Attrs
+from passinfra.tir.functor import BINARY_CLASSES, COMPARE_CLASSES, EXPR_SPECS
+from passinfra.tir.nodes import (
     Allocate,
     Buffer,
     BufferLoad,
@@ -40,9 +44,7 @@ from passinfra.codegen.tir import (
     Stmt,
     TVar,
 )
-from passinfra.codegen.tir_functor import BINARY_CLASSES, COMPARE_CLASSES, EXPR_SPECS
-from passinfra.errors import IRError
-from passinfra.ir.attrs import Attrs
+from passinfra.tir.printer import tir_astext
 
 NO_ROW = -1
 
@@ -215,8 +217,6 @@ def tir_structural_equal(a: Any, b: Any) -> bool:
 def assert_tir_equal(a: Any, b: Any) -> None:
     """AssertionError showing both sides when they are not alpha-equivalent."""
     if not tir_structural_equal(a, b):
-        from passinfra.codegen.tir_printer import tir_astext
-
         raise AssertionError(f"loop-level IR differs:\n--- lhs\n{tir_astext(a)}\n--- rhs\n{tir_astext(b)}")
 
 
@@ -279,8 +279,6 @@ class _PrimFuncKey(tuple):
     func: PrimFunc
 
     def __repr__(self) -> str:
-        from passinfra.codegen.tir_printer import tir_astext
-
         return "\n" + tir_astext(self.func)
 
 

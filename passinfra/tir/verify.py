@@ -19,7 +19,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from passinfra.codegen.tir import (
+from passinfra.errors import IRError
+from passinfra.tir.functor import expr_children
+from passinfra.tir.nodes import (
     Allocate,
     And,
     BinaryOp,
@@ -41,8 +43,7 @@ from passinfra.codegen.tir import (
     Stmt,
     TVar,
 )
-from passinfra.codegen.tir_functor import expr_children
-from passinfra.errors import IRError
+from passinfra.tir.printer import tir_astext
 
 _MAX_PROBLEMS = 20
 
@@ -219,8 +220,6 @@ def verify_prim_func(func: PrimFunc, flattened: bool | None = None, name: str | 
         verifier.live_buffers.add(param)
     verifier.stmt(func.body)
     if verifier.problems:
-        from passinfra.codegen.tir_printer import tir_astext
-
         name = name or str(func.attrs.get("global_symbol", "<prim func>"))
         listing = "\n".join(f"  - {p}" for p in verifier.problems)
         raise TIRVerifyError(

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from passinfra.codegen import tir
+from passinfra import tir
 from passinfra.codegen.compute.base import seq
-from passinfra.codegen.tir_functor import StmtExprMutator, iter_expr_post_order, substitute
-from passinfra.codegen.transform.vectorize_loop import affine_coefficient
+from passinfra.tir.arith import affine_coefficient
+from passinfra.tir.functor import StmtExprMutator, iter_expr_post_order, substitute
 
 # tile sizes tried, largest first: 16 float32 are one 64-byte cache line
 TILE_SIZES = (16, 8, 4)

@@ -11,8 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from passinfra.codegen.gemm import evaluate_gemm, is_gemm
-from passinfra.codegen.tir import (
+from passinfra.errors import EvaluationError
+from passinfra.tir.functor import expr_children
+from passinfra.tir.intrinsics import evaluate_gemm, is_gemm
+from passinfra.tir.nodes import (
     EQ,
     GE,
     GT,
@@ -49,8 +51,6 @@ from passinfra.codegen.tir import (
     Sub,
     TVar,
 )
-from passinfra.codegen.tir_functor import expr_children
-from passinfra.errors import EvaluationError
 
 
 def _c_div(a: Any, b: Any) -> Any:

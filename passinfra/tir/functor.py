@@ -1,4 +1,4 @@
-"""Visitors and mutators over the loop-level IR (:mod:`passinfra.codegen.tir`).
+"""Visitors and mutators over the loop-level IR (:mod:`passinfra.tir`).
 
 Statements nest only as deep as the loop nest, so statement visits recurse (one frame
 per scope). Expressions can be deep (a fused kernel's value expression has a few levels
@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from passinfra.codegen.tir import (
+from passinfra.tir.nodes import (
     EQ,
     GE,
     GT,

@@ -15,11 +15,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from passinfra.codegen.c_renderer import sanitize_identifier
-from passinfra.codegen.compiler import CompilerSettings, compile_c_result
+from passinfra.codegen.cc_driver import CompilerSettings, compile_c_result
 from passinfra.codegen.prim_func_pass import PrimFuncPass, create_prim_func_pass
-from passinfra.codegen.tir import PrimFunc
 from passinfra.errors import IRError
 from passinfra.ir.module import IRModule
+from passinfra.tir import PrimFunc
 from passinfra.transform.context import PassContext
 from passinfra.transform.registry import register_pass
 from passinfra.transform.run_facts import RunFact, report_fact

@@ -6,7 +6,7 @@ Settings come from the PassContext config (registered here):
 - ``codegen.cflags`` (str): flags, :data:`DEFAULT_CFLAGS` by default (portable: no
   ``-march=native`` unless the user puts it there);
 - ``codegen.cache_dir`` (str): the object cache, default
-  :func:`~passinfra.codegen.cache.default_cache_dir`;
+  :func:`~passinfra.codegen.object_cache.default_cache_dir`;
 - ``codegen.no_cache`` (bool): compile every time, neither reading nor writing the cache;
 - ``codegen.vector_math`` (bool, default True): vectorized math calls through glibc's
   libmvec where the compiler can link it (:mod:`passinfra.codegen.vector_math`).
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from passinfra.codegen import vector_math
-from passinfra.codegen.cache import ObjectCache, cache_key, count, default_cache_dir
+from passinfra.codegen.object_cache import ObjectCache, cache_key, count, default_cache_dir
 from passinfra.errors import RaypassError
 from passinfra.transform.config import register_config
 from passinfra.transform.context import PassContext

@@ -1,12 +1,19 @@
-"""The loop-level IR ("TIR"): what a primitive function is lowered to before C.
+"""The loop-level IR ("TIR") nodes: what a primitive function is lowered to before C.
 
 Expressions are index and value arithmetic over loop variables and buffer loads;
-statements are loops, stores, allocations and branches. Nodes are frozen dataclasses
-compared structurally (they are small: an index expression, or one fused kernel's value
-expression, whose depth is bounded by FuseOps' max group size). Python operators on
-expressions build nodes (``i * 4 + j``), so lowering rules read like the math.
-A :class:`PrimFunc` is a :class:`~passinfra.ir.expr.BaseFunc`, so it lives in an
-IRModule next to graph-level functions and flows through the same pass infrastructure.
+statements are loops, stores, allocations and branches. Python operators on expressions
+build nodes (``i * 4 + j``), so lowering rules read like the math. A :class:`PrimFunc`
+is a :class:`~passinfra.ir.expr.BaseFunc`, so it lives in an IRModule next to
+graph-level functions and flows through the same pass infrastructure.
+
+Equality follows the graph IR's convention: ``==`` and ``hash`` are identity on every
+node (nodes are frozen dataclasses with ``eq=False``). Structure is compared through
+functions: :func:`passinfra.tir.functor.same_expr` (two expressions of one function,
+variables and buffers by identity) and :func:`passinfra.tir.structural.tir_structural_equal`
+(alpha-equivalence). Identity also keeps ``==`` and ``hash`` cheap and free of recursion
+on the deep value expressions of large fused kernels.
+
+This module is the bottom of :mod:`passinfra.tir`: it imports nothing from the package.
 """
 
 from __future__ import annotations
@@ -75,13 +82,13 @@ def as_prim(value: Any, dtype: str = INDEX_DTYPE) -> PrimExpr:
     raise IRError(f"cannot use {value!r} ({type(value).__name__}) as a loop-level expression")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class IntImm(PrimExpr):
     value: int
     dtype: str = INDEX_DTYPE
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class FloatImm(PrimExpr):
     value: float
     dtype: str = "float32"
@@ -101,14 +108,26 @@ class TVar(PrimExpr):
         return self is other
 
 
-@dataclass(frozen=True, slots=True)
+def _result_dtype(node: PrimExpr) -> str:
+    """The dtype of an arithmetic or select node: that of its first value operand, found
+    by walking down without recursion (a left-leaning chain of thousands of ops, as one
+    fused kernel's value expression can be, must not meet the recursion limit)."""
+    while True:
+        kind = type(node)
+        if isinstance(node, BinaryOp):
+            node = node.a
+        elif kind is Select:
+            node = node.true_value
+        else:
+            return node.dtype
+
+
+@dataclass(frozen=True, slots=True, eq=False)
 class BinaryOp(PrimExpr):
     a: PrimExpr
     b: PrimExpr
 
-    @property
-    def dtype(self) -> str:  # type: ignore[override]
-        return self.a.dtype
+    dtype = property(_result_dtype)  # type: ignore[assignment]
 
 
 class Add(BinaryOp):
@@ -145,7 +164,7 @@ class Max(BinaryOp):
     __slots__ = ()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class CmpOp(PrimExpr):
     a: PrimExpr
     b: PrimExpr
@@ -187,13 +206,13 @@ class Or(CmpOp):
     __slots__ = ()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Not(PrimExpr):
     a: PrimExpr
     dtype: str = "bool"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Select(PrimExpr):
     """``cond ? true_value : false_value`` (both sides may be evaluated)."""
 
@@ -201,18 +220,16 @@ class Select(PrimExpr):
     true_value: PrimExpr
     false_value: PrimExpr
 
-    @property
-    def dtype(self) -> str:  # type: ignore[override]
-        return self.true_value.dtype
+    dtype = property(_result_dtype)  # type: ignore[assignment]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Cast(PrimExpr):
     dtype: str
     value: PrimExpr
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Intrinsic(PrimExpr):
     """A math intrinsic by name (exp, log, sqrt, tanh, erf, pow, fabs, ...)."""
 
@@ -251,7 +268,7 @@ class Buffer:
         return size
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class BufferLoad(PrimExpr):
     buffer: Buffer
     indices: tuple[PrimExpr, ...]
@@ -274,7 +291,7 @@ class ForKind(enum.Enum):
     UNROLLED = "unrolled"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class For(Stmt):
     loop_var: TVar
     start: PrimExpr
@@ -283,19 +300,19 @@ class For(Stmt):
     body: Stmt
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class SeqStmt(Stmt):
     stmts: tuple[Stmt, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class BufferStore(Stmt):
     buffer: Buffer
     value: PrimExpr
     indices: tuple[PrimExpr, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Allocate(Stmt):
     """``buffer`` exists (uninitialized) for the duration of ``body``."""
 
@@ -303,21 +320,21 @@ class Allocate(Stmt):
     body: Stmt
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class IfThenElse(Stmt):
     cond: PrimExpr
     then_case: Stmt
     else_case: Stmt | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class LetStmt(Stmt):
     var: TVar
     value: PrimExpr
     body: Stmt
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Evaluate(Stmt):
     value: PrimExpr
 
@@ -349,6 +366,17 @@ class PrimFunc(BaseFunc):
     def with_body(self, body: Stmt) -> PrimFunc:
         return PrimFunc(self.params, body, self.attrs)
 
+    def astext(self, show_meta_data: bool = True) -> str:
+        """The function's loop-level text (``show_meta_data`` is accepted for the
+        graph IR's signature; a PrimFunc has no metadata section)."""
+        # imported here: the printer sits above the nodes in the package's layering
+        from passinfra.tir.printer import tir_astext
+
+        return tir_astext(self)
+
+    def __str__(self) -> str:
+        return self.astext()
+
     def __repr__(self) -> str:
         return f"PrimFunc({', '.join(p.name for p in self.params)})"
 
@@ -361,27 +389,3 @@ __all__ = [
     "Attrs", "field",
 ]
 
-
-def _result_dtype(node: PrimExpr) -> str:
-    """The dtype of an arithmetic or select node: that of its first value operand, found
-    by walking down without recursion (a left-leaning chain of thousands of ops, as one
-    fused kernel's value expression can be, must not meet the recursion limit)."""
-    while True:
-        kind = type(node)
-        if isinstance(node, BinaryOp):
-            node = node.a
-        elif kind is Select:
-            node = node.true_value
-        else:
-            return node.dtype
-
-
-BinaryOp.dtype = property(_result_dtype)  # type: ignore[assignment]
-Select.dtype = property(_result_dtype)  # type: ignore[assignment]
-
-
-# PrimFunc joins the module printer (tir_printer), structural equality/hash and the wire
-# format (tir_structural: alpha-equivalence by position); imported last because they
-# build on the classes above.
-from passinfra.codegen import tir_printer as _tir_printer  # noqa: E402, F401
-from passinfra.codegen import tir_structural as _tir_structural  # noqa: E402, F401

@@ -12,9 +12,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from passinfra.codegen import tir
-from passinfra.codegen.tir_functor import substitute
-from passinfra.codegen.transform.vectorize_loop import affine_coefficient
+from passinfra import tir
+from passinfra.tir.arith import affine_coefficient
+from passinfra.tir.functor import substitute
 
 
 @dataclass(frozen=True)

@@ -8,11 +8,11 @@ and gives the same text everywhere.
 from __future__ import annotations
 
 from passinfra.codegen.c_renderer import RenderOptions, render_prim_func
-from passinfra.codegen.compiler import CompilerSettings
+from passinfra.codegen.cc_driver import CompilerSettings
 from passinfra.codegen.gemm import DEFAULT_BLAS_THREADS
 from passinfra.codegen.prim_func_pass import PrimFuncPass, create_prim_func_pass
-from passinfra.codegen.tir import PrimFunc
 from passinfra.ir.module import IRModule
+from passinfra.tir import PrimFunc
 from passinfra.transform.context import PassContext
 from passinfra.transform.registry import register_pass
 

@@ -11,7 +11,8 @@ Integers of the index dtype (int64) print bare, other immediates carry their dty
 meaning. Distinct variables or buffers that share a name get ``_1``, ``_2``... suffixes.
 Expressions are printed without recursion. Long string attrs (C source) and bytes
 (object code) are summarized. The text is for people; nothing parses it back.
-Importing this module registers it for PrimFuncs in ``IRModule.astext()``.
+Importing this module registers it for PrimFuncs in ``IRModule.astext()``;
+``PrimFunc.astext()`` and ``str(prim_func)`` call :func:`tir_astext` too.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from passinfra.codegen.tir import (
+from passinfra.errors import IRError
+from passinfra.tir.functor import expr_children
+from passinfra.tir.nodes import (
     EQ,
     GE,
     GT,
@@ -57,8 +60,6 @@ from passinfra.codegen.tir import (
     Sub,
     TVar,
 )
-from passinfra.codegen.tir_functor import expr_children
-from passinfra.errors import IRError
 
 INDENT = "  "
 _LONG_STRING = 60
@@ -244,17 +245,12 @@ def tir_astext(node: PrimFunc | Stmt | PrimExpr, name: str | None = None) -> str
     return "\n".join(printer.lines) + "\n"
 
 
-def _prim_func_astext(func: PrimFunc, show_meta_data: bool = True) -> str:
-    return tir_astext(func)
-
-
 def _register() -> None:
+    # the graph IR's module printer shows PrimFuncs through this printer (a registry in
+    # passinfra.ir, so the graph IR never imports the loop IR)
     from passinfra.ir.printer import register_function_printer
 
     register_function_printer(PrimFunc, tir_astext)
-    # str(prim_func) and prim_func.astext() show this text too (error messages use them)
-    PrimFunc.astext = _prim_func_astext
-    PrimFunc.__str__ = tir_astext
 
 
 _register()
