@@ -1,10 +1,15 @@
 """Reproducers of failed runs: write one, replay it in-process.
 
 A reproducer is a text file: a few ``#`` header lines (the failing pass and function,
-the error and its type, the PassContext as JSON, the remaining pipeline as registered
-pass names from the start of the failing stage, and where the pipeline's non-built-in
-passes came from) followed by the text IR of the module slice (the failing function and
-every function it references, as they were when the stage began).
+the error and its type, the PassContext as JSON, the remaining pipeline from the start of
+the failing stage, and where the pipeline's non-built-in passes came from) followed by
+the text IR of the module slice (the failing function and every function it references,
+as they were when the stage began).
+
+The pipeline is a JSON list with one entry per pass: the registered name of a pass
+without options, ``{"name": ..., "options": {...}}`` for a pass with options (see
+``passinfra.transform.pass_options``), so the replay rebuilds exactly the passes that
+ran. Files written before options were recorded hold names only; they still replay.
 
 ``replay(path)`` loads what defined the passes (importable modules, and plugin files run
 with ``--plugin`` that still exist), parses the slice and runs the pipeline in-process
@@ -31,8 +36,9 @@ from passinfra.errors import RaypassError
 from passinfra.ir.expr import GlobalVar
 from passinfra.ir.functor import iter_post_order
 from passinfra.ir.module import IRModule
-from passinfra.transform import PassContext, Sequential, get_pass
-from passinfra.transform.errors import PassNotFoundError
+from passinfra.transform import Pass, PassContext, Sequential
+from passinfra.transform.errors import PassArgumentError, PassNotFoundError
+from passinfra.transform.pass_options import configured_pass, pass_options
 from passinfra.transform.registry import is_registered, registered_factory
 
 MAGIC = "# raypass reproducer v1"
@@ -45,6 +51,52 @@ _FUNCTION_NOTE = re.compile(r"raised by function pass '(?P<pass_name>.*)' on fun
 
 class ReproducerError(RaypassError, ValueError):
     """A reproducer file that cannot be read."""
+
+
+@dataclass(frozen=True)
+class PassSpec:
+    """One pipeline entry of a reproducer: a registered pass name and the options the pass
+    was made with (None: recorded by name, so the registry's default configuration)."""
+
+    name: str
+    options: dict[str, Any] | None = None
+
+    @classmethod
+    def of(cls, pass_: Pass | str) -> PassSpec:
+        """The entry recording ``pass_`` (a pass, or already a name)."""
+        if isinstance(pass_, str):
+            return cls(pass_)
+        name, options = pass_.info.name, pass_options(pass_)
+        # options are recorded only where the registry makes this very class under the
+        # pass's name (else the replay could not pass them on), and only when JSON holds
+        # them; otherwise the name is the best record there is, as for a pass without options
+        if not options or not is_registered(name) or registered_factory(name) is not type(pass_):
+            return cls(name)
+        try:
+            json.dumps(options)
+        except (TypeError, ValueError):
+            return cls(name)
+        return cls(name, options)
+
+    @classmethod
+    def from_json(cls, entry: Any) -> PassSpec:
+        if isinstance(entry, str):  # a pass without options, or a file older than options
+            return cls(entry)
+        if isinstance(entry, dict) and isinstance(entry.get("name"), str) and isinstance(
+            entry.get("options", {}), dict
+        ):
+            return cls(entry["name"], entry.get("options"))
+        raise ReproducerError(f"a pipeline entry is a pass name or {{'name', 'options'}}, got {entry!r}")
+
+    def to_json(self) -> str | dict[str, Any]:
+        return self.name if self.options is None else {"name": self.name, "options": self.options}
+
+    def build(self) -> Pass:
+        """The pass this entry records, made through the registry."""
+        try:
+            return configured_pass(self.name, self.options)
+        except PassArgumentError as error:  # the pass changed since the file was written
+            raise ReproducerError(str(error)) from None
 
 
 def module_slice(mod: IRModule, name: str) -> IRModule:
@@ -72,10 +124,13 @@ def write_reproducer(
     mod: IRModule,
     function: str,
     pass_name: str,
-    pipeline: list[str],
+    pipeline: Sequence[Pass | str],
     ctx: PassContext,
     error: BaseException,
 ) -> Path:
+    """Write the reproducer of ``error``, raised by pass ``pass_name`` on ``function``;
+    ``pipeline`` is what was to run from the start of the failing stage (passes, whose
+    options are recorded, or registered names)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{pass_name}-{function}")
@@ -83,7 +138,8 @@ def write_reproducer(
     spec = ctx.to_spec()
     spec["config"] = {k: v for k, v in spec.get("config", {}).items() if k != "scheduler.reproducer_dir"}
     message = " ".join(f"{type(error).__name__}: {error}".split())
-    plugins, modules = pass_sources([pass_name, *pipeline])
+    steps = [PassSpec.of(pass_) for pass_ in pipeline]
+    plugins, modules = pass_sources([pass_name, *(step.name for step in steps)])
     header = [
         MAGIC,
         f"# pass: {pass_name}",
@@ -91,7 +147,7 @@ def write_reproducer(
         f"# error: {message}",
         f"# error_type: {qualified_name(type(error))}",
         f"# context: {json.dumps(spec, sort_keys=True, default=str)}",
-        f"# pipeline: {json.dumps(pipeline)}",
+        f"# pipeline: {json.dumps([step.to_json() for step in steps])}",
         f"# plugins: {json.dumps(plugins)}",
         f"# modules: {json.dumps(modules)}",
     ]
@@ -145,11 +201,16 @@ class Reproducer:
 
     path: Path
     fields: dict[str, str]
-    pipeline: list[str]
+    steps: list[PassSpec]
     context_spec: dict[str, Any]
     plugins: list[str]
     modules: list[str]
     body: str
+
+    @property
+    def pipeline(self) -> list[str]:
+        """The pipeline's pass names (``steps`` has their options)."""
+        return [step.name for step in self.steps]
 
     @property
     def pass_name(self) -> str:
@@ -180,17 +241,21 @@ def read_header(path: str | Path) -> Reproducer:
             body_lines.append(line)
     try:
         spec = json.loads(fields["context"])
-        pipeline = json.loads(fields["pipeline"])
+        entries = json.loads(fields["pipeline"])
         plugins = json.loads(fields.get("plugins", "[]"))
         modules = json.loads(fields.get("modules", "[]"))
     except (KeyError, json.JSONDecodeError) as err:
         raise ReproducerError(f"{path}: broken header ({err})") from None
-    return Reproducer(path, fields, pipeline, spec, plugins, modules, "\n".join(body_lines))
+    if not isinstance(entries, list):
+        raise ReproducerError(f"{path}: broken header (the pipeline is not a list: {entries!r})")
+    steps = [PassSpec.from_json(entry) for entry in entries]
+    return Reproducer(path, fields, steps, spec, plugins, modules, "\n".join(body_lines))
 
 
 def read_reproducer(path: str | Path) -> tuple[IRModule, list[str], PassContext, dict[str, str]]:
-    """``(module slice, pipeline, context, header fields)``; what defined the passes must
-    be loaded already (see :func:`load_pass_sources`)."""
+    """``(module slice, pipeline pass names, context, header fields)``; what defined the
+    passes must be loaded already (see :func:`load_pass_sources`). The passes' options are
+    in ``read_header(path).steps``."""
     repro = read_header(path)
     return ir.parse(repro.body), repro.pipeline, PassContext.from_spec(repro.context_spec), repro.fields
 
@@ -282,7 +347,7 @@ def run_replay(path: str | Path, plugins: Sequence[str] = ()) -> ReplayResult:
     mod = ir.parse(repro.body)
     ctx = PassContext.from_spec(repro.context_spec)
     result = ReplayResult(repro)
-    passes = [(name, get_pass(name)) for name in repro.pipeline]
+    passes = [(step.name, step.build()) for step in repro.steps]
     with ctx:
         # the names are the plan's leaves (already enabled, dependencies included), so
         # each runs directly: no second round of gating or dependency resolution
@@ -323,7 +388,7 @@ def replay(path: str | Path, plugins: Sequence[str] = ()) -> IRModule:
 
 
 __all__ = [
-    "ReplayFailure", "ReplayResult", "Reproducer", "ReproducerError", "load_pass_sources", "module_slice",
-    "pass_sources", "qualified_name", "read_header", "read_reproducer", "replay", "run_replay",
-    "write_reproducer",
+    "PassSpec", "ReplayFailure", "ReplayResult", "Reproducer", "ReproducerError", "load_pass_sources",
+    "module_slice", "pass_sources", "qualified_name", "read_header", "read_reproducer", "replay",
+    "run_replay", "write_reproducer",
 ]

@@ -19,12 +19,16 @@ given, so the scheduler can batch it with its neighbours.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 from passinfra.ir.expr import Expr, Function, Let, Var
 from passinfra.ir.functor import ExprMutator
 from passinfra.ir.module import IRModule
 from passinfra.transform.context import PassContext
-from passinfra.transform.decorators import function_pass
-from passinfra.transform.passes import Pass
+from passinfra.transform.pass_info import PassInfo
+from passinfra.transform.pass_options import ReadsModuleWhenInterprocedural
+from passinfra.transform.passes import FunctionPass
 from passinfra.transform.purity import Purity, count_var_uses, use_children
 from passinfra.transform.registry import register_pass
 
@@ -120,7 +124,8 @@ def eliminate_dead_code(func: Function, mod: IRModule | None = None, inline_once
 
 
 @register_pass("DeadCodeElimination")
-def DeadCodeElimination(inline_once: bool = False, interprocedural: bool = False) -> Pass:
+@dataclass(frozen=True)
+class DeadCodeElimination(ReadsModuleWhenInterprocedural, FunctionPass):
     """A function pass (opt_level 1) removing unused pure Let bindings; with
     ``inline_once=True`` a pure binding used exactly once is inlined into its use.
 
@@ -130,8 +135,9 @@ def DeadCodeElimination(inline_once: bool = False, interprocedural: bool = False
     reading the module.
     """
 
-    def transform(func: Function, mod: IRModule, ctx: PassContext) -> Function:
-        return eliminate_dead_code(func, mod if interprocedural else None, inline_once)
+    inline_once: bool = False
+    interprocedural: bool = False
+    info: ClassVar[PassInfo] = PassInfo(1, "DeadCodeElimination")
 
-    return function_pass(transform, opt_level=1, name="DeadCodeElimination", reads_module=interprocedural)
-
+    def pass_func(self, func: Function, mod: IRModule, ctx: PassContext) -> Function:
+        return eliminate_dead_code(func, mod if self.interprocedural else None, self.inline_once)

@@ -14,14 +14,16 @@ first seen inside a branch is never reused outside it or in the other branch.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from passinfra.ir.expr import Call, Constant, Expr, Function, If, Tuple, TupleGetItem
 from passinfra.ir.functor import ExprMutator
 from passinfra.ir.module import IRModule
 from passinfra.transform.context import PassContext
-from passinfra.transform.decorators import function_pass
-from passinfra.transform.passes import Pass
+from passinfra.transform.pass_info import PassInfo
+from passinfra.transform.pass_options import ReadsModuleWhenInterprocedural
+from passinfra.transform.passes import FunctionPass
 from passinfra.transform.purity import Purity
 from passinfra.transform.registry import register_pass
 
@@ -96,7 +98,8 @@ def eliminate_common_subexpr(func: Function, mod: IRModule | None = None) -> Fun
 
 
 @register_pass("EliminateCommonSubexpr")
-def EliminateCommonSubexpr(interprocedural: bool = False) -> Pass:
+@dataclass(frozen=True)
+class EliminateCommonSubexpr(ReadsModuleWhenInterprocedural, FunctionPass):
     """A function pass (opt_level 3) merging common pure subexpressions.
 
     With ``interprocedural=False`` (the default) the pass reads nothing but the function
@@ -105,7 +108,8 @@ def EliminateCommonSubexpr(interprocedural: bool = False) -> Pass:
     reading the module.
     """
 
-    def transform(func: Function, mod: IRModule, ctx: PassContext) -> Function:
-        return eliminate_common_subexpr(func, mod if interprocedural else None)
+    interprocedural: bool = False
+    info: ClassVar[PassInfo] = PassInfo(3, "EliminateCommonSubexpr")
 
-    return function_pass(transform, opt_level=3, name="EliminateCommonSubexpr", reads_module=interprocedural)
+    def pass_func(self, func: Function, mod: IRModule, ctx: PassContext) -> Function:
+        return eliminate_common_subexpr(func, mod if self.interprocedural else None)

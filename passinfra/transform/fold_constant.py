@@ -21,7 +21,8 @@ Purity (for the TupleGetItem rule) is judged within the function unless
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -30,8 +31,9 @@ from passinfra.ir.functor import ExprMutator
 from passinfra.ir.module import IRModule
 from passinfra.ir.op.registry import Op
 from passinfra.transform.context import PassContext
-from passinfra.transform.decorators import function_pass
-from passinfra.transform.passes import Pass
+from passinfra.transform.pass_info import PassInfo
+from passinfra.transform.pass_options import ReadsModuleWhenInterprocedural
+from passinfra.transform.passes import FunctionPass
 from passinfra.transform.purity import Purity
 from passinfra.transform.registry import register_pass
 
@@ -127,7 +129,8 @@ def fold_constant(func: Function, mod: IRModule | None = None) -> Function:
 
 
 @register_pass("FoldConstant")
-def FoldConstant(interprocedural: bool = False) -> Pass:
+@dataclass(frozen=True)
+class FoldConstant(ReadsModuleWhenInterprocedural, FunctionPass):
     """A function pass (opt_level 2) folding constant subexpressions.
 
     With ``interprocedural=False`` (the default) the pass reads nothing but the function
@@ -136,7 +139,8 @@ def FoldConstant(interprocedural: bool = False) -> Pass:
     reading the module.
     """
 
-    def transform(func: Function, mod: IRModule, ctx: PassContext) -> Function:
-        return fold_constant(func, mod if interprocedural else None)
+    interprocedural: bool = False
+    info: ClassVar[PassInfo] = PassInfo(2, "FoldConstant")
 
-    return function_pass(transform, opt_level=2, name="FoldConstant", reads_module=interprocedural)
+    def pass_func(self, func: Function, mod: IRModule, ctx: PassContext) -> Function:
+        return fold_constant(func, mod if self.interprocedural else None)

@@ -52,6 +52,8 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import ClassVar
 
 from passinfra.errors import IRError
 from passinfra.ir.expr import Call, Expr, Function, GlobalVar, If, Let, Tuple, TupleGetItem, Var
@@ -69,7 +71,7 @@ from passinfra.ir.type_infer import infer_type
 from passinfra.transform.config import register_config
 from passinfra.transform.context import PassContext
 from passinfra.transform.pass_info import PassInfo
-from passinfra.transform.passes import ModulePass, Pass
+from passinfra.transform.passes import ModulePass
 from passinfra.transform.registry import register_pass
 
 MAX_FUSE_DEPTH = 256
@@ -529,15 +531,18 @@ register_config("relay.FuseOps.max_depth", int)
 
 
 @register_pass("FuseOps")
-def FuseOps(fuse_opt_level: int = -1) -> Pass:  # noqa: N802  (TVM's factory name)
+@dataclass(frozen=True)
+class FuseOps(ModulePass):
     """The FuseOps module pass (opt_level 0, requires InferType): :func:`fuse_ops` with
-    the context's opt_level and the ``relay.FuseOps.max_depth`` config (default 256)."""
+    ``fuse_opt_level`` (-1: the context's opt_level) and the ``relay.FuseOps.max_depth``
+    config (default 256)."""
 
-    def transform(mod: IRModule, ctx: PassContext) -> IRModule:
+    fuse_opt_level: int = -1
+    info: ClassVar[PassInfo] = PassInfo(0, "FuseOps", ("InferType",))
+
+    def pass_func(self, mod: IRModule, ctx: PassContext) -> IRModule:
         depth = ctx.get_config("relay.FuseOps.max_depth", MAX_FUSE_DEPTH)
-        return fuse_ops(mod, fuse_opt_level, ctx.opt_level, max_fuse_depth=depth)
-
-    return ModulePass(transform, PassInfo(0, "FuseOps", ("InferType",)))
+        return fuse_ops(mod, self.fuse_opt_level, ctx.opt_level, max_fuse_depth=depth)
 
 
 __all__ = [

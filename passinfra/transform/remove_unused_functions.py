@@ -8,13 +8,15 @@ module are ignored (a library module may have no ``main``). Module order is kept
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import ClassVar
 
 from passinfra.ir.expr import Function, GlobalVar
 from passinfra.ir.functor import iter_post_order
 from passinfra.ir.module import IRModule
 from passinfra.transform.context import PassContext
-from passinfra.transform.decorators import module_pass
-from passinfra.transform.passes import Pass
+from passinfra.transform.pass_info import PassInfo
+from passinfra.transform.passes import ModulePass
 from passinfra.transform.registry import register_pass
 
 __all__ = ["RemoveUnusedFunctions", "reachable_functions", "referenced_globals"]
@@ -41,16 +43,22 @@ def reachable_functions(mod: IRModule, entry_functions: Iterable[str]) -> set[Gl
 
 
 @register_pass("RemoveUnusedFunctions")
-def RemoveUnusedFunctions(entry_functions: Iterable[str] = ("main",)) -> Pass:
+@dataclass(frozen=True)
+class RemoveUnusedFunctions(ModulePass):
     """A module pass (opt_level 1) keeping only functions reachable from ``entry_functions``."""
-    if isinstance(entry_functions, str):
-        entry_functions = (entry_functions,)
-    entries = tuple(entry_functions)
 
-    def transform(mod: IRModule, ctx: PassContext) -> IRModule:
-        keep = reachable_functions(mod, entries)
+    entry_functions: Iterable[str] = ("main",)  # kept as a tuple
+    info: ClassVar[PassInfo] = PassInfo(1, "RemoveUnusedFunctions")
+
+    def __post_init__(self) -> None:
+        # one name or any iterable of names, kept as a tuple: equal configurations then
+        # compare (and hash) equal however they were given
+        entries = self.entry_functions
+        entries = (entries,) if isinstance(entries, str) else tuple(entries)
+        object.__setattr__(self, "entry_functions", entries)
+
+    def pass_func(self, mod: IRModule, ctx: PassContext) -> IRModule:
+        keep = reachable_functions(mod, self.entry_functions)
         for gv in [gv for gv in mod.functions if gv not in keep]:
             del mod[gv]
         return mod
-
-    return module_pass(transform, opt_level=1, name="RemoveUnusedFunctions")

@@ -14,12 +14,16 @@ values, but the value is then computed on each call.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 from passinfra.ir.expr import Expr, Function, Let
 from passinfra.ir.functor import ExprMutator
 from passinfra.ir.module import IRModule
 from passinfra.transform.context import PassContext
-from passinfra.transform.decorators import function_pass
-from passinfra.transform.passes import Pass
+from passinfra.transform.pass_info import PassInfo
+from passinfra.transform.pass_options import ReadsModuleWhenInterprocedural
+from passinfra.transform.passes import FunctionPass
 from passinfra.transform.purity import Purity, count_var_uses
 from passinfra.transform.registry import register_pass
 
@@ -53,7 +57,8 @@ def to_graph_normal_form(func: Function, mod: IRModule | None = None) -> Functio
 
 
 @register_pass("ToGraphNormalForm")
-def ToGraphNormalForm(interprocedural: bool = False) -> Pass:
+@dataclass(frozen=True)
+class ToGraphNormalForm(ReadsModuleWhenInterprocedural, FunctionPass):
     """A function pass (opt_level 1) turning pure Let bindings back into shared nodes.
 
     With ``interprocedural=False`` (the default) the pass reads nothing but the function
@@ -62,7 +67,8 @@ def ToGraphNormalForm(interprocedural: bool = False) -> Pass:
     reading the module.
     """
 
-    def transform(func: Function, mod: IRModule, ctx: PassContext) -> Function:
-        return to_graph_normal_form(func, mod if interprocedural else None)
+    interprocedural: bool = False
+    info: ClassVar[PassInfo] = PassInfo(1, "ToGraphNormalForm")
 
-    return function_pass(transform, opt_level=1, name="ToGraphNormalForm", reads_module=interprocedural)
+    def pass_func(self, func: Function, mod: IRModule, ctx: PassContext) -> Function:
+        return to_graph_normal_form(func, mod if self.interprocedural else None)
