@@ -4,7 +4,10 @@ Two phases. The function-pass-heavy part (graph optimizations, FuseOps, lowering
 passes, C rendering and compilation) is one Sequential, run by the ``scheduler`` when
 one is given (``scheduler.run(pipeline, mod)``, which may fan it out to workers) or
 in-process. The module passes that need the whole program (memory planning, host code,
-linking) then run in the driver.
+linking) then run in the driver, as one link step (:func:`run_link`) whose typed products
+(:class:`~passinfra.codegen.artifacts.LinkProducts`) give the
+:class:`~passinfra.codegen.artifacts.BuildArtifact` that ``runtime.Module`` is made of;
+none of them is stored in the IR.
 
 Passes are looked up in the registry by name, so a user can replace one by registering
 another factory under the same name (``register_pass(name, override=True)``).
@@ -13,18 +16,18 @@ another factory under the same name (``register_pass(name, override=True)``).
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Iterator
 from typing import Any
 
 # importing the packages registers the graph passes and the codegen passes
 import passinfra.codegen  # noqa: F401
 import passinfra.transform  # noqa: F401
-from passinfra.codegen.build_cache import BuildArtifact, build_key, lookup_build, store_build
+from passinfra.codegen.artifacts import BuildArtifact, LinkProducts, collect_link_products
+from passinfra.codegen.build_cache import build_key, lookup_build, store_build
 from passinfra.errors import RaypassError
 from passinfra.ir.module import IRModule
 from passinfra.ir.type_infer import infer_type
-from passinfra.ir.types import TensorType, TupleType, Type
+from passinfra.ir.types import Type
 from passinfra.runtime.module import Module
 from passinfra.transform.context import PassContext
 from passinfra.transform.passes import Pass
@@ -77,6 +80,16 @@ def link_pipeline() -> Sequential:
     return Sequential(_passes(LINK_PIPELINE), opt_level=0, name="build_link")
 
 
+def run_link(compiled: IRModule, ret_type: Type | None = None) -> LinkProducts:
+    """The link step: :func:`link_pipeline` on ``compiled`` (the compile pipeline's result),
+    in this thread under the current PassContext; returns what its passes made.
+    ``ret_type``: main's graph-level return type from before lowering, so the runtime
+    metadata gives the outputs main's own shapes."""
+    with collect_link_products(ret_type) as products:
+        link_pipeline()(compiled)
+    return products
+
+
 @contextlib.contextmanager
 def _build_context(opt_level: int) -> Iterator[PassContext]:
     """The current context with ``opt_level`` replaced. Its instruments are shared, not
@@ -120,26 +133,10 @@ def build(mod: IRModule, opt_level: int = 3, target: str = "c", scheduler: Any =
 def _run_pipelines(mod: IRModule, scheduler: Any, ret_type: Type) -> BuildArtifact:
     pipeline = compile_pipeline()
     compiled = pipeline(mod) if scheduler is None else scheduler.run(pipeline, mod)
-    linked = link_pipeline()(compiled)
-    metadata = json.loads(linked.attrs["runtime_metadata"])
-    _use_graph_output_shapes(metadata, ret_type)
-    return BuildArtifact(linked.attrs["library"], metadata, linked.attrs["weights"])
+    return run_link(compiled, ret_type).build_artifact()
 
 
-def _use_graph_output_shapes(metadata: dict[str, Any], ret_type: Type) -> None:
-    """Give the outputs main's own shapes (kernel buffers may have been flattened)."""
-    fields: list[TensorType] = []
-    stack: list[Type] = [ret_type]
-    while stack:
-        ty = stack.pop()
-        if isinstance(ty, TupleType):
-            stack.extend(reversed(ty.fields))
-        elif isinstance(ty, TensorType):
-            fields.append(ty)
-    if len(fields) != len(metadata["outputs"]):
-        return
-    for spec, ty in zip(metadata["outputs"], fields):
-        spec["shape"] = [int(d) for d in ty.shape]
-
-
-__all__ = ["build", "BuildError", "compile_pipeline", "link_pipeline", "COMPILE_PIPELINE", "LINK_PIPELINE"]
+__all__ = [
+    "build", "BuildError", "compile_pipeline", "link_pipeline", "run_link",
+    "COMPILE_PIPELINE", "LINK_PIPELINE",
+]

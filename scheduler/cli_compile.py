@@ -89,7 +89,7 @@ def compile_model(
 ) -> BuildOutcome:
     """Build ``mod`` under the PassContext the options describe."""
     import passinfra
-    from passinfra.build import compile_pipeline, link_pipeline
+    from passinfra.build import compile_pipeline, link_pipeline, run_link
 
     kwargs = context_kwargs(args, _cache_config(args))
     timing, recorder = PassTimingInstrument(), PassSpanRecorder()
@@ -105,7 +105,7 @@ def compile_model(
         if emit is None:
             outcome.library = passinfra.build(mod, opt_level=args.opt_level, scheduler=scheduler)
         else:
-            outcome.emitted = _emit(emit, scheduler.run(compile_pipeline(), mod), link_pipeline())
+            outcome.emitted = _emit(emit, scheduler.run(compile_pipeline(), mod), run_link)
         # read before the context exits: the timing instrument clears itself on exit
         outcome.timings = timing.timings()
     outcome.seconds = time.perf_counter() - started
@@ -117,16 +117,14 @@ def compile_model(
 def _emit(kind: str, compiled: IRModule, link: Any) -> str:
     if kind == "ir":
         return compiled.astext()
+    from passinfra.codegen.artifacts import kernel_c_source
     from passinfra.tir import PrimFunc
 
-    parts = [
-        f"/* {gv.name_hint} */\n{func.attrs['c_source']}"
-        for gv, func in compiled.items()
-        if isinstance(func, PrimFunc) and "c_source" in func.attrs
-    ]
-    linked = link(compiled)
-    if "host_c_source" in linked.attrs:
-        parts.append(f"/* host code: raypass_main */\n{linked.attrs['host_c_source']}")
+    sources = [(gv, kernel_c_source(func)) for gv, func in compiled.items() if isinstance(func, PrimFunc)]
+    parts = [f"/* {gv.name_hint} */\n{source}" for gv, source in sources if source is not None]
+    host = link(compiled).host  # the link step's products (run_link)
+    if host is not None:
+        parts.append(f"/* host code: raypass_main */\n{host.c_source}")
     return "\n\n".join(parts) + "\n"
 
 

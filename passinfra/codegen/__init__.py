@@ -12,7 +12,10 @@ The loop IR itself is :mod:`passinfra.tir`. This package, by stage:
 - compiling: ``cc_driver.py`` (runs the system C compiler and linker),
   ``object_cache.py`` (compiled objects by content), ``compile_c_pass.py`` (the CompileC
   pass), ``build_cache.py`` (whole builds, consulted by ``passinfra.build``);
-- the host side: ``host.py`` (PlanMemory, HostCodegen), ``link.py`` (LinkLibrary).
+- the host side: ``host.py`` (PlanMemory, HostCodegen), ``link.py`` (LinkLibrary), and
+  ``artifacts.py``: what a build produces, typed (a kernel's C and object code through
+  accessors; the link step's memory plan, host object, weights, metadata and library in
+  ``LinkProducts``, then a ``BuildArtifact``), never IR attrs of the module.
 
 Importing the package registers its passes (LowerToPrimFunc, the loop passes, CodegenC,
 CompileC, PlanMemory, HostCodegen, LinkLibrary) and its config keys (codegen.*, tir.*).

@@ -2,8 +2,9 @@
 
 The object cache (:mod:`passinfra.codegen.object_cache`) saves the C compiler's time, but a
 rebuild would still run every graph pass, lowering, C rendering and the link. This cache
-stores what ``build()`` returns (library bytes, runtime metadata, weights blob) under a
-key naming everything that determines it:
+stores what ``build()`` makes, a :class:`~passinfra.codegen.artifacts.BuildArtifact`
+(library bytes, runtime metadata, weights blob), under a key naming everything that
+determines it:
 
 - the input module's structural hash (functions, constants' bytes, attrs);
 - ``opt_level``, target, required and disabled passes, every config item except where
@@ -31,10 +32,9 @@ import functools
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from passinfra.codegen.artifacts import BuildArtifact
 from passinfra.codegen.cc_driver import DEFAULT_CFLAGS, CompilerSettings, compiler_identity
 from passinfra.codegen.gemm import blas_library
 from passinfra.codegen.object_cache import ObjectCache
@@ -48,32 +48,6 @@ register_config("codegen.build_cache", bool)
 
 _FORMAT = b"raypass-build/1"
 _SOURCE_ROOT = Path(__file__).resolve().parents[1]  # the passinfra package
-
-
-@dataclass(frozen=True)
-class BuildArtifact:
-    """What a build produces, before it is loaded: ``runtime.Module``'s three parts."""
-
-    library: bytes
-    metadata: dict[str, Any]
-    weights: bytes | memoryview
-
-    def to_bytes(self) -> bytes:
-        header = json.dumps({"metadata": self.metadata, "library_bytes": len(self.library)},
-                            sort_keys=True).encode("utf-8")
-        return len(header).to_bytes(8, "little") + header + self.library + self.weights
-
-    @staticmethod
-    def from_bytes(data: bytes | memoryview) -> BuildArtifact:
-        """The artifact stored in ``data``; from a memoryview, the weights stay a view
-        into it (no copy: the loaded module copies them once, into aligned memory)."""
-        view = memoryview(data)
-        header_len = int.from_bytes(view[:8], "little")
-        header = json.loads(bytes(view[8:8 + header_len]))
-        start = 8 + header_len
-        end = start + header["library_bytes"]
-        weights = view[end:] if isinstance(data, memoryview) else bytes(view[end:])
-        return BuildArtifact(bytes(view[start:end]), header["metadata"], weights)
 
 
 @functools.lru_cache(maxsize=1)

@@ -1,4 +1,5 @@
-"""CodegenC: a function pass rendering each PrimFunc to C (attr ``c_source``).
+"""CodegenC: a function pass rendering each PrimFunc to C (its kernel C source, see
+:mod:`passinfra.codegen.artifacts`).
 
 It only reads the PrimFunc and the ``codegen.cflags`` config (OpenMP pragmas are emitted
 only when the flags enable OpenMP) and ``codegen.blas_threads``, so it runs on any worker
@@ -7,6 +8,7 @@ and gives the same text everywhere.
 
 from __future__ import annotations
 
+from passinfra.codegen.artifacts import with_kernel_c_source
 from passinfra.codegen.c_renderer import RenderOptions, render_prim_func
 from passinfra.codegen.cc_driver import CompilerSettings
 from passinfra.codegen.gemm import DEFAULT_BLAS_THREADS
@@ -20,7 +22,7 @@ from passinfra.transform.registry import register_pass
 def _codegen_c(func: PrimFunc, mod: IRModule, ctx: PassContext) -> PrimFunc:
     options = RenderOptions.from_cflags(CompilerSettings.from_context(ctx).cflags,
                                         ctx.get_config("codegen.blas_threads", DEFAULT_BLAS_THREADS))
-    return func.with_attr("c_source", render_prim_func(func, options))
+    return with_kernel_c_source(func, render_prim_func(func, options))
 
 
 @register_pass("CodegenC")

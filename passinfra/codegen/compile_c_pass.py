@@ -1,4 +1,5 @@
-"""CompileC: a function pass compiling each PrimFunc's ``c_source`` to ``object_code``.
+"""CompileC: a function pass compiling each PrimFunc's C source to its object code (the
+kernel products of :mod:`passinfra.codegen.artifacts`).
 
 This is the expensive step of a build and the one the scheduler fans out to workers:
 each call runs the system C compiler (or hits the content-addressed cache) for one
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from passinfra.codegen.artifacts import kernel_c_source, with_kernel_object_code
 from passinfra.codegen.c_renderer import sanitize_identifier
 from passinfra.codegen.cc_driver import CompilerSettings, compile_c_result
 from passinfra.codegen.prim_func_pass import PrimFuncPass, create_prim_func_pass
@@ -29,14 +31,14 @@ CACHE_HIT_FACT = "cache_hit"  # the fact CompileC reports per kernel: the object
 
 
 def _compile_c(func: PrimFunc, mod: IRModule, ctx: PassContext) -> PrimFunc:
-    source = func.attrs.get("c_source")
+    source = kernel_c_source(func)
     symbol = str(func.attrs.get("global_symbol", "kernel"))
-    if not isinstance(source, str):
+    if source is None:
         raise IRError(f"PrimFunc {symbol!r} has no 'c_source' attr; run CodegenC before CompileC")
     result = compile_c_result(source, CompilerSettings.from_context(ctx), name=sanitize_identifier(symbol))
     # the process that ran this is recorded with the fact; neither goes into the IR
     report_fact(CACHE_HIT_FACT, result.cache_hit)
-    return func.with_attr("object_code", result.object_code)
+    return with_kernel_object_code(func, result.object_code)
 
 
 def compile_records(facts: Iterable[RunFact]) -> dict[str, tuple[int, bool]]:

@@ -6,29 +6,31 @@ Tuples, TupleGetItems, Constants (weights), its parameters, and Let bindings of 
 weights, kernel outputs) and the kernel calls in evaluation order. Anything else (an
 If, a closure, a direct op call) is rejected with an error naming it.
 
-Two module passes build on it:
+Two module passes build on it. Neither changes the IR: what they make are typed build
+products, recorded in the :class:`~passinfra.codegen.artifacts.LinkProducts` of the link
+step running them (see :mod:`passinfra.codegen.artifacts`).
 
 - ``PlanMemory`` assigns every intermediate tensor an offset in one shared workspace,
-  reusing memory by liveness (greedy by size, first fit, 64-byte aligned). It stores
-  ``workspace_bytes`` (the planned peak), ``naive_intermediate_bytes`` (the sum of all
-  intermediates) and the offsets (``memory_plan``, JSON) in the module attrs.
+  reusing memory by liveness (greedy by size, first fit, 64-byte aligned): a
+  :class:`~passinfra.codegen.artifacts.MemoryPlan` with the offsets, the planned peak
+  (``workspace_bytes``) and the sum of all intermediates (``naive_bytes``).
 - ``HostCodegen`` emits and compiles ``int raypass_main(void** inputs, void** outputs,
   void* weights, void* workspace)``, which calls each kernel's ``<sym>_packed`` entry in
   order (returning ``k + 1`` if kernel ``k`` fails), driven by constant tables of entry
-  points and argument locations. Weights go to a binary blob (attr
-  ``weights``, 64-byte aligned offsets), never into C. Kernel results that are outputs of
-  ``main`` are written straight into the caller's output arrays.
+  points and argument locations. Weights go to a binary blob (64-byte aligned offsets),
+  never into C. Kernel results that are outputs of ``main`` are written straight into the
+  caller's output arrays. It also makes the runtime metadata (:func:`runtime_metadata`).
 """
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from passinfra.codegen.artifacts import HostArtifact, MemoryPlan, current_link_products
 from passinfra.codegen.c_renderer import dtype_bytes, sanitize_identifier
 from passinfra.codegen.cc_driver import CompilerSettings, compile_c_result
 from passinfra.codegen.lower import flatten_tuples
@@ -38,7 +40,7 @@ from passinfra.ir.expr import Call, Constant, Expr, Function, GlobalVar, Let, Tu
 from passinfra.ir.functor import iter_post_order
 from passinfra.ir.module import IRModule
 from passinfra.ir.op.registry import Op
-from passinfra.ir.types import TensorType, TupleType
+from passinfra.ir.types import TensorType, TupleType, Type
 from passinfra.tir import PrimFunc
 from passinfra.transform.context import PassContext
 from passinfra.transform.pass_info import PassInfo
@@ -232,23 +234,6 @@ def _output_types(call: Call, buffers: tuple) -> list[tuple[tuple[int, ...], str
 
 
 # ----- memory planning ----------------------------------------------------------------
-@dataclass(frozen=True)
-class MemoryPlan:
-    offsets: dict[int, int]  # intermediate tensor id -> byte offset in the workspace
-    workspace_bytes: int  # planned peak
-    naive_bytes: int  # sum of every intermediate's size
-
-    def to_json(self) -> str:
-        return json.dumps({"offsets": [[t, o] for t, o in sorted(self.offsets.items())],
-                           "workspace_bytes": self.workspace_bytes, "naive_bytes": self.naive_bytes})
-
-    @staticmethod
-    def from_json(text: str) -> MemoryPlan:
-        data = json.loads(text)
-        return MemoryPlan({int(t): int(o) for t, o in data["offsets"]}, int(data["workspace_bytes"]),
-                          int(data["naive_bytes"]))
-
-
 def _align(n: int) -> int:
     return (n + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
 
@@ -297,16 +282,15 @@ def plan_memory(program: HostProgram) -> MemoryPlan:
 
 def _plan_memory_pass(mod: IRModule, ctx: PassContext) -> IRModule:
     plan = plan_memory(analyze_main(mod))
-    mod.attrs = (mod.attrs.with_item("memory_plan", plan.to_json())
-                 .with_item("workspace_bytes", plan.workspace_bytes)
-                 .with_item("naive_intermediate_bytes", plan.naive_bytes))
+    products = current_link_products()
+    if products is not None:
+        products.memory_plan = plan
     return mod
 
 
 @register_pass("PlanMemory")
 def PlanMemory() -> ModulePass:  # noqa: N802 - pass factories are named like classes
-    """Plan the workspace of main's intermediates (attrs ``workspace_bytes``,
-    ``naive_intermediate_bytes``, ``memory_plan``)."""
+    """Plan the workspace of main's intermediates (the link step's ``memory_plan``)."""
     return ModulePass(_plan_memory_pass, PassInfo(0, "PlanMemory"))
 
 
@@ -408,15 +392,42 @@ def render_host(program: HostProgram, plan: MemoryPlan, weight_offsets: list[int
     return "\n".join(lines)
 
 
-def runtime_metadata(program: HostProgram, plan: MemoryPlan, weights_size: int) -> dict[str, Any]:
-    """What the runtime needs to call the library (stored as JSON next to it)."""
+def graph_output_types(ret_type: Type) -> list[TensorType]:
+    """The tensors of a graph-level return type, flattened in output order."""
+    fields: list[TensorType] = []
+    stack: list[Type] = [ret_type]
+    while stack:  # tuple types nest shallowly, but the walk costs nothing to keep flat
+        ty = stack.pop()
+        if isinstance(ty, TupleType):
+            stack.extend(reversed(ty.fields))
+        elif isinstance(ty, TensorType):
+            fields.append(ty)
+    return fields
+
+
+def _output_shapes(program: HostProgram, ret_type: Type | None) -> list[list[int]]:
+    """Each output's shape: main's own (graph-level) shapes when its return type is known
+    and has one tensor per output, since kernel buffers may have been flattened; else the
+    host program's."""
+    shapes = [list(program.tensors[t].shape) for t in program.output_ids]
+    if ret_type is not None:
+        typed = graph_output_types(ret_type)
+        if len(typed) == len(shapes):
+            shapes = [[int(d) for d in ty.shape] for ty in typed]
+    return shapes
+
+
+def runtime_metadata(program: HostProgram, plan: MemoryPlan, weights_size: int,
+                     ret_type: Type | None = None) -> dict[str, Any]:
+    """What the runtime needs to call the library (stored as JSON next to it).
+    ``ret_type``: main's graph-level return type, which gives the outputs their shapes."""
     return {
         "format": "raypass-library/1",
         "entry": HOST_SYMBOL,
         "inputs": [{"name": name, "shape": list(program.tensors[t].shape), "dtype": program.tensors[t].dtype}
                    for name, t in zip(program.input_names, program.input_ids)],
-        "outputs": [{"shape": list(program.tensors[t].shape), "dtype": program.tensors[t].dtype}
-                    for t in program.output_ids],
+        "outputs": [{"shape": shape, "dtype": program.tensors[t].dtype}
+                    for t, shape in zip(program.output_ids, _output_shapes(program, ret_type))],
         "output_structure": program.output_structure(),
         "workspace_bytes": plan.workspace_bytes,
         "naive_intermediate_bytes": plan.naive_bytes,
@@ -426,30 +437,30 @@ def runtime_metadata(program: HostProgram, plan: MemoryPlan, weights_size: int) 
 
 
 def _host_codegen_pass(mod: IRModule, ctx: PassContext) -> IRModule:
+    products = current_link_products()
     program = analyze_main(mod)
-    plan_text = mod.attrs.get("memory_plan")
-    plan = MemoryPlan.from_json(plan_text) if isinstance(plan_text, str) else plan_memory(program)
+    planned = products.memory_plan if products is not None else None
+    plan = planned if planned is not None else plan_memory(program)
     weights, weight_offsets = pack_weights(program.weights)
     source = render_host(program, plan, weight_offsets)
     compiled = compile_c_result(source, CompilerSettings.from_context(ctx), name=HOST_SYMBOL)
     if not compiled.cache_hit:
         count("host_compiles")  # so "kernels compiled" = compiles - host_compiles
-    obj = compiled.object_code
-    metadata = runtime_metadata(program, plan, len(weights))
-    mod.attrs = (mod.attrs.with_item("host_c_source", source).with_item("host_object_code", obj)
-                 .with_item("weights", weights)
-                 .with_item("runtime_metadata", json.dumps(metadata, sort_keys=True)))
+    if products is not None:
+        products.host = HostArtifact(source, compiled.object_code)
+        products.weights = weights
+        products.metadata = runtime_metadata(program, plan, len(weights), products.ret_type)
     return mod
 
 
 @register_pass("HostCodegen")
 def HostCodegen() -> ModulePass:  # noqa: N802 - pass factories are named like classes
-    """Generate and compile the host entry ``raypass_main``; pack the weights (attrs
-    ``host_c_source``, ``host_object_code``, ``weights``, ``runtime_metadata``)."""
+    """Generate and compile the host entry ``raypass_main``; pack the weights (the link
+    step's ``host``, ``weights`` and ``metadata``)."""
     return ModulePass(_host_codegen_pass, PassInfo(0, "HostCodegen"))
 
 
 __all__ = [
     "HostProgram", "KernelCall", "TensorInfo", "MemoryPlan", "analyze_main", "plan_memory", "PlanMemory",
-    "HostCodegen", "pack_weights", "render_host", "runtime_metadata", "HOST_SYMBOL",
+    "HostCodegen", "graph_output_types", "pack_weights", "render_host", "runtime_metadata", "HOST_SYMBOL",
 ]

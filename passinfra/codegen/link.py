@@ -1,5 +1,5 @@
 """LinkLibrary: the module pass that links every kernel object and the host object into
-one shared library (attr ``library``, bytes).
+one shared library (the link step's ``library``; see :mod:`passinfra.codegen.artifacts`).
 
 Objects are linked in module order, then the host object, under fixed file names, so the
 same module links to the same bytes wherever the kernels were compiled.
@@ -7,6 +7,7 @@ same module links to the same bytes wherever the kernels were compiled.
 
 from __future__ import annotations
 
+from passinfra.codegen.artifacts import current_link_products, kernel_object_code
 from passinfra.codegen.c_renderer import sanitize_identifier
 from passinfra.codegen.cc_driver import CompilerSettings, link_shared
 from passinfra.codegen.gemm import blas_library
@@ -20,21 +21,22 @@ from passinfra.transform.passes import ModulePass
 from passinfra.transform.registry import register_pass
 
 
-def collect_objects(mod: IRModule) -> list[tuple[str, bytes]]:
-    """``(name, object bytes)`` of every PrimFunc in module order, then the host object."""
+def collect_objects(mod: IRModule, host_object: bytes | None) -> list[tuple[str, bytes]]:
+    """``(name, object bytes)`` of every PrimFunc in module order, then the host object
+    (HostCodegen's, None when it has not run in this link step)."""
     objects = []
     for gv, func in mod.items():
         if not isinstance(func, PrimFunc):
             continue
-        data = func.attrs.get("object_code")
-        if not isinstance(data, bytes):
+        data = kernel_object_code(func)
+        if data is None:
             raise IRError(f"PrimFunc @{gv.name_hint} has no 'object_code' attr; "
                           "run CompileC before LinkLibrary")
         objects.append((sanitize_identifier(gv.name_hint), data))
-    host = mod.attrs.get("host_object_code")
-    if not isinstance(host, bytes):
-        raise IRError("the module has no 'host_object_code' attr; run HostCodegen before LinkLibrary")
-    objects.append((HOST_SYMBOL, host))
+    if host_object is None:
+        raise IRError("no host object to link: run HostCodegen before LinkLibrary, in one link step "
+                      "(passinfra.build.run_link)")
+    objects.append((HOST_SYMBOL, host_object))
     return objects
 
 
@@ -52,14 +54,19 @@ def link_flags(mod: IRModule) -> tuple[str, ...]:
 
 
 def _link_pass(mod: IRModule, ctx: PassContext) -> IRModule:
-    library = link_shared(collect_objects(mod), CompilerSettings.from_context(ctx), link_flags(mod))
-    mod.attrs = mod.attrs.with_item("library", library)
+    products = current_link_products()
+    host = products.host if products is not None else None
+    objects = collect_objects(mod, None if host is None else host.object_code)
+    library = link_shared(objects, CompilerSettings.from_context(ctx), link_flags(mod))
+    if products is not None:  # it is: without a link step there is no host object to link
+        products.library = library
     return mod
 
 
 @register_pass("LinkLibrary")
 def LinkLibrary() -> ModulePass:  # noqa: N802 - pass factories are named like classes
-    """Link the kernels and the host entry into one shared library (attr ``library``)."""
+    """Link the kernels and the host entry into one shared library (the link step's
+    ``library``)."""
     return ModulePass(_link_pass, PassInfo(0, "LinkLibrary"))
 
 

@@ -7,6 +7,7 @@ import pytest
 from cg_c_support import loop, prim_func
 
 from passinfra import tir
+from passinfra.codegen.artifacts import collect_link_products
 from passinfra.codegen.codegen_c_pass import CodegenC
 from passinfra.codegen.compile_c_pass import CompileC
 from passinfra.codegen.host import HostCodegen, PlanMemory, analyze_main, plan_memory
@@ -59,11 +60,10 @@ def chain_module(n: int = 64, length: int = 6) -> IRModule:
 
 
 def compile_lowered(mod: IRModule) -> Module:
-    import json
-
-    linked = Sequential([CodegenC(), CompileC(), PlanMemory(), HostCodegen(), LinkLibrary()])(mod)
-    metadata = json.loads(linked.attrs["runtime_metadata"])
-    return Module(linked.attrs["library"], metadata, linked.attrs["weights"])
+    with collect_link_products() as products:
+        Sequential([CodegenC(), CompileC(), PlanMemory(), HostCodegen(), LinkLibrary()])(mod)
+    artifact = products.build_artifact()
+    return Module(artifact.library, artifact.metadata, artifact.weights)
 
 
 def test_chain_runs_and_plans_less_than_the_naive_sum(ctx):
@@ -74,10 +74,12 @@ def test_chain_runs_and_plans_less_than_the_naive_sum(ctx):
     for _ in range(6):
         expected = expected * np.float32(1.5) + np.float32(1.0)
     np.testing.assert_allclose(lib(x), expected, rtol=1e-6)
-    planned = PlanMemory()(mod).attrs
+    with collect_link_products() as products:
+        PlanMemory()(mod)
+    planned = products.memory_plan
     # 5 intermediates of 256 bytes (the last call writes into the output): two slots suffice
-    assert planned["naive_intermediate_bytes"] == 5 * 256
-    assert planned["workspace_bytes"] == 2 * 256
+    assert planned.naive_bytes == 5 * 256
+    assert planned.workspace_bytes == 2 * 256
     assert lib.metadata["workspace_bytes"] == 2 * 256
 
 

@@ -1,0 +1,169 @@
+"""Typed build artifacts: what code generation produces besides IR.
+
+Two kinds, kept apart on purpose:
+
+- **Per-kernel products** (C source, object code) are made by function passes
+  (CodegenC, CompileC) that may run on Ray workers, so they must travel back with their
+  PrimFunc. They stay PrimFunc attrs (``c_source``: str, ``object_code``: bytes), read and
+  written only through the typed accessors below. Attrs are the one channel that the flat
+  wire format, structural equality/hash, the printer (which abbreviates them) and
+  reproducers already carry, and both values depend only on the function and the
+  ``codegen.*`` config, never on where the pass ran, so parallel equals sequential.
+- **Module-level products** (memory plan, host code, weights, runtime metadata, the
+  linked library) are made by the link passes (PlanMemory, HostCodegen, LinkLibrary), in
+  the driver. They are not IR: the passes return the module unchanged and fill a
+  :class:`LinkProducts` opened by whoever runs the link step
+  (:func:`collect_link_products`, used by ``passinfra.build.run_link``), the way run
+  facts reach a collector (:mod:`passinfra.transform.run_facts`). The printed IR after a
+  link pass therefore shows no megabytes of library or weights, and nothing is
+  round-tripped through JSON strings.
+
+:class:`BuildArtifact` is what a whole build yields: the three parts a
+``runtime.Module`` is made of; the whole-build cache stores and loads it.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from passinfra.errors import RaypassError
+from passinfra.ir.types import Type
+from passinfra.tir import PrimFunc
+
+C_SOURCE_ATTR = "c_source"
+OBJECT_CODE_ATTR = "object_code"
+
+
+class ArtifactError(RaypassError):
+    """A build product asked for was never made (a link pass disabled or run out of order)."""
+
+
+# ----- per-kernel products: typed accessors over the PrimFunc attrs ---------------------------
+def kernel_c_source(func: PrimFunc) -> str | None:
+    """The C source CodegenC rendered for ``func``, or None before CodegenC."""
+    value = func.attrs.get(C_SOURCE_ATTR)
+    return value if isinstance(value, str) else None
+
+
+def with_kernel_c_source(func: PrimFunc, source: str) -> PrimFunc:
+    return func.with_attr(C_SOURCE_ATTR, source)
+
+
+def kernel_object_code(func: PrimFunc) -> bytes | None:
+    """The object code CompileC made for ``func``, or None before CompileC."""
+    value = func.attrs.get(OBJECT_CODE_ATTR)
+    return value if isinstance(value, bytes) else None
+
+
+def with_kernel_object_code(func: PrimFunc, object_code: bytes) -> PrimFunc:
+    return func.with_attr(OBJECT_CODE_ATTR, object_code)
+
+
+# ----- module-level products ---------------------------------------------------------------
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Where main's intermediates live in the one shared workspace (PlanMemory)."""
+
+    offsets: dict[int, int]  # intermediate tensor id -> byte offset in the workspace
+    workspace_bytes: int  # planned peak
+    naive_bytes: int  # sum of every intermediate's size
+
+
+@dataclass(frozen=True)
+class HostArtifact:
+    """The host entry ``raypass_main`` (HostCodegen): its C source and object code."""
+
+    c_source: str
+    object_code: bytes
+
+
+@dataclass(frozen=True)
+class BuildArtifact:
+    """What a build produces, before it is loaded: ``runtime.Module``'s three parts."""
+
+    library: bytes
+    metadata: dict[str, Any]
+    weights: bytes | memoryview
+
+    def to_bytes(self) -> bytes:
+        header = json.dumps({"metadata": self.metadata, "library_bytes": len(self.library)},
+                            sort_keys=True).encode("utf-8")
+        return len(header).to_bytes(8, "little") + header + self.library + self.weights
+
+    @staticmethod
+    def from_bytes(data: bytes | memoryview) -> BuildArtifact:
+        """The artifact stored in ``data``; from a memoryview, the weights stay a view
+        into it (no copy: the loaded module copies them once, into aligned memory)."""
+        view = memoryview(data)
+        header_len = int.from_bytes(view[:8], "little")
+        header = json.loads(bytes(view[8:8 + header_len]))
+        start = 8 + header_len
+        end = start + header["library_bytes"]
+        weights = view[end:] if isinstance(data, memoryview) else bytes(view[end:])
+        return BuildArtifact(bytes(view[start:end]), header["metadata"], weights)
+
+
+@dataclass
+class LinkProducts:
+    """What one link step produced, filled in pass by pass (each field None until the
+    pass that makes it has run).
+
+    ``ret_type`` is the one input: main's graph-level return type, taken before lowering
+    (lowered kernels write flattened buffers, and lowered main carries no types), so the
+    runtime metadata gives every output main's own shape.
+    """
+
+    ret_type: Type | None = None
+    memory_plan: MemoryPlan | None = None  # PlanMemory
+    host: HostArtifact | None = None  # HostCodegen
+    weights: bytes | None = None  # HostCodegen: the weights blob
+    metadata: dict[str, Any] | None = None  # HostCodegen: what the runtime needs to call the library
+    library: bytes | None = None  # LinkLibrary
+
+    def build_artifact(self) -> BuildArtifact:
+        """The loadable result; an error naming the pass whose product is missing."""
+        if self.metadata is None or self.weights is None:
+            raise ArtifactError("the link step made no runtime metadata and weights: HostCodegen did not run")
+        if self.library is None:
+            raise ArtifactError("the link step made no library: LinkLibrary did not run")
+        return BuildArtifact(self.library, self.metadata, self.weights)
+
+
+class _Collectors(threading.local):
+    def __init__(self) -> None:
+        self.stack: list[LinkProducts] = []
+
+
+_collectors = _Collectors()
+
+
+@contextmanager
+def collect_link_products(ret_type: Type | None = None) -> Iterator[LinkProducts]:
+    """A :class:`LinkProducts` the link passes run in this thread fill while the block runs
+    (the innermost one, when link steps nest)."""
+    products = LinkProducts(ret_type=ret_type)
+    _collectors.stack.append(products)
+    try:
+        yield products
+    finally:
+        # by identity: two fresh LinkProducts compare equal
+        index = next(i for i, p in enumerate(_collectors.stack) if p is products)
+        del _collectors.stack[index]
+
+
+def current_link_products() -> LinkProducts | None:
+    """The products of the link step running in this thread; None outside one (a link pass
+    called on its own still runs its checks, and its products are dropped)."""
+    return _collectors.stack[-1] if _collectors.stack else None
+
+
+__all__ = [
+    "ArtifactError", "BuildArtifact", "C_SOURCE_ATTR", "HostArtifact", "LinkProducts", "MemoryPlan",
+    "OBJECT_CODE_ATTR", "collect_link_products", "current_link_products", "kernel_c_source",
+    "kernel_object_code", "with_kernel_c_source", "with_kernel_object_code",
+]
