@@ -30,6 +30,11 @@ class RayHandle:
     attached: bool  # connected to an existing cluster
     address: str | None
 
+    @property
+    def private(self) -> bool:
+        """A local instance of our own: ``disconnect`` stops it, with everything in it."""
+        return self.started_here and not self.attached
+
 
 def project_packages() -> list[str]:
     """The directories of the pure-Python packages raypass workers import: the

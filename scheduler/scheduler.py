@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, Any
 from passinfra.ir.module import IRModule
 from passinfra.transform import Pass, PassContext, register_config
 from passinfra.transform.errors import PassArgumentError
+from passinfra.transform.run_facts import collect_facts
 from scheduler.assign import estimated_cost
-from scheduler.executor import PlanExecutor, plan_leaf_names
+from scheduler.executor import PlanExecutor
 from scheduler.plan import FunctionStage, build_plan
 from scheduler.reproducer import write_reproducer
 from scheduler.stats import DriverEvent, RunStats
@@ -74,15 +75,21 @@ class Scheduler:
         self.shutdown()
 
     def shutdown(self) -> None:
-        """Stop the workers, and Ray too if this scheduler started it."""
-        if self._pool is not None:
-            self._pool.shutdown()
-            self._pool = None
+        """Stop the workers, and Ray too if this scheduler started it. On a Ray this
+        scheduler did not start, it returns once Ray reports the workers' CPUs free: the
+        cluster is left as the scheduler found it, and a scheduler made next can start."""
+        self._stop_pool()
         if self._ray is not None:
             from scheduler import ray_runtime
 
             ray_runtime.disconnect(self._ray)
             self._ray = None
+
+    def _stop_pool(self) -> None:
+        if self._pool is not None:
+            # a private instance is stopped right after: waiting for its CPUs is pointless
+            self._pool.shutdown(wait=not (self._ray is not None and self._ray.private))
+            self._pool = None
 
     def _ensure_pool(self) -> Any:
         if self._pool is None:
@@ -114,7 +121,9 @@ class Scheduler:
         self.last_run = RunStats(backend=backend, backend_reason=reason)
         try:
             if backend == "local":
-                return pipeline(mod)
+                # what the passes report about their runs is collected into last_run
+                with collect_facts() as self.last_run.facts:
+                    return pipeline(mod)
             return self._run_ray(pipeline, mod, ctx)
         finally:
             self.last_run.wall_seconds = time.perf_counter() - started
@@ -161,8 +170,7 @@ class Scheduler:
             # a failed run leaves no actor behind (the next run starts a fresh pool)
             if self._pool is not None:
                 stats.worker_restarts += pool.restarts
-                self._pool.shutdown()
-                self._pool = None
+                self._stop_pool()
             raise
 
     def _error_hook(self, ctx: PassContext):
@@ -179,7 +187,7 @@ class Scheduler:
                 stage_input,
                 outcome.error.function,
                 failing.name,
-                plan_leaf_names(executor.plan, start),
+                [leaf.pass_ for leaf in executor.plan.leaves[start:]],  # with their options
                 ctx,
                 outcome.error.error,
             )

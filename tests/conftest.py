@@ -6,10 +6,14 @@ and test modules import shared helpers as ``from tests.strategies import ...``.
 
 from __future__ import annotations
 
+import os
+import shutil
+import socket
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
-from typing import Any
+from pathlib import Path
 
 import pytest
 
@@ -28,8 +32,106 @@ def default_recursion_limit() -> Iterator[int]:
         sys.setrecursionlimit(previous)
 
 
+RAY_ADDRESS_FILE = "ray_current_cluster"
+
+
+def machine_ray_temp_dir() -> Path:
+    """Where Ray keeps its state on this machine (``ray._common.utils.get_default_ray_temp_dir``,
+    restated so that a session that never uses Ray does not import it)."""
+    base = os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp"
+    return Path(base) / "ray"
+
+
+def read_text_or_none(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return None
+
+
+def cluster_answers(address: str, timeout: float = 2.0) -> bool:
+    """Whether something listens at a ``host:port`` GCS address."""
+    host, _, port = address.strip().rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+def short_temp_dir() -> Path:
+    """A new directory for Ray state: short, since Ray's socket paths below it must fit
+    the 107 bytes of a unix socket address (a pytest tmp_path can be too long)."""
+    return Path(tempfile.mkdtemp(prefix="rp-"))
+
+
+def remove_ray_dir(path: Path, timeout: float = 15.0) -> None:
+    """Remove ``path``; Ray's processes may still write logs there for a moment after
+    ``ray.shutdown`` returns, so try again until it is gone (bounded)."""
+    deadline = time.monotonic() + timeout
+    shutil.rmtree(path, ignore_errors=True)
+    while path.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def ray_tmpdir() -> Iterator[Path]:
+    """A RAY_TMPDIR for a Ray a test starts in a subprocess, removed afterwards."""
+    directory = short_temp_dir()
+    yield directory
+    remove_ray_dir(directory)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_ray_temp_dir() -> Iterator[Path]:
+    """All Ray state of the session goes to a directory of its own, removed at the end.
+
+    Tests start clusters (``ray start --head``, ``ray.cluster_utils.Cluster``) that
+    register themselves in Ray's ``ray_current_cluster`` file and die without taking it
+    back: in the machine's Ray directory, the next plain ``ray.init()`` would try to join
+    the dead cluster, and a user's running cluster would lose its entry. ``RAY_TMPDIR``
+    reaches every Ray this session starts, in this process or in a subprocess. At the end
+    the machine's own file must be as it was (else it is put back and the session fails).
+    """
+    machine_file = machine_ray_temp_dir() / RAY_ADDRESS_FILE
+    before = read_text_or_none(machine_file)
+    directory = short_temp_dir()
+    previous = os.environ.get("RAY_TMPDIR")
+    os.environ["RAY_TMPDIR"] = str(directory)
+    try:
+        yield directory
+    finally:
+        if previous is None:
+            del os.environ["RAY_TMPDIR"]
+        else:
+            os.environ["RAY_TMPDIR"] = previous
+        remove_ray_dir(directory)
+    after = read_text_or_none(machine_file)
+    if address_file_damaged(before, after):
+        if before is None:
+            machine_file.unlink(missing_ok=True)
+        else:
+            machine_file.write_text(before)
+        pytest.fail(
+            f"the test session changed {machine_file} from {before!r} to {after!r} (restored): "
+            "some test started Ray outside the session's private RAY_TMPDIR"
+        )
+
+
+def address_file_damaged(before: str | None, after: str | None) -> bool:
+    """Whether the address file went from ``before`` to a state only a test can explain:
+    naming a cluster that does not run, or gone while the cluster it named still runs
+    (a user's ``ray start`` or ``ray stop`` meanwhile leaves it right)."""
+    if after == before:
+        return False
+    if after is not None:
+        return not cluster_answers(after)
+    return cluster_answers(before)
+
+
 @pytest.fixture(scope="session")
-def ray_session():
+def ray_session(private_ray_temp_dir):
     """One private Ray instance for the whole test session (starting Ray costs seconds).
 
     ``address="local"`` starts a fresh instance even if another Ray runs on this
@@ -58,14 +160,6 @@ def ray_session():
         ray.shutdown()
 
 
-def _wait_for_cpus(ray: Any, needed: float, timeout: float = 60.0) -> None:
-    """Actors of a scheduler a previous test shut down release their CPUs asynchronously;
-    a new pool started before that fails to place its actors (WorkerStartError)."""
-    deadline = time.monotonic() + timeout
-    while ray.available_resources().get("CPU", 0.0) < needed - 1e-9 and time.monotonic() < deadline:
-        time.sleep(0.1)
-
-
 @pytest.fixture
 def ray_scheduler(ray_session):
     """A factory of ray-backend Schedulers on the session's Ray (fractional CPUs per
@@ -78,7 +172,6 @@ def ray_scheduler(ray_session):
         options.setdefault("cpus_per_worker", 0.25)
         key = (num_workers, tuple(sorted(options.items())))
         if key not in made:
-            _wait_for_cpus(ray_session, num_workers * options["cpus_per_worker"])
             made[key] = Scheduler(backend="ray", num_workers=num_workers, **options)
         return made[key]
 

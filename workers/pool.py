@@ -4,10 +4,21 @@ A slot whose actor died is restarted with a fresh actor (its functions are re-se
 the scheduler, which always holds the latest version of every function). Actors are
 spread over the cluster's nodes and may take a fraction of a CPU, so a test can run
 more actors than the machine has cores.
+
+Ray frees the CPUs of a killed actor asynchronously (its process exits, then its node
+reports the release, tens of milliseconds later). So ``shutdown`` waits, bounded, until
+Ray reports them free again: a pool started next, by this program or another, finds the
+cluster as this one found it. A new pool whose CPUs are taken waits, bounded, for them
+instead of failing, and the pools of one process take turns placing their actors (each
+then waits until Ray counts them), so two schedulers of one program never split the
+cluster's CPUs between them and then wait for each other.
 """
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +42,46 @@ class WorkerStartError(RaypassError, RuntimeError):
 
 # seconds to wait for a new actor; Ray would otherwise wait for CPUs forever
 START_TIMEOUT = 120.0
+# seconds a new pool waits for the CPUs it needs while others hold them (a pool shutting
+# down, another scheduler's); a run of that other scheduler may take this long
+CPU_WAIT_TIMEOUT = 120.0
+# seconds to wait for Ray to report CPUs taken or freed by a pool (tens of milliseconds
+# on an idle machine); past it the pool goes on, as Ray will catch up
+SETTLE_TIMEOUT = 10.0
+_POLL_SECONDS = 0.02
+_EPSILON = 1e-3  # Ray counts resources in 1/10000 units; float sums drift below that
+
+# taken by every pool of this process while it places, restarts or releases actors, so
+# each sees the CPUs of the others settled; pools waiting for CPUs sleep on it and a
+# shutdown wakes them
+_PLACEMENT = threading.Condition()
+
+
+def free_cpus() -> float:
+    """CPUs of the cluster no actor or task holds, as Ray reports them now."""
+    return float(ray.available_resources().get("CPU", 0.0))
+
+
+def total_cpus() -> float:
+    return float(ray.cluster_resources().get("CPU", 0.0))
+
+
+def wait_until(
+    condition: Callable[[], bool], timeout: float, wakeup: threading.Condition | None = None
+) -> bool:
+    """Poll ``condition`` until it holds (True) or ``timeout`` seconds pass (False).
+    With ``wakeup`` (held by the caller) the wait releases it, so other threads can
+    change what is polled, and a notify on it polls again at once."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        if wakeup is not None:
+            wakeup.wait(min(5 * _POLL_SECONDS, remaining))
+        else:
+            time.sleep(min(_POLL_SECONDS, remaining))
+    return True
 
 
 class WorkerPool:
@@ -38,26 +89,50 @@ class WorkerPool:
         self._remote_cls = ray.remote(FunctionWorker)
         self._cpus = cpus_per_worker
         self.restarts = 0
-        free = ray.available_resources().get("CPU", 0.0)
-        if num_workers * cpus_per_worker > free + 1e-9:
-            raise WorkerStartError(
-                f"cannot start {num_workers} workers with {cpus_per_worker:g} CPU each: the Ray cluster "
-                f"has {free:g} CPUs free (lower num_workers or cpus_per_worker, or stop other schedulers)"
-            )
-        actors = [self._start(index) for index in range(num_workers)]
-        infos = self._describe(actors)
+        self.slots: list[Slot] = []
+        needed = num_workers * cpus_per_worker
+        with _PLACEMENT:
+            self._wait_for_cpus(num_workers, needed)
+            free_before = free_cpus()
+            actors = [self._start(index) for index in range(num_workers)]
+            infos = self._describe(actors)
+            # until Ray counts these actors, another pool of this process would see
+            # their CPUs as free, place actors Ray cannot run, and hold _PLACEMENT
+            wait_until(lambda: free_cpus() <= free_before - needed + _EPSILON, SETTLE_TIMEOUT)
         self.slots = [Slot(i, actor, 0, info) for i, (actor, info) in enumerate(zip(actors, infos))]
+
+    def _wait_for_cpus(self, num_workers: int, needed: float) -> None:
+        """Return once the cluster has ``needed`` CPUs free (they may still be held by a
+        pool that is shutting down, here or in another program); fail at once when the
+        cluster has fewer CPUs than that in all."""
+        asked = f"cannot start {num_workers} workers with {self._cpus:g} CPU each"
+        total = total_cpus()
+        if needed > total + _EPSILON:
+            raise WorkerStartError(
+                f"{asked}: the Ray cluster has {total:g} CPUs in all (lower num_workers or cpus_per_worker)"
+            )
+        if not wait_until(lambda: free_cpus() >= needed - _EPSILON, CPU_WAIT_TIMEOUT, _PLACEMENT):
+            raise WorkerStartError(
+                f"{asked}: the Ray cluster still has {free_cpus():g} of its {total:g} CPUs free after "
+                f"waiting {CPU_WAIT_TIMEOUT:g}s (lower num_workers or cpus_per_worker, or stop other "
+                "schedulers)"
+            )
 
     def _describe(self, actors: list[Any]) -> list[dict[str, Any]]:
         try:
             return ray.get([actor.describe.remote() for actor in actors], timeout=START_TIMEOUT)
         except ray.exceptions.GetTimeoutError:
             for actor in actors:
-                ray.kill(actor, no_restart=True)
+                _kill(actor)
             raise WorkerStartError(
                 f"{len(actors)} worker(s) did not start within {START_TIMEOUT:.0f}s; the Ray cluster has "
-                f"{ray.available_resources().get('CPU', 0.0):g} CPUs free"
+                f"{free_cpus():g} CPUs free"
             ) from None
+        except ray.exceptions.RayActorError as error:
+            # e.g. a worker process that did not register in time on an overloaded node
+            for actor in actors:
+                _kill(actor)
+            raise WorkerStartError(f"a worker died while starting: {error}") from error
 
     def _start(self, index: int) -> Any:
         return self._remote_cls.options(
@@ -70,23 +145,60 @@ class WorkerPool:
     def restart(self, index: int) -> Slot:
         """Replace the actor of slot ``index`` by a new one (the old one is dead or is killed)."""
         old = self.slots[index]
-        try:
-            ray.kill(old.actor, no_restart=True)
-        except Exception:  # already gone
-            pass
-        actor = self._start(index)
-        info = self._describe([actor])[0]
+        with _PLACEMENT:  # the new actor takes the old one's CPUs: no other pool may grab them
+            _kill(old.actor)
+            actor = self._start(index)
+            info = self._describe([actor])[0]
         self.restarts += 1
         self.slots[index] = Slot(index, actor, old.generation + 1, info)
         return self.slots[index]
 
-    def shutdown(self) -> None:
-        for slot in self.slots:
-            try:
-                ray.kill(slot.actor, no_restart=True)
-            except Exception:  # already gone
-                pass
-        self.slots = []
+    def shutdown(self, wait: bool = True) -> float:
+        """Kill the actors; with ``wait``, return once Ray reports their CPUs free again
+        (bounded by ``SETTLE_TIMEOUT``). Returns the seconds spent waiting. Without
+        ``wait`` (Ray itself is about to stop) it returns at once."""
+        slots, self.slots = self.slots, []
+        if not slots or not ray.is_initialized():
+            return 0.0
+        # a pool of this process stuck placing actors may be waiting for exactly these
+        # CPUs: then kill them without measuring rather than wait for each other
+        measured = _PLACEMENT.acquire(timeout=SETTLE_TIMEOUT)
+        try:
+            target = self._free_after_release(len(slots)) if wait and measured else None
+            for slot in slots:
+                _kill(slot.actor)
+            started = time.monotonic()
+            if target is not None:
+                # a slot whose actor died unnoticed freed its CPUs already: the target is
+                # then too high and the wait ends at its bound (Ray still frees them all)
+                wait_until(lambda: _free_at_least(target), SETTLE_TIMEOUT)
+            return time.monotonic() - started
+        finally:
+            if measured:
+                _PLACEMENT.notify_all()  # pools waiting for CPUs look again
+                _PLACEMENT.release()
+
+    def _free_after_release(self, actors: int) -> float | None:
+        """The free CPUs Ray will report once ``actors`` of this pool are gone (None:
+        Ray cannot tell, its GCS being unreachable)."""
+        try:
+            return min(total_cpus(), free_cpus() + actors * self._cpus)
+        except Exception:
+            return None
 
     def pids(self) -> list[int]:
         return [slot.info["pid"] for slot in self.slots]
+
+
+def _free_at_least(cpus: float) -> bool:
+    try:
+        return free_cpus() >= cpus - _EPSILON
+    except Exception:  # Ray stopped answering (its GCS is gone): nothing left to wait for
+        return True
+
+
+def _kill(actor: Any) -> None:
+    try:
+        ray.kill(actor, no_restart=True)
+    except Exception:  # already gone
+        pass

@@ -1,0 +1,127 @@
+"""Ctrl-C during ``raypass compile --backend ray``: exit status 130, and nothing left of
+the Ray the command started.
+
+Every process the command starts (the driver, Ray's GCS, raylet and agents, the worker
+actors, the C compilers they run) inherits its environment, so a marker variable there
+finds them all, also those that outlive their parent. A terminal's Ctrl-C signals the
+whole foreground process group; ``kill -INT`` signals the driver alone.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.cli.conftest import RAYPASS
+
+MARKER = "RAYPASS_TEST_RUN"
+# big enough that its codegen stage (C compilation on the workers) runs for seconds
+MODEL = "zoo:transformer?layers=6&hidden=64&seq=16"
+STAGE_TIMEOUT = 240  # seconds for Ray to start and the build to reach the codegen stage
+EXIT_TIMEOUT = 60  # seconds the interrupted command may take to exit (today: 2)
+GRACE = 10  # seconds for killed processes to disappear from /proc
+
+
+def _read(pid: int, name: str) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/{name}").read_bytes()
+    except OSError:  # gone, or not ours to read
+        return b""
+
+
+def _pids() -> Iterator[int]:
+    return (int(entry) for entry in os.listdir("/proc") if entry.isdigit())
+
+
+def marked_processes(marker: str) -> dict[int, str]:
+    """pid -> command line of the live processes whose environment carries ``marker``
+    (a zombie has no environment left: it is dead, only not yet reaped)."""
+    tag = f"{MARKER}={marker}".encode()
+    found = {}
+    for pid in _pids():
+        if tag in _read(pid, "environ").split(b"\0"):
+            found[pid] = _read(pid, "cmdline").replace(b"\0", b" ").decode(errors="replace")[:120]
+    return found
+
+
+def _parent(pid: int) -> int:
+    stat = _read(pid, "stat").decode(errors="replace")
+    return int(stat.rpartition(")")[2].split()[1]) if stat else 0
+
+
+def compiler_under_a_worker(processes: dict[int, str]) -> bool:
+    """Whether a worker actor is running a child: the C compiler of the codegen stage."""
+    workers = {pid for pid, command in processes.items() if command.startswith("ray::FunctionWorker")}
+    return any(_parent(pid) in workers for pid in processes)
+
+
+def wait_for(condition: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+@pytest.mark.parametrize("target", ["process group", "driver"])
+def test_ctrl_c_during_a_ray_compile_exits_130_and_leaves_no_ray_process(target, tmp_path, ray_tmpdir):
+    marker = uuid.uuid4().hex
+    env = dict(os.environ, COLUMNS="200", RAY_TMPDIR=str(ray_tmpdir), **{MARKER: marker})
+    env.pop("RAY_ADDRESS", None)
+    command = [str(RAYPASS), "compile", MODEL, "--backend", "ray", "--workers", "2", "--no-cache",
+               "-o", "model.so"]
+    with open(tmp_path / "out", "w") as out, open(tmp_path / "err", "w") as err:
+        # a process group of its own, as a shell gives a foreground job
+        proc = subprocess.Popen(
+            command, cwd=tmp_path, env=env, stdout=out, stderr=err, start_new_session=True
+        )
+    started: dict[int, str] = {}  # every process of the command seen so far
+
+    def codegen_running() -> bool:
+        if proc.poll() is not None:
+            return True  # it ended before: the assertion below says how
+        now = marked_processes(marker)
+        started.update(now)
+        return compiler_under_a_worker(now)
+
+    try:
+        running = wait_for(codegen_running, STAGE_TIMEOUT)
+        stderr = (tmp_path / "err").read_text()[-3000:]
+        assert running and proc.poll() is None, f"the codegen stage never ran on the workers:\n{stderr}"
+        if target == "process group":
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=EXIT_TIMEOUT) == 130, (tmp_path / "err").read_text()[-3000:]
+        assert "raypass: interrupted" in (tmp_path / "err").read_text()
+        assert not (tmp_path / "model.so").exists()
+
+        # every process the command started is gone: those seen running, and any other
+        wait_for(lambda: not marked_processes(marker), GRACE)
+        left = marked_processes(marker)
+        assert not left, f"left running after the interrupted compile: {left}"
+        assert len(started) >= 5  # driver, GCS, raylet, two workers at least: the scan saw them
+        # the private Ray it started registered nowhere
+        assert not (ray_tmpdir / "ray" / "ray_current_cluster").exists()
+    finally:
+        _kill_what_is_left(proc, marker)
+
+
+def _kill_what_is_left(proc: subprocess.Popen, marker: str) -> None:
+    """After a failure: stop the command and any process it started, by pid."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=EXIT_TIMEOUT)
+    for pid in marked_processes(marker):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
