@@ -30,26 +30,62 @@ class CliUserError(RaypassError):
 # ----- MODEL ------------------------------------------------------------------------------
 def load_model(spec: str, shapes: dict[str, list[int]] | None = None) -> IRModule:
     """An IRModule from a zoo spec (``zoo:transformer?layers=2``), an ``.onnx`` file or a
-    text-IR file (anything else)."""
+    text-IR file (anything else). A model that cannot be compiled as given (unreadable,
+    undecodable, empty, ill-typed) is a user error naming the file, raised before anything
+    is built or written."""
     if spec.startswith(ZOO_PREFIX):
         from passinfra.frontend import from_onnx
         from passinfra.frontend.zoo import zoo_spec
 
         return from_onnx(zoo_spec(spec), shapes)
+    path = _model_path(spec)
+    if path.suffix == ".onnx":
+        from passinfra.frontend import from_onnx
+
+        return from_onnx(str(path), shapes)  # OnnxImportError (a user error) names the file
+    if shapes:
+        raise CliUserError("--shapes applies to ONNX models only; a text-IR file states its own shapes")
+    return _load_text_ir(spec, path)
+
+
+def _model_path(spec: str) -> Path:
     path = Path(spec)
+    if path.is_dir():
+        raise CliUserError(f"model {spec!r} is a directory; give an .onnx file, a text-IR file or zoo:NAME")
     if not path.is_file():
         raise CliUserError(
             f"model file {spec!r} does not exist (give an .onnx file, a text-IR file or zoo:NAME)"
         )
-    if path.suffix == ".onnx":
-        from passinfra.frontend import from_onnx
+    return path
 
-        return from_onnx(str(path), shapes)
-    if shapes:
-        raise CliUserError("--shapes applies to ONNX models only; a text-IR file states its own shapes")
+
+def _load_text_ir(spec: str, path: Path) -> IRModule:
     from passinfra import ir
+    from passinfra.errors import IRError, ParseError
 
-    return ir.parse(path.read_text())
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise CliUserError(
+            f"text-IR model {spec!r} is not UTF-8 text (byte {err.start}); "
+            "an ONNX model needs the .onnx suffix"
+        ) from None
+    if not text.strip():
+        raise CliUserError(f"text-IR model {spec!r} is empty")
+    try:
+        mod = ir.parse(text)
+    except ParseError as err:
+        raise CliUserError(f"text-IR model {spec!r}: {err}") from None
+    if "main" not in mod:
+        raise CliUserError(f"text-IR model {spec!r} has no function @main to compile")
+    # the text is the user's program: check it here, so that a mistake in it is reported
+    # as one, not as a failure of the first pass that happens to trip over it
+    try:
+        ir.verify_well_formed(mod)
+        ir.infer_type(mod)
+    except IRError as err:
+        raise CliUserError(f"text-IR model {spec!r} is not a valid program: {err}") from None
+    return mod
 
 
 # ----- option values ----------------------------------------------------------------------

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from passinfra.errors import IRError
+from passinfra.frontend.params import INTS, Param, checked_builder
 from passinfra.ir import op
 from passinfra.ir.expr import Expr, Function, TupleGetItem, const, var
 from passinfra.ir.module import IRModule
@@ -46,19 +47,32 @@ def _linear(x: Expr, weights: Weights, name: str) -> Expr:
     return op.nn.bias_add(op.nn.dense(x, const(weights[f"{name}_weight"])), const(weights[f"{name}_bias"]))
 
 
-def _check_positive(**sizes: int) -> None:
-    for name, value in sizes.items():
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise IRError(f"model size {name} must be a positive int, got {value!r}")
+# The parameters of each builder, declared once and checked by checked_builder before the
+# builder runs (an error names the parameter). Sizes are positive ints, seeds non-negative.
+def _size(name: str, optional: bool = False) -> Param:
+    return Param(name, 1, optional=optional, label=f"model size {name}")
+
+
+_SEED = Param("seed", 0)
+# hidden[i] is the width of layer i + 1 (layer 0 is the input)
+_HIDDEN = Param("hidden", 1, kind=INTS, label="model size hidden",
+                item_label=lambda i: f"model size layer {i + 1} width")
+_CNN_SIZES = (_size("channels"), _size("size"), _size("conv_channels"), _size("classes"))
+DEMO_CNN_WEIGHTS_PARAMS = (*_CNN_SIZES, _SEED)
+DEMO_CNN_PARAMS = (_size("batch"), *_CNN_SIZES, _SEED)
+MLP_WEIGHTS_PARAMS = (_size("in_features"), _HIDDEN, _size("classes"), _SEED)
+MLP_PARAMS = (_size("batch"), *MLP_WEIGHTS_PARAMS)
+TRANSFORMER_BLOCK_WEIGHTS_PARAMS = (_size("hidden"), _size("ffn", optional=True), _SEED)
+TRANSFORMER_BLOCK_PARAMS = (_size("seq"), _size("hidden"), _size("heads"), _size("ffn", optional=True), _SEED)
 
 
 # -- demo CNN ---------------------------------------------------------------------------
 
 
+@checked_builder(DEMO_CNN_WEIGHTS_PARAMS, IRError)
 def demo_cnn_weights(channels: int = 3, size: int = 16, conv_channels: int = 8, classes: int = 10,
                      seed: int = 0) -> Weights:
     """The weights of :func:`demo_cnn`: a 3x3 conv, its batch norm, and the classifier."""
-    _check_positive(channels=channels, size=size, conv_channels=conv_channels, classes=classes)
     rng = np.random.default_rng(seed)
     features = conv_channels * size * size
     return {
@@ -72,6 +86,7 @@ def demo_cnn_weights(channels: int = 3, size: int = 16, conv_channels: int = 8, 
     }
 
 
+@checked_builder(DEMO_CNN_PARAMS, IRError)
 def demo_cnn(batch: int = 1, channels: int = 3, size: int = 16, conv_channels: int = 8, classes: int = 10,
              seed: int = 0) -> IRModule:
     """conv2d 3x3 (padding 1) -> batch_norm -> relu -> flatten -> dense -> bias_add -> softmax.
@@ -79,7 +94,6 @@ def demo_cnn(batch: int = 1, channels: int = 3, size: int = 16, conv_channels: i
     ``main`` takes ``%data: Tensor[(batch, channels, size, size), float32]`` and returns
     class probabilities of shape (batch, classes).
     """
-    _check_positive(batch=batch)
     w = demo_cnn_weights(channels, size, conv_channels, classes, seed)
     data = var("data", (batch, channels, size, size))
     x = op.nn.conv2d(data, const(w["conv_weight"]), padding=(1, 1))
@@ -93,11 +107,11 @@ def demo_cnn(batch: int = 1, channels: int = 3, size: int = 16, conv_channels: i
 # -- MLP --------------------------------------------------------------------------------
 
 
+@checked_builder(MLP_WEIGHTS_PARAMS, IRError)
 def mlp_weights(in_features: int = 16, hidden: Sequence[int] = (32, 32), classes: int = 10,
                 seed: int = 0) -> Weights:
     """The weights of :func:`mlp`: ``fc{i}_weight`` / ``fc{i}_bias`` per layer."""
     sizes = [in_features, *hidden, classes]
-    _check_positive(**{f"layer {i} width": n for i, n in enumerate(sizes)})
     rng = np.random.default_rng(seed)
     weights: Weights = {}
     for i, (fan_in, units) in enumerate(zip(sizes, sizes[1:])):
@@ -106,13 +120,13 @@ def mlp_weights(in_features: int = 16, hidden: Sequence[int] = (32, 32), classes
     return weights
 
 
+@checked_builder(MLP_PARAMS, IRError)
 def mlp(batch: int = 1, in_features: int = 16, hidden: Sequence[int] = (32, 32), classes: int = 10,
         seed: int = 0) -> IRModule:
     """(dense -> bias_add -> relu) per hidden width, then dense -> bias_add -> softmax.
 
     ``main`` takes ``%data: Tensor[(batch, in_features), float32]``.
     """
-    _check_positive(batch=batch)
     w = mlp_weights(in_features, hidden, classes, seed)
     data = var("data", (batch, in_features))
     x: Expr = data
@@ -125,11 +139,11 @@ def mlp(batch: int = 1, in_features: int = 16, hidden: Sequence[int] = (32, 32),
 # -- transformer block ------------------------------------------------------------------
 
 
+@checked_builder(TRANSFORMER_BLOCK_WEIGHTS_PARAMS, IRError)
 def transformer_block_weights(hidden: int = 32, ffn: int | None = None, seed: int = 0) -> Weights:
     """The weights of :func:`transformer_block`: two layer norms (``ln1``, ``ln2``), the
     attention projections (``q``, ``k``, ``v``, ``out``) and the MLP (``ffn1``, ``ffn2``)."""
     ffn = 4 * hidden if ffn is None else ffn
-    _check_positive(hidden=hidden, ffn=ffn)
     rng = np.random.default_rng(seed)
     weights: Weights = {"ln1_gamma": _around_one(rng, (hidden,)), "ln1_beta": _small(rng, (hidden,))}
     for name in ("q", "k", "v", "out"):
@@ -144,6 +158,7 @@ def transformer_block_weights(hidden: int = 32, ffn: int | None = None, seed: in
     return weights
 
 
+@checked_builder(TRANSFORMER_BLOCK_PARAMS, IRError)
 def transformer_block(seq: int = 8, hidden: int = 32, heads: int = 4, ffn: int | None = None,
                       seed: int = 0) -> IRModule:
     """A pre-norm transformer encoder block on ``%x: Tensor[(seq, hidden), float32]``:
@@ -152,7 +167,6 @@ def transformer_block(seq: int = 8, hidden: int = 32, heads: int = 4, ffn: int |
     self-attention (``heads`` heads of ``hidden // heads``, softmax(QK^T / sqrt(d)) V) and
     a GELU MLP of width ``ffn`` (default ``4 * hidden``).
     """
-    _check_positive(seq=seq, hidden=hidden, heads=heads)
     if hidden % heads:
         raise IRError(f"transformer_block: hidden ({hidden}) must be a multiple of heads ({heads})")
     head_dim = hidden // heads

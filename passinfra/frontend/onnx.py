@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import collections
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import onnx
+from google.protobuf.message import DecodeError
 from onnx import numpy_helper
 
-from passinfra.errors import RaypassError
+from passinfra.errors import EvaluationError, IRError, RaypassError
 from passinfra.frontend.onnx_ops import lookup
 from passinfra.frontend.onnx_ops.context import NodeContext, OnnxImportError, TypeTracker
 from passinfra.frontend.onnx_ops.tensor import onnx_dtype
@@ -64,12 +65,53 @@ def unsupported_ops(model: onnx.ModelProto) -> dict[str, int]:
 
 def _load(model_or_path: Any) -> onnx.ModelProto:
     if isinstance(model_or_path, onnx.ModelProto):
-        return model_or_path
-    if isinstance(model_or_path, (str, os.PathLike)):
-        return onnx.load(os.fspath(model_or_path))
-    raise OnnxImportError(
-        f"from_onnx needs an onnx.ModelProto or a path, got a {type(model_or_path).__name__}"
-    )
+        model, where = model_or_path, "the ONNX model"
+    elif isinstance(model_or_path, (str, os.PathLike)):
+        path = os.fspath(model_or_path)
+        model, where = _read_model_file(path), f"ONNX file {path!r}"
+    else:
+        raise OnnxImportError(
+            f"from_onnx needs an onnx.ModelProto or a path, got a {type(model_or_path).__name__}"
+        )
+    _check_model_structure(model, where)
+    return model
+
+
+def _read_model_file(path: str) -> onnx.ModelProto:
+    """The ModelProto in ``path``; a file that is no ONNX model at all (empty, a directory,
+    undecodable bytes) is an OnnxImportError naming the file, not a protobuf traceback."""
+    if os.path.isdir(path):
+        raise OnnxImportError(f"{path!r} is a directory, not an ONNX file")
+    if os.path.getsize(path) == 0:  # protobuf decodes b"" as an empty model without complaint
+        raise OnnxImportError(f"ONNX file {path!r} is empty")
+    try:
+        return onnx.load(path)
+    except DecodeError:
+        raise OnnxImportError(
+            f"ONNX file {path!r} is not a valid ONNX model (truncated or corrupt: protobuf cannot decode it)"
+        ) from None
+
+
+def _check_model_structure(model: onnx.ModelProto, where: str) -> None:
+    """Protobuf decodes many byte strings into *some* ModelProto (unknown fields are
+    skipped), so a decodable file still needs a graph that yields something."""
+    if not model.HasField("graph"):
+        raise OnnxImportError(f"{where} has no graph (is it an ONNX model?)")
+    if not model.graph.output:
+        raise OnnxImportError(f"{where} has a graph without outputs")
+    if not all(type(name) is str for name in _names(model)):
+        raise OnnxImportError(f"{where} holds names that are not valid UTF-8 text (a corrupt file?)")
+
+
+def _names(model: onnx.ModelProto) -> Iterator[str | bytes]:
+    """Every name the importer reads. ONNX string fields are proto2, so the decoder does
+    not check their UTF-8: an invalid one arrives as ``bytes``."""
+    graph = model.graph
+    yield from (entry.domain for entry in model.opset_import)
+    yield from (value.name for value in (*graph.input, *graph.output, *graph.initializer))
+    for node in graph.node:
+        yield from (node.name, node.op_type, node.domain, *node.input, *node.output)
+        yield from (attr.name for attr in node.attribute)
 
 
 def _input_type(value_info: onnx.ValueInfoProto, shapes: Mapping[str, Sequence[int]]) -> TensorType:
@@ -82,7 +124,7 @@ def _input_type(value_info: onnx.ValueInfoProto, shapes: Mapping[str, Sequence[i
     except (RaypassError, ValueError) as err:
         raise OnnxImportError(f"graph input {name!r}: {err}") from None
     if name in shapes:
-        return TensorType(tuple(int(d) for d in shapes[name]), dtype)
+        return TensorType(_checked_dims(name, [int(d) for d in shapes[name]]), dtype)
     if not tensor_type.HasField("shape"):
         raise OnnxImportError(f"graph input {name!r} has no shape; pass it in shapes={{{name!r}: (...)}}")
     dims = []
@@ -94,7 +136,24 @@ def _input_type(value_info: onnx.ValueInfoProto, shapes: Mapping[str, Sequence[i
                 f"give its static shape with shapes={{{name!r}: (...)}}"
             )
         dims.append(dim.dim_value)
-    return TensorType(tuple(dims), dtype)
+    return TensorType(_checked_dims(name, dims), dtype)
+
+
+def _checked_dims(name: str, dims: list[int]) -> tuple[int, ...]:
+    for position, dim in enumerate(dims):
+        if dim < 0:
+            raise OnnxImportError(
+                f"graph input {name!r} has a negative dimension {dim} at position {position}"
+            )
+    return tuple(dims)
+
+
+def _checker_context(model: onnx.ModelProto) -> Any:
+    """What onnx.checker needs to validate single nodes and tensors of ``model``."""
+    context = onnx.checker.C.CheckerContext()
+    context.ir_version = model.ir_version
+    context.opset_imports = {entry.domain: entry.version for entry in model.opset_import}
+    return context
 
 
 class _Importer:
@@ -105,13 +164,35 @@ class _Importer:
         self.shapes = shapes
         self.tracker = TypeTracker()
         self.values: dict[str, Any] = {}
+        self.checker = _checker_context(model)
+
+    def _initializer(self, init: onnx.TensorProto) -> np.ndarray:
+        """The initializer's array; a tensor whose bytes disagree with its declared type
+        and shape (a corrupt file) is an OnnxImportError naming it."""
+        try:
+            onnx.checker.check_tensor(init, self.checker)
+            return numpy_helper.to_array(init)
+        except (onnx.checker.ValidationError, ValueError, TypeError, KeyError) as err:  # all from decoding
+            detail = f"unknown element type {init.data_type}" if isinstance(err, KeyError) else err
+            raise OnnxImportError(f"initializer {init.name!r} is malformed: {detail}") from None
+
+    def _validate(self, node: onnx.NodeProto) -> None:
+        """Check the node against its ONNX schema (attribute names and types, input and
+        output counts) before a converter reads it: converters trust the schema."""
+        try:
+            onnx.checker.check_node(node, self.checker)
+        # ValueError: the checker's own decoder rejects the node's bytes (unknown fields a
+        # corrupt file carries, which the Python decoder kept)
+        except (onnx.checker.ValidationError, ValueError) as err:
+            message = " ".join(str(err).split("==>")[0].split())
+            raise OnnxImportError(f"{node.op_type} node {node.name!r} is not valid ONNX: {message}") from None
 
     def run(self) -> IRModule:
         missing = unsupported_ops(self.model)
         if missing:
             raise UnsupportedOpsError(missing)
         for init in self.graph.initializer:
-            self.values[init.name] = numpy_helper.to_array(init)
+            self.values[init.name] = self._initializer(init)
         params = []
         for value_info in self.graph.input:
             if value_info.name in self.values:  # an initializer listed as an input (old exporters)
@@ -132,6 +213,7 @@ class _Importer:
         return Constant(np.asarray(value)) if isinstance(value, np.ndarray) else value
 
     def _convert(self, node: onnx.NodeProto) -> None:
+        self._validate(node)
         inputs = []
         for name in node.input:
             if not name:
@@ -145,22 +227,33 @@ class _Importer:
                 )
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
         context = NodeContext(node, inputs, attrs, self.opset, self.tracker)
-        result = lookup(node.op_type, self.opset)(context)
+        try:
+            result = lookup(node.op_type, self.opset)(context)
+        except OnnxImportError:
+            raise
+        except IRError as err:  # an IR constructor rejected what the node asks for
+            raise context.fail(str(err)) from err
         results = result if isinstance(result, list) else [result]
         foldable = all(v is None or isinstance(v, np.ndarray) for v in inputs)
         for name, value in zip(node.output, results):
             if not name:
                 continue
             if isinstance(value, Expr):
-                value = self._fold(value) if foldable else value
-                if isinstance(value, Expr):
-                    self._check(value, context)
+                # typed before folding: an ill-typed node is the model's mistake, named as
+                # such, not a failure of the interpreter that folds it
+                self._check(value, context)
+                value = self._fold(value, context) if foldable else value
             self.values[name] = value
 
-    def _fold(self, expr: Expr) -> np.ndarray:
+    def _fold(self, expr: Expr, context: NodeContext) -> np.ndarray:
         """Evaluate an expression of known inputs with the ops' NumPy implementations
-        (one semantics with the interpreter and FoldConstant)."""
-        return np.asarray(evaluate(expr))
+        (one semantics with the interpreter and FoldConstant). The inputs are the model's
+        own constants, so a value the op rejects (an index out of range) is the model's
+        mistake."""
+        try:
+            return np.asarray(evaluate(expr))
+        except EvaluationError as err:
+            raise context.fail(f"cannot be computed from its constant inputs: {err}") from err
 
     def _check(self, expr: Expr, context: NodeContext) -> None:
         """Type the new expression now, so an error names the ONNX node that made it."""

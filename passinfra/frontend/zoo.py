@@ -19,14 +19,37 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from passinfra.errors import RaypassError
+from passinfra.frontend.params import Param, checked_builder
 
 __all__ = ["mlp", "resnet", "transformer", "zoo_spec", "save", "MODELS", "ZooSpecError"]
 
 OPSET = 17  # LayerNormalization is opset 17
+# An ONNX model is one protobuf message, which cannot exceed 2 GiB; keep room for the graph.
+MAX_WEIGHT_BYTES = 2**31 - 2**26
 
 
 class ZooSpecError(RaypassError, ValueError):
-    """A zoo spec string that names no model or gives bad parameters."""
+    """A zoo spec string that names no model, or bad parameters for a zoo builder."""
+
+
+# The parameters of each builder, declared once (see passinfra.frontend.params). The upper
+# bounds are far beyond what the zoo is for; they turn a slip (an extra digit) into an
+# error instead of an hour of building; the weights' total size is bounded separately.
+_MAX_SIZE = 2**20
+_MAX_LAYERS = 1024
+
+
+def _size(name: str) -> Param:
+    return Param(name, 1, _MAX_SIZE)
+
+
+_SEED = Param("seed", 0)
+_LAYERS = Param("layers", 1, _MAX_LAYERS)
+MLP_PARAMS = (_size("batch"), _size("in_features"), _size("hidden"), _LAYERS, _size("classes"), _SEED)
+RESNET_PARAMS = (Param("depth", 8, 6 * 200 + 2), _size("batch"), _size("image"), _size("width"),
+                 _size("classes"), _SEED)
+TRANSFORMER_PARAMS = (_LAYERS, _size("hidden"), _size("heads"), _size("seq"), _size("batch"), _size("vocab"),
+                      _SEED)
 
 
 class _GraphBuilder:
@@ -37,6 +60,17 @@ class _GraphBuilder:
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: list[onnx.TensorProto] = []
         self._counter = 0
+        self._weight_bytes = 0
+
+    def _reserve(self, shape: tuple[int, ...], itemsize: int) -> None:
+        """Count an initializer's bytes before it is allocated: sizes whose weights no ONNX
+        file can hold fail here, at once, rather than after gigabytes of random numbers."""
+        self._weight_bytes += math.prod(shape) * itemsize
+        if self._weight_bytes > MAX_WEIGHT_BYTES:
+            raise ZooSpecError(
+                f"the weights would exceed {MAX_WEIGHT_BYTES >> 20} MiB (an ONNX file holds at most "
+                "2 GiB); choose smaller sizes"
+            )
 
     def fresh(self, prefix: str) -> str:
         self._counter += 1
@@ -45,11 +79,17 @@ class _GraphBuilder:
     def weight(self, prefix: str, shape: tuple[int, ...], scale: float | None = None) -> str:
         fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else shape[0]
         std = scale if scale is not None else 1.0 / math.sqrt(max(fan_in, 1))
-        return self.constant(prefix, (self.rng.standard_normal(shape) * std).astype(np.float32))
+        self._reserve(shape, 4)
+        return self._add(prefix, (self.rng.standard_normal(shape) * std).astype(np.float32))
 
     def constant(self, prefix: str, array: np.ndarray) -> str:
+        array = np.asarray(array)
+        self._reserve(array.shape, array.itemsize)
+        return self._add(prefix, array)
+
+    def _add(self, prefix: str, array: np.ndarray) -> str:
         name = self.fresh(prefix)
-        self.initializers.append(numpy_helper.from_array(np.asarray(array), name))
+        self.initializers.append(numpy_helper.from_array(array, name))
         return name
 
     def node(self, op_type: str, inputs: list[str], num_outputs: int = 1, **attrs: Any) -> Any:
@@ -81,6 +121,7 @@ class _GraphBuilder:
         return model
 
 
+@checked_builder(MLP_PARAMS, ZooSpecError)
 def mlp(
     batch: int = 4, in_features: int = 32, hidden: int = 64, layers: int = 2, classes: int = 10, seed: int = 0
 ) -> onnx.ModelProto:
@@ -116,6 +157,7 @@ def _conv_bn(g: _GraphBuilder, x: str, in_ch: int, out_ch: int, stride: int, rel
     return g.node("Relu", [x]) if relu else x
 
 
+@checked_builder(RESNET_PARAMS, ZooSpecError)
 def resnet(
     depth: int = 8, batch: int = 1, image: int = 32, width: int = 16, classes: int = 10, seed: int = 0
 ) -> onnx.ModelProto:
@@ -186,6 +228,7 @@ def _layer_norm(g: _GraphBuilder, x: str, hidden: int) -> str:
     return g.node("LayerNormalization", [x, gamma, beta], axis=-1, epsilon=1e-5)
 
 
+@checked_builder(TRANSFORMER_PARAMS, ZooSpecError)
 def transformer(
     layers: int = 2,
     hidden: int = 64,
@@ -238,14 +281,20 @@ def zoo_spec(spec: str) -> onnx.ModelProto:
     if name not in MODELS:
         raise ZooSpecError(f"unknown zoo model {name!r} in {spec!r}; known: {', '.join(MODELS)}")
     params: dict[str, int] = {}
-    for key, value in parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query)):
+    try:
+        pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query))
+    except ValueError:
+        raise ZooSpecError(f"bad parameters in {spec!r}; write zoo:{name}?name=value&name=value") from None
+    for key, value in pairs:
+        if key in params:
+            raise ZooSpecError(f"parameter {key!r} is given twice in {spec!r}")
         try:
             params[key] = int(value)
         except ValueError:
             raise ZooSpecError(f"parameter {key}={value!r} of {spec!r} is not an integer") from None
     try:
         return MODELS[name](**params)
-    except TypeError as err:
+    except ZooSpecError as err:  # the builder's own check names the parameter; add the spec
         raise ZooSpecError(f"bad parameters for zoo model {name!r} in {spec!r}: {err}") from None
 
 

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 def _show(when: str, mod: IRModule, info: PassInfo) -> None:
     # print() looks sys.stdout up at call time, so redirection applies
     print(f"{when} Running Pass: {info.name}")
-    print(mod)
+    print(mod.astext(show_meta_data=False))  # for reading: the weights' base64 would drown the IR
 
 
 class PrintBeforeAll(PassInstrument):

@@ -115,8 +115,9 @@ class Constant(Expr):
         super().__init__()
         array = np.asarray(data)
         normalize_dtype(array.dtype)  # rejects dtypes the IR does not support
-        if array.flags.writeable or not array.flags.c_contiguous:
-            array = np.array(array, copy=True, order="C")
+        if array.flags.writeable or not array.flags.c_contiguous or not array.dtype.isnative:
+            # native byte order: a float32 is one value however it arrived (text, pickle, numpy)
+            array = np.array(array, dtype=array.dtype.newbyteorder("="), copy=True, order="C")
             array.flags.writeable = False
         object.__setattr__(self, "data", array)
 

@@ -126,7 +126,8 @@ class IRModule:
         return astext(self, show_meta_data=show_meta_data)
 
     def __str__(self) -> str:
-        return self.astext(show_meta_data=False)
+        # with the metadata section: str(mod) parses back to the module (ir.parse)
+        return self.astext()
 
     def __repr__(self) -> str:
         names = ", ".join(gv.name_hint for gv in self._functions)

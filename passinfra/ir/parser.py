@@ -23,11 +23,15 @@ import numpy as np
 from passinfra.errors import IRError, OpNotFoundError, ParseError
 from passinfra.ir.expr import Call, Constant, Expr, Function, GlobalVar, If, Let, Tuple, TupleGetItem, Var
 from passinfra.ir.module import IRModule
+from passinfra.ir.op._rel import REQUIRED
 from passinfra.ir.op.registry import Op
 from passinfra.ir.printer import SUFFIX_DTYPE, scalar_from_text
 from passinfra.ir.types import DTYPES, FuncType, TensorType, TupleType, Type
 
-_NAME = r'(?:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*|"(?:[^"\\\n]|\\.)*")'
+# a quoted string, as the "unrolled loop" (runs of plain characters matched in one step):
+# megabytes of base64 in a metadata section lex in milliseconds, not seconds
+_STRING = r'"[^"\\\n]*(?:\\.[^"\\\n]*)*"'
+_NAME = rf'(?:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*|{_STRING})'
 # Whitespace and comments are swallowed in front of each token, so one match is one token.
 _TOKEN = re.compile(
     rf"""
@@ -39,7 +43,7 @@ _TOKEN = re.compile(
     |(?P<ident>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)
     |(?P<number>\d+(?:\.\d*)?(?:[eE][+-]?\d+)?(?:[A-Za-z]\w*)?)
     |(?P<global>@{_NAME})
-    |(?P<string>"(?:[^"\\\n]|\\.)*")
+    |(?P<string>{_STRING})
     |(?P<badstring>"[^\n]*)
     |(?P<eof>\Z)
     |(?P<error>.)
@@ -59,8 +63,40 @@ _ATTR_WORDS = {
     "inf": float("inf"), "nan": float("nan"),
 }
 _MISSING = object()
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 Token = tuple  # (kind, text, offset); kind is the punctuation itself for punctuation
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _same_kind(default: Any, value: Any) -> bool:
+    """Whether ``value`` has the kind of an op attribute whose default is ``default``
+    (None and REQUIRED defaults say nothing about the kind: the relation checks those)."""
+    if default is None or default is REQUIRED:
+        return True
+    if isinstance(default, bool):
+        return isinstance(value, bool)
+    if isinstance(default, int):
+        return _is_int(value)
+    if isinstance(default, float):
+        return isinstance(value, float)
+    if isinstance(default, tuple):
+        item_default = default[0] if default else None
+        return isinstance(value, tuple) and all(_same_kind(item_default, v) for v in value)
+    return isinstance(value, type(default))
+
+
+_KIND_NAMES = {bool: ("a bool", "bools"), int: ("an int", "ints"), float: ("a float", "floats"),
+               str: ("a string", "strings")}
+
+
+def _kind_text(default: Any) -> str:
+    if isinstance(default, tuple):
+        return f"a tuple of {_KIND_NAMES.get(type(default[0]), ('', 'values'))[1]}" if default else "a tuple"
+    return _KIND_NAMES.get(type(default), ("a value", ""))[0]
 
 
 def _tokenize(text: str) -> list[Token]:
@@ -228,7 +264,16 @@ class _Parser:
         token = self.expect("number", "an integer")
         if not token[1].isdigit():
             raise self.error(f"expected an integer, found {token[1]!r}", token)
-        return int(token[1])
+        return self._bounded_int(token[1], token)
+
+    def _bounded_int(self, digits: str, token: Token) -> int:
+        """Integers in the text (dimensions, indices, attributes) are int64: a longer
+        one is a mistake, and Python refuses to convert thousands of digits anyway."""
+        value = int(digits) if len(digits.lstrip("-")) <= 19 else None
+        if value is None or not INT64_MIN <= value <= INT64_MAX:
+            shown = digits if len(digits) <= 24 else digits[:24] + "..."
+            raise self.error(f"integer {shown} is out of the int64 range", token)
+        return value
 
     def scalar_literal(self) -> tuple[Any, str]:
         """One element of a constant: ``1f``, ``-2i64``, ``true``, ``nanf``."""
@@ -306,16 +351,16 @@ class _Parser:
         if kind == "-":
             inner = self.advance()
             if inner[0] == "number" and _NUMBER_PARTS.fullmatch(inner[1]).group(2) is None:
-                return self._plain_number("-" + inner[1])
+                return self._plain_number("-" + inner[1], inner)
             if inner[0] == "ident" and inner[1] == "inf":
                 return float("-inf")
             raise self.error(f"expected a number after '-', found {_describe(inner)}", inner)
         if kind == "number":
             if _NUMBER_PARTS.fullmatch(text).group(2) is not None:
                 raise self.error(f"attribute values take no dtype suffix: {text!r}", token)
-            return self._plain_number(text)
+            return self._plain_number(text, token)
         if kind == "string":
-            return json.loads(text)
+            return self.string_value(token)
         if kind == "(":
             items = []
             while self.peek()[0] != ")":
@@ -349,16 +394,15 @@ class _Parser:
         self.expect(")")
         return value
 
-    @staticmethod
-    def _plain_number(text: str) -> int | float:
-        return float(text) if any(c in text for c in ".eE") else int(text)
+    def _plain_number(self, text: str, token: Token) -> int | float:
+        return float(text) if any(c in text for c in ".eE") else self._bounded_int(text, token)
 
     def attr_key(self) -> str | None:
         """The key if the next tokens are ``key =``, else None (nothing consumed)."""
         kind, text, _ = self.peek()
         if kind in ("ident", "string") and self.tokens[self.pos + 1][0] == "=":
             self.pos += 2
-            return json.loads(text) if kind == "string" else text
+            return self.string_value(self.tokens[self.pos - 2]) if kind == "string" else text
         return None
 
     # -- types
@@ -452,10 +496,19 @@ class _Parser:
             annotation = self.parse_type()
         return Var(self._token_name(token), annotation)
 
-    @staticmethod
-    def _token_name(token: Token) -> str:
+    def _token_name(self, token: Token) -> str:
         text = token[1][1:]
-        return json.loads(text) if text.startswith('"') else text
+        return self.string_value(token, text) if text.startswith('"') else text
+
+    def string_value(self, token: Token, text: str | None = None) -> str:
+        """A quoted string (JSON syntax) as text; ``text``: the quoted part of ``token``."""
+        quoted = token[1] if text is None else text
+        try:
+            value = json.loads(quoted)
+            value.encode("utf-8")  # a lone surrogate (\ud800) is no text either
+        except ValueError as err:  # JSONDecodeError and UnicodeEncodeError are ValueErrors
+            raise self.error(f"invalid string {quoted[:40]!r}: {getattr(err, 'msg', err)}", token) from None
+        return value
 
     def parse_value(self) -> Expr:
         kind, text, _ = self.tokens[self.pos]
@@ -497,13 +550,35 @@ class _Parser:
     def parse_call(self, callee: Expr) -> Call:
         self.expect("(")
         args: list[Expr] = []
-        attrs = self.items_then_attrs(lambda: args.append(self.parse_value()), "a positional argument")
+        key_tokens: dict[str, Token] = {}
+        attrs = self.items_then_attrs(
+            lambda: args.append(self.parse_value()), "a positional argument", key_tokens
+        )
+        if attrs and isinstance(callee, Op):
+            self.check_op_attrs(callee, attrs, key_tokens)
         return Call(callee, args, attrs)
 
-    def items_then_attrs(self, parse_item: Any, item_kind: str) -> dict[str, Any]:
+    def check_op_attrs(self, op: Op, attrs: dict[str, Any], key_tokens: dict[str, Token]) -> None:
+        """Hold attribute values to the kind of the op's schema defaults (a float for
+        ``epsilon=1e-5``, a tuple of ints for ``strides=(1, 1)``...): op builders convert
+        their arguments, text reaches the ops unconverted. An int where a float is
+        expected is taken as that float."""
+        schema = op.get_attr("attr_defaults") or {}
+        for key, value in attrs.items():
+            default = schema.get(key)  # unknown keys are the type relation's to name
+            if isinstance(default, float) and _is_int(value):
+                attrs[key] = float(value)
+            elif not _same_kind(default, value):
+                raise self.error(
+                    f"attribute {key} of op {op.name} must be {_kind_text(default)}, got {value!r}",
+                    key_tokens[key],
+                )
+
+    def items_then_attrs(self, parse_item: Any, item_kind: str,
+                         key_tokens: dict[str, Token] | None = None) -> dict[str, Any]:
         """Up to the closing ``)`` (consumed): comma-separated items, each read by
-        ``parse_item``, then ``key=value`` attributes (returned); an item after an
-        attribute or a repeated key is an error."""
+        ``parse_item``, then ``key=value`` attributes (returned; ``key_tokens`` gets each
+        key's token); an item after an attribute or a repeated key is an error."""
         attrs: dict[str, Any] = {}
         while self.peek()[0] != ")":
             key_token = self.peek()
@@ -512,6 +587,8 @@ class _Parser:
                 if key in attrs:
                     raise self.error(f"attribute {key!r} is given twice", key_token)
                 attrs[key] = self.attr_value()
+                if key_tokens is not None:
+                    key_tokens[key] = key_token
             elif attrs:
                 raise self.error(f"{item_kind} cannot follow attributes", key_token)
             else:

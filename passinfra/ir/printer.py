@@ -18,6 +18,14 @@ times is printed once. A node whose only use is the tail of a block or the value
 ``let`` is printed in place instead. A temporary lives in the innermost block (function
 body, ``if`` branch, ``{ let ... }`` block) that encloses all its uses.
 
+Constants of at most INLINE_CONSTANT_LIMIT elements print inline as literals (``1f``,
+``[1i64, 2i64]``) when the literal gives back their exact bits. Any other constant prints
+as ``meta[Constant][i]`` and the text ends with a ``metadata { ... }`` section holding
+each one as base64 of its raw bytes on one line. ``str(mod)`` and ``mod.astext()`` carry
+that section, so they parse back to the module; the body stays as readable as without
+it, and the text grows by 4/3 of the weights' bytes (a decimal literal per element would
+be several times that). ``show_meta_data=False`` leaves the section out, for reading.
+
 Printing runs three linear passes over a function (counting uses, placing nodes in
 blocks, emitting lines), all iterative, so program size never meets the recursion limit.
 """
@@ -26,6 +34,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import re
 from collections.abc import Callable
 from typing import Any
@@ -58,6 +67,9 @@ PLAIN_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*", re.ASCII)
 # metadata section.
 INLINE_CONSTANT_LIMIT = 8
 
+# the smallest magnitude that rounds to infinity in float32: float32 max plus half an ulp
+FLOAT32_OVERFLOW = 2.0**128 - 2.0**103
+
 DTYPE_SUFFIX = {"float32": "f", "float64": "f64", "int32": "i32", "int64": "i64"}
 SUFFIX_DTYPE = {"f": "float32", "f32": "float32", "f64": "float64", "i32": "int32", "i64": "int64"}
 
@@ -68,10 +80,17 @@ SUFFIX_DTYPE = {"f": "float32", "f32": "float32", "f64": "float64", "i32": "int3
 def scalar_from_text(number: str, dtype: str) -> Any:
     """The NumPy scalar a literal spells: ``number`` is the digits (with an optional
     leading ``-``) or ``nan``/``inf``. Shared with the parser so both sides agree."""
-    if dtype == "float32":
-        return np.float32(float(number))
-    if dtype == "float64":
-        return np.float64(float(number))
+    if dtype in ("float32", "float64"):
+        value = float(number)
+        # a finite literal too big for the dtype is an error, as an int out of range is
+        literal_inf = "inf" in number
+        if (math.isinf(value) and not literal_inf) or (
+            dtype == "float32" and not literal_inf and abs(value) >= FLOAT32_OVERFLOW
+        ):
+            raise OverflowError(f"{number} is out of range for {dtype}")
+        return np.float32(value) if dtype == "float32" else np.float64(value)
+    if len(number.lstrip("-")) > 20:  # beyond any int64; int() refuses thousands of digits
+        raise OverflowError(f"{number[:24]}... is out of range for {dtype}")
     value = int(number)
     info = np.iinfo(dtype)
     if not info.min <= value <= info.max:

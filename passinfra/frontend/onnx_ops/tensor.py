@@ -7,11 +7,13 @@ static shapes only.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from passinfra.frontend.onnx_ops.context import NodeContext
+from passinfra.frontend.onnx_ops.context import NodeContext, OnnxImportError
 from passinfra.frontend.onnx_ops.registry import converter
 from passinfra.ir import op
 from passinfra.ir.expr import Expr, TupleGetItem
@@ -24,7 +26,7 @@ def onnx_dtype(code: int, node: NodeContext | None = None) -> np.dtype:
         return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(code))
     except (KeyError, TypeError, ValueError):
         where = f"{node.where()}: " if node is not None else ""
-        raise ValueError(f"{where}unknown ONNX element type {code}") from None
+        raise OnnxImportError(f"{where}unknown ONNX element type {code}") from None
 
 
 def _normalize(axis: int, ndim: int, node: NodeContext) -> int:
@@ -80,6 +82,8 @@ def _range(node: NodeContext) -> np.ndarray:
 
 def _static_reshape(node: NodeContext, data, target: list[int], allow_zero: bool = False):
     in_shape = node.shape(data)
+    if not allow_zero and 0 in target[len(in_shape) :]:  # a 0 copies the input dimension at its place
+        raise node.fail(f"shape {target} copies (0) a dimension beyond the input's rank {len(in_shape)}")
     out = [in_shape[i] if d == 0 and not allow_zero else d for i, d in enumerate(target)]
     if out.count(-1) > 1:
         raise node.fail(f"shape {target} has more than one -1")
@@ -90,6 +94,8 @@ def _static_reshape(node: NodeContext, data, target: list[int], allow_zero: bool
             raise node.fail(f"cannot reshape {tuple(in_shape)} into {target}")
         out[out.index(-1)] = total // known
     if node.is_known(data):
+        if any(d < 0 for d in out) or math.prod(out) != math.prod(in_shape):  # as op.reshape checks
+            raise node.fail(f"cannot reshape {tuple(in_shape)} into {target}")
         return data.reshape(out)
     return op.reshape(data, out)
 

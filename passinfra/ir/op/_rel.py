@@ -96,6 +96,8 @@ def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
 
 def normalize_axis(axis: int, ndim: int, what: str = "axis") -> int:
     """``axis`` in ``[-ndim, ndim)`` as a non-negative int."""
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):  # text IR may say axis=0.5
+        raise IRTypeError(f"{what} must be an int, got {axis!r}")
     if not -ndim <= axis < ndim:
         raise IRTypeError(f"{what} {axis} is out of range for a tensor of rank {ndim}")
     return axis % ndim if ndim else 0

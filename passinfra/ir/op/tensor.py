@@ -376,6 +376,7 @@ def cast(data: Any, dtype: Any) -> Call:
 def reshape_shape(shape: Sequence[int], newshape: Sequence[int]) -> tuple[int, ...]:
     """The shape ``reshape(x, newshape)`` gives for ``x`` of ``shape`` (Relay rules):
     0 copies the input dimension at that position, one -1 is inferred."""
+    newshape = int_tuple(newshape, None, "newshape")  # text IR may write newshape=(2, 1e308)
     out: list[int] = []
     inferred = None
     for position, dim in enumerate(newshape):
@@ -427,6 +428,8 @@ def _squeeze_relation(arg_types: Sequence[Type], attrs: Attrs) -> Type:
 def _expand_dims_relation(arg_types: Sequence[Type], attrs: Attrs) -> Type:
     data = expect_tensor(arg_types[0], "the data")
     axis, count = attrs["axis"], attrs["num_newaxis"]
+    if count < 0:
+        raise IRTypeError(f"num_newaxis must be non-negative, got {count}")
     if not -data.ndim - 1 <= axis <= data.ndim:
         raise IRTypeError(f"axis {axis} is out of range [{-data.ndim - 1}, {data.ndim}] "
                           f"for {type_text(data)}")
