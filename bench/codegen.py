@@ -230,7 +230,7 @@ def render(rows: list[dict], with_ray: bool, ceiling: float | None = None) -> st
 def start_ray_scheduler():
     import ray
 
-    from passinfra.frontend.models import mlp
+    from passinfra.frontend.zoo.ir_models import mlp
     from scheduler import Scheduler
     from scheduler.ray_runtime import local_worker_env
 

@@ -56,8 +56,8 @@ def table_rows(text: str, title: str) -> dict[str, list[str]]:
 @pytest.fixture
 def raypass_inprocess(capsys, tmp_path, monkeypatch):
     """``raypass_inprocess(*args)`` -> (exit status, stdout, stderr), run through
-    ``scheduler.cli.main`` in this process (cheap: no interpreter start-up, no imports)."""
-    from scheduler import cli
+    ``raypass_cli.main.main`` in this process (cheap: no interpreter start-up, no imports)."""
+    from raypass_cli import main as cli
 
     monkeypatch.chdir(tmp_path)
 

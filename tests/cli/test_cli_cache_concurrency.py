@@ -19,7 +19,7 @@ from passinfra.codegen.object_cache import ObjectCache, compile_stats, reset_com
 from passinfra.ir import op
 from passinfra.runtime import load_module
 from passinfra.transform import PassContext
-from scheduler.cli_common import load_model
+from raypass_cli.common import load_model
 from tests.cli.conftest import RAYPASS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,7 +106,7 @@ _BUILD_SCRIPT = textwrap.dedent("""
     import passinfra
     from passinfra.codegen.object_cache import compile_stats
     from passinfra.transform import PassContext
-    from scheduler.cli_common import load_model
+    from raypass_cli.common import load_model
 
     cache, out = sys.argv[1], sys.argv[2]
     x = np.linspace(-1.0, 1.0, num=64, dtype=np.float32).reshape(2, 32)

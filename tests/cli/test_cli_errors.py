@@ -103,7 +103,7 @@ def test_debug_shows_the_traceback(raypass):
 
 
 def test_bench_without_a_bench_directory(raypass_inprocess, monkeypatch):
-    from scheduler import cli_tools
+    from raypass_cli import tools as cli_tools
 
     monkeypatch.setattr(cli_tools, "bench_directory", lambda: None)
     assert_user_error(raypass_inprocess("bench", "--quick"), "no bench/__main__.py")

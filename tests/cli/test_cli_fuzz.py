@@ -8,7 +8,7 @@ reproduced by its seed alone (the assertion message names it). Both byte-level m
 protobuf field, a changed token: what gets past the decoder and the lexer) are used; the
 second kind is what reaches the importer, the parser and the type checker.
 
-The bulk runs in-process through ``scheduler.cli.main`` under a per-case time bound; a
+The bulk runs in-process through ``raypass_cli.main.main`` under a per-case time bound; a
 handful of the same mutants also run as real processes.
 """
 
@@ -337,7 +337,7 @@ def time_bound(seconds: float) -> Iterator[None]:
 
 def run_inprocess(argv: list[str]) -> tuple[int, str]:
     """(exit status, stderr) of ``raypass *argv`` through the CLI's main()."""
-    from scheduler import cli
+    from raypass_cli import main as cli
 
     err, out = io.StringIO(), io.StringIO()
     with time_bound(CASE_SECONDS), contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):

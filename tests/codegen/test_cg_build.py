@@ -204,7 +204,7 @@ def test_build_hands_the_compile_pipeline_to_the_scheduler(ctx):
 def test_build_zoo_model_matches_the_interpreter(ctx, model):
     import passinfra
     from passinfra.build import build
-    from passinfra.frontend.models import MODELS
+    from passinfra.frontend.zoo.ir_models import MODELS
 
     mod = MODELS[model]()
     main = mod["main"]
@@ -221,7 +221,7 @@ def test_threads_calling_one_module_each_get_their_own_workspace(ctx):
 
     import passinfra
     from passinfra.build import build
-    from passinfra.frontend.models import MODELS
+    from passinfra.frontend.zoo.ir_models import MODELS
 
     mod = MODELS["demo_cnn"]()
     ty = mod["main"].params[0].type_annotation
@@ -249,7 +249,7 @@ def test_threads_calling_one_module_each_get_their_own_workspace(ctx):
 def test_build_export_and_load_round_trip(ctx, tmp_path):
     import passinfra
     from passinfra.build import build
-    from passinfra.frontend.models import mlp
+    from passinfra.frontend.zoo.ir_models import mlp
 
     mod = mlp()
     lib = build(mod)
@@ -262,7 +262,7 @@ def test_build_export_and_load_round_trip(ctx, tmp_path):
 def test_second_build_compiles_nothing(ctx):
     from passinfra.build import build
     from passinfra.codegen.object_cache import compile_stats, reset_compile_stats
-    from passinfra.frontend.models import mlp
+    from passinfra.frontend.zoo.ir_models import mlp
 
     build(mlp())
     reset_compile_stats()
@@ -286,7 +286,7 @@ def test_host_analysis_and_planning_of_a_100k_call_chain(default_recursion_limit
 
 def test_same_model_links_to_byte_identical_libraries(ctx):
     from passinfra.build import build
-    from passinfra.frontend.models import demo_cnn
+    from passinfra.frontend.zoo.ir_models import demo_cnn
 
     # deterministic compile and link, not the whole-build cache, must make them identical
     with PassContext(config={**ctx.config, "codegen.build_cache": False}):

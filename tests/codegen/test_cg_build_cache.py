@@ -8,7 +8,7 @@ import pytest
 import passinfra
 from passinfra.codegen.build_cache import BuildArtifact, build_key
 from passinfra.codegen.object_cache import compile_stats, reset_compile_stats
-from passinfra.frontend.models import mlp
+from passinfra.frontend.zoo.ir_models import mlp
 from passinfra.instrument.timing import PassTimingInstrument
 from passinfra.ir import op
 from passinfra.ir.expr import Constant, Function, Var

@@ -12,7 +12,7 @@ from passinfra import tir
 from passinfra.codegen.compute import ComputeOp, register_compute
 from passinfra.codegen.lower import MAX_INLINE_DEPTH, LowerToPrimFunc, lower_primitive_function
 from passinfra.errors import IRError
-from passinfra.frontend.models import demo_cnn, mlp, transformer_block
+from passinfra.frontend.zoo.ir_models import demo_cnn, mlp, transformer_block
 from passinfra.ir import op
 from passinfra.ir.expr import Call, Function, GlobalVar, Tuple, TupleGetItem, Var, const, var
 from passinfra.ir.module import IRModule

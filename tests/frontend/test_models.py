@@ -8,7 +8,7 @@ import pytest
 
 from passinfra import evaluate, ir
 from passinfra.errors import IRError
-from passinfra.frontend.models import (
+from passinfra.frontend.zoo.ir_models import (
     MODELS,
     demo_cnn,
     demo_cnn_weights,

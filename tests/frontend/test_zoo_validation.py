@@ -11,14 +11,15 @@ import re
 import pytest
 
 from passinfra.errors import IRError
-from passinfra.frontend import models, zoo
-from passinfra.frontend.params import INTS, Param, checked_builder
+from passinfra.frontend import zoo
+from passinfra.frontend.zoo import ir_models
+from passinfra.frontend.zoo.params import INTS, Param, checked_builder
 
 # (model name, Param) for every parameter of every zoo builder
 ZOO_PARAMS = [(name, param) for name, builder in zoo.MODELS.items() for param in builder.params]
 MODEL_BUILDERS = [
-    models.demo_cnn, models.demo_cnn_weights, models.mlp, models.mlp_weights,
-    models.transformer_block, models.transformer_block_weights,
+    ir_models.demo_cnn, ir_models.demo_cnn_weights, ir_models.mlp, ir_models.mlp_weights,
+    ir_models.transformer_block, ir_models.transformer_block_weights,
 ]
 MODEL_PARAMS = [(builder, param) for builder in MODEL_BUILDERS for param in builder.params]
 
@@ -122,11 +123,11 @@ def test_unknown_model_parameter_is_named(builder):
 
 
 def test_optional_sizes_accept_none_and_positional_arguments_are_checked_too():
-    assert "main" in models.transformer_block(4, 8, 2, None)
+    assert "main" in ir_models.transformer_block(4, 8, 2, None)
     with pytest.raises(IRError, match="model size seq must be a positive int, got 0"):
-        models.transformer_block(0)
+        ir_models.transformer_block(0)
     with pytest.raises(IRError, match="multiple values for argument 'seq'"):
-        models.transformer_block(4, seq=4)
+        ir_models.transformer_block(4, seq=4)
 
 
 def test_a_table_that_disagrees_with_the_signature_is_refused():

@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 
 from passinfra import ir
 from passinfra.errors import IRTypeError, ParseError
-from passinfra.frontend import from_onnx, models, zoo
+from passinfra.frontend import from_onnx, zoo
+from passinfra.frontend.zoo import ir_models
 from tests.strategies import GEN_SETTINGS, programs
 
 
@@ -48,9 +49,9 @@ def test_str_of_a_module_with_a_large_constant_parses_back():
     np.testing.assert_array_equal(again["main"].body.args[1].data, weight)
 
 
-@pytest.mark.parametrize("builder", sorted(models.MODELS))
+@pytest.mark.parametrize("builder", sorted(ir_models.MODELS))
 def test_python_builder_models_round_trip(builder):
-    assert_round_trip(models.MODELS[builder]())
+    assert_round_trip(ir_models.MODELS[builder]())
 
 
 @pytest.mark.parametrize(

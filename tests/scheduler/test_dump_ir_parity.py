@@ -17,7 +17,7 @@ import pytest
 
 from passinfra.build import COMPILE_PIPELINE, LINK_PIPELINE, compile_pipeline
 from passinfra.codegen.compile_c_pass import compile_records
-from passinfra.frontend.models import demo_cnn
+from passinfra.frontend.zoo.ir_models import demo_cnn
 from passinfra.tir import PrimFunc
 from passinfra.transform import PassContext
 from scheduler import Scheduler

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import passinfra.transform.infer_type  # noqa: F401  (registers InferType, which the pass requires)
 from passinfra import evaluate, ir
-from passinfra.frontend.models import demo_cnn
+from passinfra.frontend.zoo.ir_models import demo_cnn
 from passinfra.ir import op
 from passinfra.transform import PassConfigError, PassContext, Sequential, get_pass
 from passinfra.transform.alter_op_layout import (

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from passinfra import ir, transform
-from passinfra.frontend.models import demo_cnn, transformer_block
+from passinfra.frontend.zoo.ir_models import demo_cnn, transformer_block
 from passinfra.ir import op
 from passinfra.runtime.interpreter import evaluate
 from scheduler import Scheduler, build_plan

@@ -110,7 +110,7 @@ def test_nothing_to_simplify_keeps_objects():
 
 
 def test_demo_cnn_batch_norm_removed_results_equal():
-    from passinfra.frontend.models import demo_cnn
+    from passinfra.frontend.zoo.ir_models import demo_cnn
 
     mod = demo_cnn()
     after = SimplifyInference()(mod)

@@ -4,7 +4,7 @@ built-in passes there, compare with the in-process result. Prints one JSON line.
 import json
 import sys
 
-from passinfra.frontend.models import demo_cnn, transformer_block
+from passinfra.frontend.zoo.ir_models import demo_cnn, transformer_block
 from passinfra.ir import IRModule
 from passinfra.transform import FoldConstant, InferType, PassContext, Sequential, SimplifyInference
 from scheduler import Scheduler

@@ -8,11 +8,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from scheduler.cli_common import CliUserError
+from raypass_cli.common import CliUserError
 
 
 def cmd_passes(args: argparse.Namespace) -> int:
-    from scheduler.cli_report import console, passes_table
+    from raypass_cli.report import console, passes_table
 
     console().print(passes_table())
     return 0

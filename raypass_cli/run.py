@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from scheduler.cli_common import CliUserError
+from raypass_cli.common import CliUserError
 
 RANDOM = "random"
 

@@ -1,9 +1,8 @@
-"""The ``raypass`` command line.
+"""The ``raypass`` command line: the argument parser, dispatch and exit statuses.
 
-It lives in ``scheduler`` because it drives everything (the scheduler depends on
-passinfra, never the other way round). Each subcommand has a module of its own
-(``scheduler/cli_*.py``). User errors print one line on stderr and exit with status 2;
-``--debug`` shows the traceback.
+Each subcommand (or group of small ones) has a module of its own in this package; this
+module only wires them into one parser and maps errors to exit statuses. User errors
+print one line on stderr and exit with status 2; ``--debug`` shows the traceback.
 """
 
 from __future__ import annotations
@@ -14,8 +13,9 @@ from collections.abc import Sequence
 
 import passinfra
 from passinfra.errors import ParseError, RaypassError
-from scheduler import cli_compile, cli_demo, cli_plan, cli_run, cli_tools
-from scheduler.cli_common import EXIT_USER_ERROR, CliUserError
+from raypass_cli import compile as compile_command
+from raypass_cli import demo, plan, run, tools
+from raypass_cli.common import EXIT_USER_ERROR, CliUserError
 
 EXIT_FAILURE = 1
 
@@ -39,11 +39,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"raypass {passinfra.__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    cli_compile.add_parser(sub)
-    cli_run.add_parser(sub)
-    cli_plan.add_parser(sub)
-    cli_demo.add_parser(sub)
-    cli_tools.add_parsers(sub)
+    compile_command.add_parser(sub)
+    run.add_parser(sub)
+    plan.add_parser(sub)
+    demo.add_parser(sub)
+    tools.add_parsers(sub)
     ops = sub.add_parser("ops", help="list the registered ops with their fusion pattern kind")
     ops.set_defaults(func=_cmd_ops)
     return parser

@@ -1,9 +1,9 @@
-"""A model zoo written with the onnx helper API: ``mlp``, ``resnet``, ``transformer``.
+"""The zoo's ONNX builders, written with the onnx helper API: ``mlp``, ``resnet``,
+``transformer``; these are the models ``zoo:`` specs name (``MODELS``).
 
 Weights are random, drawn from a seeded NumPy generator, so a (builder, parameters,
-seed) triple always gives the same model. ``zoo_spec("zoo:transformer?layers=2&hidden=64")``
-parses the command-line form. Every builder returns an ``onnx.ModelProto``; ``save``
-writes one to a file.
+seed) triple always gives the same model. ``spec.zoo_spec`` parses the command-line
+form. Every builder returns an ``onnx.ModelProto``; ``save`` writes one to a file.
 """
 
 from __future__ import annotations
@@ -12,44 +12,24 @@ import math
 import os
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import parse_qsl
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from passinfra.errors import RaypassError
-from passinfra.frontend.params import Param, checked_builder
+from passinfra.frontend.zoo.params import (
+    MLP_PARAMS,
+    RESNET_PARAMS,
+    TRANSFORMER_PARAMS,
+    ZooSpecError,
+    checked_builder,
+)
 
-__all__ = ["mlp", "resnet", "transformer", "zoo_spec", "save", "MODELS", "ZooSpecError"]
+__all__ = ["mlp", "resnet", "transformer", "save", "MODELS", "OPSET", "MAX_WEIGHT_BYTES"]
 
 OPSET = 17  # LayerNormalization is opset 17
 # An ONNX model is one protobuf message, which cannot exceed 2 GiB; keep room for the graph.
 MAX_WEIGHT_BYTES = 2**31 - 2**26
-
-
-class ZooSpecError(RaypassError, ValueError):
-    """A zoo spec string that names no model, or bad parameters for a zoo builder."""
-
-
-# The parameters of each builder, declared once (see passinfra.frontend.params). The upper
-# bounds are far beyond what the zoo is for; they turn a slip (an extra digit) into an
-# error instead of an hour of building; the weights' total size is bounded separately.
-_MAX_SIZE = 2**20
-_MAX_LAYERS = 1024
-
-
-def _size(name: str) -> Param:
-    return Param(name, 1, _MAX_SIZE)
-
-
-_SEED = Param("seed", 0)
-_LAYERS = Param("layers", 1, _MAX_LAYERS)
-MLP_PARAMS = (_size("batch"), _size("in_features"), _size("hidden"), _LAYERS, _size("classes"), _SEED)
-RESNET_PARAMS = (Param("depth", 8, 6 * 200 + 2), _size("batch"), _size("image"), _size("width"),
-                 _size("classes"), _SEED)
-TRANSFORMER_PARAMS = (_LAYERS, _size("hidden"), _size("heads"), _size("seq"), _size("batch"), _size("vocab"),
-                      _SEED)
 
 
 class _GraphBuilder:
@@ -271,31 +251,6 @@ def transformer(
 
 
 MODELS: dict[str, Callable[..., onnx.ModelProto]] = {"mlp": mlp, "resnet": resnet, "transformer": transformer}
-
-
-def zoo_spec(spec: str) -> onnx.ModelProto:
-    """Build the model a spec names: ``zoo:<model>?<param>=<int>&...`` (``zoo:`` optional),
-    e.g. ``zoo:transformer?layers=12&hidden=256`` or ``zoo:resnet?depth=20``."""
-    text = spec[len("zoo:") :] if spec.startswith("zoo:") else spec
-    name, _, query = text.partition("?")
-    if name not in MODELS:
-        raise ZooSpecError(f"unknown zoo model {name!r} in {spec!r}; known: {', '.join(MODELS)}")
-    params: dict[str, int] = {}
-    try:
-        pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query))
-    except ValueError:
-        raise ZooSpecError(f"bad parameters in {spec!r}; write zoo:{name}?name=value&name=value") from None
-    for key, value in pairs:
-        if key in params:
-            raise ZooSpecError(f"parameter {key!r} is given twice in {spec!r}")
-        try:
-            params[key] = int(value)
-        except ValueError:
-            raise ZooSpecError(f"parameter {key}={value!r} of {spec!r} is not an integer") from None
-    try:
-        return MODELS[name](**params)
-    except ZooSpecError as err:  # the builder's own check names the parameter; add the spec
-        raise ZooSpecError(f"bad parameters for zoo model {name!r} in {spec!r}: {err}") from None
 
 
 def save(model: onnx.ModelProto, path: str | os.PathLike) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 from passinfra.instrument import DumpIR, PassPrintingInstrument, PassTimingInstrument
 from passinfra.ir.module import IRModule
 from passinfra.transform import PassContext
-from scheduler.cli_common import (
+from raypass_cli.common import (
     CliUserError,
     add_context_options,
     add_scheduler_options,
@@ -27,9 +27,9 @@ from scheduler.cli_common import (
     parse_shapes,
     split_names,
 )
-from scheduler.cli_progress import BuildProgress
-from scheduler.cli_report import print_timing
-from scheduler.cli_trace import PassSpanRecorder, Span, write_trace
+from raypass_cli.progress import BuildProgress
+from raypass_cli.report import print_timing
+from raypass_cli.trace import PassSpanRecorder, Span, write_trace
 from scheduler.stats import RunStats
 
 EMIT_KINDS = ("c", "ir")
@@ -129,7 +129,7 @@ def _emit(kind: str, compiled: IRModule, link: Any) -> str:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    from scheduler.cli_common import load_plugins
+    from raypass_cli.common import load_plugins
 
     load_plugins(args.plugin)
     if args.emit is None and not args.output:

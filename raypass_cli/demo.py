@@ -11,11 +11,11 @@ from typing import Any
 
 import numpy as np
 
-from scheduler.cli_common import load_model, load_plugins, make_scheduler
-from scheduler.cli_compile import add_build_options, compile_model
-from scheduler.cli_report import print_timing
-from scheduler.cli_run import random_input
-from scheduler.cli_trace import write_timeline_png, write_trace
+from raypass_cli.common import load_model, load_plugins, make_scheduler
+from raypass_cli.compile import add_build_options, compile_model
+from raypass_cli.report import print_timing
+from raypass_cli.run import random_input
+from raypass_cli.trace import write_timeline_png, write_trace
 
 # big enough that FuseOps leaves dozens of kernels to spread over the workers, small
 # enough to compile in well under a minute on two cores

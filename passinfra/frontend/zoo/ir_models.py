@@ -1,4 +1,8 @@
-"""Small models built with the Python builder, for the demo, the tests and benchmarks.
+"""The zoo's IR builders: small models built with the op builders straight into an
+IRModule (no ONNX), for the tests and benchmarks.
+
+Their parameters are Python values (``mlp``'s ``hidden`` is a sequence of widths), not
+``zoo:`` spec integers; the ONNX builders of the same families are in ``onnx_models``.
 
 Each model comes as two functions: ``<model>_weights(...)`` draws its weights (float32,
 from ``np.random.default_rng(seed)``, so a seed always gives the same model) and
@@ -15,7 +19,15 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from passinfra.errors import IRError
-from passinfra.frontend.params import INTS, Param, checked_builder
+from passinfra.frontend.zoo.params import (
+    DEMO_CNN_PARAMS,
+    DEMO_CNN_WEIGHTS_PARAMS,
+    IR_MLP_PARAMS,
+    IR_MLP_WEIGHTS_PARAMS,
+    TRANSFORMER_BLOCK_PARAMS,
+    TRANSFORMER_BLOCK_WEIGHTS_PARAMS,
+    checked_builder,
+)
 from passinfra.ir import op
 from passinfra.ir.expr import Expr, Function, TupleGetItem, const, var
 from passinfra.ir.module import IRModule
@@ -45,25 +57,6 @@ def _around_one(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
 def _linear(x: Expr, weights: Weights, name: str) -> Expr:
     """``x @ W.T + b`` with ``W = weights[name + "_weight"]``, ``b = weights[name + "_bias"]``."""
     return op.nn.bias_add(op.nn.dense(x, const(weights[f"{name}_weight"])), const(weights[f"{name}_bias"]))
-
-
-# The parameters of each builder, declared once and checked by checked_builder before the
-# builder runs (an error names the parameter). Sizes are positive ints, seeds non-negative.
-def _size(name: str, optional: bool = False) -> Param:
-    return Param(name, 1, optional=optional, label=f"model size {name}")
-
-
-_SEED = Param("seed", 0)
-# hidden[i] is the width of layer i + 1 (layer 0 is the input)
-_HIDDEN = Param("hidden", 1, kind=INTS, label="model size hidden",
-                item_label=lambda i: f"model size layer {i + 1} width")
-_CNN_SIZES = (_size("channels"), _size("size"), _size("conv_channels"), _size("classes"))
-DEMO_CNN_WEIGHTS_PARAMS = (*_CNN_SIZES, _SEED)
-DEMO_CNN_PARAMS = (_size("batch"), *_CNN_SIZES, _SEED)
-MLP_WEIGHTS_PARAMS = (_size("in_features"), _HIDDEN, _size("classes"), _SEED)
-MLP_PARAMS = (_size("batch"), *MLP_WEIGHTS_PARAMS)
-TRANSFORMER_BLOCK_WEIGHTS_PARAMS = (_size("hidden"), _size("ffn", optional=True), _SEED)
-TRANSFORMER_BLOCK_PARAMS = (_size("seq"), _size("hidden"), _size("heads"), _size("ffn", optional=True), _SEED)
 
 
 # -- demo CNN ---------------------------------------------------------------------------
@@ -107,7 +100,7 @@ def demo_cnn(batch: int = 1, channels: int = 3, size: int = 16, conv_channels: i
 # -- MLP --------------------------------------------------------------------------------
 
 
-@checked_builder(MLP_WEIGHTS_PARAMS, IRError)
+@checked_builder(IR_MLP_WEIGHTS_PARAMS, IRError)
 def mlp_weights(in_features: int = 16, hidden: Sequence[int] = (32, 32), classes: int = 10,
                 seed: int = 0) -> Weights:
     """The weights of :func:`mlp`: ``fc{i}_weight`` / ``fc{i}_bias`` per layer."""
@@ -120,7 +113,7 @@ def mlp_weights(in_features: int = 16, hidden: Sequence[int] = (32, 32), classes
     return weights
 
 
-@checked_builder(MLP_PARAMS, IRError)
+@checked_builder(IR_MLP_PARAMS, IRError)
 def mlp(batch: int = 1, in_features: int = 16, hidden: Sequence[int] = (32, 32), classes: int = 10,
         seed: int = 0) -> IRModule:
     """(dense -> bias_add -> relu) per hidden width, then dense -> bias_add -> softmax.

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from scheduler.cli_common import add_context_options, make_context
+from raypass_cli.common import add_context_options, make_context
 
 PLAN_FIGSIZE = (14.0, 5.0)
 PLAN_DPI = 100

@@ -1,10 +1,11 @@
-"""Declared parameters of the model builders, checked in one place.
+"""Declared parameters of the zoo's model builders, checked in one place, and their tables.
 
 Each builder states its parameters once, as a table of :class:`Param` (name, kind,
 range), and is wrapped by :func:`checked_builder`, which rejects unknown names, wrong
 types and values out of range with one error naming the parameter, before the builder
-runs. The zoo (``zoo.py``, whose parameters also arrive from ``zoo:`` specs) and the
-Python builders (``models.py``) share it.
+runs. The tables of every builder live at the end of this module: the ONNX builders
+(``onnx_models.py``, whose parameters also arrive from ``zoo:`` specs) and the IR
+builders (``ir_models.py``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
+
+from passinfra.errors import RaypassError
 
 Builder = TypeVar("Builder", bound=Callable[..., Any])
 
@@ -115,4 +118,55 @@ def checked_builder(params: Sequence[Param], error: type[Exception]) -> Callable
     return decorate
 
 
-__all__ = ["Param", "INT", "INTS", "check_arguments", "checked_builder"]
+class ZooSpecError(RaypassError, ValueError):
+    """A zoo spec string that names no model, or bad parameters for an ONNX zoo builder."""
+
+
+# -- the ONNX builders (onnx_models.py; the ``zoo:`` specs) -------------------------------
+# The upper bounds are far beyond what the zoo is for; they turn a slip (an extra digit)
+# into an error instead of an hour of building; the weights' total size is bounded
+# separately (onnx_models.MAX_WEIGHT_BYTES).
+_MAX_SIZE = 2**20
+_MAX_LAYERS = 1024
+
+
+def _onnx_size(name: str) -> Param:
+    return Param(name, 1, _MAX_SIZE)
+
+
+_ONNX_SEED = Param("seed", 0)
+_LAYERS = Param("layers", 1, _MAX_LAYERS)
+MLP_PARAMS = (_onnx_size("batch"), _onnx_size("in_features"), _onnx_size("hidden"), _LAYERS,
+              _onnx_size("classes"), _ONNX_SEED)
+RESNET_PARAMS = (Param("depth", 8, 6 * 200 + 2), _onnx_size("batch"), _onnx_size("image"),
+                 _onnx_size("width"), _onnx_size("classes"), _ONNX_SEED)
+TRANSFORMER_PARAMS = (_LAYERS, _onnx_size("hidden"), _onnx_size("heads"), _onnx_size("seq"),
+                      _onnx_size("batch"), _onnx_size("vocab"), _ONNX_SEED)
+
+
+# -- the IR builders (ir_models.py) ------------------------------------------------------
+# Sizes are positive ints, seeds non-negative; errors call them "model size NAME".
+def _ir_size(name: str, optional: bool = False) -> Param:
+    return Param(name, 1, optional=optional, label=f"model size {name}")
+
+
+_IR_SEED = Param("seed", 0)
+# hidden[i] is the width of layer i + 1 (layer 0 is the input)
+_HIDDEN_WIDTHS = Param("hidden", 1, kind=INTS, label="model size hidden",
+                       item_label=lambda i: f"model size layer {i + 1} width")
+_CNN_SIZES = (_ir_size("channels"), _ir_size("size"), _ir_size("conv_channels"), _ir_size("classes"))
+DEMO_CNN_WEIGHTS_PARAMS = (*_CNN_SIZES, _IR_SEED)
+DEMO_CNN_PARAMS = (_ir_size("batch"), *_CNN_SIZES, _IR_SEED)
+IR_MLP_WEIGHTS_PARAMS = (_ir_size("in_features"), _HIDDEN_WIDTHS, _ir_size("classes"), _IR_SEED)
+IR_MLP_PARAMS = (_ir_size("batch"), *IR_MLP_WEIGHTS_PARAMS)
+TRANSFORMER_BLOCK_WEIGHTS_PARAMS = (_ir_size("hidden"), _ir_size("ffn", optional=True), _IR_SEED)
+TRANSFORMER_BLOCK_PARAMS = (_ir_size("seq"), _ir_size("hidden"), _ir_size("heads"),
+                            _ir_size("ffn", optional=True), _IR_SEED)
+
+
+__all__ = [
+    "Param", "INT", "INTS", "ZooSpecError", "check_arguments", "checked_builder",
+    "MLP_PARAMS", "RESNET_PARAMS", "TRANSFORMER_PARAMS",
+    "DEMO_CNN_PARAMS", "DEMO_CNN_WEIGHTS_PARAMS", "IR_MLP_PARAMS", "IR_MLP_WEIGHTS_PARAMS",
+    "TRANSFORMER_BLOCK_PARAMS", "TRANSFORMER_BLOCK_WEIGHTS_PARAMS",
+]
