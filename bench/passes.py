@@ -1,6 +1,6 @@
 """Time per built-in pass on big builder models, and how each pass grows with size.
 
-Two models, built here with the op builders (passinfra.frontend.models has only the
+Two models, built here with the op builders (passinfra.frontend.zoo.ir_models has only the
 small single-block versions):
 
 * ``transformer``: a stack of pre-norm encoder blocks (layer_norm, multi-head attention,

@@ -8,7 +8,7 @@ and from micro-measurements (no-op call latency, submit cost, transfer bandwidth
 The policy is the scheduler's own: functions are placed by LPT (``scheduler.assign.lpt``,
 here on the measured costs, which is where its rebalancing converges), each worker's
 functions are cut in module order into ``CALLS_PER_WORKER`` batch calls
-(``scheduler.ray_runner``), an actor runs its calls one after the other, and a stage ends
+(``scheduler.chunking``), an actor runs its calls one after the other, and a stage ends
 when its slowest worker does. A stage then costs
 
     driver (per function + per call) + transfer (bytes / bandwidth) + one call latency
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler.assign import lpt
-from scheduler.ray_runner import CALLS_PER_WORKER
+from scheduler.chunking import CALLS_PER_WORKER
 
 WORKER_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 _STAGE_DRIVER_EVENTS = ("send functions", "merge results")
@@ -76,7 +76,7 @@ class Workload:
 def batch_calls(
     functions: int, calls_per_worker: int = CALLS_PER_WORKER, batch_size: int | None = None
 ) -> int:
-    """How many batch calls one worker's ``functions`` are cut into (as ray_runner does)."""
+    """How many batch calls one worker's ``functions`` are cut into (as scheduler.chunking does)."""
     if functions == 0:
         return 0
     size = batch_size or max(1, math.ceil(functions / calls_per_worker))
@@ -284,7 +284,7 @@ def run(data: Any, plot_path: str) -> tuple[str, list[list[str]]]:
         "Workload: the per-(pass, function) seconds of the last measured ray N=1 build, grouped by "
         "the plan's function stages; serial part: that run's driver time outside its function "
         "stages plus linking (median). Policy: LPT on measured costs (scheduler/assign.py), "
-        f"{CALLS_PER_WORKER} batch calls per worker and stage (scheduler/ray_runner.py).",
+        f"{CALLS_PER_WORKER} batch calls per worker and stage (scheduler/chunking.py).",
         "",
     ]
     curves: dict[str, Curve] = {}

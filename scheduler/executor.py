@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from passinfra.instrument import PassInstrument, PassTimingInstrument
+from passinfra.instrument import PassInstrument
 from passinfra.ir.module import IRModule
 from passinfra.transform import Pass, PassContext, run_instrumented
 from scheduler.plan import FunctionStage, Plan, PlanNode, build_plan
@@ -42,10 +42,16 @@ def batching_allowed(ctx: PassContext) -> bool:
 
 
 StageRunner = Callable[[FunctionStage, IRModule, PassContext], "StageOutcome"]
-ErrorHook = Callable[[FunctionStage, "StageOutcome", IRModule], None]
+# called with the plan, the failed stage, its outcome and its input module
+ErrorHook = Callable[[Plan, FunctionStage, "StageOutcome", IRModule], None]
 
 
 class PlanExecutor:
+    """Walks one plan: ``run`` returns the module the pipeline returns. The module flows
+    through the calls (each visit takes its input and returns its output), never
+    through the executor's state; only the stage outcomes are kept, so the later passes
+    of a stage replay what the first one ran."""
+
     def __init__(
         self,
         run_stage: StageRunner,
@@ -58,46 +64,45 @@ class PlanExecutor:
         self._ctx = ctx
         self._on_error = on_error
         self._outcomes: dict[int, StageOutcome] = {}
-        self._mod: IRModule | None = None
         self.plan: Plan | None = None
 
     def run(self, pipeline: Pass, mod: IRModule) -> IRModule:
         self.plan = build_plan(pipeline, self._ctx, batch=batching_allowed(self._ctx))
-        self._mod = mod
-        self._visit(self.plan.root)
-        return self._mod
+        self._outcomes = {}
+        return self._visit(self.plan, self.plan.root, mod)
 
-    def _visit(self, node: PlanNode) -> None:
+    def _visit(self, plan: Plan, node: PlanNode, mod: IRModule) -> IRModule:
+        """``node`` run on ``mod`` between the instruments' hooks; returns its output."""
         ctx = self._ctx
 
         def body(current: IRModule) -> IRModule:
             if node.kind == "sequential":
                 for child in node.children:
-                    self._visit(child)
-            elif node.kind == "module":
+                    current = self._visit(plan, child, current)
+                return current
+            if node.kind == "module":
                 wall, t0 = time.time(), time.perf_counter()
-                self._mod = node.pass_.transform(self._mod, ctx)
+                current = node.pass_.transform(current, ctx)
                 if self._on_module_pass is not None:
                     self._on_module_pass(node.name, wall, time.perf_counter() - t0)
-            else:
-                self._function_pass(node)
-            return self._mod
+                return current
+            return self._function_pass(plan, node, current)
 
-        run_instrumented(node.pass_.info, self._mod, ctx, body)
+        return run_instrumented(node.pass_.info, mod, ctx, body)
 
-    def _function_pass(self, node: PlanNode) -> None:
-        assert self.plan is not None
-        stage = self.plan.stages[node.stage]
+    def _function_pass(self, plan: Plan, node: PlanNode, mod: IRModule) -> IRModule:
+        """The output of function pass ``node``: its whole stage runs (on ``mod``) when
+        the stage's first pass is reached; the later passes of the stage return the
+        stage's output (their input already), replaying its timings and error."""
+        stage = plan.stages[node.stage]
         assert isinstance(stage, FunctionStage)
         outcome = self._outcomes.get(stage.index)
         if outcome is None:
-            stage_input = self._mod
-            outcome = self._run_stage(stage, stage_input, self._ctx)
+            outcome = self._run_stage(stage, mod, self._ctx)
             self._outcomes[stage.index] = outcome
-            self._mod = outcome.module
             if outcome.error is not None and self._on_error is not None:
-                self._on_error(stage, outcome, stage_input)
-        self._record_timings(node, outcome)
+                self._on_error(plan, stage, outcome, mod)
+        self._report_timings(node, outcome)
         error = outcome.error
         if error is not None and error.leaf == node.leaf_index:
             worker = outcome.error_worker or {}
@@ -107,17 +112,15 @@ class PlanExecutor:
                 f"node {worker.get('node_id')})"
             )
             raise exc
+        return outcome.module
 
-    def _record_timings(self, node: PlanNode, outcome: StageOutcome) -> None:
+    def _report_timings(self, node: PlanNode, outcome: StageOutcome) -> None:
+        """What the workers measured for ``node``, to every instrument's remote-timings hook."""
         per_worker = outcome.timings.get(node.leaf_index, {})
+        if not per_worker:
+            return
         for instrument in self._ctx.instruments:
-            if isinstance(instrument, PassTimingInstrument):
-                for slot, (seconds, count) in sorted(per_worker.items()):
-                    instrument.record_remote(node.name, slot, seconds, count)
+            instrument.on_remote_timings(node.pass_.info, dict(sorted(per_worker.items())))
 
 
-def plan_leaf_names(plan: Plan, start: int) -> list[str]:
-    return [leaf.name for leaf in plan.leaves[start:]]
-
-
-__all__ = ["PlanExecutor", "instrument_needs_module", "batching_allowed", "plan_leaf_names", "Any"]
+__all__ = ["PlanExecutor", "instrument_needs_module", "batching_allowed"]

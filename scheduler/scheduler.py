@@ -23,8 +23,8 @@ from passinfra.transform import Pass, PassContext, register_config
 from passinfra.transform.errors import PassArgumentError
 from passinfra.transform.run_facts import collect_facts
 from scheduler.assign import estimated_cost
-from scheduler.executor import PlanExecutor
-from scheduler.plan import FunctionStage, build_plan
+from scheduler.executor import ErrorHook, PlanExecutor
+from scheduler.plan import FunctionStage, Plan, build_plan
 from scheduler.reproducer import write_reproducer
 from scheduler.stats import DriverEvent, RunStats
 
@@ -163,23 +163,23 @@ class Scheduler:
                 DriverEvent(name, start, seconds)
             ),
         )
-        self._executor = executor
         try:
             return executor.run(pipeline, mod)
         except BaseException:
             # a failed run leaves no actor behind (the next run starts a fresh pool)
-            if self._pool is not None:
-                stats.worker_restarts += pool.restarts
-                self._stop_pool()
+            self._stop_pool()
             raise
 
-    def _error_hook(self, ctx: PassContext):
+    @staticmethod
+    def _error_hook(ctx: PassContext) -> ErrorHook:
+        """What a failed stage does besides raising: with config
+        ``scheduler.reproducer_dir``, write a reproducer (the stage's input and the passes
+        from the stage on) and name it in a note on the error."""
         directory = ctx.get_config("scheduler.reproducer_dir", None)
 
-        def on_error(stage: FunctionStage, outcome: StageOutcome, stage_input: IRModule) -> None:
+        def on_error(plan: Plan, stage: FunctionStage, outcome: StageOutcome, stage_input: IRModule) -> None:
             if not directory or outcome.error is None:
                 return
-            executor = self._executor
             start = stage.leaves[0].leaf_index
             failing = next(leaf for leaf in stage.leaves if leaf.leaf_index == outcome.error.leaf)
             path = write_reproducer(
@@ -187,7 +187,7 @@ class Scheduler:
                 stage_input,
                 outcome.error.function,
                 failing.name,
-                [leaf.pass_ for leaf in executor.plan.leaves[start:]],  # with their options
+                [leaf.pass_ for leaf in plan.leaves[start:]],  # with their options
                 ctx,
                 outcome.error.error,
             )

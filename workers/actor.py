@@ -4,14 +4,14 @@
 into a Ray actor. Functions stay resident between stages: the driver sends a function
 once (with the first batch call that needs it, so the worker starts on the first batch
 while the driver still packs the next) and afterwards only names it. A batch call runs a
-stage's passes one function at a time (all passes for a function, then the next
-function), measuring each (pass, function), and returns per function either nothing
-(unchanged) or the new function, with the facts the passes reported about their runs
-(``passinfra.transform.run_facts``: never in the IR). An exception stops that function's
-batch and is returned, not raised, so the driver can pick the same error an in-process
-run would have raised first. Each pass sees the module through the same view as
-in-process (``FunctionPass.transform_function_in``): the stage's snapshot for a pass
-that reads the module, its own function alone for one that promised not to.
+stage's passes through the kernel every executor shares
+(``passinfra.transform.function_stage``: all passes for a function, then the next
+function, each (pass, function) run measured, with the facts the passes reported about
+it, never in the IR), and returns per function either nothing (unchanged) or the new
+function. An exception is returned, not raised, so the driver can pick the same error an
+in-process run would have raised first (the kernel's first-error rule). Each pass sees
+the module through the same view as in-process: the stage's snapshot for a pass that
+reads the module, its own function alone for one that promised not to.
 
 When the stage is followed by InferType (``StageSpec.types_wanted``), the worker infers
 the types of the batch's functions before returning them: types are caches on the nodes
@@ -36,7 +36,7 @@ from passinfra.ir.expr import BaseFunc, Function
 from passinfra.ir.module import IRModule
 from passinfra.ir.type_infer import infer_module
 from passinfra.transform import FunctionPass, PassContext, register_config
-from passinfra.transform.run_facts import RunFact, collect_facts
+from passinfra.transform.function_stage import PassRun, run_stage_over
 from workers.wire import Packed, pack_functions, unpack_module
 
 # a stage's passes are unpickled once per worker and kept for its batch calls
@@ -70,13 +70,11 @@ class BatchResult:
     slot: int
     pid: int
     changed: Packed | None
-    # (leaf index, function, wall-clock start (time.time()), seconds)
-    timings: list[tuple[int, str, float, float]] = field(default_factory=list)
+    runs: list[PassRun] = field(default_factory=list)  # keyed by leaf index, with their facts
     error: BatchError | None = None
     busy_seconds: float = 0.0
     typing_seconds: float = 0.0  # part of busy_seconds spent inferring result types
     untyped: list[str] = field(default_factory=list)  # types were wanted but not inferred
-    facts: list[tuple[int, RunFact]] = field(default_factory=list)  # (leaf index, fact reported)
 
 
 class RemotePassError(RuntimeError):
@@ -141,29 +139,14 @@ class FunctionWorker:
         for key, value_type in spec.config_types.items():
             register_config(key, value_type)
         ctx = PassContext.from_spec(spec.ctx_spec)
-        result = BatchResult(self.slot, os.getpid(), None)
-        changed: dict[str, BaseFunc] = {}
-        with ctx, collect_facts() as facts:
-            for name in names:
-                func = self.module[name]
-                original = func
-                for leaf, pass_ in spec.passes:
-                    if not pass_.accepts(func):
-                        continue
-                    wall, t0, reported = time.time(), time.perf_counter(), len(facts)
-                    try:
-                        func = pass_.transform_function_in(func, snapshot, ctx, name)
-                    except Exception as error:  # returned to the driver, which re-raises it
-                        result.error = _batch_error(leaf, name, error, self.slot)
-                    result.timings.append((leaf, name, wall, time.perf_counter() - t0))
-                    result.facts.extend((leaf, fact) for fact in facts[reported:])
-                    if result.error is not None:
-                        break
-                if result.error is not None and result.error.function == name:
-                    break
-                if func is not original:
-                    self.module[name] = func
-                    changed[name] = func
+        with ctx:
+            run = run_stage_over(spec.passes, ((name, self.module[name]) for name in names), snapshot, ctx)
+        changed = run.changed
+        for name, func in changed.items():
+            self.module[name] = func
+        result = BatchResult(self.slot, os.getpid(), None, run.runs)
+        if run.error is not None:  # returned to the driver, which re-raises it
+            result.error = _batch_error(run.error.key, run.error.function, run.error.error)
         if spec.types_wanted and result.error is None:
             typing_start = time.perf_counter()
             result.untyped = self._infer_types(names)
@@ -230,7 +213,7 @@ def _needs_types(func: BaseFunc) -> bool:
     return isinstance(func, Function) and func._checked_type is None
 
 
-def _batch_error(leaf: int, name: str, error: Exception, slot: int) -> BatchError:
+def _batch_error(leaf: int, name: str, error: Exception) -> BatchError:
     text = "".join(traceback.format_exception(error))
     try:  # the driver must be able to unpickle it: custom types are kept when they can be
         from ray import cloudpickle

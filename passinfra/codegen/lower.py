@@ -56,7 +56,6 @@ from passinfra.ir.module import IRModule
 from passinfra.ir.op.registry import Op
 from passinfra.ir.types import TensorType, TupleType, Type
 from passinfra.transform.context import PassContext
-from passinfra.transform.errors import add_note
 from passinfra.transform.pass_info import PassInfo
 from passinfra.transform.passes import FunctionPass, Pass
 from passinfra.transform.registry import register_pass
@@ -595,7 +594,9 @@ class LowerToPrimFuncPass(FunctionPass):
     """Function pass over the functions with a truthy ``Primitive`` attr; every other
     function is left as it is."""
 
-    # the worker passes the function's GlobalVar name; nothing else of the module is read
+    # the GlobalVar name is the C symbol: the pass reads it from the module view, which
+    # for a pass promising reads_module=False holds the function under its own name
+    # (every executor builds that view, see transform.module_view); nothing else is read
     reads_module = False
 
     def __init__(self) -> None:
@@ -606,17 +607,6 @@ class LowerToPrimFuncPass(FunctionPass):
     def accepts(self, func: BaseFunc) -> bool:
         return (isinstance(func, Function) and bool(func.attrs.get("Primitive", 0))
                 and not func.attrs.get("SkipOptimization", False))
-
-    def transform_function(self, func: BaseFunc, mod: IRModule, ctx: PassContext,
-                           name: str = "<anonymous>") -> BaseFunc:
-        # the GlobalVar name is the C symbol; use the name the caller knows when it has one
-        if name == "<anonymous>":
-            return super().transform_function(func, mod, ctx, name)
-        try:
-            return lower_primitive_function(func, name, _blas(ctx))
-        except BaseException as error:
-            add_note(error, f"raised by function pass 'LowerToPrimFunc' on function {name!r}")
-            raise
 
 
 @register_pass("LowerToPrimFunc")

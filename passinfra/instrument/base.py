@@ -13,6 +13,11 @@ Call order (see ``Pass._run_instrumented`` and ``PassContext.__enter__/__exit__`
 it is called on each instrument whose ``run_before_pass`` ran but whose
 ``run_after_pass`` did not, so an instrument that keeps per-pass state (a timer stack)
 can close it. It must not raise; by default it does nothing.
+
+``on_remote_timings`` is the other: when a parallel scheduler ran a function pass on
+workers, it hands every instrument, in the driver and right before that pass's
+``run_after_pass``, what each worker measured (``PassTimingInstrument`` merges it into
+its tree). By default it does nothing.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from passinfra.ir.module import IRModule
     from passinfra.transform.pass_info import PassInfo
 
@@ -55,6 +62,10 @@ class PassInstrument:
 
     def on_pass_error(self, mod: IRModule, info: PassInfo, error: BaseException) -> None:
         """Called when a pass whose ``run_before_pass`` ran failed before ``run_after_pass``."""
+
+    def on_remote_timings(self, info: PassInfo, per_worker: Mapping[Any, tuple[float, int]]) -> None:
+        """Called in the driver when function pass ``info`` ran on workers: per worker id,
+        the seconds its runs of the pass took and how many functions it ran."""
 
     def __repr__(self) -> str:
         return f"<{self.name} instrument>"

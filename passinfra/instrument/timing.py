@@ -9,9 +9,9 @@ Every rendered line keeps one format, failed or not, so tools that parse the rep
 never meet a line they do not know; which runs failed is a separate query
 (:meth:`PassTimingInstrument.failed_passes`, or ``"failed"`` in :meth:`timings`).
 
-Parallel runs: the scheduler merges what workers measured with
-:meth:`PassTimingInstrument.record_remote`; the pass's line then ends with
-``[workers: <cpu>us cpu, <n> functions]``.
+Parallel runs: the scheduler hands what workers measured to the ``on_remote_timings``
+hook, which merges it with :meth:`PassTimingInstrument.record_remote`; the pass's line
+then ends with ``[workers: <cpu>us cpu, <n> functions]``.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ from passinfra.instrument.base import PassInstrument
 from passinfra.transform.errors import PassNotFoundError
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from passinfra.ir.module import IRModule
     from passinfra.transform.pass_info import PassInfo
 
@@ -91,6 +93,10 @@ class PassTimingInstrument(PassInstrument):
                 return
 
     # ----- merging worker measurements ---------------------------------------------------
+    def on_remote_timings(self, info: PassInfo, per_worker: Mapping[Any, tuple[float, int]]) -> None:
+        for worker_id, (cpu_seconds, num_functions) in per_worker.items():
+            self.record_remote(info.name, worker_id, cpu_seconds, num_functions)
+
     def record_remote(self, pass_name: str, worker_id: Any, cpu_seconds: float, num_functions: int) -> None:
         """Add what one worker measured for the latest run of ``pass_name`` (open, or
         else the last finished one). Called by the scheduler, in the driver."""

@@ -18,6 +18,7 @@ from passinfra.transform.errors import (
     PassReturnTypeError,
     add_note,
 )
+from passinfra.transform.function_stage import run_stage_over
 from passinfra.transform.instrumented import PassBody, run_instrumented
 from passinfra.transform.module_view import function_view
 from passinfra.transform.pass_info import PassInfo
@@ -94,9 +95,10 @@ class FunctionPass(Pass):
     it was before the pass; the results are applied afterwards, in module order, to a
     new module. Functions cannot be added or removed.
 
-    Scheduler seams: ``transform_module_functions`` is the per-function loop (a parallel
-    scheduler replaces it), ``transform_function_in`` the single call every executor
-    (in-process, the scheduler's driver, a worker) makes per function. ``reads_module``
+    Scheduler seams: ``transform_module_functions`` runs the pass through the per-function
+    loop every executor shares (``function_stage``: in-process, the scheduler's driver, a
+    worker; a parallel scheduler replaces this method), which calls
+    ``transform_function_in`` once per (pass, function). ``reads_module``
     says whether the pass function looks at other functions of ``mod``; the default
     (True) is the safe one, and a pass that promises False lets the scheduler batch it
     with its neighbours, and sees only its own function (``module_view``), wherever it runs.
@@ -122,12 +124,13 @@ class FunctionPass(Pass):
         return isinstance(func, Function) and not func.attrs.get("SkipOptimization", False)
 
     def transform_module_functions(self, mod: IRModule, ctx: PassContext) -> IRModule:
-        """Transform every accepted function of ``mod``; return a new module."""
-        updates: dict[GlobalVar, BaseFunc] = {}
-        for gv, func in mod.items():
-            if self.accepts(func):
-                updates[gv] = self.transform_function_in(func, mod, ctx, gv.name_hint)
-        return self.apply_updates(mod, updates)
+        """Transform every accepted function of ``mod``; return a new module. This is a
+        stage of one pass, run by the kernel every executor shares (``function_stage``)."""
+        gvs = {gv.name_hint: gv for gv in mod.functions}
+        run = run_stage_over(((0, self),), ((gv.name_hint, func) for gv, func in mod.items()), mod, ctx)
+        if run.error is not None:
+            raise run.error.error
+        return self.apply_updates(mod, {gvs[name]: func for name, func in run.changed.items()})
 
     def transform_function_in(
         self, func: BaseFunc, base: IRModule | None, ctx: PassContext, name: str

@@ -1,0 +1,138 @@
+"""Which worker slot holds which function, and where new functions go.
+
+The driver holds the current version of every function (workers send back what they
+changed at the end of each stage); workers hold resident copies, tracked by object
+identity: a function is up to date on its slot exactly when the driver's object is the
+one last sent to or received from that slot. Only new or changed functions are sent.
+
+Placement: a new function goes to the least loaded slot, largest first (LPT,
+``scheduler.assign``), by the measured seconds of the last stage that ran it, else by an
+estimate from its node count. When the measured costs make the current placement
+clearly worse than LPT's (``REBALANCE_THRESHOLD``), functions move; a moved or removed
+function is dropped by the slot that held it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from passinfra.ir.expr import BaseFunc
+from passinfra.ir.module import IRModule
+from scheduler.assign import estimated_cost, lpt, makespan
+
+REBALANCE_THRESHOLD = 1.25  # move functions when the measured makespan is this much over LPT's
+
+
+@dataclass
+class Placement:
+    """What a stage must ship: per slot, the functions to load and the names to drop."""
+
+    slots: dict[str, int]  # name -> slot, in module order
+    sends: dict[int, dict[str, BaseFunc]] = field(default_factory=dict)
+    drops: dict[int, list[str]] = field(default_factory=dict)
+    moved: int = 0  # functions rebalancing moved to another slot
+
+
+class Residency:
+    """What each of ``workers`` slots holds, and where each function should run."""
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+        # name -> (slot, the driver object the worker holds; None: it needs a new copy)
+        self._resident: dict[str, tuple[int, BaseFunc | None]] = {}
+        self._cost: dict[str, float] = {}  # measured seconds per function, last stage it ran
+        self._relevant: set[str] = set()  # functions some pass of the current stage accepts
+
+    def sync(self, mod: IRModule, passes: Sequence[Any] | None = None) -> Placement:
+        """Place new functions, rebalance by measured cost, and say what each slot must
+        load (new/changed functions) and drop (removed or moved ones). The functions are
+        recorded as resident now; they reach the workers with the stage's calls."""
+        names = [gv.name_hint for gv in mod.functions]
+        present = set(names)
+        drops: dict[int, list[str]] = {}
+        for name in list(self._resident):
+            if name not in present:
+                slot, _ = self._resident.pop(name)
+                drops.setdefault(slot, []).append(name)
+        placement = {name: slot for name, (slot, _) in self._resident.items()}
+        moved = 0
+        if self.workers == 1:  # nothing to balance: spare the cost estimates (a walk of every function)
+            placement.update({name: 0 for name in names if name not in placement})
+        else:
+            # a function no pass of this stage works on costs (next to) nothing here: the host
+            # `main` after FuseOps is large but untouched by codegen, and must not take a
+            # worker for itself while the kernels pile up on the other
+            self._relevant = {
+                name for name in names if passes is None or any(p.accepts(mod[name]) for p in passes)
+            }
+            newcomers = {name: self._cost_of(name, mod) for name in names if name not in placement}
+            if newcomers:
+                loads = [0.0] * self.workers
+                for name, slot in placement.items():
+                    loads[slot] += self._cost_of(name, mod)
+                placement.update(lpt(newcomers, loads))
+            placement, moved = self._rebalance(placement, mod, drops)
+        sends: dict[int, dict[str, BaseFunc]] = {}
+        for name in names:
+            func = mod[name]
+            slot = placement[name]
+            resident = self._resident.get(name)
+            if resident is None or resident[0] != slot or resident[1] is not func:
+                sends.setdefault(slot, {})[name] = func
+                self._resident[name] = (slot, func)
+        return Placement({name: placement[name] for name in names}, sends, drops, moved)
+
+    def _cost_of(self, name: str, mod: IRModule) -> float:
+        """Measured seconds of the last stage that ran the function, else an estimate
+        from its node count (about a microsecond per node and pass); tiny when no pass
+        of the current stage accepts it."""
+        if name not in self._relevant:
+            return 1e-9
+        return self._cost.get(name) or estimated_cost(mod[name]) * 1e-6
+
+    def _rebalance(
+        self, placement: dict[str, int], mod: IRModule, drops: dict[int, list[str]]
+    ) -> tuple[dict[str, int], int]:
+        """Re-place by measured cost when the current placement is clearly worse than
+        LPT's; returns the placement and how many functions moved."""
+        if self.workers < 2 or len(placement) <= self.workers:
+            return placement, 0
+        costs = {name: self._cost_of(name, mod) for name in placement}
+        better = lpt(costs, [0.0] * self.workers)
+        now, best = makespan(placement, costs, self.workers), makespan(better, costs, self.workers)
+        if now <= REBALANCE_THRESHOLD * best:
+            return placement, 0
+        moved = 0
+        for name, slot in better.items():
+            old = placement.get(name)
+            if old is not None and old != slot:
+                drops.setdefault(old, []).append(name)
+                self._resident.pop(name, None)
+                moved += 1
+        return better, moved
+
+    # ----- after the stage's calls ---------------------------------------------------------
+    def refill(self, slot: int, mod: IRModule) -> dict[str, BaseFunc]:
+        """The functions of ``slot`` as ``mod`` (the stage's input) has them, for its
+        restarted actor; they are resident there again once sent."""
+        mine = {name: mod[name] for name, (owner, _) in self._resident.items() if owner == slot}
+        for name, func in mine.items():
+            self._resident[name] = (slot, func)
+        return mine
+
+    def received(self, slot: int, changed: Mapping[str, BaseFunc], untyped: Sequence[str]) -> None:
+        """``slot`` returned ``changed`` (its copies are these objects now); the functions in
+        ``untyped`` get their types only in the driver's InferType, so the slot needs them again."""
+        for name, func in changed.items():
+            self._resident[name] = (slot, func)
+        for name in untyped:
+            self._resident[name] = (slot, None)
+
+    def learn(self, seconds: Mapping[str, float]) -> None:
+        """Measured seconds per function (of the stage that just ran), for placement."""
+        self._cost.update(seconds)
+
+
+__all__ = ["REBALANCE_THRESHOLD", "Placement", "Residency"]
