@@ -33,6 +33,7 @@ from typing import Any
 
 from passinfra.errors import RaypassError
 from passinfra.ir.types import Type
+from passinfra.scoped import pushed
 from passinfra.tir import PrimFunc
 
 C_SOURCE_ATTR = "c_source"
@@ -146,14 +147,8 @@ _collectors = _Collectors()
 def collect_link_products(ret_type: Type | None = None) -> Iterator[LinkProducts]:
     """A :class:`LinkProducts` the link passes run in this thread fill while the block runs
     (the innermost one, when link steps nest)."""
-    products = LinkProducts(ret_type=ret_type)
-    _collectors.stack.append(products)
-    try:
+    with pushed(_collectors.stack, LinkProducts(ret_type=ret_type)) as products:
         yield products
-    finally:
-        # by identity: two fresh LinkProducts compare equal
-        index = next(i for i, p in enumerate(_collectors.stack) if p is products)
-        del _collectors.stack[index]
 
 
 def current_link_products() -> LinkProducts | None:

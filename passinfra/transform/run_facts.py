@@ -24,6 +24,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from passinfra.scoped import pushed
+
 
 @dataclass(frozen=True)
 class RunFact:
@@ -71,14 +73,8 @@ def report_fact(name: str, value: Any) -> None:
 @contextmanager
 def collect_facts() -> Iterator[list[RunFact]]:
     """A list receiving, in order, every fact reported in this thread while the block runs."""
-    collected: list[RunFact] = []
-    _state.collectors.append(collected)
-    try:
+    with pushed(_state.collectors, []) as collected:
         yield collected
-    finally:
-        # by identity: list.remove compares by value, and two empty collectors are equal
-        index = next(i for i, c in enumerate(_state.collectors) if c is collected)
-        del _state.collectors[index]
 
 
 __all__ = ["RunFact", "begin_run", "collect_facts", "end_run", "report_fact"]
