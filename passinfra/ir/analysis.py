@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-from passinfra.ir.expr import Expr, Function, Let, Var
+from passinfra.ir.expr import Expr, Var
 from passinfra.ir.functor import iter_post_order
+from passinfra.ir.schema import KindTable
+
+# the variables a node binds: its schema's binder fields (Let: var; Function: params)
+_BINDERS = KindTable(lambda schema: schema.binders)
 
 
 def bound_vars(expr: Expr) -> list[Var]:
     """Variables bound by a Let or as a Function parameter inside ``expr``, in order."""
     bound: list[Var] = []
     for node in iter_post_order(expr):
-        if type(node) is Let:
-            bound.append(node.var)
-        elif isinstance(node, Function):
-            bound.extend(node.params)
+        bound.extend(_BINDERS[type(node)](node))
     return bound
 
 

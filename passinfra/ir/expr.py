@@ -7,6 +7,15 @@ structural hash as a root, filled by :func:`structural_hash`) and ``_checked_typ
 comparison is :func:`passinfra.ir.structural_equal`. ``GlobalVar`` is the exception: it
 is a name, so two GlobalVars with one name are equal (this is what lets modules move
 between processes).
+
+Each node kind declares its fields once, as its class attribute ``schema`` (a
+:class:`~passinfra.ir.schema.NodeSchema`, fields in constructor order), and is declared
+when its class is created (``__init_subclass__``); the slots (``schema.slots()``), the
+functors' child iteration and rebuilds, structural equality/hash, the wire format and
+the other tables of the IR are derived from it (see :mod:`passinfra.ir.schema`). Adding
+a node kind is: its class here with its schema, plus whatever is really new about it
+(syntax in the printer and parser, a type rule, an evaluation rule). ``Op``, defined with
+the op registry, declares its schema in :mod:`passinfra.ir.functor`.
 """
 
 from __future__ import annotations
@@ -18,6 +27,18 @@ import numpy as np
 
 from passinfra.errors import IRError
 from passinfra.ir.attrs import EMPTY_ATTRS, Attrs, as_attrs
+from passinfra.ir.schema import (
+    NodeSchema,
+    array,
+    attrs_field,
+    binder,
+    binder_seq,
+    child,
+    child_seq,
+    declare,
+    type_field,
+    value,
+)
 from passinfra.ir.types import Type, normalize_dtype
 
 _UNSET = object()
@@ -27,6 +48,12 @@ class Expr:
     """Base of every expression node."""
 
     __slots__ = ("_shash", "_checked_type", "__weakref__")
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        schema = cls.__dict__.get("schema")
+        if isinstance(schema, NodeSchema):
+            declare(cls, schema)
 
     def __init__(self) -> None:
         object.__setattr__(self, "_shash", None)
@@ -70,7 +97,8 @@ class Expr:
 class Var(Expr):
     """A local variable, compared by identity (two ``Var("x")`` are different)."""
 
-    __slots__ = ("name_hint", "type_annotation")
+    schema = NodeSchema(value("name_hint"), type_field("type_annotation"), method="visit_var")
+    __slots__ = schema.slots()
 
     def __init__(self, name_hint: str, type_annotation: Type | None = None) -> None:
         super().__init__()
@@ -88,7 +116,8 @@ class Var(Expr):
 class GlobalVar(Expr):
     """The name of a function in an IRModule; equal by name."""
 
-    __slots__ = ("name_hint",)
+    schema = NodeSchema(value("name_hint", label="global var"), method="visit_global_var")
+    __slots__ = schema.slots()
 
     def __init__(self, name_hint: str) -> None:
         super().__init__()
@@ -109,7 +138,8 @@ class GlobalVar(Expr):
 class Constant(Expr):
     """A constant tensor. The array is read-only; a writeable input is copied first."""
 
-    __slots__ = ("data",)
+    schema = NodeSchema(array("data", label="constant"), method="visit_constant")
+    __slots__ = schema.slots()
 
     def __init__(self, data: Any) -> None:
         super().__init__()
@@ -136,7 +166,14 @@ class Constant(Expr):
 class Call(Expr):
     """A call of an operator (``Op``) or a function (GlobalVar, Var, Function)."""
 
-    __slots__ = ("op", "args", "attrs")
+    schema = NodeSchema(
+        child("op"),
+        child_seq("args"),
+        attrs_field("attrs", label="call attrs"),
+        method="visit_call",
+        dataflow=True,
+    )
+    __slots__ = schema.slots()
 
     def __init__(self, op: Expr, args: Iterable[Expr] = (), attrs: Mapping[str, Any] | None = None) -> None:
         super().__init__()
@@ -158,7 +195,8 @@ class Call(Expr):
 class Tuple(Expr):
     """A tuple of expressions."""
 
-    __slots__ = ("fields",)
+    schema = NodeSchema(child_seq("fields", label="tuple fields"), method="visit_tuple", dataflow=True)
+    __slots__ = schema.slots()
 
     def __init__(self, fields: Iterable[Expr]) -> None:
         super().__init__()
@@ -181,7 +219,10 @@ class Tuple(Expr):
 class TupleGetItem(Expr):
     """Field ``index`` of a tuple-valued expression."""
 
-    __slots__ = ("tuple_value", "index")
+    schema = NodeSchema(
+        child("tuple_value"), value("index", label="tuple index"), method="visit_tuple_getitem", dataflow=True
+    )
+    __slots__ = schema.slots()
 
     def __init__(self, tuple_value: Expr, index: int) -> None:
         super().__init__()
@@ -199,7 +240,8 @@ class TupleGetItem(Expr):
 class Let(Expr):
     """``let var = value; body``."""
 
-    __slots__ = ("var", "value", "body")
+    schema = NodeSchema(binder("var"), child("value"), child("body"), method="visit_let")
+    __slots__ = schema.slots()
 
     def __init__(self, var: Var, value: Expr, body: Expr) -> None:
         super().__init__()
@@ -219,7 +261,8 @@ class Let(Expr):
 class If(Expr):
     """``if (cond) { true_branch } else { false_branch }``; cond is a bool scalar."""
 
-    __slots__ = ("cond", "true_branch", "false_branch")
+    schema = NodeSchema(child("cond"), child("true_branch"), child("false_branch"), method="visit_if")
+    __slots__ = schema.slots()
 
     def __init__(self, cond: Expr, true_branch: Expr, false_branch: Expr) -> None:
         super().__init__()
@@ -246,7 +289,14 @@ class BaseFunc(Expr):
 class Function(BaseFunc):
     """``fn (params) -> ret_type { body }`` with read-only ``attrs``."""
 
-    __slots__ = ("params", "body", "ret_type")
+    schema = NodeSchema(
+        binder_seq("params"),
+        child("body"),
+        type_field("ret_type"),
+        attrs_field("attrs", label="function attrs"),
+        method="visit_function",
+    )
+    __slots__ = schema.slots(BaseFunc)
 
     def __init__(
         self,

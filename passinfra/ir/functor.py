@@ -7,6 +7,13 @@ descendants are visited in post-order with an explicit stack, so when a ``visit_
 the memo and the Python stack stays one frame deep. Let chains are walked with a loop.
 The depth of the Python stack is therefore bounded by how often dataflow and
 Let/If/Function scopes alternate, not by the size of the program.
+
+Everything per node kind here comes from the kinds' schemas (:mod:`passinfra.ir.schema`):
+the method each kind dispatches to, its children, which kinds are dataflow nodes, and the
+default ``visit_*`` methods of ExprVisitor (visit the children in declaration order) and
+ExprMutator (rebuild from the visited children, the same object when none changed), which
+are generated for every declared kind. The one hand-written default is ``visit_let``: it
+walks Let chains with a loop.
 """
 
 from __future__ import annotations
@@ -14,62 +21,27 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from passinfra.ir.expr import (
-    Call,
-    Constant,
-    Expr,
-    Function,
-    GlobalVar,
-    If,
-    Let,
-    Tuple,
-    TupleGetItem,
-    Var,
-)
+from passinfra.ir.expr import Expr, Let
 from passinfra.ir.op.registry import Op
+from passinfra.ir.schema import KindTable, NodeSchema, declare, on_node_kind, value
 
-DATAFLOW_TYPES = (Call, Tuple, TupleGetItem)
+# Op is defined with the op registry (passinfra/ir/op/registry.py); its declaration lives
+# here, the first IR module that imports both. It is a leaf known by its name, rebuilt
+# (unpickled) by looking the name up in the registry.
+declare(Op, NodeSchema(value("name", label="op"), method="visit_op", make=Op.get))
 
-_METHOD_NAMES: dict[type, str] = {
-    Var: "visit_var",
-    GlobalVar: "visit_global_var",
-    Constant: "visit_constant",
-    Call: "visit_call",
-    Tuple: "visit_tuple",
-    TupleGetItem: "visit_tuple_getitem",
-    Let: "visit_let",
-    If: "visit_if",
-    Function: "visit_function",
-    Op: "visit_op",
-}
-
-
-def _children_call(e: Call) -> tuple:
-    return (e.op, *e.args)
-
-
-_CHILDREN: dict[type, Callable[[Any], tuple]] = {
-    Var: lambda e: (),
-    GlobalVar: lambda e: (),
-    Constant: lambda e: (),
-    Op: lambda e: (),
-    Call: _children_call,
-    Tuple: lambda e: e.fields,
-    TupleGetItem: lambda e: (e.tuple_value,),
-    Let: lambda e: (e.var, e.value, e.body),
-    If: lambda e: (e.cond, e.true_branch, e.false_branch),
-    Function: lambda e: (*e.params, e.body),
-}
+# the dataflow node kinds (Call, Tuple, TupleGetItem), kept up to date by on_node_kind
+DATAFLOW_TYPES: set[type] = set()
+_METHOD_NAMES = KindTable(lambda schema: schema.method)
+_CHILDREN = KindTable(lambda schema: schema.children)
 
 
 def expr_children(expr: Expr) -> tuple:
-    """The direct sub-expressions of ``expr`` in evaluation order (Function: params, body)."""
+    """The direct sub-expressions of ``expr`` in evaluation order (its schema's child
+    fields in declaration order; Let: var, value, body; Function: params, body)."""
     try:
         return _CHILDREN[type(expr)](expr)
     except KeyError:
-        for base in type(expr).__mro__[1:]:
-            if base in _CHILDREN:
-                return _CHILDREN[base](expr)
         raise TypeError(f"not an IR expression: {type(expr).__name__}") from None
 
 
@@ -113,21 +85,16 @@ class ExprFunctor:
         return self._dispatch(expr)
 
     def _dispatch(self, expr: Expr) -> Any:
-        name = _METHOD_NAMES.get(type(expr))
-        if name is None:
-            for base in type(expr).__mro__[1:]:
-                name = _METHOD_NAMES.get(base)
-                if name:
-                    break
-            else:
-                raise TypeError(f"{type(self).__name__} cannot visit {type(expr).__name__}")
+        try:
+            name = _METHOD_NAMES[type(expr)]
+        except KeyError:
+            raise TypeError(f"{type(self).__name__} cannot visit {type(expr).__name__}") from None
         return getattr(self, name)(expr)
 
     def _missing(self, expr: Expr) -> Any:
         raise NotImplementedError(f"{type(self).__name__} does not handle {type(expr).__name__}")
 
-    visit_var = visit_global_var = visit_constant = visit_call = _missing
-    visit_tuple = visit_tuple_getitem = visit_let = visit_if = visit_function = visit_op = _missing
+    # visit_var, visit_call, ...: ``_missing`` for every declared kind (see _install below)
 
 
 def _expand_dataflow(functor: Any, root: Expr, done: Any, finish: Callable[[Expr], None]) -> None:
@@ -148,7 +115,11 @@ def _expand_dataflow(functor: Any, root: Expr, done: Any, finish: Callable[[Expr
 
 
 class ExprVisitor(ExprFunctor):
-    """Visits every reachable node once (shared nodes once), children first by default."""
+    """Visits every reachable node once (shared nodes once), children first by default.
+
+    The default ``visit_<kind>`` of each node kind visits its children in declaration
+    order (generated from the kind's schema); ``visit_let`` is written out below.
+    """
 
     @property
     def _visited(self) -> set:
@@ -170,30 +141,6 @@ class ExprVisitor(ExprFunctor):
         else:
             visited.add(expr)
             self._dispatch(expr)
-
-    def visit_var(self, var: Var) -> None:
-        pass
-
-    def visit_global_var(self, gv: GlobalVar) -> None:
-        pass
-
-    def visit_constant(self, const: Constant) -> None:
-        pass
-
-    def visit_op(self, op: Op) -> None:
-        pass
-
-    def visit_call(self, call: Call) -> None:
-        self.visit(call.op)
-        for arg in call.args:
-            self.visit(arg)
-
-    def visit_tuple(self, tup: Tuple) -> None:
-        for field in tup.fields:
-            self.visit(field)
-
-    def visit_tuple_getitem(self, tgi: TupleGetItem) -> None:
-        self.visit(tgi.tuple_value)
 
     def visit_let(self, let: Let) -> None:
         """Visit the binding, then the body.
@@ -221,20 +168,16 @@ class ExprVisitor(ExprFunctor):
         finally:
             state["_chain_next"], state["_chain_deferred"] = saved
 
-    def visit_if(self, node: If) -> None:
-        self.visit(node.cond)
-        self.visit(node.true_branch)
-        self.visit(node.false_branch)
-
-    def visit_function(self, func: Function) -> None:
-        for param in func.params:
-            self.visit(param)
-        self.visit(func.body)
-
 
 class ExprMutator(ExprFunctor):
     """Functional rewriting with a memo: each node is rewritten once, and a node whose
-    children did not change is returned as the same object."""
+    children did not change is returned as the same object.
+
+    The default ``visit_<kind>`` of each node kind visits its children in declaration
+    order and rebuilds the node from the results (generated from the kind's schema: for
+    Call, ``Call(visit(op), [visit(a) for a in args], call.attrs)``); ``visit_let`` is
+    written out below.
+    """
 
     @property
     def memo(self) -> dict:
@@ -257,35 +200,6 @@ class ExprMutator(ExprFunctor):
         result = self._dispatch(expr)
         memo[expr] = result
         return result
-
-    def visit_var(self, var: Var) -> Expr:
-        return var
-
-    def visit_global_var(self, gv: GlobalVar) -> Expr:
-        return gv
-
-    def visit_constant(self, const: Constant) -> Expr:
-        return const
-
-    def visit_op(self, op: Op) -> Expr:
-        return op
-
-    def visit_call(self, call: Call) -> Expr:
-        new_op = self.visit(call.op)
-        new_args = [self.visit(arg) for arg in call.args]
-        if new_op is call.op and all(a is b for a, b in zip(new_args, call.args)):
-            return call
-        return Call(new_op, new_args, call.attrs)
-
-    def visit_tuple(self, tup: Tuple) -> Expr:
-        fields = [self.visit(f) for f in tup.fields]
-        if all(a is b for a, b in zip(fields, tup.fields)):
-            return tup
-        return Tuple(fields)
-
-    def visit_tuple_getitem(self, tgi: TupleGetItem) -> Expr:
-        value = self.visit(tgi.tuple_value)
-        return tgi if value is tgi.tuple_value else TupleGetItem(value, tgi.index)
 
     def visit_let(self, let: Let) -> Expr:
         """Rewrite a Let chain with a loop (bindings outer to inner, then the body).
@@ -325,17 +239,19 @@ class ExprMutator(ExprFunctor):
             return let
         return Let(new_var, new_value, new_body)
 
-    def visit_if(self, node: If) -> Expr:
-        cond = self.visit(node.cond)
-        true_branch = self.visit(node.true_branch)
-        false_branch = self.visit(node.false_branch)
-        if cond is node.cond and true_branch is node.true_branch and false_branch is node.false_branch:
-            return node
-        return If(cond, true_branch, false_branch)
 
-    def visit_function(self, func: Function) -> Expr:
-        params = [self.visit(p) for p in func.params]
-        body = self.visit(func.body)
-        if body is func.body and all(a is b for a, b in zip(params, func.params)):
-            return func
-        return Function(params, body, func.ret_type, func.attrs)
+def _install(cls: type, schema: NodeSchema) -> None:
+    """Give the functors their entries for a declared node kind: its dataflow flag and
+    the default ``visit_<kind>`` methods (a hand-written one in a class body wins)."""
+    if schema.dataflow:
+        DATAFLOW_TYPES.add(cls)
+    for functor, default in (
+        (ExprFunctor, ExprFunctor._missing),
+        (ExprVisitor, schema.visit_default),
+        (ExprMutator, schema.mutate_default),
+    ):
+        if schema.method not in functor.__dict__:
+            setattr(functor, schema.method, default)
+
+
+on_node_kind(_install)

@@ -24,16 +24,18 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from passinfra.ir.expr import Call, Constant, Expr, Function, If, Let, Tuple, TupleGetItem
+from passinfra.ir.expr import Call, Constant, Expr, Function, Tuple, TupleGetItem
 from passinfra.ir.op.registry import Op, OpPattern
+from passinfra.ir.schema import KindTable
 from passinfra.ir.types import TensorType, TupleType, Type
 
 # dtypes of scalar constants that may be copied into a fused function (as in TVM)
 SIMPLE_SCALAR_DTYPES = frozenset({"float32", "float64", "int32", "int64", "bool"})
 
-# nodes whose children are evaluated in a context of their own (a binding, a branch,
-# a closure body): each child opens a new scope
-_SCOPE_OPENERS = (Let, If, Function)
+# per node kind, from its schema: its children, and whether each child opens a scope of
+# its own (a binding, a branch, a closure body: kinds that are neither dataflow nor leaves)
+_CHILDREN = KindTable(lambda schema: schema.children)
+_OPENS_SCOPE = KindTable(lambda schema: schema.opens_scope)
 
 
 @dataclass(eq=False)
@@ -57,21 +59,16 @@ def is_primitive(func: Function) -> bool:
 
 
 def graph_children(expr: Expr) -> tuple[Expr, ...]:
-    """Children of ``expr`` as graph nodes: a call's Op callee and the inside of a
-    primitive function are not nodes of their own."""
-    if isinstance(expr, Call):
-        return expr.args if isinstance(expr.op, Op) else (expr.op, *expr.args)
-    if isinstance(expr, Tuple):
-        return expr.fields
-    if isinstance(expr, TupleGetItem):
-        return (expr.tuple_value,)
-    if isinstance(expr, Let):
-        return (expr.var, expr.value, expr.body)
-    if isinstance(expr, If):
-        return (expr.cond, expr.true_branch, expr.false_branch)
-    if isinstance(expr, Function):
-        return () if is_primitive(expr) else (*expr.params, expr.body)
-    return ()
+    """Children of ``expr`` as graph nodes: its schema's children, except that a call's
+    Op callee and the inside of a primitive function are not nodes of their own."""
+    if isinstance(expr, Call) and isinstance(expr.op, Op):
+        return expr.args
+    if isinstance(expr, Function) and is_primitive(expr):
+        return ()
+    try:
+        return _CHILDREN[type(expr)](expr)
+    except KeyError:
+        return ()  # not a graph-level node (a PrimFunc)
 
 
 def type_of(expr: Expr) -> Type | None:
@@ -137,7 +134,7 @@ class IndexedForwardGraph:
             seen.add(expr)
             stack.append((expr, scope, True))
             children = graph_children(expr)
-            opens_scope = isinstance(expr, _SCOPE_OPENERS)
+            opens_scope = bool(children) and _OPENS_SCOPE[type(expr)]
             pending = []
             for child in children:
                 child_scope = scope

@@ -57,6 +57,7 @@ from passinfra.ir.expr import (
 )
 from passinfra.ir.module import IRModule
 from passinfra.ir.op.registry import Op
+from passinfra.ir.schema import KindTable
 from passinfra.ir.types import FuncType, TensorType, TupleType, Type
 
 # Names printed without quotes; anything else is printed as %"..." / @"...". Dots are
@@ -202,18 +203,19 @@ TEMP, INLINE, FLAT = range(3)
 
 ATOM_TYPES = (Var, GlobalVar, Constant, Op)
 
+# Nodes printed as one line of operands (``%1 = add(%0, 1f)``, ``(%0, %1)``, ``%0.1``):
+# every child, in declaration order (their schemas), is an operand.
+OPERAND_TYPES = (Call, Tuple, TupleGetItem)
+_CHILDREN = KindTable(lambda schema: schema.children)
+
 
 def _edges(node: Expr) -> list[tuple[Expr, int]]:
     """(child, role) pairs of a node's non-atom children, in printing order (binders
     and atoms left out: they are printed where they are used)."""
     kind = type(node)
-    if kind is Call:
-        pairs = [(node.op, OPERAND)] + [(a, OPERAND) for a in node.args]
-    elif kind is Tuple:
-        pairs = [(f, OPERAND) for f in node.fields]
-    elif kind is TupleGetItem:
-        pairs = [(node.tuple_value, OPERAND)]
-    elif kind is Let:
+    if kind in OPERAND_TYPES:
+        return [(child, OPERAND) for child in _CHILDREN[kind](node) if not isinstance(child, ATOM_TYPES)]
+    if kind is Let:
         pairs = [(node.value, LET_VALUE), (node.body, LET_BODY)]
     elif kind is If:
         pairs = [(node.cond, OPERAND), (node.true_branch, IF_TRUE), (node.false_branch, IF_FALSE)]
@@ -473,7 +475,7 @@ class _FunctionPrinter:
                         self.bind_name(param)
                     stack += [(FINISH, node, None), (TAIL, node.body, own_blocks[node][0]),
                               (VISIT, node.body, None)]
-                elif kind in (Call, Tuple, TupleGetItem):
+                elif kind in OPERAND_TYPES:
                     stack.append((FINISH, node, None))
                     stack.extend([(VISIT, child, None) for child, _ in reversed(edges_of[node])])
                 else:

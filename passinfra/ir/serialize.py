@@ -17,8 +17,12 @@ tuples, so a chain of 100,000 calls pickles at Python's default recursion limit.
   bytes. Arrays shared by several constants are sent once. Rebuilt arrays are read-only
   views of the received buffer (copied only if misaligned).
 
-Node kinds are described by :class:`WireKind` entries keyed by class; later kinds
-(PrimFunc, ...) add theirs with :func:`register_wire_kind`.
+Node kinds are described by :class:`WireKind` entries keyed by class. A kind with a
+schema (:mod:`passinfra.ir.schema`) gets one derived when it is declared: its tag is the
+class name, and its row holds one entry per declared field, in order: a child's row
+number, a tuple of row numbers for a sequence, an index into the type or attrs table, a
+plain value as it is, and for an array its dtype, shape and buffer index. Kinds without a
+schema (PrimFunc, ...) add theirs with :func:`register_wire_kind`.
 """
 
 from __future__ import annotations
@@ -33,9 +37,9 @@ import numpy as np
 
 from passinfra.errors import IRError, RaypassError
 from passinfra.ir.attrs import EMPTY_ATTRS, Attrs
-from passinfra.ir.expr import Call, Constant, Expr, Function, GlobalVar, If, Let, Tuple, TupleGetItem, Var
+from passinfra.ir.expr import Expr
 from passinfra.ir.module import IRModule
-from passinfra.ir.op.registry import Op
+from passinfra.ir.schema import FieldKind, NodeSchema, generate, on_node_kind, tuple_source
 from passinfra.ir.types import Type
 
 WIRE_VERSION = 1
@@ -265,69 +269,54 @@ def wire_size(node: Expr | IRModule) -> int:
 # --------------------------------------------------------------------------- node kinds
 
 
-def _leaf(node: Any) -> tuple:
-    return ()
-
-
-def _decode_function(payload: tuple, d: _Decoder) -> Function:
-    params, body, ret_type, attrs = payload
-    return Function([d.node(p) for p in params], d.node(body), d.type(ret_type), d.attrs(attrs))
-
-
-_BUILTIN_KINDS: dict[type, WireKind] = {
-    Var: WireKind(
-        "Var", _leaf,
-        lambda e, enc: (e.name_hint, enc.type_ref(e.type_annotation)),
-        lambda p, d: Var(p[0], d.type(p[1])),
-    ),
-    GlobalVar: WireKind("GlobalVar", _leaf, lambda e, enc: (e.name_hint,), lambda p, d: GlobalVar(p[0])),
-    Op: WireKind("Op", _leaf, lambda e, enc: (e.name,), lambda p, d: Op.get(p[0])),
-    Constant: WireKind(
-        "Constant", _leaf,
+def _encode_items(field_kind: FieldKind, attr: str) -> list[str]:
+    """Source of the row entries of one field (``ref`` is the encoder's ``ref``)."""
+    if field_kind in (FieldKind.CHILD, FieldKind.BINDER):
+        return [f"ref({attr})"]
+    if field_kind in (FieldKind.CHILD_SEQ, FieldKind.BINDER_SEQ):
+        return [f"tuple(map(ref, {attr}))"]
+    if field_kind is FieldKind.TYPE:
+        return [f"enc.type_ref({attr})"]
+    if field_kind is FieldKind.ATTRS:
+        return [f"enc.attrs_ref({attr})"]
+    if field_kind is FieldKind.ARRAY:
         # the dtype object itself: pickle memoizes it, and it skips a slow name lookup
-        lambda e, enc: (e.data.dtype, e.data.shape, enc.buffer_ref(e.data)),
-        lambda p, d: Constant(d.array(p[2], p[0], p[1])),
-    ),
-    Call: WireKind(
-        "Call",
-        lambda e: (e.op, *e.args),
-        lambda e, enc: (enc.ref(e.op), tuple(enc.ref(a) for a in e.args), enc.attrs_ref(e.attrs)),
-        lambda p, d: Call(d.node(p[0]), [d.node(a) for a in p[1]], d.attrs(p[2])),
-    ),
-    Tuple: WireKind(
-        "Tuple",
-        lambda e: e.fields,
-        lambda e, enc: (tuple(enc.ref(f) for f in e.fields),),
-        lambda p, d: Tuple([d.node(f) for f in p[0]]),
-    ),
-    TupleGetItem: WireKind(
-        "TupleGetItem",
-        lambda e: (e.tuple_value,),
-        lambda e, enc: (enc.ref(e.tuple_value), e.index),
-        lambda p, d: TupleGetItem(d.node(p[0]), p[1]),
-    ),
-    Let: WireKind(
-        "Let",
-        lambda e: (e.var, e.value, e.body),
-        lambda e, enc: (enc.ref(e.var), enc.ref(e.value), enc.ref(e.body)),
-        lambda p, d: Let(d.node(p[0]), d.node(p[1]), d.node(p[2])),
-    ),
-    If: WireKind(
-        "If",
-        lambda e: (e.cond, e.true_branch, e.false_branch),
-        lambda e, enc: (enc.ref(e.cond), enc.ref(e.true_branch), enc.ref(e.false_branch)),
-        lambda p, d: If(d.node(p[0]), d.node(p[1]), d.node(p[2])),
-    ),
-    Function: WireKind(
-        "Function",
-        lambda e: (*e.params, e.body),
-        lambda e, enc: (
-            tuple(enc.ref(p) for p in e.params), enc.ref(e.body),
-            enc.type_ref(e.ret_type), enc.attrs_ref(e.attrs),
-        ),
-        _decode_function,
-    ),
-}
+        return [f"{attr}.dtype", f"{attr}.shape", f"enc.buffer_ref({attr})"]
+    return [attr]
 
-for _cls, _kind in _BUILTIN_KINDS.items():
-    register_wire_kind(_cls, _kind)
+
+def _decode_item(field_kind: FieldKind, at: int) -> tuple[str, int]:
+    """Source of one field's value from the payload ``p`` at ``at``, and its width
+    (``nodes`` is the decoder's list of the nodes built so far)."""
+    if field_kind in (FieldKind.CHILD, FieldKind.BINDER):
+        return f"nodes[p[{at}]]", 1
+    if field_kind in (FieldKind.CHILD_SEQ, FieldKind.BINDER_SEQ):
+        return f"[nodes[ref] for ref in p[{at}]]", 1
+    if field_kind is FieldKind.TYPE:
+        return f"d.type(p[{at}])", 1
+    if field_kind is FieldKind.ATTRS:
+        return f"d.attrs(p[{at}])", 1
+    if field_kind is FieldKind.ARRAY:
+        return f"d.array(p[{at + 2}], p[{at}], p[{at + 1}])", 3
+    return f"p[{at}]", 1
+
+
+def wire_kind_from_schema(schema: NodeSchema) -> WireKind:
+    """The wire kind of a declared node kind (see the module docstring)."""
+    cls = schema.cls
+    items = [item for f in schema.fields for item in _encode_items(f.kind, f"node.{f.name}")]
+    encode_lines = [*(["ref = enc.ref"] if schema.child_fields else []), f"return {tuple_source(items)}"]
+    encode = generate(cls, "wire_encode", ["node", "enc"], encode_lines, {})
+    values, at = [], 0
+    for f in schema.fields:
+        source, width = _decode_item(f.kind, at)
+        values.append(source)
+        at += width
+    # rows refer to earlier rows: ``d.nodes[ref]`` is ``d.node(ref)``, without a call
+    prologue = ["nodes = d.nodes"] if schema.child_fields else []
+    decode_lines = [*prologue, f"return _make({', '.join(values)})"]
+    decode = generate(cls, "wire_decode", ["p", "d"], decode_lines, {"_make": schema.make})
+    return WireKind(cls.__name__, schema.children, encode, decode)
+
+
+on_node_kind(lambda cls, schema: register_wire_kind(cls, wire_kind_from_schema(schema)))

@@ -30,8 +30,14 @@ Hash
     process. A node's hash as a root is cached in its ``_shash`` slot; a Constant's hash
     does not depend on context and is reused wherever the Constant appears.
 
-Node kinds are described by :class:`StructuralRule` entries keyed by class; later node
-kinds (PrimFunc, ...) add theirs with :func:`register_structural_rule`.
+Node kinds are described by :class:`StructuralRule` entries keyed by class, derived from
+each kind's schema (:mod:`passinfra.ir.schema`): the content compared with ``==`` is every
+declared value, type and attrs field and the length of every sequence field (an array
+field gives its dtype and shape; its bytes are compared bitwise), the defs are the binder
+fields and the children the other child fields, in declaration order. One thing is
+specific: a Call's Op callee is also content (its name), so that a mismatch is reported
+at the call. Node kinds without a schema (PrimFunc, ...) add their rule with
+:func:`register_structural_rule`.
 """
 
 from __future__ import annotations
@@ -46,9 +52,10 @@ import numpy as np
 
 from passinfra.errors import IRError, RaypassError
 from passinfra.ir.attrs import Attrs
-from passinfra.ir.expr import Call, Constant, Expr, Function, GlobalVar, If, Let, Tuple, TupleGetItem, Var
+from passinfra.ir.expr import Call, Constant, Expr, GlobalVar, Var
 from passinfra.ir.module import IRModule
 from passinfra.ir.op.registry import Op
+from passinfra.ir.schema import Field, FieldKind, NodeSchema, generate, schema_of, tuple_source
 from passinfra.ir.types import FuncType, TensorType, TupleType, Type
 
 # A child's place in its parent: a field name ("body"), a field and index (("args", 1)),
@@ -89,55 +96,65 @@ def _callee_name(call: Call) -> str | None:
     return call.op.name if isinstance(call.op, Op) else None
 
 
-def _named(*names: str) -> Callable[[Any, int], Label]:
-    return lambda node, index: names[index]
+# Content beyond the declared fields, by node kind: (label, function of the node), put
+# first. An op callee is compared as content so that a mismatch is reported at the call.
+_EXTRA_CONTENT: dict[type, tuple[str, Callable[[Any], Any]]] = {Call: ("op", _callee_name)}
 
 
-def _indexed(name: str, offset: int = 0) -> Callable[[Any, int], Label]:
-    return lambda node, index: (name, index - offset)
+def _content_items(field: Field) -> list[tuple[str, str]]:
+    """(label, source) of the content a declared field contributes."""
+    if field.is_seq:
+        return [(f"number of {field.text}", f"len(node.{field.name})")]
+    if field.is_child:
+        return []  # compared as a child (or, a binder, through the variable bijection)
+    if field.kind is FieldKind.ARRAY:
+        data = f"node.{field.name}"
+        return [(f"{field.text} dtype", f"{data}.dtype"), (f"{field.text} shape", f"{data}.shape")]
+    return [(field.text, f"node.{field.name}")]
+
+
+def _child_labeller(fields: tuple[Field, ...]) -> Callable[[Any, int], Label]:
+    """Where operand ``index`` of a node sits: a field name, or (name, position)."""
+
+    def child_label(node: Any, index: int) -> Label:
+        offset = 0
+        for field in fields:
+            if field.is_seq:
+                count = len(getattr(node, field.name))
+                if index < offset + count:
+                    return (field.name, index - offset)
+                offset += count
+            elif index == offset:
+                return field.name
+            else:
+                offset += 1
+        return index
+
+    return child_label
+
+
+def rule_from_schema(schema: NodeSchema) -> StructuralRule:
+    """The structural rule of a declared node kind (see the module docstring)."""
+    cls = schema.cls
+    items = [item for field in schema.fields for item in _content_items(field)]
+    env: dict[str, Any] = {}
+    extra = next((_EXTRA_CONTENT[base] for base in cls.__mro__ if base in _EXTRA_CONTENT), None)
+    if extra is not None:
+        env["_extra"] = extra[1]
+        items.insert(0, (extra[0], "_extra(node)"))
+    source = f"return {tuple_source([source for _, source in items])}"
+    content = generate(cls, "structural_content", ["node"], [source], env)
+    return StructuralRule(
+        cls.__name__.encode(),
+        tuple(label for label, _ in items),
+        content,
+        schema.binders,
+        schema.operands,
+        _child_labeller(schema.operand_fields),
+    )
 
 
 _RULES: dict[type, StructuralRule] = {
-    GlobalVar: StructuralRule(
-        b"GlobalVar", ("global var",), lambda e: (e.name_hint,), _none, _none, _no_label
-    ),
-    # a Constant's bytes are compared and hashed apart from these fields
-    Constant: StructuralRule(
-        b"Constant", ("constant dtype", "constant shape"), lambda e: (e.data.dtype, e.data.shape),
-        _none, _none, _no_label,
-    ),
-    Op: StructuralRule(b"Op", ("op",), lambda e: (e.name,), _none, _none, _no_label),
-    Call: StructuralRule(
-        b"Call",
-        ("op", "number of args", "call attrs"),
-        lambda e: (_callee_name(e), len(e.args), e.attrs),
-        _none,
-        lambda e: (e.op, *e.args),
-        lambda e, i: "op" if i == 0 else ("args", i - 1),
-    ),
-    Tuple: StructuralRule(
-        b"Tuple", ("number of tuple fields",), lambda e: (len(e.fields),), _none, lambda e: e.fields,
-        _indexed("fields"),
-    ),
-    TupleGetItem: StructuralRule(
-        b"TupleGetItem", ("tuple index",), lambda e: (e.index,), _none, lambda e: (e.tuple_value,),
-        _named("tuple_value"),
-    ),
-    Let: StructuralRule(
-        b"Let", (), _none, lambda e: (e.var,), lambda e: (e.value, e.body), _named("value", "body")
-    ),
-    If: StructuralRule(
-        b"If", (), _none, _none, lambda e: (e.cond, e.true_branch, e.false_branch),
-        _named("cond", "true_branch", "false_branch"),
-    ),
-    Function: StructuralRule(
-        b"Function",
-        ("number of params", "ret_type", "function attrs"),
-        lambda e: (len(e.params), e.ret_type, e.attrs),
-        lambda e: e.params,
-        lambda e: (e.body,),
-        _named("body"),
-    ),
     # Python sequences of nodes, so that lists of expressions compare and hash too
     list: StructuralRule(b"list", ("length",), lambda s: (len(s),), _none, lambda s: s, _no_label),
     tuple: StructuralRule(b"list", ("length",), lambda s: (len(s),), _none, lambda s: s, _no_label),
@@ -145,16 +162,21 @@ _RULES: dict[type, StructuralRule] = {
 
 
 def register_structural_rule(cls: type, rule: StructuralRule) -> None:
-    """Describe a new node kind (e.g. a loop-level PrimFunc) to equality and hashing."""
+    """Describe a node kind without a schema (e.g. a loop-level PrimFunc) to equality and
+    hashing, or replace the derived rule of one that has a schema."""
     _RULES[cls] = rule
 
 
 def _rule_for(node: Any) -> StructuralRule | None:
     rule = _RULES.get(type(node))
     if rule is None and isinstance(node, Expr):
-        for base in type(node).__mro__[1:]:
+        for base in type(node).__mro__:
             if base in _RULES:
                 return _RULES[base]
+            schema = schema_of(base)
+            if schema is not None and schema.cls is base:
+                rule = _RULES[base] = rule_from_schema(schema)
+                return rule
         raise IRError(f"structural equality/hash has no rule for {type(node).__name__}; "
                       "register one with register_structural_rule")
     return rule

@@ -12,6 +12,11 @@ The traversal is iterative: an explicit stack of ``(node, phase)`` entries, so c
 first, in the order of the call graph's strongly connected components; inside a cycle
 (recursion) a callee that is still being inferred contributes its declared signature,
 which therefore needs annotated parameter and return types.
+
+Each node kind has an exit rule (its typing, from its children's types) and, when it
+needs more than "children first", an enter rule (leaves, calls, the binders of Let and
+Function). A kind without an enter rule has its children inferred first, in the order
+its schema declares them (Tuple, TupleGetItem, If).
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from passinfra.ir.expr import (
     TupleGetItem,
     Var,
 )
-from passinfra.ir.functor import iter_post_order
+from passinfra.ir.functor import expr_children, iter_post_order
 from passinfra.ir.module import IRModule
 from passinfra.ir.op.registry import Op
 from passinfra.ir.types import FuncType, TensorType, TupleType, Type
@@ -318,16 +323,14 @@ class _Inferencer:
             raise self.error(f"op {op.name}: type relation returned {result!r}, not a Type", call)
         return result
 
-    def _enter_tuple(self, tup: Tuple, stack: Stack) -> None:
-        stack.append((tup, _EXIT))
-        stack.extend((field, _ENTER) for field in reversed(tup.fields))
+    def _enter_children(self, node: Expr, stack: Stack) -> None:
+        """The enter rule of a kind that only needs its children's types: every child
+        first, in declaration order, then the node's exit rule."""
+        stack.append((node, _EXIT))
+        stack.extend([(child, _ENTER) for child in reversed(expr_children(node))])
 
     def _exit_tuple(self, tup: Tuple) -> Type:
         return TupleType([self.type_of(field, tup) for field in tup.fields])
-
-    def _enter_tuple_getitem(self, tgi: TupleGetItem, stack: Stack) -> None:
-        stack.append((tgi, _EXIT))
-        stack.append((tgi.tuple_value, _ENTER))
 
     def _exit_tuple_getitem(self, tgi: TupleGetItem) -> Type:
         tuple_type = self.type_of(tgi.tuple_value, tgi)
@@ -367,12 +370,6 @@ class _Inferencer:
 
     def _exit_let(self, let: Let) -> Type:
         return self.type_of(let.body, let)
-
-    def _enter_if(self, node: If, stack: Stack) -> None:
-        stack.append((node, _EXIT))
-        stack.append((node.false_branch, _ENTER))
-        stack.append((node.true_branch, _ENTER))
-        stack.append((node.cond, _ENTER))
 
     def _exit_if(self, node: If) -> Type:
         cond_type = self.type_of(node.cond, node)
@@ -424,10 +421,7 @@ _ENTER_RULES: dict[type, Callable] = {
     GlobalVar: _Inferencer._enter_global_var,
     Op: _Inferencer._enter_op,
     Call: _Inferencer._enter_call,
-    Tuple: _Inferencer._enter_tuple,
-    TupleGetItem: _Inferencer._enter_tuple_getitem,
     Let: _Inferencer._enter_let,
-    If: _Inferencer._enter_if,
     Function: _Inferencer._enter_function,
 }
 
@@ -449,6 +443,9 @@ def _rule(table: dict[type, Callable], node: Expr) -> Callable:
             if rule is not None:
                 table[type(node)] = rule  # remember the subclass
                 return rule
+        if table is _ENTER_RULES and any(base in _EXIT_RULES for base in type(node).__mro__):
+            rule = table[type(node)] = _Inferencer._enter_children
+            return rule
         raise IRTypeError(f"type inference does not handle {type(node).__name__} nodes")
     return rule
 

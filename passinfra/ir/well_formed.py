@@ -17,28 +17,22 @@ callee, the function, and showing the offending IR):
 The walk is iterative. The IR is a DAG, so a shared node may sit in several scopes; a
 node is checked again unless the scope it was last checked in encloses the current one
 (a scope is "enclosing" exactly when it is still open, because the walk is depth-first).
+
+The walk reads each node kind's schema (:mod:`passinfra.ir.schema`) for its children; the
+specific rules are the checks of Call and TupleGetItem (made before their children are
+walked) and the scoping of the binders of Let and Function. A kind that binds variables
+needs a scoping rule here; one without binders is walked through its children.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from passinfra.errors import WellFormedError
-from passinfra.ir.expr import (
-    BaseFunc,
-    Call,
-    Constant,
-    Expr,
-    Function,
-    GlobalVar,
-    If,
-    Let,
-    Tuple,
-    TupleGetItem,
-    Var,
-)
+from passinfra.errors import IRError, WellFormedError
+from passinfra.ir.expr import BaseFunc, Call, Expr, Function, GlobalVar, Let, Tuple, TupleGetItem, Var
 from passinfra.ir.module import IRModule
 from passinfra.ir.op.registry import Op
+from passinfra.ir.schema import KindTable, NodeSchema
 from passinfra.ir.type_infer import describe_scope, global_name_of, show_ir
 from passinfra.ir.types import FuncType
 
@@ -106,9 +100,10 @@ class _Checker:
         if kind is GlobalVar:
             self._check_global(node, parent)  # type: ignore[arg-type]
             return
-        rule = _RULE_BY_TYPE.get(kind, _UNSEEN)
-        if rule is _UNSEEN:
-            rule = _rule_for(kind)
+        try:
+            rule = _RULE_BY_TYPE[kind]
+        except KeyError:
+            return  # not a declared node kind (a PrimFunc): nothing to check here
         if rule is None:
             return  # Constant, Op: nothing to check
         last = self.checked_in.get(node)
@@ -169,15 +164,13 @@ class _Checker:
             parent if parent is not None else gv,
         )
 
-    def _visit_call(self, call: Call, stack: list) -> None:
+    def _check_call(self, call: Call) -> None:
         expected = self._arity(call.op)
         if expected is not None and expected != len(call.args):
             raise self.error(
                 f"call of {_callee_name(call.op)} passes {len(call.args)} arguments; it takes {expected}",
                 call,
             )
-        stack.extend((_VISIT, arg, call) for arg in reversed(call.args))
-        stack.append((_VISIT, call.op, call))
 
     def _arity(self, callee: Expr) -> int | None:
         """How many arguments ``callee`` takes, when that is known without types."""
@@ -193,20 +186,13 @@ class _Checker:
             return len(callee.type_annotation.arg_types)
         return None
 
-    def _visit_tuple(self, tup: Tuple, stack: list) -> None:
-        stack.extend((_VISIT, field, tup) for field in reversed(tup.fields))
-
-    def _visit_tuple_getitem(self, tgi: TupleGetItem, stack: list) -> None:
+    def _check_tuple_getitem(self, tgi: TupleGetItem) -> None:
         value = tgi.tuple_value
         if type(value) is Tuple and tgi.index >= len(value.fields):
             raise self.error(
                 f"TupleGetItem index {tgi.index} is out of range for a tuple of {len(value.fields)} fields",
                 tgi,
             )
-        stack.append((_VISIT, value, tgi))
-
-    def _visit_if(self, node: If, stack: list) -> None:
-        stack.extend((_VISIT, child, node) for child in (node.false_branch, node.true_branch, node.cond))
 
     def _visit_let(self, let: Let, stack: list) -> None:
         self._bind(let.var, let)
@@ -233,25 +219,36 @@ class _Checker:
         stack.append((_VISIT, func.body, func))
 
 
-_RULES: dict[type, Callable] = {
-    Call: _Checker._visit_call,
-    Tuple: _Checker._visit_tuple,
-    TupleGetItem: _Checker._visit_tuple_getitem,
-    If: _Checker._visit_if,
-    Let: _Checker._visit_let,
-    Function: _Checker._visit_function,
-}
+# checks made before a node's children are walked
+_CHECKS: dict[type, Callable] = {Call: _Checker._check_call, TupleGetItem: _Checker._check_tuple_getitem}
+# nodes that bind variables: their own walk, which opens the scopes
+_SCOPE_RULES: dict[type, Callable] = {Let: _Checker._visit_let, Function: _Checker._visit_function}
 
 
-_UNSEEN = object()
-_RULE_BY_TYPE: dict[type, Callable | None] = {**_RULES, Constant: None, Op: None}
+def _derive_rule(schema: NodeSchema) -> Callable | None:
+    """The walk of one node kind: its scoping rule, or its check (if any) followed by
+    walking its children in declaration order; None for a leaf."""
+    scope_rule = _SCOPE_RULES.get(schema.cls)
+    if scope_rule is not None:
+        return scope_rule
+    if schema.binder_fields:
+        raise IRError(
+            f"the well-formedness check has no scoping rule for {schema.cls.__name__}, which binds variables"
+        )
+    if schema.leaf:
+        return None
+    check = _CHECKS.get(schema.cls)
+    children = schema.children
+
+    def walk(checker: _Checker, node: Expr, stack: list) -> None:
+        if check is not None:
+            check(checker, node)
+        stack.extend([(_VISIT, child, node) for child in reversed(children(node))])
+
+    return walk
 
 
-def _rule_for(kind: type) -> Callable | None:
-    """The rule for a node type (subclasses use their base's); None for leaves."""
-    rule = next((_RULES[base] for base in kind.__mro__ if base in _RULES), None)
-    _RULE_BY_TYPE[kind] = rule
-    return rule
+_RULE_BY_TYPE = KindTable(_derive_rule)
 
 
 def _binding(binder: Expr, func_name: str | None) -> str:

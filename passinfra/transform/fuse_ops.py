@@ -56,16 +56,18 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from passinfra.errors import IRError
-from passinfra.ir.expr import Call, Expr, Function, GlobalVar, If, Let, Tuple, TupleGetItem, Var
+from passinfra.ir.expr import Call, Expr, Function, GlobalVar, Tuple, TupleGetItem, Var
 from passinfra.ir.graph import (
     IndexedForwardGraph,
     PostDominatorTree,
+    graph_children,
     is_primitive,
     is_simple_scalar_constant,
     type_of,
 )
 from passinfra.ir.module import IRModule
 from passinfra.ir.op.registry import Op, OpPattern
+from passinfra.ir.schema import map_children
 from passinfra.ir.structural import structural_equal, structural_hash
 from passinfra.ir.type_infer import infer_type
 from passinfra.transform.config import register_config
@@ -232,64 +234,16 @@ class GraphPartitioner:
 Lookup = Callable[[Expr], Expr]
 
 
-def _same(new: list[Expr], old: tuple[Expr, ...]) -> bool:
-    return all(a is b for a, b in zip(new, old))
-
-
-def _rebuild_call(call: Call, lookup: Lookup) -> Expr:
-    callee = call.op if isinstance(call.op, Op) else lookup(call.op)
-    args = [lookup(arg) for arg in call.args]
-    if callee is call.op and _same(args, call.args):
-        return call
-    return Call(callee, args, call.attrs)
-
-
-def _rebuild_tuple(tup: Tuple, lookup: Lookup) -> Expr:
-    fields = [lookup(f) for f in tup.fields]
-    return tup if _same(fields, tup.fields) else Tuple(fields)
-
-
-def _rebuild_tuple_getitem(tgi: TupleGetItem, lookup: Lookup) -> Expr:
-    value = lookup(tgi.tuple_value)
-    return tgi if value is tgi.tuple_value else TupleGetItem(value, tgi.index)
-
-
-def _rebuild_let(let: Let, lookup: Lookup) -> Expr:
-    parts = [lookup(let.var), lookup(let.value), lookup(let.body)]
-    if _same(parts, (let.var, let.value, let.body)):
-        return let
-    return Let(*parts)
-
-
-def _rebuild_if(node: If, lookup: Lookup) -> Expr:
-    parts = [lookup(node.cond), lookup(node.true_branch), lookup(node.false_branch)]
-    if _same(parts, (node.cond, node.true_branch, node.false_branch)):
-        return node
-    return If(*parts)
-
-
-def _rebuild_function(func: Function, lookup: Lookup) -> Expr:
-    if is_primitive(func):
-        return func  # a leaf of the graph
-    body = lookup(func.body)
-    return func if body is func.body else Function(func.params, body, func.ret_type, func.attrs)
-
-
-_REBUILDERS: dict[type, Callable[[Expr, Lookup], Expr]] = {
-    Call: _rebuild_call,
-    Tuple: _rebuild_tuple,
-    TupleGetItem: _rebuild_tuple_getitem,
-    Let: _rebuild_let,
-    If: _rebuild_if,
-    Function: _rebuild_function,
-}
-
-
 def rebuild(expr: Expr, lookup: Lookup) -> Expr:
     """``expr`` with its graph children replaced by ``lookup(child)``; leaves (and nodes
-    whose children did not change) are returned as they are."""
-    rule = _REBUILDERS.get(type(expr))
-    return expr if rule is None else rule(expr, lookup)
+    whose children did not change) are returned as they are.
+
+    Generic over node kinds (the rebuild comes from the kind's schema); the graph decides
+    what a child is: an Op callee is not one (it stays), nor is anything inside a
+    primitive function (a leaf of the graph)."""
+    if not graph_children(expr):
+        return expr
+    return map_children(expr, lambda child: child if isinstance(child, Op) else lookup(child))
 
 
 # ------------------------------------------------------------------------------ lifting
