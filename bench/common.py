@@ -246,7 +246,7 @@ def ray_scheduler(num_workers: int, **options: Any) -> Any:
     while ray.available_resources().get("CPU", 0.0) < needed - 1e-9 and time.perf_counter() < deadline:
         time.sleep(0.2)
     sched = Scheduler(backend="ray", num_workers=num_workers, **options)
-    sched._ensure_pool()  # noqa: SLF001  (start the actors outside the timed region)
+    sched.start_workers()  # the actors start outside the timed region
     return sched
 
 
@@ -254,7 +254,7 @@ def noop_round_trip_seconds(sched: Any, repeats: int = 50) -> float:
     """Median latency of a no-op actor call (describe) on the scheduler's first worker."""
     import ray
 
-    actor = sched._pool.slots[0].actor  # noqa: SLF001
+    actor = sched.worker_pool.slots[0].actor
     ray.get(actor.describe.remote())
     times = []
     for _ in range(repeats):
@@ -268,7 +268,7 @@ def submit_seconds_per_call(sched: Any, calls: int = 200) -> float:
     """Driver CPU to submit one actor call (the part of dispatch that grows with calls)."""
     import ray
 
-    actor = sched._pool.slots[0].actor  # noqa: SLF001
+    actor = sched.worker_pool.slots[0].actor
     started = time.perf_counter()
     refs = [actor.describe.remote() for _ in range(calls)]
     submitted = time.perf_counter() - started

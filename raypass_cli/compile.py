@@ -114,6 +114,19 @@ def compile_model(
     return outcome
 
 
+def backend_summary(stats: RunStats) -> str:
+    """"ray backend (warm pool at ..., 2 workers)", "local backend (auto: ...)"."""
+    details = []
+    if stats.backend == "ray":
+        details.append(f"{stats.workers}, {stats.num_workers} workers")
+        if stats.startup_seconds:
+            hidden = stats.startup_hidden_seconds
+            details.append(f"start-up {stats.startup_seconds:.1f}s, {hidden:.1f}s of it hidden")
+    if stats.backend_reason.startswith("auto:"):
+        details.append(stats.backend_reason.split(";")[0])
+    return f"{stats.backend} backend" + (f" ({'; '.join(details)})" if details else "")
+
+
 def _emit(kind: str, compiled: IRModule, link: Any) -> str:
     if kind == "ir":
         return compiled.astext()
@@ -134,14 +147,18 @@ def cmd_compile(args: argparse.Namespace) -> int:
     load_plugins(args.plugin)
     if args.emit is None and not args.output:
         raise CliUserError("compile needs -o LIB (or --emit c|ir to write source instead)")
-    mod = load_model(args.model, parse_shapes(args.shapes))
+    # made first: the ray backend starts its workers in the background while the model loads
     scheduler = make_scheduler(args)
     with scheduler:
+        mod = load_model(args.model, parse_shapes(args.shapes))
         outcome = compile_model(mod, args, scheduler, emit=args.emit)
+    for note in outcome.stats.notes:
+        print(f"raypass: note: {note}", file=sys.stderr)
     if args.emit is not None:
         if args.output and args.output != "-":
             Path(args.output).write_text(outcome.emitted)
-            print(f"wrote the {'generated C' if args.emit == 'c' else 'final IR'} to {args.output}")
+            what = "generated C" if args.emit == "c" else "final IR"
+            print(f"wrote the {what} to {args.output} (built on the {backend_summary(outcome.stats)})")
         else:
             sys.stdout.write(outcome.emitted)
     else:
@@ -149,7 +166,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         kernels = len(set(outcome.library.metadata.get("kernels", [])))
         print(
             f"wrote {args.output} (+ .raypass.json, .weights.bin): {kernels} kernels, "
-            f"built in {outcome.seconds:.2f}s on the {outcome.stats.backend} backend"
+            f"built in {outcome.seconds:.2f}s on the {backend_summary(outcome.stats)}"
         )
     if args.timing:
         print_timing(outcome.timings, outcome.stats)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -50,14 +51,17 @@ def cmd_demo(args: argparse.Namespace) -> int:
     with scheduler:
         outcome = compile_model(mod, args, scheduler)
     stats = outcome.stats
+    for note in stats.notes:
+        print(f"raypass: note: {note}", file=sys.stderr)
     kernels = len(set(outcome.library.metadata.get("kernels", [])))
     print(
         f"built {kernels} kernels in {outcome.seconds:.2f}s "
         f"({stats.remote_calls} remote calls, {stats.num_workers} workers)"
     )
-    first_remote = min((event.start for event in stats.driver_events), default=None)
-    if first_remote is not None and stats.backend == "ray":
-        print(f"(of which {first_remote - outcome.started:.2f}s starting Ray and the workers)")
+    if stats.backend == "ray":
+        print(f"workers: {stats.workers}" + (
+            f"; starting them took {stats.startup_seconds:.2f}s, {stats.startup_hidden_seconds:.2f}s of it "
+            "hidden behind the driver's serial work" if stats.startup_seconds else "; no start-up"))
     print_timing(outcome.timings, stats)
     diff, ok = _check(outcome.library, mod, args.seed)
     print(

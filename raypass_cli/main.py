@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import passinfra
 from passinfra.errors import ParseError, RaypassError
 from raypass_cli import compile as compile_command
-from raypass_cli import demo, plan, run, tools
+from raypass_cli import demo, plan, pool, run, tools
 from raypass_cli.common import EXIT_USER_ERROR, CliUserError
 
 EXIT_FAILURE = 1
@@ -43,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_parser(sub)
     plan.add_parser(sub)
     demo.add_parser(sub)
+    pool.add_parser(sub)
     tools.add_parsers(sub)
     ops = sub.add_parser("ops", help="list the registered ops with their fusion pattern kind")
     ops.set_defaults(func=_cmd_ops)

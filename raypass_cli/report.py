@@ -92,7 +92,8 @@ def worker_table(stats: RunStats) -> Table | None:
     compiled there (cache hits among them)."""
     if not stats.worker_busy_seconds:
         return None
-    table = Table(title=f"Workers ({stats.backend}: {stats.backend_reason})", title_justify="left")
+    where = stats.workers or stats.backend_reason
+    table = Table(title=f"Workers ({stats.backend}: {where})", title_justify="left")
     for column in ("worker", "pid", "function runs", "busy s", "busy share", "kernels", "cache hits"):
         table.add_column(column, justify="right")
     stage_seconds = sum(stage.wall_seconds for stage in stats.stages if stage.kind == "function") or 1.0

@@ -36,6 +36,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,7 +52,7 @@ from scheduler.stats import DriverEvent, RunStats, StageStats
 from workers.actor import BatchError, BatchResult, StageSpec
 from workers.calls import DRIVER_SLOT, Call, CallKind, CallRecord
 from workers.dispatch import Dispatcher
-from workers.pool import WorkerPool
+from workers.transport import Transport
 from workers.wire import pack_module, unpack_functions
 
 # a stage over fewer functions than this runs in the driver (config
@@ -83,12 +84,29 @@ class _Arrival:
 
 
 class RayStageRunner:
-    def __init__(self, pool: WorkerPool, stats: RunStats, batch_size: int | None = None) -> None:
-        self.pool = pool
+    def __init__(
+        self, open_transport: Callable[[], Transport], stats: RunStats, batch_size: int | None = None
+    ) -> None:
         self.stats = stats
         self.batch_size = batch_size
-        self.residency = Residency(len(pool))
+        self._open_transport = open_transport
+        self._transport: Transport | None = None
         self._stage_ids = 0
+
+    @property
+    def transport(self) -> Transport:
+        """The run's workers, opened when the first stage ships (until then a Ray
+        starting in the background goes on starting while the driver works)."""
+        if self._transport is None:
+            self._transport = self._open_transport()
+            self.residency = Residency(len(self._transport))
+            self._generations = [slot.generation for slot in self._transport.slots]
+        return self._transport
+
+    def close(self) -> None:
+        """End the run on the workers (they forget its functions), if it reached them."""
+        if self._transport is not None:
+            self._transport.close()
 
     def run_stage(self, stage: FunctionStage, mod: IRModule, ctx: PassContext) -> StageOutcome:
         started = time.perf_counter()
@@ -128,16 +146,18 @@ class RayStageRunner:
         self, stage: FunctionStage, mod: IRModule, ctx: PassContext, stats: StageStats,
         records: list[CallRecord],
     ) -> StageOutcome:
+        transport = self.transport  # may wait for the workers to start
         send_start, t0 = time.time(), time.perf_counter()
+        self._adopt_restarts()
         placement = self.residency.sync(mod, [leaf.pass_ for leaf in stage.leaves])
         stats.functions_moved = placement.moved
         dispatch = Dispatcher(
-            self.pool, stage.index, self._spec(stage, mod, ctx),
+            transport, stage.index, self._spec(stage, mod, ctx),
             refill=lambda slot: self.residency.refill(slot, mod),
             label=f"stage {stage.index} ({', '.join(stats.passes)})",
         )
         try:
-            calls = plan_calls(placement, [slot.generation for slot in self.pool.slots], self.batch_size)
+            calls = plan_calls(placement, [slot.generation for slot in self.transport.slots], self.batch_size)
             for call in calls:
                 call.load = pack_load(call, placement.sends)
                 dispatch.submit(call)
@@ -167,6 +187,15 @@ class RayStageRunner:
             return outcome
         finally:
             records.extend(dispatch.close())
+            self._generations = [slot.generation for slot in self.transport.slots]
+
+    def _adopt_restarts(self) -> None:
+        """A slot restarted since this run's last stage (by another run sharing a warm
+        pool) lost this run's functions with its old actor: send them again."""
+        for slot in self.transport.refresh():
+            if slot.generation != self._generations[slot.index]:
+                self.residency.forget_slot(slot.index)
+        self._generations = [slot.generation for slot in self.transport.slots]
 
     def _spec(self, stage: FunctionStage, mod: IRModule, ctx: PassContext) -> StageSpec:
         self._stage_ids += 1
@@ -197,7 +226,7 @@ class RayStageRunner:
             if result.error is not None:
                 key = (result.error.leaf, order[result.error.function])
                 if first_error is None or key < first_error[0]:
-                    worker = dict(self.pool.slots[call.slot].info, slot=call.slot, pid=result.pid)
+                    worker = dict(self.transport.slots[call.slot].info, slot=call.slot, pid=result.pid)
                     first_error = (key, result.error, worker)
         new_mod = mod.copy()
         for gv in mod.functions:  # module order, never completion order

@@ -38,9 +38,12 @@ class RayHandle:
 
 def project_packages() -> list[str]:
     """The directories of the pure-Python packages raypass workers import: the
-    project's own, and networkx (used by type inference), so that cluster nodes need
-    nothing installed but Ray and NumPy."""
-    return [str(Path(module.__file__).parent) for module in (passinfra, scheduler, workers, networkx)]
+    project's own, networkx (used by type inference) and cloudpickle (what a warm pool's
+    drivers pickle with), so that cluster nodes need nothing installed but Ray and NumPy."""
+    import cloudpickle
+
+    packages = (passinfra, scheduler, workers, networkx, cloudpickle)
+    return [str(Path(module.__file__).parent) for module in packages]
 
 
 def local_worker_env() -> dict[str, Any]:
@@ -53,12 +56,13 @@ def local_worker_env() -> dict[str, Any]:
     return {"env_vars": {"PYTHONPATH": os.pathsep.join(paths)}}
 
 
-def connect(address: str | None, num_cpus: int | None) -> RayHandle:
+def connect(address: str | None, num_cpus: int | None, namespace: str | None = None) -> RayHandle:
     if ray.is_initialized():
         return RayHandle(started_here=False, attached=True, address=address)
     if address is not None:
         ray.init(
             address=address,
+            namespace=namespace,
             runtime_env={"py_modules": project_packages()},
             log_to_driver=False,
             logging_level="ERROR",
@@ -66,6 +70,7 @@ def connect(address: str | None, num_cpus: int | None) -> RayHandle:
         return RayHandle(started_here=True, attached=True, address=address)
     ray.init(
         address="local",  # a private instance, even if another one runs on this machine
+        namespace=namespace,
         num_cpus=num_cpus or os.cpu_count() or 1,
         include_dashboard=False,
         _node_ip_address="127.0.0.1",

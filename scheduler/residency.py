@@ -122,6 +122,12 @@ class Residency:
             self._resident[name] = (slot, func)
         return mine
 
+    def forget_slot(self, slot: int) -> None:
+        """``slot``'s actor was replaced: it holds none of its functions any more."""
+        for name, (owner, _) in self._resident.items():
+            if owner == slot:
+                self._resident[name] = (slot, None)
+
     def received(self, slot: int, changed: Mapping[str, BaseFunc], untyped: Sequence[str]) -> None:
         """``slot`` returned ``changed`` (its copies are these objects now); the functions in
         ``untyped`` get their types only in the driver's InferType, so the slot needs them again."""

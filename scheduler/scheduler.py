@@ -6,10 +6,16 @@
 
 Backends: ``"local"`` runs ``pipeline(mod)`` in this process (the reference); ``"ray"``
 plans the pipeline, runs module passes here and function-pass stages on worker actors;
-``"auto"`` picks local when the work is too small to pay for Ray (the reason is in
-``last_run.backend_reason``). The worker pool is created on first use and kept across
-runs (functions stay resident between stages of one run); a failed run tears it down so
-no actor outlives the error.
+``"auto"`` estimates both and picks the faster (``scheduler.auto``; the numbers are in
+``last_run.backend_reason``).
+
+Workers (``scheduler.startup``): a warm pool (``scheduler.pool``, ``raypass pool
+start``) when one runs on this machine or is registered at ``address``; otherwise the
+``ray`` backend starts Ray and its actors in the background as soon as the scheduler is
+made, and only the first function stage waits for them. Those actors are kept across
+runs (each run's functions stay resident between its stages and are evicted when it
+ends); a failed run stops them so no actor outlives the error. A warm pool is never
+stopped by a scheduler.
 """
 
 from __future__ import annotations
@@ -22,24 +28,21 @@ from passinfra.ir.module import IRModule
 from passinfra.transform import Pass, PassContext, register_config
 from passinfra.transform.errors import PassArgumentError
 from passinfra.transform.run_facts import collect_facts
-from scheduler.assign import estimated_cost
+from scheduler import auto
 from scheduler.executor import ErrorHook, PlanExecutor
 from scheduler.plan import FunctionStage, Plan, build_plan
 from scheduler.reproducer import write_reproducer
+from scheduler.startup import WorkerSource
 from scheduler.stats import DriverEvent, RunStats
 
 if TYPE_CHECKING:  # Ray is imported only when a Ray backend is used
-    from scheduler import ray_runtime
     from scheduler.ray_runner import StageOutcome
+    from workers.transport import Transport
 
 register_config("scheduler.reproducer_dir", str)
 register_config("scheduler.batch_size", int)
-register_config("scheduler.auto_min_work", int)
 
 BACKENDS = ("local", "ray", "auto")
-# node-visits (nodes x function passes) below which "auto" stays in-process: a Ray
-# round trip costs about a millisecond, a pass visits a node in about a microsecond
-AUTO_MIN_WORK = 200_000
 
 
 class Scheduler:
@@ -64,8 +67,11 @@ class Scheduler:
         self.address = address
         self.options = options
         self.last_run = RunStats()
-        self._ray: ray_runtime.RayHandle | None = None
-        self._pool: Any = None
+        self._workers: WorkerSource | None = None
+        if backend != "local":
+            self._workers = WorkerSource(num_workers, address, options)
+            if backend == "ray":  # start-up runs while the driver does the serial part
+                self._workers.start_in_background()
 
     # ----- lifecycle -------------------------------------------------------------------
     def __enter__(self) -> Scheduler:
@@ -75,38 +81,33 @@ class Scheduler:
         self.shutdown()
 
     def shutdown(self) -> None:
-        """Stop the workers, and Ray too if this scheduler started it. On a Ray this
-        scheduler did not start, it returns once Ray reports the workers' CPUs free: the
-        cluster is left as the scheduler found it, and a scheduler made next can start."""
-        self._stop_pool()
-        if self._ray is not None:
-            from scheduler import ray_runtime
+        """Stop the workers, and Ray too if this scheduler started it (a warm pool is
+        left running). On a Ray this scheduler did not start, it returns once Ray reports
+        the workers' CPUs free: the cluster is left as the scheduler found it, and a
+        scheduler made next can start."""
+        if self._workers is not None:
+            self._workers.shutdown()
 
-            ray_runtime.disconnect(self._ray)
-            self._ray = None
+    def start_workers(self) -> None:
+        """Start the workers now and return once they are ready (a benchmark's untimed
+        set-up; runs do this by themselves). Nothing to do on a warm pool."""
+        if self._workers is not None:
+            self._workers.wait_ready()
 
-    def _stop_pool(self) -> None:
-        if self._pool is not None:
-            # a private instance is stopped right after: waiting for its CPUs is pointless
-            self._pool.shutdown(wait=not (self._ray is not None and self._ray.private))
-            self._pool = None
+    @property
+    def worker_pool(self) -> Any:
+        """The ``workers.pool.WorkerPool`` this scheduler started (None: none, or a warm pool)."""
+        return self._workers.pool if self._workers is not None else None
 
-    def _ensure_pool(self) -> Any:
-        if self._pool is None:
-            from scheduler import ray_runtime
-            from workers.pool import WorkerPool
-
-            if self._ray is None:
-                self._ray = ray_runtime.connect(self.address, self.options.get("num_cpus"))
-            cpus = ray_runtime.cluster_cpus()
-            workers = self.num_workers or max(1, int(cpus))
-            per_worker = self.options.get("cpus_per_worker") or min(1.0, cpus / workers)
-            self._pool = WorkerPool(workers, per_worker)
-        return self._pool
+    @property
+    def ray_handle(self) -> Any:
+        """How this scheduler holds Ray (``scheduler.ray_runtime.RayHandle``), if it connected."""
+        return self._workers.ray_handle if self._workers is not None else None
 
     @property
     def worker_pids(self) -> list[int]:
-        return self._pool.pids() if self._pool is not None else []
+        pool = self.worker_pool
+        return pool.pids() if pool is not None else []
 
     # ----- running ----------------------------------------------------------------------
     def run(self, pipeline: Pass, mod: IRModule) -> IRModule:
@@ -133,28 +134,33 @@ class Scheduler:
             return "local", "asked for the local backend"
         if self.backend == "ray":
             return "ray", "asked for the ray backend"
-        plan = build_plan(pipeline, ctx)
-        function_passes = sum(len(stage.leaves) for stage in plan.stages if isinstance(stage, FunctionStage))
-        nodes = sum(estimated_cost(func) for func in mod.functions.values())
-        work = int(nodes * function_passes)
-        threshold = ctx.get_config("scheduler.auto_min_work", AUTO_MIN_WORK)
-        if function_passes == 0:
-            return "local", "no function passes to distribute"
-        if len(mod) < 2:
-            return "local", "a single function gives no parallelism"
-        if work < threshold:
-            return "local", f"estimated work {work} node-visits < {threshold}: too small to pay for Ray"
-        return "ray", f"estimated work {work} node-visits over {len(mod)} functions"
+        assert self._workers is not None
+        warm = self._workers.has_warm_pool
+        workers = self.num_workers or (self._workers.warm.record.workers if warm else default_workers())
+        return auto.choose(build_plan(pipeline, ctx), mod, workers, warm, ctx)
 
     def _run_ray(self, pipeline: Pass, mod: IRModule, ctx: PassContext) -> IRModule:
         from scheduler.ray_runner import RayStageRunner
 
-        pool = self._ensure_pool()
+        assert self._workers is not None
+        workers = self._workers
         stats = self.last_run
-        stats.num_workers = len(pool)
-        stats.worker_pids = {slot.index: slot.info["pid"] for slot in pool.slots}
+
+        def open_transport() -> Transport:
+            opened, workers_are = workers.open_run()
+            if workers.unused_pool_note:
+                stats.notes.append(workers.unused_pool_note)
+            transport = opened.transport
+            stats.backend_reason += f"; workers: {workers_are}"
+            stats.workers = transport.description
+            stats.startup_seconds = opened.startup_seconds
+            stats.startup_waited_seconds = opened.waited_seconds
+            stats.num_workers = len(transport)
+            stats.worker_pids = {slot.index: slot.info["pid"] for slot in transport.slots}
+            return transport
+
         batch_size = ctx.get_config("scheduler.batch_size", None) or self.options.get("batch_size")
-        runner = RayStageRunner(pool, stats, batch_size)
+        runner = RayStageRunner(open_transport, stats, batch_size)
         executor = PlanExecutor(
             runner.run_stage,
             ctx,
@@ -163,12 +169,16 @@ class Scheduler:
                 DriverEvent(name, start, seconds)
             ),
         )
+        failed = False
         try:
             return executor.run(pipeline, mod)
         except BaseException:
-            # a failed run leaves no actor behind (the next run starts a fresh pool)
-            self._stop_pool()
+            failed = True
             raise
+        finally:
+            runner.close()  # the workers forget the run's functions
+            if failed:  # no actor of ours outlives the error (a warm pool's stay)
+                workers.stop_workers()
 
     @staticmethod
     def _error_hook(ctx: PassContext) -> ErrorHook:

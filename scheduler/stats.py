@@ -66,7 +66,13 @@ class DriverEvent:
 class RunStats:
     backend: str = "local"
     backend_reason: str = ""
+    workers: str = ""  # what ran the function stages: "warm pool at ...", "private Ray", ...
     num_workers: int = 0
+    # starting Ray and the actors (0 on a warm pool), and what of it the run waited for:
+    # the rest ran while the driver did the serial part
+    startup_seconds: float = 0.0
+    startup_waited_seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)  # for the user: e.g. why a warm pool went unused
     remote_calls: int = 0
     bytes_sent: int = 0
     bytes_received: int = 0
@@ -129,6 +135,10 @@ class RunStats:
         self.worker_busy_seconds = busy
         self.worker_functions = functions
 
+    @property
+    def startup_hidden_seconds(self) -> float:
+        return max(0.0, self.startup_seconds - self.startup_waited_seconds)
+
     def remote_calls_per_stage(self) -> list[int]:
         return [stage.remote_calls for stage in self.stages]
 
@@ -136,7 +146,10 @@ class RunStats:
         return {
             "backend": self.backend,
             "backend_reason": self.backend_reason,
+            "workers": self.workers,
             "num_workers": self.num_workers,
+            "startup_seconds": self.startup_seconds,
+            "startup_hidden_seconds": self.startup_hidden_seconds,
             "remote_calls": self.remote_calls,
             "remote_calls_per_stage": self.remote_calls_per_stage(),
             "bytes_sent": self.bytes_sent,

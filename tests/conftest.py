@@ -130,6 +130,31 @@ def address_file_damaged(before: str | None, after: str | None) -> bool:
     return cluster_answers(before)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_pool_dir() -> Iterator[Path]:
+    """Warm pools of the session are recorded in a directory of its own: a pool the
+    user runs on this machine is neither used nor touched by the tests, and a pool a
+    test forgot to stop fails the session (it is stopped first)."""
+    directory = Path(tempfile.mkdtemp(prefix="rp-pool-"))
+    previous = os.environ.get("RAYPASS_POOL_DIR")
+    os.environ["RAYPASS_POOL_DIR"] = str(directory)
+    try:
+        yield directory
+    finally:
+        from scheduler import pool
+
+        left_running = pool.read_record() is not None
+        if left_running:
+            pool.stop()
+        if previous is None:
+            del os.environ["RAYPASS_POOL_DIR"]
+        else:
+            os.environ["RAYPASS_POOL_DIR"] = previous
+        shutil.rmtree(directory, ignore_errors=True)
+        if left_running:
+            pytest.fail("a test left a warm pool running (stopped now)")
+
+
 @pytest.fixture(scope="session")
 def ray_session(private_ray_temp_dir):
     """One private Ray instance for the whole test session (starting Ray costs seconds).

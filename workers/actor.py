@@ -17,12 +17,19 @@ When the stage is followed by InferType (``StageSpec.types_wanted``), the worker
 the types of the batch's functions before returning them: types are caches on the nodes
 and travel with them, so the driver's InferType finds them done, and the worker's own
 copies, which the next stage's passes read, have them too.
+
+One worker serves several runs at once (a warm pool serves several drivers): everything
+a run leaves on it (resident functions, stages) is kept per *run id* and evicted by
+``end_run``, so runs never see each other's functions. ``run_batch_wire`` is the same
+call with its request and result as pickled bytes, for the pool's gateway, which
+forwards them without unpickling (it need not import the passes a driver sends).
 """
 
 from __future__ import annotations
 
 import gc
 import os
+import pickle
 import socket
 import time
 import traceback
@@ -37,7 +44,7 @@ from passinfra.ir.module import IRModule
 from passinfra.ir.type_infer import infer_module
 from passinfra.transform import FunctionPass, PassContext, register_config
 from passinfra.transform.function_stage import PassRun, run_stage_over
-from workers.wire import Packed, pack_functions, unpack_module
+from workers.wire import Packed, dumps, pack_functions, unpack_module
 
 # a stage's passes are unpickled once per worker and kept for its batch calls
 _STAGE_CACHE_SIZE = 4
@@ -81,14 +88,24 @@ class RemotePassError(RuntimeError):
     """Stands in for an exception that could not be sent back from a worker."""
 
 
+@dataclass
+class _RunState:
+    """What one run (one driver's build) keeps on a worker."""
+
+    # the resident functions (a shard: a pass never sees this module, see module_view)
+    module: IRModule = field(default_factory=IRModule)
+    last_used: float = field(default_factory=time.monotonic)
+
+
 class FunctionWorker:
     def __init__(self, slot: int) -> None:
         self.slot = slot
-        # the resident functions (a shard: a pass never sees this module, see module_view)
-        self.module = IRModule()
-        self._stages: OrderedDict[int, tuple[StageSpec, IRModule | None]] = OrderedDict()
+        self._runs: dict[str, _RunState] = {}
+        # stages by object-store key, shared by the runs (keys are unique per stage)
+        self._stages: OrderedDict[str, tuple[StageSpec, IRModule | None]] = OrderedDict()
+        self.batches_served = 0
 
-    # ----- identity and residency ---------------------------------------------------
+    # ----- identity, warm-up and runs ---------------------------------------------------
     def describe(self) -> dict[str, Any]:
         node = None
         try:
@@ -99,99 +116,146 @@ class FunctionWorker:
             pass
         return {"slot": self.slot, "pid": os.getpid(), "host": socket.gethostname(), "node_id": node}
 
-    def load(self, packed: Packed) -> int:
-        """Make the packed functions resident (replacing older versions)."""
-        self.module.update(unpack_module(packed))
-        return len(self.module)
+    def warm_up(self) -> dict[str, Any]:
+        """Import what a build's stages use (the passes, lowering, C rendering, the
+        compiler driver) and make the kernel cache directory, so a warm pool's first run
+        pays none of it. Returns ``describe()`` plus the seconds it took."""
+        started = time.perf_counter()
+        import passinfra.build  # noqa: F401  (imports every built-in pass and the codegen)
+        from passinfra.codegen.object_cache import default_cache_dir
 
-    def drop(self, names: list[str]) -> int:
+        os.makedirs(default_cache_dir(), exist_ok=True)
+        return dict(self.describe(), warm_up_seconds=time.perf_counter() - started)
+
+    def runs(self) -> list[str]:
+        """The ids of the runs with state here."""
+        return list(self._runs)
+
+    def end_run(self, run_id: str) -> int:
+        """Forget everything of ``run_id``; returns how many functions were evicted."""
+        state = self._runs.pop(run_id, None)
+        return len(state.module) if state is not None else 0
+
+    def _run(self, run_id: str) -> _RunState:
+        state = self._runs.get(run_id)
+        if state is None:
+            state = self._runs[run_id] = _RunState()
+        state.last_used = time.monotonic()
+        return state
+
+    # ----- residency ----------------------------------------------------------------------
+    def load(self, run_id: str, packed: Packed) -> int:
+        """Make the packed functions resident for ``run_id`` (replacing older versions)."""
+        module = self._run(run_id).module
+        module.update(unpack_module(packed))
+        return len(module)
+
+    def drop(self, run_id: str, names: list[str]) -> int:
+        module = self._run(run_id).module
         for name in names:
-            if name in self.module:
-                del self.module[name]
-        return len(self.module)
+            if name in module:
+                del module[name]
+        return len(module)
 
-    def resident(self) -> list[str]:
-        return [gv.name_hint for gv in self.module.functions]
+    def resident(self, run_id: str) -> list[str]:
+        return [gv.name_hint for gv in self._run(run_id).module.functions]
 
     # ----- work -------------------------------------------------------------------------
     def run_batch(
         self,
+        run_id: str,
         stage_box: list[Any],
         names: list[str],
         load: Packed | None = None,
         drop: list[str] | None = None,
     ) -> BatchResult:
         """Run the stage in ``stage_box`` (a one-element list holding a StageSpec or a Ray
-        ObjectRef to one: boxed so Ray does not resolve it on every call) on ``names``,
-        after making the functions in ``load`` resident and forgetting those in ``drop``."""
+        ObjectRef to one, or to its pickled bytes: boxed so Ray does not resolve it on
+        every call) on ``names`` of run ``run_id``, after making the functions in
+        ``load`` resident and forgetting those in ``drop``."""
         with _cyclic_gc_paused():
-            return self._run_batch(stage_box, names, load, drop)
+            self.batches_served += 1
+            return self._run_batch(run_id, stage_box, names, load, drop)
+
+    def run_batch_wire(self, run_id: str, stage_box: list[Any], request: bytes) -> bytes:
+        """``run_batch`` with ``(names, load, drop)`` and the result as pickled bytes."""
+        names, load, drop = pickle.loads(request)
+        return dumps(self.run_batch(run_id, stage_box, names, load, drop))
+
+    def load_wire(self, run_id: str, packed: bytes) -> int:
+        return self.load(run_id, pickle.loads(packed))
 
     def _run_batch(
-        self, stage_box: list[Any], names: list[str], load: Packed | None, drop: list[str] | None
+        self, run_id: str, stage_box: list[Any], names: list[str], load: Packed | None,
+        drop: list[str] | None,
     ) -> BatchResult:
         started = time.perf_counter()
         if drop:
-            self.drop(drop)
+            self.drop(run_id, drop)
         if load is not None:
-            self.load(load)
+            self.load(run_id, load)
+        module = self._run(run_id).module
         spec, snapshot = self._stage(stage_box)
         for key, value_type in spec.config_types.items():
             register_config(key, value_type)
         ctx = PassContext.from_spec(spec.ctx_spec)
         with ctx:
-            run = run_stage_over(spec.passes, ((name, self.module[name]) for name in names), snapshot, ctx)
+            run = run_stage_over(spec.passes, ((name, module[name]) for name in names), snapshot, ctx)
         changed = run.changed
         for name, func in changed.items():
-            self.module[name] = func
+            module[name] = func
         result = BatchResult(self.slot, os.getpid(), None, run.runs)
         if run.error is not None:  # returned to the driver, which re-raises it
             result.error = _batch_error(run.error.key, run.error.function, run.error.error)
         if spec.types_wanted and result.error is None:
             typing_start = time.perf_counter()
-            result.untyped = self._infer_types(names)
+            result.untyped = _infer_types(module, names)
             result.typing_seconds = time.perf_counter() - typing_start
         result.changed = pack_functions(changed) if changed else None
         result.busy_seconds = time.perf_counter() - started
         return result
 
-    def _infer_types(self, names: list[str]) -> list[str]:
-        """Cache types on the functions ``names`` (see the module docstring). Only an
-        optimization: when it fails (a call of a function another worker holds, a type
-        error) the driver's InferType does the work and reports any error in its place;
-        the types cached before the failure are the ones it would compute anyway.
-        Returns the functions left untyped (the driver re-sends them once it typed them)."""
-        untyped = {name for name in names if _needs_types(self.module[name])}
-        if untyped:
-            # the untyped functions of the batch, and the typed residents they may call
-            scope = self.module.copy()
-            for gv, func in self.module.items():
-                if gv.name_hint not in untyped and _needs_types(func):
-                    del scope[gv]
-            try:
-                infer_module(scope)
-            except Exception:  # noqa: BLE001  (the driver's InferType raises it, in order)
-                pass
-        return [name for name in names if _needs_types(self.module[name])]
-
     def _stage(self, stage_box: list[Any]) -> tuple[StageSpec, IRModule | None]:
         item = stage_box[0]
         if isinstance(item, StageSpec):
-            spec = item
-        else:
-            key = getattr(item, "hex", lambda: None)()
-            cached = self._stages.get(key) if key else None
-            if cached is not None:
-                return cached
-            import ray
+            return item, _snapshot(item)
+        key = item.hex()
+        cached = self._stages.get(key)
+        if cached is not None:
+            return cached
+        import ray
 
-            spec = ray.get(item)
-        entry = (spec, unpack_module(spec.snapshot) if spec.snapshot is not None else None)
-        if not isinstance(item, StageSpec):
-            self._stages[item.hex()] = entry
-            while len(self._stages) > _STAGE_CACHE_SIZE:
-                self._stages.popitem(last=False)
+        spec = ray.get(item)
+        if isinstance(spec, bytes):  # sent through the pool's gateway
+            spec = pickle.loads(spec)
+        entry = self._stages[key] = (spec, _snapshot(spec))
+        while len(self._stages) > _STAGE_CACHE_SIZE:
+            self._stages.popitem(last=False)
         return entry
+
+
+def _snapshot(spec: StageSpec) -> IRModule | None:
+    return unpack_module(spec.snapshot) if spec.snapshot is not None else None
+
+
+def _infer_types(module: IRModule, names: list[str]) -> list[str]:
+    """Cache types on the functions ``names`` of ``module`` (see the module docstring).
+    Only an optimization: when it fails (a call of a function another worker holds, a
+    type error) the driver's InferType does the work and reports any error in its place;
+    the types cached before the failure are the ones it would compute anyway. Returns
+    the functions left untyped (the driver re-sends them once it typed them)."""
+    untyped = {name for name in names if _needs_types(module[name])}
+    if untyped:
+        # the untyped functions of the batch, and the typed residents they may call
+        scope = module.copy()
+        for gv, func in module.items():
+            if gv.name_hint not in untyped and _needs_types(func):
+                del scope[gv]
+        try:
+            infer_module(scope)
+        except Exception:  # noqa: BLE001  (the driver's InferType raises it, in order)
+            pass
+    return [name for name in names if _needs_types(module[name])]
 
 
 @contextmanager

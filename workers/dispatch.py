@@ -11,7 +11,8 @@ holds every function's latest version) and re-sends every call that was aimed at
 dead actor. A call lost ``MAX_ATTEMPTS`` times raises :class:`WorkerLostError`.
 
 Every piece of work ends in one :class:`~workers.calls.CallRecord` (``records``):
-statistics are derived from them, not counted here.
+statistics are derived from them, not counted here. How calls travel (Ray futures, or a
+warm pool's gateway) is the :class:`~workers.transport.Transport`'s business.
 """
 
 from __future__ import annotations
@@ -19,13 +20,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import ray
-from ray.exceptions import RayActorError, WorkerCrashedError
-
 from passinfra.ir.expr import BaseFunc
 from workers.actor import BatchResult, StageSpec
 from workers.calls import DRIVER_SLOT, Call, CallKind, CallRecord
-from workers.pool import WorkerPool
+from workers.transport import Transport
 from workers.wire import pack_functions, packed_size
 
 MAX_ATTEMPTS = 3  # per batch call; an actor dying this often is a bug, not bad luck
@@ -40,31 +38,32 @@ class WorkerLostError(RuntimeError):
 
 
 class Dispatcher:
-    """The batch calls of stage ``stage`` (described as ``label`` in errors) on ``pool``."""
+    """The batch calls of stage ``stage`` (described as ``label`` in errors) over ``transport``."""
 
-    def __init__(self, pool: WorkerPool, stage: int, spec: StageSpec, refill: Refill, label: str) -> None:
-        self.pool = pool
+    def __init__(
+        self, transport: Transport, stage: int, spec: StageSpec, refill: Refill, label: str
+    ) -> None:
+        self.transport = transport
         self.stage = stage
         self.label = label
         self.records: list[CallRecord] = []
         self._refill = refill
-        self._pending: dict[Any, Call] = {}  # future -> the call it answers
-        self._spec_ref = ray.put(spec)
+        self._pending: dict[Any, Call] = {}  # token -> the call it answers
+        self._spec = transport.put_stage(spec)
         # every worker fetches the stage from the object store once (a record of no slot)
-        self._record(CallKind.SPEC, DRIVER_SLOT, packed_size(spec.snapshot) * len(pool))
+        self._record(CallKind.SPEC, DRIVER_SLOT, packed_size(spec.snapshot) * len(transport))
 
     # ----- sending ----------------------------------------------------------------------
     def submit(self, call: Call) -> None:
-        actor = self.pool.slots[call.slot].actor
-        self._pending[actor.run_batch.remote([self._spec_ref], call.names, call.load, call.drop)] = call
+        self._pending[self.transport.submit(call, self._spec)] = call
 
     def drop(self, slot: int, names: list[str]) -> None:
         """Make ``slot`` forget ``names`` (for a slot this stage sends no call to)."""
-        self.pool.slots[slot].actor.drop.remote(names)
+        self.transport.drop(slot, names)
 
     def is_current(self, call: Call) -> bool:
         """Whether ``call`` ran on its slot's present actor (not one that died since)."""
-        return self.pool.slots[call.slot].generation == call.generation
+        return self.transport.slots[call.slot].generation == call.generation
 
     # ----- receiving --------------------------------------------------------------------
     def __bool__(self) -> bool:
@@ -74,11 +73,9 @@ class Dispatcher:
         """The next call to finish, with its result. Calls lost with their actor are
         re-sent on the way, so only answers come out."""
         while True:
-            ready, _ = ray.wait(list(self._pending), num_returns=1)
-            call = self._pending.pop(ready[0])
-            try:
-                result: BatchResult = ray.get(ready[0])
-            except (RayActorError, WorkerCrashedError):
+            token, result = self.transport.next_done(list(self._pending))
+            call = self._pending.pop(token)
+            if result is None:  # lost with its actor
                 self._recover(call)
                 continue
             self._record(
@@ -101,8 +98,8 @@ class Dispatcher:
         """``call``'s actor died: restart its slot (once per death), aim every call still
         pending for the dead actor at the new one, and send ``call`` again."""
         self._record(CallKind.LOST, call.slot, call_bytes(call))
-        if call.generation == self.pool.slots[call.slot].generation:  # first failure seen of this actor
-            self._restart(call.slot)
+        if call.generation == self.transport.slots[call.slot].generation:  # first failure seen of this actor
+            self._restart(call.slot, call.generation)
         for ref, other in list(self._pending.items()):
             if other.slot == call.slot and not self.is_current(other):
                 del self._pending[ref]
@@ -117,21 +114,21 @@ class Dispatcher:
             ) from None
         self.submit(call)
 
-    def _restart(self, index: int) -> None:
+    def _restart(self, index: int, generation: int) -> None:
         """A new actor for slot ``index``, holding the functions the dead one held."""
-        slot = self.pool.restart(index)
+        slot = self.transport.restart(index, generation)
         functions = self._refill(index)
         size = 0
         if functions:
             packed = pack_functions(functions)
             size = packed_size(packed)
-            ray.get(slot.actor.load.remote(packed))
+            self.transport.load(index, packed)
         self._record(CallKind.RESTART, index, size, pid=slot.info["pid"])
 
     def _retarget(self, call: Call) -> None:
         """Aim ``call`` at its slot's restarted actor, which ``_restart`` already gave
         every function of the slot: nothing to load or drop any more."""
-        call.generation = self.pool.slots[call.slot].generation
+        call.generation = self.transport.slots[call.slot].generation
         call.load = None
         call.drop = None
 

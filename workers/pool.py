@@ -40,6 +40,8 @@ class WorkerStartError(RaypassError, RuntimeError):
     """The cluster could not place the requested workers."""
 
 
+# the actor concurrency group of calls that only read a worker's state (``runs``)
+CONTROL_GROUP = "control"
 # seconds to wait for a new actor; Ray would otherwise wait for CPUs forever
 START_TIMEOUT = 120.0
 # seconds a new pool waits for the CPUs it needs while others hold them (a pool shutting
@@ -86,7 +88,9 @@ def wait_until(
 
 class WorkerPool:
     def __init__(self, num_workers: int, cpus_per_worker: float) -> None:
-        self._remote_cls = ray.remote(FunctionWorker)
+        # a thread of its own for questions about the worker (a pool's status), answered
+        # while a batch runs; the batch calls keep the default group's single thread
+        self._remote_cls = ray.remote(concurrency_groups={CONTROL_GROUP: 1})(FunctionWorker)
         self._cpus = cpus_per_worker
         self.restarts = 0
         self.slots: list[Slot] = []

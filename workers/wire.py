@@ -57,6 +57,14 @@ def pack_module(mod: IRModule) -> Packed:
     return payload, large
 
 
+def dumps(value: Any) -> bytes:
+    """``value`` as bytes ``pickle.loads`` restores, with functions and classes of the
+    caller's own scripts by value (a pass defined in ``__main__`` or by a decorator)."""
+    import cloudpickle
+
+    return cloudpickle.dumps(value, protocol=5)
+
+
 def unpack_module(packed: Packed) -> Any:
     payload, buffers = packed
     return from_wire(payload, buffers)

@@ -54,6 +54,7 @@ def test_a_dead_actors_calls_are_re_sent_to_its_restarted_actor(ray_session):
 
     from workers.dispatch import Dispatcher
     from workers.pool import WorkerPool
+    from workers.transport import RayTransport
 
     mod = P.chain_module(8)
     functions = {gv.name_hint: func for gv, func in mod.items()}
@@ -67,7 +68,7 @@ def test_a_dead_actors_calls_are_re_sent_to_its_restarted_actor(ray_session):
     pool = WorkerPool(2, 0.25)
     try:
         spec = StageSpec(1, [(0, P.sleep_20ms), (1, P.add_to_multiply)], PassContext().to_spec())
-        dispatch = Dispatcher(pool, 0, spec, refill, "stage 0 (test)")
+        dispatch = Dispatcher(RayTransport(pool, "test-run"), 0, spec, refill, "stage 0 (test)")
         old_pid = pool.slots[0].info["pid"]
         for start in (0, 2, 4, 6):
             names = [f"f{i}" for i in range(start, start + 2)]

@@ -146,7 +146,7 @@ def test_custom_exception_reaches_the_caller_with_notes(ray_scheduler, tmp_path)
     notes = "\n".join(info.value.__notes__)
     assert "FailOnF3" in notes and "'f3'" in notes and "worker" in notes and "pid" in notes
     assert events[-1] == ("exit",)  # the context's exit hooks ran
-    assert sched._pool is None  # no actor left behind
+    assert sched.worker_pool is None  # no actor left behind
     repro = next(tmp_path.glob("repro-*.txt"))
     with pytest.raises(P.MyPassError, match="not welcome"):
         replay(repro)

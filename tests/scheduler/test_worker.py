@@ -23,20 +23,43 @@ def _functions(mod: ir.IRModule) -> dict:
 def test_a_batch_loads_and_drops_before_it_runs():
     worker = FunctionWorker(0)
     functions = _functions(P.chain_module(4))
-    worker.run_batch([_spec(False)], ["f0", "f1"], pack_functions({n: functions[n] for n in ("f0", "f1")}))
-    result = worker.run_batch([_spec(False)], ["f2"], pack_functions({"f2": functions["f2"]}), ["f0"])
-    assert worker.resident() == ["f1", "f2"]
+    first = pack_functions({n: functions[n] for n in ("f0", "f1")})
+    worker.run_batch("r1", [_spec(False)], ["f0", "f1"], first)
+    result = worker.run_batch("r1", [_spec(False)], ["f2"], pack_functions({"f2": functions["f2"]}), ["f0"])
+    assert worker.resident("r1") == ["f1", "f2"]
     assert set(unpack_functions(result.changed)) == {"f2"}
+
+
+def test_runs_keep_their_functions_apart_and_end_run_evicts_them():
+    worker = FunctionWorker(0)
+    mine, theirs = _functions(P.chain_module(2)), _functions(P.chain_module(3))
+    worker.run_batch("a", [_spec(False)], ["f0", "f1"], pack_functions(mine))
+    worker.run_batch("b", [_spec(False)], ["f2"], pack_functions({"f2": theirs["f2"]}))
+    assert worker.resident("a") == ["f0", "f1"] and worker.resident("b") == ["f2"]
+    assert sorted(worker.runs()) == ["a", "b"]
+    assert worker.end_run("a") == 2 and worker.runs() == ["b"]
+    assert worker.end_run("a") == 0  # ending twice (or a run never seen) is harmless
+
+
+def test_the_wire_form_of_a_batch_is_the_same_call_in_bytes():
+    import pickle
+
+    worker = FunctionWorker(0)
+    functions = _functions(P.chain_module(2))
+    request = pickle.dumps((list(functions), pack_functions(functions), None))
+    result = pickle.loads(worker.run_batch_wire("w", [_spec(False)], request))
+    direct = FunctionWorker(0).run_batch("w", [_spec(False)], list(functions), pack_functions(functions))
+    assert result.changed == direct.changed and [r.function for r in result.runs] == ["f0", "f1"]
 
 
 def test_results_come_back_typed_when_infer_type_follows():
     worker = FunctionWorker(0)
     functions = _functions(P.chain_module(3))
-    result = worker.run_batch([_spec(True)], list(functions), pack_functions(functions))
+    result = worker.run_batch("r1", [_spec(True)], list(functions), pack_functions(functions))
     back = unpack_functions(result.changed)
     assert all(func._checked_type is not None for func in back.values())  # the types travel
     assert result.untyped == [] and result.typing_seconds > 0.0
-    untyped = worker.run_batch([_spec(False)], ["f0"], pack_functions({"f0": functions["f0"]}))
+    untyped = worker.run_batch("r1", [_spec(False)], ["f0"], pack_functions({"f0": functions["f0"]}))
     assert unpack_functions(untyped.changed)["f0"]._checked_type is None  # only when asked
 
 
@@ -44,7 +67,7 @@ def test_a_caller_without_its_callee_is_left_untyped_and_named():
     worker = FunctionWorker(0)
     functions = _functions(P.calling_module(2))
     callers = {name: functions[name] for name in ("caller0", "caller1")}  # no helper here
-    result = worker.run_batch([_spec(True)], list(callers), pack_functions(callers))
+    result = worker.run_batch("r1", [_spec(True)], list(callers), pack_functions(callers))
     assert result.error is None  # typing is an optimization: its failure is not the pass's
     assert result.untyped == ["caller0", "caller1"]
 

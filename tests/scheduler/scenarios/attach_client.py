@@ -20,7 +20,7 @@ def main(address: str) -> None:
         with Scheduler(backend="ray", address=address, num_workers=2, cpus_per_worker=0.5) as sched:
             out = sched.run(pipeline, mod)
             pids = sorted(set(sched.last_run.worker_pids.values()))
-            attached = sched._ray.attached
+            attached = sched.ray_handle.attached
     print(json.dumps({"identical": out.astext() == expected, "worker_pids": pids, "attached": attached}))
 
 

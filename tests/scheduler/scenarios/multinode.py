@@ -27,8 +27,8 @@ def main() -> None:
     result = {}
     try:
         with Scheduler(backend="ray", num_workers=2, cpus_per_worker=0.5) as sched:
-            sched._ensure_pool()
-            result["worker_nodes"] = sorted({slot.info["node_id"] for slot in sched._pool.slots})
+            sched.start_workers()
+            result["worker_nodes"] = sorted({slot.info["node_id"] for slot in sched.worker_pool.slots})
             victim = next(n for n in nodes if n.node_id in result["worker_nodes"])
             timer = threading.Timer(0.4, cluster.remove_node, args=(victim,))
             timer.start()
@@ -37,7 +37,7 @@ def main() -> None:
             result["identical"] = out.astext() == expected
             result["retries"] = sched.last_run.retries
             result["restarts"] = sched.last_run.worker_restarts
-            result["nodes_after"] = sorted({slot.info["node_id"] for slot in sched._pool.slots})
+            result["nodes_after"] = sorted({slot.info["node_id"] for slot in sched.worker_pool.slots})
             result["victim"] = victim.node_id
     finally:
         ray.shutdown()

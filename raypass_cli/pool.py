@@ -1,0 +1,84 @@
+"""``raypass pool start|status|stop``: the warm worker pool (``scheduler.pool``)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from raypass_cli.common import CliUserError
+
+
+def _seconds(value: float) -> str:
+    if value < 120:
+        return f"{value:.0f}s"
+    if value < 7200:
+        return f"{value / 60:.0f}m"
+    return f"{value / 3600:.1f}h"
+
+
+def _print_status(status: Any) -> None:
+    record = status.record
+    where = record.address or "a private Ray instance"
+    gateway = f"{record.host}:{record.port}"
+    print(f"pool: pid {record.pid}, {len(status.workers)} workers on {where}, gateway {gateway}")
+    print(
+        f"up {_seconds(status.uptime_seconds)}, idle {_seconds(status.idle_seconds)} "
+        f"(stops after {record.idle_timeout_minutes:g} minutes idle), runs served {status.runs_served}, "
+        f"running now {status.active_runs}, drivers connected {status.drivers}, restarts {status.restarts}"
+    )
+    for worker in status.workers:
+        node = (worker.get("node_id") or "?")[:12]
+        warm = worker.get("warm_up_seconds")
+        warm_text = f", warmed up in {warm:.2f}s" if warm is not None else ""
+        print(f"  worker {worker['slot']}: pid {worker['pid']} on {worker['host']} (node {node}){warm_text}")
+
+
+def cmd_pool(args: argparse.Namespace) -> int:
+    from scheduler import pool
+
+    if args.action == "start":
+        if args.workers is not None and args.workers < 1:
+            raise CliUserError(f"--workers must be at least 1, got {args.workers}")
+        if args.idle_timeout <= 0:
+            raise CliUserError(f"--idle-timeout must be positive, got {args.idle_timeout:g}")
+        already = pool.status(args.address)
+        if already is not None:
+            print("a pool is running already:")
+            _print_status(already)
+            return 0
+        started = time.perf_counter()
+        try:
+            status = pool.start(args.workers, args.address, args.idle_timeout)
+        except pool.PoolError as error:
+            raise CliUserError(str(error)) from None
+        print(f"pool started in {time.perf_counter() - started:.1f}s")
+        _print_status(status)
+        return 0
+    if args.action == "status":
+        status = pool.status(args.address)
+        if status is None:
+            print("no pool is running (start one with `raypass pool start`)")
+            return 1
+        _print_status(status)
+        return 0
+    stopped = pool.stop(args.address)
+    print("pool stopped" if stopped else "no pool was running")
+    return 0
+
+
+def add_parser(sub: Any) -> None:
+    parser = sub.add_parser(
+        "pool",
+        help="start, inspect or stop a warm worker pool that compiles use",
+        description="A warm pool keeps Ray and its workers running between compiles, so a "
+        "compile with --backend ray|auto pays no start-up.",
+    )
+    parser.add_argument("action", choices=("start", "status", "stop"))
+    parser.add_argument("--workers", type=int, default=None, metavar="N",
+                        help="worker actors (default: one per CPU of the cluster)")
+    parser.add_argument("--address", default=None, metavar="ADDR",
+                        help="the Ray cluster to run the pool on (default: a private local instance)")
+    parser.add_argument("--idle-timeout", type=float, default=30.0, metavar="MINUTES",
+                        help="stop after this many minutes without a compile (default 30)")
+    parser.set_defaults(func=cmd_pool)

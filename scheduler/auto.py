@@ -1,0 +1,134 @@
+"""``backend="auto"``: local or Ray, whichever is estimated faster end to end.
+
+The estimate compares what differs between the two: the function stages' work, done
+here in sequence or spread over the workers, against what spreading costs (starting Ray
+and its actors when no warm pool runs, a round trip per batch call, the stage's bytes).
+The serial part of a run (module passes, stages too small to ship) is the same either
+way and left out.
+
+The work of a stage is estimated from the module before the run:
+
+* graph-level function passes over a module of several functions: nodes x passes x
+  ``seconds_per_node_pass``; a single function runs in the driver either way;
+* a pipeline that lowers and compiles kernels (``KERNEL_PASSES``): the kernels it will
+  compile x ``seconds_per_kernel``, the kernels predicted as the distinct fusion anchors
+  of the graph (an operator that is not elementwise/broadcast/injective, keyed by operator,
+  attributes and argument types: identical layers share kernels after FuseOps).
+
+The constants were measured on this project's reference machine (2-core EPYC, gcc -O2)
+by ``python bench/auto_costs.py``, which fits them from instrumented builds; config keys
+``scheduler.auto_*`` override them. ``last_run.backend_reason`` shows the numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from passinfra.ir.expr import Call, Function
+from passinfra.ir.functor import iter_post_order
+from passinfra.ir.module import IRModule
+from passinfra.ir.op.registry import Op, OpPattern
+from passinfra.transform import PassContext, register_config
+from scheduler.plan import FunctionStage, Plan
+
+# passes whose work is per compiled kernel rather than per graph node
+KERNEL_PASSES = frozenset({"LowerToPrimFunc", "CodegenC", "CompileC"})
+
+register_config("scheduler.auto_seconds_per_kernel", float)
+register_config("scheduler.auto_startup_seconds", float)
+register_config("scheduler.auto_call_seconds", float)
+
+
+@dataclass(frozen=True)
+class CostModel:
+    # measured by bench/auto_costs.py (see the module docstring)
+    seconds_per_node_pass: float = 1.0e-6
+    seconds_per_kernel: float = 0.10  # lower, loop passes, render C, gcc -O2, one kernel
+    call_seconds: float = 0.0011  # one batch call's round trip and packing
+    startup_seconds: float = 11.2  # a private pool (Ray, its actors, warmed up), ready
+    # what a run on workers costs beyond the stage's calls: the gateway, packing and
+    # unpacking the functions, the driver's merging (bench/end_to_end.py: zoo:mlp on a
+    # warm pool over local, whole processes)
+    warm_run_seconds: float = 0.35
+    # of a worker's time, what it spends on the stage (the driver shares the cores)
+    efficiency: float = 0.85
+
+    @classmethod
+    def from_context(cls, ctx: PassContext) -> CostModel:
+        base = cls()
+        return cls(
+            seconds_per_kernel=ctx.get_config("scheduler.auto_seconds_per_kernel", base.seconds_per_kernel),
+            startup_seconds=ctx.get_config("scheduler.auto_startup_seconds", base.startup_seconds),
+            call_seconds=ctx.get_config("scheduler.auto_call_seconds", base.call_seconds),
+        )
+
+
+@dataclass(frozen=True)
+class Estimate:
+    work_seconds: float  # of the function stages, in sequence
+    kernels: int
+    calls: int  # batch calls over the workers
+    workers: int
+    startup_seconds: float
+
+    def local_seconds(self) -> float:
+        return self.work_seconds
+
+    def ray_seconds(self, model: CostModel) -> float:
+        spread = self.work_seconds / (self.workers * model.efficiency)
+        return self.startup_seconds + spread + self.calls * model.call_seconds + model.warm_run_seconds
+
+
+def predicted_kernels(mod: IRModule) -> int:
+    """The distinct kernels a build of ``mod`` will compile (see the module docstring)."""
+    anchors: set[tuple[object, ...]] = set()
+    for func in mod.functions.values():
+        if not isinstance(func, Function):
+            continue
+        for node in iter_post_order(func):
+            if not (isinstance(node, Call) and isinstance(node.op, Op)):
+                continue
+            if OpPattern.COMM_REDUCE <= node.op.pattern and node.op.pattern != OpPattern.TUPLE:
+                types = tuple(repr(arg._checked_type) for arg in node.args)
+                anchors.add((node.op.name, repr(node.attrs), types))
+    return max(1, len(anchors))
+
+
+def estimate(plan: Plan, mod: IRModule, workers: int, startup_seconds: float, model: CostModel) -> Estimate:
+    stages = [stage for stage in plan.stages if isinstance(stage, FunctionStage)]
+    names = {leaf.name for stage in stages for leaf in stage.leaves}
+    kernels = predicted_kernels(mod) if names & KERNEL_PASSES else 0
+    work = kernels * model.seconds_per_kernel
+    if len(mod) >= 2:  # a single function's graph passes run in the driver either way
+        from scheduler.assign import estimated_cost
+
+        nodes = sum(estimated_cost(func) for func in mod.functions.values())
+        graph_passes = sum(1 for stage in stages for leaf in stage.leaves if leaf.name not in KERNEL_PASSES)
+        work += nodes * graph_passes * model.seconds_per_node_pass
+    functions = max(kernels, len(mod))
+    # each stage cuts each worker's share into a few calls (scheduler.chunking)
+    calls = len(stages) * min(functions, workers * 8)
+    return Estimate(work, kernels, calls, workers, startup_seconds)
+
+
+def choose(
+    plan: Plan, mod: IRModule, workers: int, warm_pool: bool, ctx: PassContext
+) -> tuple[str, str]:
+    """``(backend, reason)`` for ``backend="auto"``."""
+    if not any(isinstance(stage, FunctionStage) for stage in plan.stages):
+        return "local", "auto: no function passes to distribute"
+    model = CostModel.from_context(ctx)
+    startup = 0.0 if warm_pool else model.startup_seconds
+    est = estimate(plan, mod, workers, startup, model)
+    local, ray = est.local_seconds(), est.ray_seconds(model)
+    backend = "ray" if ray < local else "local"
+    start_note = "warm pool, no start-up" if warm_pool else f"start-up {startup:.1f}s"
+    # one clause, no semicolon: the CLI's summary shows it up to the first one
+    verdict = "Ray pays for itself" if backend == "ray" else "too small to pay for Ray"
+    return backend, (
+        f"auto: {verdict}: estimated {local:.2f}s local vs {ray:.2f}s on {workers} Ray workers "
+        f"({start_note}, {est.kernels} kernels, {est.calls} calls, work {est.work_seconds:.2f}s)"
+    )
+
+
+__all__ = ["KERNEL_PASSES", "CostModel", "Estimate", "choose", "estimate", "predicted_kernels"]

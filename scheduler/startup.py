@@ -1,0 +1,230 @@
+"""Getting workers for a Scheduler: a warm pool, a private pool started at once, or Ray here.
+
+:class:`WorkerSource` is made when the Scheduler is. Where the workers come from:
+
+* a **warm pool** (``scheduler.pool``) on this machine, or registered at ``address``:
+  nothing to start; each run opens a gateway connection (milliseconds);
+* a **private pool**, when this process has no Ray and no address is given: the same
+  daemon as a warm pool (``scheduler.pool_daemon``), started as a child *the moment
+  the scheduler is made* (``start_in_background``), so Ray and the workers start while
+  the driver loads the model and runs the serial passes; only the first function stage
+  waits for it, and the run's statistics say how much of the start-up that hid
+  (``startup_seconds``, ``startup_waited_seconds``). It stops with the scheduler, or
+  when this process dies;
+* **Ray in this process**: when the caller initialized Ray (a test session, a user's
+  ``ray.init``) or gave a cluster's address with no pool there, actors are made here,
+  in the main thread, when the first stage needs them.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from scheduler import pool as pool_api
+from workers.transport import Transport
+
+# minutes a private pool stays up without a run (the scheduler normally stops it first)
+PRIVATE_POOL_IDLE_MINUTES = 60.0
+
+
+@dataclass
+class Opened:
+    transport: Transport
+    startup_seconds: float  # what starting Ray and the actors took (0: a warm pool)
+    waited_seconds: float  # of it, what the run waited for (the rest was hidden)
+
+
+class WorkerSource:
+    def __init__(self, num_workers: int | None, address: str | None, options: dict[str, Any]) -> None:
+        self.num_workers = num_workers
+        self.address = address
+        self.options = options
+        self.warm = pool_api.find(address) if address is None else _local_pool_for(address)
+        self._ray: Any = None  # ray_runtime.RayHandle, when this process connected
+        self._pool: Any = None  # workers.pool.WorkerPool, when this process made actors
+        self._cluster_pool: pool_api.FoundPool | None = None
+        self._private: _PrivatePool | None = None
+        self._startup_reported = False
+
+    @property
+    def has_warm_pool(self) -> bool:
+        return self.warm is not None and self.warm.usable
+
+    @property
+    def unused_pool_note(self) -> str | None:
+        """Why a warm pool that runs is not used (None: there is none, or it is used)."""
+        if self.warm is None or self.warm.usable:
+            return None
+        return f"not using the warm pool: {self.warm.reason}"
+
+    def _in_process(self) -> bool:
+        """Whether the workers are made by this process's own Ray (see the module docstring)."""
+        if self.address is not None:
+            return True
+        import sys
+
+        ray = sys.modules.get("ray")  # never imported here just to ask
+        return ray is not None and ray.is_initialized()
+
+    def start_in_background(self) -> None:
+        """Start a private pool now, unless a warm pool or this process's Ray serves."""
+        if self.has_warm_pool or self._private is not None or self._in_process():
+            return
+        self._private = _PrivatePool(self.num_workers, self.options)
+
+    def open_run(self) -> tuple[Opened, str]:
+        """A transport for one run, and what it runs on (for ``backend_reason``)."""
+        if self.has_warm_pool:
+            assert self.warm is not None
+            return self._open_gateway(self.warm), self.warm.reason
+        first = not self._startup_reported
+        self._startup_reported = True
+        if not self._in_process():
+            self.start_in_background()
+            assert self._private is not None
+            waited_from = time.perf_counter()
+            record = self._private.ready()
+            waited = time.perf_counter() - waited_from
+            opened = self._open_gateway(pool_api.check(record))
+            opened.transport.description = "private pool"
+            if first:
+                opened.startup_seconds, opened.waited_seconds = self._private.startup_seconds, waited
+            return opened, opened.transport.description
+        started = time.perf_counter()
+        self._connect_here()
+        startup = time.perf_counter() - started
+        if self._cluster_pool is not None and self._cluster_pool.usable:
+            return self._open_gateway(self._cluster_pool), self._cluster_pool.reason
+        description = "Ray in this process" if self._ray is None or not self._ray.attached else "Ray"
+        if self.address is not None:
+            description = f"Ray at {self.address}"
+        transport = _ray_transport(self._pool, description)
+        startup = startup if first else 0.0
+        return Opened(transport, startup, startup), description
+
+    def _connect_here(self) -> None:
+        if self._pool is not None:
+            return
+        from scheduler import ray_runtime
+        from workers.pool import WorkerPool
+
+        if self._ray is None:
+            self._ray = ray_runtime.connect(self.address, self.options.get("num_cpus"))
+            if self.address is not None:
+                self._cluster_pool = pool_api.registered_pool()
+        if self._cluster_pool is not None and self._cluster_pool.usable:
+            return
+        cpus = ray_runtime.cluster_cpus()
+        workers = self.num_workers or max(1, int(cpus))
+        per_worker = self.options.get("cpus_per_worker") or min(1.0, cpus / workers)
+        self._pool = WorkerPool(workers, per_worker)
+
+    def _open_gateway(self, found: pool_api.FoundPool) -> Opened:
+        from workers.gateway import GatewayTransport
+
+        return Opened(GatewayTransport(found.endpoint, found.authkey, self.num_workers), 0.0, 0.0)
+
+    def wait_ready(self) -> None:
+        """Start the workers unless a warm pool serves, and wait until they are up."""
+        if self.has_warm_pool:
+            return
+        if self._in_process():
+            self._connect_here()
+            return
+        self.start_in_background()
+        assert self._private is not None
+        self._private.ready()
+
+    @property
+    def pool(self) -> Any:
+        return self._pool
+
+    @property
+    def ray_handle(self) -> Any:
+        return self._ray
+
+    def stop_workers(self) -> None:
+        """Stop the workers this source started (a failed run: the next one starts fresh)."""
+        if self._private is not None:
+            self._private.stop()
+            self._private = None
+        if self._pool is not None:
+            # a private instance is stopped right after: waiting for its CPUs is pointless
+            self._pool.shutdown(wait=not (self._ray is not None and self._ray.private))
+            self._pool = None
+
+    def shutdown(self) -> None:
+        self.stop_workers()
+        if self._ray is not None:
+            from scheduler import ray_runtime
+
+            ray_runtime.disconnect(self._ray)
+            self._ray = None
+
+
+class _PrivatePool:
+    """A pool daemon of this scheduler's own (see the module docstring)."""
+
+    def __init__(self, num_workers: int | None, options: dict[str, Any]) -> None:
+        self._dir = Path(tempfile.mkdtemp(prefix="raypass-private-pool-"))
+        self.record_path = self._dir / "pool.json"
+        self.log_path = self._dir / "pool.log"
+        self._spawned = time.time()
+        self.daemon = pool_api.spawn_daemon(
+            self.log_path, PRIVATE_POOL_IDLE_MINUTES, workers=num_workers,
+            cpus_per_worker=options.get("cpus_per_worker"), num_cpus=options.get("num_cpus"),
+            record=self.record_path, parent=os.getpid(),
+        )
+        self._record: pool_api.PoolRecord | None = None
+        self.startup_seconds = 0.0
+
+    def ready(self) -> pool_api.PoolRecord:
+        if self._record is None:
+            try:
+                self._record = pool_api.wait_ready(self.daemon, self.log_path, self.record_path)
+            except pool_api.PoolError:
+                self._cleanup()
+                raise
+            # the daemon writes its record the moment its workers are ready
+            self.startup_seconds = max(0.0, self.record_path.stat().st_mtime - self._spawned)
+        return self._record
+
+    def stop(self) -> None:
+        record = self._record or pool_api.read_record(self.record_path)
+        if record is not None:
+            pool_api.stop_daemon(record, self.record_path)
+        elif self.daemon.poll() is None:  # still starting: it stops on SIGTERM
+            self.daemon.terminate()
+        try:
+            self.daemon.wait(timeout=pool_api.STOP_TIMEOUT)
+        except Exception:  # noqa: BLE001  (it ignored SIGTERM: end its whole group)
+            pool_api.terminate(self.daemon.pid)
+        self._cleanup()
+
+    def _cleanup(self) -> None:
+        import shutil
+
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def _ray_transport(pool: Any, description: str) -> Transport:
+    from workers.transport import RayTransport
+
+    return RayTransport(pool, f"run-{uuid.uuid4().hex[:12]}", description)
+
+
+def _local_pool_for(address: str) -> pool_api.FoundPool | None:
+    """The pool recorded on this machine, if it runs at ``address`` (no Ray needed)."""
+    record = pool_api.read_record()
+    if record is not None and address in ("auto", record.address, record.ray_address):
+        return pool_api.find(record.address)
+    return None
+
+
+__all__ = ["Opened", "WorkerSource"]
