@@ -29,6 +29,8 @@ SECTIONS = (
     "anchors",
     "ir_scaling",
     "onnx_models",
+    "end_to_end",
+    "serial_path",
 )
 TITLES = {
     "scaling": "1. Build scaling: in-process vs ray N=1 vs N=2",
@@ -39,6 +41,8 @@ TITLES = {
     "anchors": "3-4. Anchors: Apache TVM and onnxruntime",
     "ir_scaling": "IR scaling (bench/ir_scaling.py)",
     "onnx_models": "ONNX import and pipeline (bench/onnx_models.py)",
+    "end_to_end": "End-to-end compile latency (bench/end_to_end.py)",
+    "serial_path": "The serial path of a build (bench/serial_path.py)",
 }
 HEADLINE_HEADER = ["comparison", "ratio (median)", "spread", "target", "verdict"]
 
@@ -95,6 +99,8 @@ def run_sections(
         "anchors": anchors.run,
         "ir_scaling": _script("ir_scaling", ["--sizes", "1000,10000"] if quick else []),
         "onnx_models": _script("onnx_models", ["--no-densenet"] if quick else []),
+        "end_to_end": _script("end_to_end", ["--quick"] if quick else []),
+        "serial_path": _script("serial_path", ["--quick"] if quick else []),
     }
     for name in sections:
         started = time.perf_counter()

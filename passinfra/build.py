@@ -16,7 +16,9 @@ another factory under the same name (``register_pass(name, override=True)``).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import functools
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 # importing the packages registers the graph passes and the codegen passes
@@ -24,6 +26,7 @@ import passinfra.codegen  # noqa: F401
 import passinfra.transform  # noqa: F401
 from passinfra.codegen.artifacts import BuildArtifact, LinkProducts, collect_link_products
 from passinfra.codegen.build_cache import build_key, lookup_build, store_build
+from passinfra.codegen.host import shared_host_analysis
 from passinfra.errors import RaypassError
 from passinfra.ir.module import IRModule
 from passinfra.ir.type_infer import infer_type
@@ -84,8 +87,9 @@ def run_link(compiled: IRModule, ret_type: Type | None = None) -> LinkProducts:
     """The link step: :func:`link_pipeline` on ``compiled`` (the compile pipeline's result),
     in this thread under the current PassContext; returns what its passes made.
     ``ret_type``: main's graph-level return type from before lowering, so the runtime
-    metadata gives the outputs main's own shapes."""
-    with collect_link_products(ret_type) as products:
+    metadata gives the outputs main's own shapes. Its passes share one analysis of main
+    (:func:`~passinfra.codegen.host.shared_host_analysis`)."""
+    with collect_link_products(ret_type) as products, shared_host_analysis():
         link_pipeline()(compiled)
     return products
 
@@ -95,8 +99,12 @@ def _build_context(opt_level: int) -> Iterator[PassContext]:
     """The current context with ``opt_level`` replaced. Its instruments are shared, not
     re-entered: the outer ``with`` already entered them and will exit them."""
     outer = PassContext.current()
-    ctx = PassContext(opt_level=opt_level, required_pass=outer.required_pass,
-                      disabled_pass=outer.disabled_pass, config=dict(outer.config))
+    ctx = PassContext(
+        opt_level=opt_level,
+        required_pass=outer.required_pass,
+        disabled_pass=outer.disabled_pass,
+        config=dict(outer.config),
+    )
     with ctx:
         ctx.instruments = outer.instruments
         try:
@@ -113,21 +121,47 @@ def build(mod: IRModule, opt_level: int = 3, target: str = "c", scheduler: Any =
     required/disabled passes and instruments apply; ``opt_level`` replaces its level.
     A build of an unchanged module under unchanged settings is served from the
     whole-build cache without running the passes (see
-    :mod:`passinfra.codegen.build_cache`; config ``codegen.build_cache=False`` turns it off).
+    :mod:`passinfra.codegen.build_cache`; config ``codegen.build_cache=False`` turns it off);
+    a build that ran is stored there while its library loads.
     """
     if target not in SUPPORTED_TARGETS:
         raise BuildError(f"unsupported target {target!r}; supported targets: {', '.join(SUPPORTED_TARGETS)}")
     if not isinstance(mod, IRModule):
         raise BuildError(f"build expects an IRModule, got {type(mod).__name__}")
     main_type = infer_type(mod["main"], mod)
+    store: Callable[[], None] | None = None
     with _build_context(opt_level) as ctx:
         key = build_key(mod, ctx, target, COMPILE_PIPELINE + LINK_PIPELINE)
         artifact = lookup_build(key, ctx) if key is not None else None
         if artifact is None:
             artifact = _run_pipelines(mod, scheduler, main_type.ret_type)  # type: ignore[union-attr]
             if key is not None:
-                store_build(key, artifact, ctx)
-    return Module(artifact.library, artifact.metadata, artifact.weights)
+                store = functools.partial(store_build, key, artifact, ctx)
+    if store is None:
+        return Module(artifact.library, artifact.metadata, artifact.weights)
+    return _load_while_storing(artifact, store)
+
+
+def _load_while_storing(artifact: BuildArtifact, store: Callable[[], None]) -> Module:
+    """Load ``artifact`` while ``store`` writes it to the whole-build cache: the two only
+    read it, and for a deep model both move every weight (hashing and writing the entry,
+    copying the blob into the module). Both finish before this returns, and errors come
+    out as if the store had run first: its error, else the load's."""
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="raypass-build-store") as pool:
+        stored = pool.submit(store)
+        module: Module | None = None
+        load_error: BaseException | None = None
+        try:
+            module = Module(artifact.library, artifact.metadata, artifact.weights)
+        except BaseException as error:  # noqa: BLE001  (re-raised below, after the store's)
+            load_error = error
+        store_error = stored.exception()
+    if store_error is not None:
+        raise store_error
+    if load_error is not None:
+        raise load_error
+    assert module is not None
+    return module
 
 
 def _run_pipelines(mod: IRModule, scheduler: Any, ret_type: Type) -> BuildArtifact:
@@ -137,6 +171,11 @@ def _run_pipelines(mod: IRModule, scheduler: Any, ret_type: Type) -> BuildArtifa
 
 
 __all__ = [
-    "build", "BuildError", "compile_pipeline", "link_pipeline", "run_link",
-    "COMPILE_PIPELINE", "LINK_PIPELINE",
+    "build",
+    "BuildError",
+    "compile_pipeline",
+    "link_pipeline",
+    "run_link",
+    "COMPILE_PIPELINE",
+    "LINK_PIPELINE",
 ]

@@ -20,11 +20,21 @@ step running them (see :mod:`passinfra.codegen.artifacts`).
   points and argument locations. Weights go to a binary blob (64-byte aligned offsets),
   never into C. Kernel results that are outputs of ``main`` are written straight into the
   caller's output arrays. It also makes the runtime metadata (:func:`runtime_metadata`).
+
+Both passes start from the same analysis of ``main``. Inside one link step
+(:func:`shared_host_analysis`, entered by ``passinfra.build.run_link``) it is made once
+and reused while ``main`` and every kernel it calls are the very objects it was made
+from (immutable IR: the same objects give the same program); outside one each pass
+analyzes for itself.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,11 +46,23 @@ from passinfra.codegen.cc_driver import CompilerSettings, compile_c_result
 from passinfra.codegen.lower import flatten_tuples
 from passinfra.codegen.object_cache import count
 from passinfra.errors import IRError
-from passinfra.ir.expr import Call, Constant, Expr, Function, GlobalVar, Let, Tuple, TupleGetItem, Var
+from passinfra.ir.expr import (
+    BaseFunc,
+    Call,
+    Constant,
+    Expr,
+    Function,
+    GlobalVar,
+    Let,
+    Tuple,
+    TupleGetItem,
+    Var,
+)
 from passinfra.ir.functor import iter_post_order
 from passinfra.ir.module import IRModule
 from passinfra.ir.op.registry import Op
 from passinfra.ir.types import TensorType, TupleType, Type
+from passinfra.scoped import pushed
 from passinfra.tir import PrimFunc
 from passinfra.transform.context import PassContext
 from passinfra.transform.pass_info import PassInfo
@@ -111,6 +133,12 @@ def _tensor_type(ty: Any, what: str) -> TensorType:
 
 def analyze_main(mod: IRModule) -> HostProgram:
     """The kernel-call program of ``mod["main"]`` (see the module docstring)."""
+    return _analyze(mod)[0]
+
+
+def _analyze(mod: IRModule) -> tuple[HostProgram, dict[GlobalVar, _KernelSignature]]:
+    """The program, and the kernel signatures it was made from (keyed by callee)."""
+    count("host_analyses")
     main = mod["main"]
     if not isinstance(main, Function):
         raise IRError(f"host codegen: 'main' must be a graph-level Function, got {type(main).__name__}")
@@ -163,7 +191,7 @@ def analyze_main(mod: IRModule) -> HostProgram:
                 f"lets); it cannot handle {type(node).__name__}"
             )
     program.result = ref_of(main.body)
-    return program
+    return program, signatures
 
 
 @dataclass(frozen=True)
@@ -180,8 +208,9 @@ def _signature(mod: IRModule, callee: Expr, cache: dict[GlobalVar, _KernelSignat
     if isinstance(callee, Op):
         raise IRError(f"host codegen: main calls op {callee.name!r} directly; run FuseOps and lowering first")
     if not isinstance(callee, GlobalVar):
-        raise IRError(f"host codegen: main calls a {type(callee).__name__}; "
-                      "only PrimFunc GlobalVars are supported")
+        raise IRError(
+            f"host codegen: main calls a {type(callee).__name__}; only PrimFunc GlobalVars are supported"
+        )
     func = mod[callee]
     if not isinstance(func, PrimFunc):
         raise IRError(f"host codegen: main calls @{callee.name_hint}, which is not lowered to a PrimFunc")
@@ -192,14 +221,21 @@ def _signature(mod: IRModule, callee: Expr, cache: dict[GlobalVar, _KernelSignat
     return cache[callee]
 
 
-def _kernel_call(mod: IRModule, call: Call, ref_of: Any, program: HostProgram, intermediates: int,
-                 cache: dict[GlobalVar, _KernelSignature]) -> tuple[Ref, int]:
+def _kernel_call(
+    mod: IRModule,
+    call: Call,
+    ref_of: Any,
+    program: HostProgram,
+    intermediates: int,
+    cache: dict[GlobalVar, _KernelSignature],
+) -> tuple[Ref, int]:
     sig = _signature(mod, call.op, cache)
     name = call.op.name_hint  # type: ignore[attr-defined]
     args = [t for arg in call.args for t in flatten_tuples(ref_of(arg))]
     if len(args) != sig.num_inputs:
-        raise IRError(f"host codegen: @{name} takes {sig.num_inputs} input buffers, "
-                      f"main passes {len(args)} tensors")
+        raise IRError(
+            f"host codegen: @{name} takes {sig.num_inputs} input buffers, main passes {len(args)} tensors"
+        )
     for position, (tensor, spec) in enumerate(zip(args, sig.input_specs)):
         info = program.tensors[tensor]
         if (info.dtype, info.nbytes) != spec:
@@ -209,7 +245,7 @@ def _kernel_call(mod: IRModule, call: Call, ref_of: Any, program: HostProgram, i
                 f"but the kernel's buffer {buffer.name!r} is {buffer.dtype}{list(buffer.shape)}"
             )
     outputs = []
-    for shape, dtype in _output_types(call, sig.func.params[sig.num_inputs:]):
+    for shape, dtype in _output_types(call, sig.func.params[sig.num_inputs :]):
         outputs.append(program.add_tensor("intermediate", shape, dtype, intermediates))
         intermediates += 1
     program.calls.append(KernelCall(sig.symbol, tuple(args), tuple(outputs)))
@@ -225,12 +261,60 @@ def _output_types(call: Call, buffers: tuple) -> list[tuple[tuple[int, ...], str
     fields = list(ty.fields) if isinstance(ty, TupleType) else [ty]
     if ty is not None and len(fields) == len(buffers) and all(isinstance(f, TensorType) for f in fields):
         typed = [(tuple(f.shape), f.dtype) for f in fields]
-        sizes_match = all(
-            math.prod(s) == b.size and d == b.dtype for (s, d), b in zip(typed, buffers)
-        )
+        sizes_match = all(math.prod(s) == b.size and d == b.dtype for (s, d), b in zip(typed, buffers))
         if sizes_match:
             return typed
     return from_buffers
+
+
+# ----- one analysis per link step -----------------------------------------------------------
+@dataclass
+class _SharedAnalysis:
+    """The last analysis made in a link step, and the objects it was made from."""
+
+    main: BaseFunc | None = None
+    callees: tuple[tuple[GlobalVar, BaseFunc], ...] = ()
+    program: HostProgram | None = None
+
+    def matches(self, mod: IRModule) -> bool:
+        functions = mod.functions
+        return (
+            self.program is not None
+            and functions.get(_MAIN) is self.main
+            and all(functions.get(gv) is func for gv, func in self.callees)
+        )
+
+
+class _SharedAnalyses(threading.local):
+    def __init__(self) -> None:
+        self.stack: list[_SharedAnalysis] = []
+
+
+_shared = _SharedAnalyses()
+_MAIN = GlobalVar("main")
+
+
+@contextmanager
+def shared_host_analysis() -> Iterator[None]:
+    """While the block runs, the link passes in this thread share one analysis of main
+    (PlanMemory's is HostCodegen's), as long as main and the kernels it calls are the
+    very objects it was made from. Nothing outlives the block."""
+    with pushed(_shared.stack, _SharedAnalysis()):
+        yield
+
+
+def host_program(mod: IRModule) -> HostProgram:
+    """:func:`analyze_main`, reused within a :func:`shared_host_analysis` block."""
+    if not _shared.stack:
+        return analyze_main(mod)
+    shared = _shared.stack[-1]
+    if not shared.matches(mod):
+        program, signatures = _analyze(mod)
+        shared.main = mod["main"]
+        shared.callees = tuple((gv, signature.func) for gv, signature in signatures.items())
+        shared.program = program
+    assert shared.program is not None
+    return shared.program
 
 
 # ----- memory planning ----------------------------------------------------------------
@@ -249,7 +333,12 @@ def plan_memory(program: HostProgram) -> MemoryPlan:
     """Greedy by size, first fit: the largest tensors are placed first, each at the lowest
     aligned offset that does not overlap a placed tensor whose lifetime overlaps its own.
     A lifetime is [producing call, last consuming call] (inclusive), so a kernel's output
-    never shares memory with its inputs."""
+    never shares memory with its inputs.
+
+    The placed tensors whose lifetimes overlap a tensor's come from :class:`_Lifetimes`,
+    which never looks at one once per step the two share: with many long-lived tensors
+    (a concatenation of many early results) that made the planning cubic in their
+    number. ``plan_memory_candidates`` counts the overlapping tensors examined."""
     tensors = workspace_tensors(program)
     first: dict[int, int] = {}
     last: dict[int, int] = {}
@@ -261,27 +350,99 @@ def plan_memory(program: HostProgram) -> MemoryPlan:
             last[t] = max(last.get(t, step), step)
     slot_size = {t: _align(max(program.tensors[t].nbytes, 1)) for t in tensors}
     order = sorted(tensors, key=lambda t: (-slot_size[t], first[t], t))
-    live_at: list[list[int]] = [[] for _ in program.calls]  # placed tensors live at each step
+    placed = _Lifetimes(len(program.calls))
     offsets: dict[int, int] = {}
+    candidates = 0
     for t in order:
         size = slot_size[t]
-        conflicts = sorted({(offsets[o], slot_size[o])
-                            for step in range(first[t], last[t] + 1) for o in live_at[step]})
+        overlapping = placed.overlapping(first[t], last[t])
+        candidates += len(overlapping)
+        conflicts = sorted({(offsets[o], slot_size[o]) for o in overlapping})
         offset = 0
         for other_offset, other_size in conflicts:
             if offset + size <= other_offset:
                 break
             offset = max(offset, other_offset + other_size)
         offsets[t] = offset
-        for step in range(first[t], last[t] + 1):
-            live_at[step].append(t)
+        placed.add(first[t], last[t], t)
+    count("plan_memory_candidates", candidates)
     peak = max((offsets[t] + slot_size[t] for t in tensors), default=0)
     naive = sum(program.tensors[t].nbytes for t in tensors)
     return MemoryPlan(offsets, peak, naive)
 
 
+class _Lifetimes:
+    """Lifetimes ``[first, last]`` over steps ``0 .. steps - 1``: which of them overlap a
+    given one.
+
+    Kernel outputs mostly die a few calls after they are made. A short lifetime (at most
+    ``SHORT`` steps) is listed at each of its steps, and at its first step; a long one is
+    kept in the nodes of a segment tree that cover it (a step's path to the root meets
+    exactly the long lifetimes containing that step, each once) and in a list sorted by
+    first step. A short query reads the lists of its few steps; a long one reads the
+    short lifetimes starting in its range (or up to ``SHORT - 1`` steps before it), never
+    the lists of every step it spans. Either way no lifetime is looked at once per step
+    it shares with the query, so long lifetimes cost what they must: the tensors they
+    overlap."""
+
+    SHORT = 16
+
+    def __init__(self, steps: int) -> None:
+        self._live: list[list[int]] = [[] for _ in range(steps)]  # short lifetimes at each step
+        self._starting: list[list[int]] = [[] for _ in range(steps)]  # short ones by first step
+        self._last: dict[int, int] = {}
+        self._leaves = 1
+        while self._leaves < max(steps, 1):
+            self._leaves *= 2
+        self._nodes: dict[int, list[int]] = {}  # segment tree nodes holding long lifetimes
+        self._long: list[tuple[int, int]] = []  # (first step, tensor) of long ones, sorted
+
+    def add(self, first: int, last: int, tensor: int) -> None:
+        self._last[tensor] = last
+        if last - first < self.SHORT:
+            for step in range(first, last + 1):
+                self._live[step].append(tensor)
+            self._starting[first].append(tensor)
+            return
+        bisect.insort(self._long, (first, tensor))
+        low, high = first + self._leaves, last + self._leaves + 1
+        while low < high:
+            if low & 1:
+                self._nodes.setdefault(low, []).append(tensor)
+                low += 1
+            if high & 1:
+                high -= 1
+                self._nodes.setdefault(high, []).append(tensor)
+            low //= 2
+            high //= 2
+
+    def overlapping(self, first: int, last: int) -> set[int]:
+        """The lifetimes overlapping ``[first, last]``."""
+        found: set[int] = set()
+        if last - first < self.SHORT:
+            for step in range(first, last + 1):
+                found.update(self._live[step])
+        else:
+            ends = self._last
+            for step in range(max(first - self.SHORT + 1, 0), last + 1):
+                found.update(t for t in self._starting[step] if ends[t] >= first)
+        if self._long:
+            nodes = self._nodes
+            node = first + self._leaves
+            while node:  # long lifetimes containing ``first``
+                held = nodes.get(node)
+                if held:
+                    found.update(held)
+                node //= 2
+            # tensor ids are non-negative: (step, -1) sorts before every entry of that step
+            begin = bisect.bisect_left(self._long, (first + 1, -1))
+            end = bisect.bisect_left(self._long, (last + 1, -1))
+            found.update(tensor for _, tensor in self._long[begin:end])
+        return found
+
+
 def _plan_memory_pass(mod: IRModule, ctx: PassContext) -> IRModule:
-    plan = plan_memory(analyze_main(mod))
+    plan = plan_memory(host_program(mod))
     products = current_link_products()
     if products is not None:
         products.memory_plan = plan
@@ -296,15 +457,20 @@ def PlanMemory() -> ModulePass:  # noqa: N802 - pass factories are named like cl
 
 # ----- weights and host C ------------------------------------------------------------------
 def pack_weights(weights: list[np.ndarray]) -> tuple[bytes, list[int]]:
-    """The weights blob (each array 64-byte aligned, C order) and each array's offset."""
-    offsets, chunks, size = [], [], 0
+    """The weights blob (each array 64-byte aligned, C order, zeros between) and each
+    array's offset. Each array is copied once, straight into the blob (a deep model has
+    hundreds of megabytes of weights: a copy of each first would double the memory touched)."""
+    chunks: list[Any] = []
+    offsets: list[int] = []
+    size = 0
     for array in weights:
         start = _align(size)
-        chunks.append(b"\0" * (start - size))
+        if start > size:
+            chunks.append(bytes(start - size))
         offsets.append(start)
-        data = np.ascontiguousarray(array).tobytes()
+        data = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
         chunks.append(data)
-        size = start + len(data)
+        size = start + data.size
     return b"".join(chunks), offsets
 
 
@@ -315,7 +481,7 @@ _ARG_INPUT, _ARG_OUTPUT, _ARG_WEIGHT, _ARG_WORKSPACE = 0, 1, 2, 3
 def _c_table(ctype: str, name: str, values: list[int] | list[str]) -> list[str]:
     """A static const C array, ten values per line (never empty: C forbids that)."""
     values = [str(v) for v in values] or ["0"]
-    rows = [", ".join(values[i:i + 10]) for i in range(0, len(values), 10)]
+    rows = [", ".join(values[i : i + 10]) for i in range(0, len(values), 10)]
     return [f"static {ctype} const {name}[{len(values)}] = {{", *(f"  {row}," for row in rows), "};"]
 
 
@@ -346,8 +512,12 @@ def render_host(program: HostProgram, plan: MemoryPlan, weight_offsets: list[int
 
     def pointer(t: int) -> str:
         kind, value = location(t)
-        return {_ARG_INPUT: f"inputs[{value}]", _ARG_OUTPUT: f"outputs[{value}]",
-                _ARG_WEIGHT: f"(void*)(w + {value})", _ARG_WORKSPACE: f"(void*)(ws + {value})"}[kind]
+        return {
+            _ARG_INPUT: f"inputs[{value}]",
+            _ARG_OUTPUT: f"outputs[{value}]",
+            _ARG_WEIGHT: f"(void*)(w + {value})",
+            _ARG_WORKSPACE: f"(void*)(ws + {value})",
+        }[kind]
 
     kinds: list[int] = []
     values: list[int] = []
@@ -368,23 +538,27 @@ def render_host(program: HostProgram, plan: MemoryPlan, weight_offsets: list[int
     lines += _c_table("uint32_t", "arg_start", starts)
     lines += _c_table("uint8_t", "arg_kind", kinds)
     lines += _c_table("int64_t", "arg_value", values)
-    lines += ["", f"int {HOST_SYMBOL}(void** inputs, void** outputs, void* weights, void* workspace) {{",
-              "  char* const w = (char*)weights;", "  char* const ws = (char*)workspace;",
-              f"  void* args[{max(max_args, 1)}];",
-              "  (void)inputs; (void)outputs; (void)w; (void)ws; (void)args;",
-              f"  for (int step = 0; step < {len(program.calls)}; ++step) {{",
-              "    for (uint32_t a = arg_start[step]; a < arg_start[step + 1]; ++a) {",
-              "      const int64_t v = arg_value[a];",
-              "      void** slot = &args[a - arg_start[step]];",
-              "      switch (arg_kind[a]) {",
-              f"        case {_ARG_INPUT}: *slot = inputs[v]; break;",
-              f"        case {_ARG_OUTPUT}: *slot = outputs[v]; break;",
-              f"        case {_ARG_WEIGHT}: *slot = (void*)(w + v); break;",
-              "        default: *slot = (void*)(ws + v); break;",
-              "      }",
-              "    }",
-              "    if (kernels[step](args) != 0) return step + 1;",
-              "  }"]
+    lines += [
+        "",
+        f"int {HOST_SYMBOL}(void** inputs, void** outputs, void* weights, void* workspace) {{",
+        "  char* const w = (char*)weights;",
+        "  char* const ws = (char*)workspace;",
+        f"  void* args[{max(max_args, 1)}];",
+        "  (void)inputs; (void)outputs; (void)w; (void)ws; (void)args;",
+        f"  for (int step = 0; step < {len(program.calls)}; ++step) {{",
+        "    for (uint32_t a = arg_start[step]; a < arg_start[step + 1]; ++a) {",
+        "      const int64_t v = arg_value[a];",
+        "      void** slot = &args[a - arg_start[step]];",
+        "      switch (arg_kind[a]) {",
+        f"        case {_ARG_INPUT}: *slot = inputs[v]; break;",
+        f"        case {_ARG_OUTPUT}: *slot = outputs[v]; break;",
+        f"        case {_ARG_WEIGHT}: *slot = (void*)(w + v); break;",
+        "        default: *slot = (void*)(ws + v); break;",
+        "      }",
+        "    }",
+        "    if (kernels[step](args) != 0) return step + 1;",
+        "  }",
+    ]
     for position, t in enumerate(outputs):
         if direct.get(t) != position:  # an input, a weight, or a repeated output
             lines.append(f"  memcpy(outputs[{position}], {pointer(t)}, {program.tensors[t].nbytes});")
@@ -417,17 +591,22 @@ def _output_shapes(program: HostProgram, ret_type: Type | None) -> list[list[int
     return shapes
 
 
-def runtime_metadata(program: HostProgram, plan: MemoryPlan, weights_size: int,
-                     ret_type: Type | None = None) -> dict[str, Any]:
+def runtime_metadata(
+    program: HostProgram, plan: MemoryPlan, weights_size: int, ret_type: Type | None = None
+) -> dict[str, Any]:
     """What the runtime needs to call the library (stored as JSON next to it).
     ``ret_type``: main's graph-level return type, which gives the outputs their shapes."""
     return {
         "format": "raypass-library/1",
         "entry": HOST_SYMBOL,
-        "inputs": [{"name": name, "shape": list(program.tensors[t].shape), "dtype": program.tensors[t].dtype}
-                   for name, t in zip(program.input_names, program.input_ids)],
-        "outputs": [{"shape": shape, "dtype": program.tensors[t].dtype}
-                    for t, shape in zip(program.output_ids, _output_shapes(program, ret_type))],
+        "inputs": [
+            {"name": name, "shape": list(program.tensors[t].shape), "dtype": program.tensors[t].dtype}
+            for name, t in zip(program.input_names, program.input_ids)
+        ],
+        "outputs": [
+            {"shape": shape, "dtype": program.tensors[t].dtype}
+            for t, shape in zip(program.output_ids, _output_shapes(program, ret_type))
+        ],
         "output_structure": program.output_structure(),
         "workspace_bytes": plan.workspace_bytes,
         "naive_intermediate_bytes": plan.naive_bytes,
@@ -438,7 +617,7 @@ def runtime_metadata(program: HostProgram, plan: MemoryPlan, weights_size: int,
 
 def _host_codegen_pass(mod: IRModule, ctx: PassContext) -> IRModule:
     products = current_link_products()
-    program = analyze_main(mod)
+    program = host_program(mod)
     planned = products.memory_plan if products is not None else None
     plan = planned if planned is not None else plan_memory(program)
     weights, weight_offsets = pack_weights(program.weights)
@@ -461,6 +640,19 @@ def HostCodegen() -> ModulePass:  # noqa: N802 - pass factories are named like c
 
 
 __all__ = [
-    "HostProgram", "KernelCall", "TensorInfo", "MemoryPlan", "analyze_main", "plan_memory", "PlanMemory",
-    "HostCodegen", "graph_output_types", "pack_weights", "render_host", "runtime_metadata", "HOST_SYMBOL",
+    "HostProgram",
+    "KernelCall",
+    "TensorInfo",
+    "MemoryPlan",
+    "analyze_main",
+    "plan_memory",
+    "PlanMemory",
+    "HostCodegen",
+    "graph_output_types",
+    "pack_weights",
+    "render_host",
+    "runtime_metadata",
+    "HOST_SYMBOL",
+    "host_program",
+    "shared_host_analysis",
 ]
