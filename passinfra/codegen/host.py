@@ -329,6 +329,19 @@ def workspace_tensors(program: HostProgram) -> list[int]:
     return [t for t, info in enumerate(program.tensors) if info.kind == "intermediate" and t not in direct]
 
 
+def tensor_lifetimes(program: HostProgram) -> tuple[dict[int, int], dict[int, int]]:
+    """Per tensor, the step that first writes it and the last step that reads it."""
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    for step, call in enumerate(program.calls):
+        for t in call.outputs:
+            first.setdefault(t, step)
+            last.setdefault(t, step)
+        for t in call.args:
+            last[t] = max(last.get(t, step), step)
+    return first, last
+
+
 def plan_memory(program: HostProgram) -> MemoryPlan:
     """Greedy by size, first fit: the largest tensors are placed first, each at the lowest
     aligned offset that does not overlap a placed tensor whose lifetime overlaps its own.
@@ -340,14 +353,7 @@ def plan_memory(program: HostProgram) -> MemoryPlan:
     (a concatenation of many early results) that made the planning cubic in their
     number. ``plan_memory_candidates`` counts the overlapping tensors examined."""
     tensors = workspace_tensors(program)
-    first: dict[int, int] = {}
-    last: dict[int, int] = {}
-    for step, call in enumerate(program.calls):
-        for t in call.outputs:
-            first.setdefault(t, step)
-            last.setdefault(t, step)
-        for t in call.args:
-            last[t] = max(last.get(t, step), step)
+    first, last = tensor_lifetimes(program)
     slot_size = {t: _align(max(program.tensors[t].nbytes, 1)) for t in tensors}
     order = sorted(tensors, key=lambda t: (-slot_size[t], first[t], t))
     placed = _Lifetimes(len(program.calls))

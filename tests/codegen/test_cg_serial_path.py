@@ -159,15 +159,9 @@ def test_a_pass_between_plan_and_host_that_replaces_main_gets_a_fresh_analysis(c
 
 # ----- memory planning ----------------------------------------------------------------------------
 def lifetimes(program: HostProgram) -> tuple[dict[int, int], dict[int, int]]:
-    first: dict[int, int] = {}
-    last: dict[int, int] = {}
-    for step, call in enumerate(program.calls):
-        for t in call.outputs:
-            first.setdefault(t, step)
-            last.setdefault(t, step)
-        for t in call.args:
-            last[t] = max(last.get(t, step), step)
-    return first, last
+    from passinfra.codegen.host import tensor_lifetimes
+
+    return tensor_lifetimes(program)
 
 
 def slot(program: HostProgram, t: int) -> int:
