@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 from pathlib import Path
 
 
@@ -33,6 +34,45 @@ def atomic_write(path: str | os.PathLike[str], *chunks: bytes | memoryview,
         raise
 
 
+def atomic_copy(
+    source: str | os.PathLike[str], path: str | os.PathLike[str], prefix: str = ".raypass-"
+) -> None:
+    """Publish a copy of the file ``source`` at ``path``, as :func:`atomic_write` does.
+    On the same file system the copy is a hard link (no bytes move: ``source`` must not
+    be modified afterwards, which holds for a module's private weights file); elsewhere a
+    kernel-side copy (``shutil.copyfile``: sendfile/copy_file_range, no user-space
+    buffer)."""
+    path = Path(path)
+    while True:
+        tmp_name = os.path.join(path.parent, f"{prefix}{os.getpid()}.{secrets.token_hex(8)}.tmp")
+        try:
+            os.link(source, tmp_name)
+            break
+        except FileExistsError:  # a 64-bit collision within one pid: draw again
+            continue
+        except OSError:  # another file system, or one without hard links
+            fd, tmp_name = _create_temp(path.parent, prefix)
+            os.close(fd)
+            try:
+                shutil.copyfile(source, tmp_name)
+            except BaseException:
+                _unlink_quietly(tmp_name)
+                raise
+            break
+    try:
+        os.replace(tmp_name, path)
+    except BaseException:
+        _unlink_quietly(tmp_name)
+        raise
+
+
+def _unlink_quietly(name: str) -> None:
+    try:
+        os.unlink(name)
+    except FileNotFoundError:
+        pass
+
+
 def _create_temp(directory: Path, prefix: str) -> tuple[int, str]:
     """A new file in ``directory`` named so that no other process or thread picks it,
     opened for writing with mode 0o666 less the umask (what a plain ``open`` gives; the
@@ -46,4 +86,4 @@ def _create_temp(directory: Path, prefix: str) -> tuple[int, str]:
             continue
 
 
-__all__ = ["atomic_write"]
+__all__ = ["atomic_copy", "atomic_write"]

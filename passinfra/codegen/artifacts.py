@@ -31,8 +31,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from passinfra.errors import RaypassError
 from passinfra.ir.types import Type
+from passinfra.runtime.weights import PackedWeights, blob_view
 from passinfra.scoped import pushed
 from passinfra.tir import PrimFunc
 
@@ -83,18 +86,36 @@ class HostArtifact:
     object_code: bytes
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # __eq__ below compares the weights' bytes
 class BuildArtifact:
     """What a build produces, before it is loaded: ``runtime.Module``'s three parts."""
 
     library: bytes
     metadata: dict[str, Any]
-    weights: bytes | memoryview
+    # the link step's layout of the weights (not copied into a blob), or a view of a
+    # whole-build cache entry
+    weights: bytes | memoryview | np.ndarray | PackedWeights
 
-    def to_bytes(self) -> bytes:
+    def chunks(self) -> list[bytes | memoryview]:
+        """The stored form, in pieces written one after another (the weights are not
+        copied into one joined buffer: they are most of the bytes)."""
         header = json.dumps({"metadata": self.metadata, "library_bytes": len(self.library)},
                             sort_keys=True).encode("utf-8")
-        return len(header).to_bytes(8, "little") + header + self.library + self.weights
+        packed = isinstance(self.weights, PackedWeights)
+        weights = list(self.weights.chunks()) if packed else [blob_view(self.weights)]
+        return [len(header).to_bytes(8, "little"), header, self.library, *weights]
+
+    def to_bytes(self) -> bytes:
+        return b"".join(self.chunks())
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, BuildArtifact):
+            return NotImplemented
+        return (
+            self.library == other.library
+            and self.metadata == other.metadata
+            and blob_view(self.weights) == blob_view(other.weights)
+        )
 
     @staticmethod
     def from_bytes(data: bytes | memoryview) -> BuildArtifact:
@@ -122,7 +143,7 @@ class LinkProducts:
     ret_type: Type | None = None
     memory_plan: MemoryPlan | None = None  # PlanMemory
     host: HostArtifact | None = None  # HostCodegen
-    weights: bytes | None = None  # HostCodegen: the weights blob
+    weights: PackedWeights | None = None  # HostCodegen: the weights blob's layout
     metadata: dict[str, Any] | None = None  # HostCodegen: what the runtime needs to call the library
     library: bytes | None = None  # LinkLibrary
 

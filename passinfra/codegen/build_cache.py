@@ -114,7 +114,7 @@ def lookup_build(key: str, ctx: PassContext) -> BuildArtifact | None:
 
 
 def store_build(key: str, artifact: BuildArtifact, ctx: PassContext) -> None:
-    _cache(ctx).put(key, artifact.to_bytes())
+    _cache(ctx).put(key, *artifact.chunks())
 
 
 __all__ = ["BuildArtifact", "build_key", "lookup_build", "store_build", "source_digest"]

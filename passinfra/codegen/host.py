@@ -62,6 +62,7 @@ from passinfra.ir.functor import iter_post_order
 from passinfra.ir.module import IRModule
 from passinfra.ir.op.registry import Op
 from passinfra.ir.types import TensorType, TupleType, Type
+from passinfra.runtime.weights import PackedWeights
 from passinfra.scoped import pushed
 from passinfra.tir import PrimFunc
 from passinfra.transform.context import PassContext
@@ -462,22 +463,13 @@ def PlanMemory() -> ModulePass:  # noqa: N802 - pass factories are named like cl
 
 
 # ----- weights and host C ------------------------------------------------------------------
-def pack_weights(weights: list[np.ndarray]) -> tuple[bytes, list[int]]:
-    """The weights blob (each array 64-byte aligned, C order, zeros between) and each
-    array's offset. Each array is copied once, straight into the blob (a deep model has
-    hundreds of megabytes of weights: a copy of each first would double the memory touched)."""
-    chunks: list[Any] = []
-    offsets: list[int] = []
-    size = 0
-    for array in weights:
-        start = _align(size)
-        if start > size:
-            chunks.append(bytes(start - size))
-        offsets.append(start)
-        data = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
-        chunks.append(data)
-        size = start + data.size
-    return b"".join(chunks), offsets
+def pack_weights(weights: list[np.ndarray]) -> tuple[PackedWeights, list[int]]:
+    """The weights blob's layout (each weight 64-byte aligned, C order, zeros between)
+    and each weight's offset. The weights are not copied here: ``runtime.Module``
+    streams the layout into its weights file once and maps it (a deep model has
+    hundreds of megabytes of weights; see :mod:`passinfra.runtime.weights`)."""
+    packed = PackedWeights.pack(weights)
+    return packed, list(packed.offsets)
 
 
 # how the host's argument table says where a kernel argument lives
@@ -634,7 +626,7 @@ def _host_codegen_pass(mod: IRModule, ctx: PassContext) -> IRModule:
     if products is not None:
         products.host = HostArtifact(source, compiled.object_code)
         products.weights = weights
-        products.metadata = runtime_metadata(program, plan, len(weights), products.ret_type)
+        products.metadata = runtime_metadata(program, plan, weights.nbytes, products.ret_type)
     return mod
 
 

@@ -128,14 +128,18 @@ class ObjectCache:
         count(self.stat_prefix + "hits")
         return payload, False
 
-    def put(self, key: str, data: bytes | memoryview) -> None:
-        """Store ``data`` under ``key`` atomically (temp file + os.replace)."""
+    def put(self, key: str, *chunks: bytes | memoryview) -> None:
+        """Store the concatenation of ``chunks`` under ``key`` atomically (temp file +
+        os.replace); the pieces are hashed and written one after another, never joined."""
         path = self.path_of(key)
         path.parent.mkdir(parents=True, exist_ok=True)  # exist_ok: another process may win the race
-        header = _MAGIC + hashlib.sha256(data).hexdigest().encode("ascii") + b"\n"
+        digest = hashlib.sha256()
+        for chunk in chunks:
+            digest.update(chunk)
+        header = _MAGIC + digest.hexdigest().encode("ascii") + b"\n"
         # no fsync: os.replace makes the entry appear whole to other processes, and an
         # entry torn by a power loss fails verification on read and is rebuilt
-        atomic_write(path, header, data, prefix=f".{key[:16]}.")
+        atomic_write(path, header, *chunks, prefix=f".{key[:16]}.")
         count(self.stat_prefix + "writes")
 
 

@@ -19,12 +19,12 @@ from typing import Any
 import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
-from onnx import numpy_helper
 
 from passinfra.errors import EvaluationError, IRError, RaypassError
 from passinfra.frontend.onnx_ops import lookup
 from passinfra.frontend.onnx_ops.context import NodeContext, OnnxImportError, TypeTracker
 from passinfra.frontend.onnx_ops.tensor import onnx_dtype
+from passinfra.frontend.onnx_weights import initializer_array
 from passinfra.ir.expr import Constant, Expr, Function, Tuple, Var
 from passinfra.ir.module import IRModule
 from passinfra.ir.types import TensorType, normalize_dtype
@@ -63,18 +63,21 @@ def unsupported_ops(model: onnx.ModelProto) -> dict[str, int]:
     return dict(counts)
 
 
-def _load(model_or_path: Any) -> onnx.ModelProto:
+def _load(model_or_path: Any) -> tuple[onnx.ModelProto, str | None]:
+    """The model and the directory its external data lives in (None: given in memory)."""
+    base_dir: str | None = None
     if isinstance(model_or_path, onnx.ModelProto):
         model, where = model_or_path, "the ONNX model"
     elif isinstance(model_or_path, (str, os.PathLike)):
         path = os.fspath(model_or_path)
         model, where = _read_model_file(path), f"ONNX file {path!r}"
+        base_dir = os.path.dirname(os.path.abspath(path))
     else:
         raise OnnxImportError(
             f"from_onnx needs an onnx.ModelProto or a path, got a {type(model_or_path).__name__}"
         )
     _check_model_structure(model, where)
-    return model
+    return model, base_dir
 
 
 def _read_model_file(path: str) -> onnx.ModelProto:
@@ -85,7 +88,8 @@ def _read_model_file(path: str) -> onnx.ModelProto:
     if os.path.getsize(path) == 0:  # protobuf decodes b"" as an empty model without complaint
         raise OnnxImportError(f"ONNX file {path!r} is empty")
     try:
-        return onnx.load(path)
+        # external data stays on disk: the importer maps it (onnx_weights)
+        return onnx.load(path, load_external_data=False)
     except DecodeError:
         raise OnnxImportError(
             f"ONNX file {path!r} is not a valid ONNX model (truncated or corrupt: protobuf cannot decode it)"
@@ -157,8 +161,11 @@ def _checker_context(model: onnx.ModelProto) -> Any:
 
 
 class _Importer:
-    def __init__(self, model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> None:
+    def __init__(
+        self, model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], base_dir: str | None = None
+    ) -> None:
         self.model = model
+        self.base_dir = base_dir
         self.graph = model.graph
         self.opset = _default_opset(model)
         self.shapes = shapes
@@ -167,14 +174,9 @@ class _Importer:
         self.checker = _checker_context(model)
 
     def _initializer(self, init: onnx.TensorProto) -> np.ndarray:
-        """The initializer's array; a tensor whose bytes disagree with its declared type
-        and shape (a corrupt file) is an OnnxImportError naming it."""
-        try:
-            onnx.checker.check_tensor(init, self.checker)
-            return numpy_helper.to_array(init)
-        except (onnx.checker.ValidationError, ValueError, TypeError, KeyError) as err:  # all from decoding
-            detail = f"unknown element type {init.data_type}" if isinstance(err, KeyError) else err
-            raise OnnxImportError(f"initializer {init.name!r} is malformed: {detail}") from None
+        """The initializer's array, not copied (see :mod:`.onnx_weights`); a tensor whose
+        bytes disagree with its declared type and shape is an OnnxImportError naming it."""
+        return initializer_array(init, self.checker, self.base_dir)
 
     def _validate(self, node: onnx.NodeProto) -> None:
         """Check the node against its ONNX schema (attribute names and types, input and
@@ -210,7 +212,7 @@ class _Importer:
         if name not in self.values:
             raise OnnxImportError(f"graph output {name!r} is not produced by any node")
         value = self.values[name]
-        return Constant(np.asarray(value)) if isinstance(value, np.ndarray) else value
+        return Constant.owning(value) if isinstance(value, np.ndarray) else value
 
     def _convert(self, node: onnx.NodeProto) -> None:
         self._validate(node)
@@ -270,4 +272,5 @@ def from_onnx(model_or_path: Any, shapes: Mapping[str, Sequence[int]] | None = N
     dimension without one is an error naming the input) and overrides declared shapes.
     A model with unsupported ops raises :class:`UnsupportedOpsError` listing all of them.
     """
-    return _Importer(_load(model_or_path), dict(shapes or {})).run()
+    model, base_dir = _load(model_or_path)
+    return _Importer(model, dict(shapes or {}), base_dir).run()

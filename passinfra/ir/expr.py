@@ -151,6 +151,18 @@ class Constant(Expr):
             array.flags.writeable = False
         object.__setattr__(self, "data", array)
 
+    @classmethod
+    def owning(cls, data: Any) -> Constant:
+        """A Constant of an array handed over by its maker (a folded result, an imported
+        tensor: computed for this constant, to be written by no one): made read-only in
+        place instead of copied. The plain constructor copies a writeable array, since
+        its caller may still write to it; for a deep model's weights that copy is
+        hundreds of megabytes."""
+        array = np.asarray(data)
+        if array.flags.c_contiguous and array.dtype.isnative:
+            array.flags.writeable = False
+        return cls(array)
+
     @property
     def dtype(self) -> str:
         return self.data.dtype.name

@@ -7,7 +7,7 @@ On disk a module is three files (written by ``export_library(path)``, read by
 - ``path + ".raypass.json"``: the metadata (inputs' names, shapes and dtypes, outputs,
   workspace size; see :func:`passinfra.codegen.host.runtime_metadata`);
 - ``path + ".weights.bin"``: the weights blob the library reads at the offsets baked into
-  its host code.
+  its host code; ``load_module`` maps it rather than reading it (:mod:`.weights`).
 """
 
 from __future__ import annotations
@@ -25,43 +25,72 @@ from typing import Any
 
 import numpy as np
 
-from passinfra.atomic_io import atomic_write
+from passinfra.atomic_io import atomic_copy, atomic_write
 from passinfra.errors import EvaluationError, RaypassError
+from passinfra.runtime.weights import PackedWeights, aligned_empty, as_blob, map_file
 
 METADATA_SUFFIX = ".raypass.json"
 WEIGHTS_SUFFIX = ".weights.bin"
-_ALIGNMENT = 64
-
-
-def _aligned_empty(nbytes: int) -> np.ndarray:
-    """A uint8 array of ``nbytes`` whose data starts on a 64-byte boundary."""
-    raw = np.empty(nbytes + _ALIGNMENT, dtype=np.uint8)
-    start = (-raw.ctypes.data) % _ALIGNMENT
-    return raw[start:start + nbytes]
 
 
 class Module:
     """A loaded library. ``lib(*arrays)`` runs main; ``lib["main"]`` is the same entry."""
 
-    def __init__(self, library: bytes, metadata: Mapping[str, Any], weights: bytes | memoryview) -> None:
+    def __init__(
+        self,
+        library: bytes,
+        metadata: Mapping[str, Any],
+        weights: bytes | memoryview | np.ndarray | PackedWeights,
+    ) -> None:
         self.metadata = dict(metadata)
         self._library = bytes(library)
-        self._weights = _aligned_empty(len(weights))
-        self._weights[:] = np.frombuffer(weights, dtype=np.uint8)
-        # ctypes loads from a file; it lives in a private temp dir removed with the module
+        # ctypes loads from a file; it lives in a private temp dir removed with the module,
+        # next to the weights file when the module writes one
         self._dir = tempfile.mkdtemp(prefix="raypass-lib-")
         path = os.path.join(self._dir, "library.so")
-        Path(path).write_bytes(self._library)
         try:
+            self._weights, self._weights_file = self._hold_weights(weights)
+            Path(path).write_bytes(self._library)
             self._cdll = ctypes.CDLL(path)
             self._entry = getattr(self._cdll, self.metadata["entry"])
         except (OSError, AttributeError, KeyError) as error:
             shutil.rmtree(self._dir, ignore_errors=True)
             raise RaypassError(f"cannot load the compiled library: {error}") from error
+        except BaseException:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            raise
         self._entry.restype = ctypes.c_int
         self._entry.argtypes = [ctypes.c_void_p] * 4
         self._finalizer = weakref.finalize(self, shutil.rmtree, self._dir, True)
         self._scratch = threading.local()
+
+    def _hold_weights(self, weights: Any) -> tuple[np.ndarray, str | None]:
+        """The blob the library reads, and the file it maps (None: held in memory). A
+        layout from the link step is streamed into this module's own file once and
+        mapped; a mapped weights file (``load_module``) is kept; bytes are copied once
+        into aligned memory."""
+        if isinstance(weights, PackedWeights):
+            path = os.path.join(self._dir, "weights.bin")
+            with open(path, "wb") as handle:
+                weights.write(handle)
+            return map_file(path), path
+        if isinstance(weights, np.memmap) and weights.filename is not None:
+            return weights, weights.filename
+        return as_blob(weights), None
+
+    @property
+    def weights_path(self) -> str | None:
+        """The file the weights blob maps (this module's own, or the one it was loaded
+        from), or None when the blob is held in memory."""
+        return self._weights_file
+
+    @property
+    def weights(self) -> np.ndarray:
+        """The weights blob the library reads (read-only uint8; a memory map of a file
+        when the module was built or loaded from one)."""
+        view = self._weights.view(np.ndarray)
+        view.flags.writeable = False
+        return view
 
     # ----- entry ----------------------------------------------------------------------
     @property
@@ -96,7 +125,7 @@ class Module:
         one per thread, since a call runs without the GIL and two threads may call."""
         workspace = getattr(self._scratch, "workspace", None)
         if workspace is None:
-            workspace = _aligned_empty(int(self.metadata["workspace_bytes"]))
+            workspace = aligned_empty(int(self.metadata["workspace_bytes"]))
             self._scratch.workspace = workspace
         return workspace
 
@@ -116,7 +145,10 @@ class Module:
         path = os.fspath(path)
         _atomic_write(path, self._library)
         _atomic_write(path + METADATA_SUFFIX, json.dumps(self.metadata, indent=1, sort_keys=True).encode())
-        _atomic_write(path + WEIGHTS_SUFFIX, self._weights.tobytes())
+        if self._weights_file is not None:  # the bytes are in a file already: link or copy it
+            atomic_copy(self._weights_file, path + WEIGHTS_SUFFIX)
+        else:
+            _atomic_write(path + WEIGHTS_SUFFIX, memoryview(self._weights))
 
     @property
     def library_bytes(self) -> bytes:
@@ -144,7 +176,7 @@ def load_module(path: str | os.PathLike[str]) -> Module:
     try:
         library = Path(path).read_bytes()
         metadata = json.loads(Path(path + METADATA_SUFFIX).read_text())
-        weights = Path(path + WEIGHTS_SUFFIX).read_bytes()
+        weights = map_file(path + WEIGHTS_SUFFIX)
     except FileNotFoundError as error:
         raise RaypassError(f"cannot load compiled module {path!r}: missing file {error.filename}") from error
     if metadata.get("format") != "raypass-library/1":

@@ -51,15 +51,21 @@ def distinct_filters(weight: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndar
     head = filters[(slice(None),) + (0,) * (filters.ndim - 2) + (slice(0, _HEAD_VALUES),)]
     if np.unique(_row_keys(head.reshape(count, -1))).size == count:
         return None
-    _, first, inverse = np.unique(_row_keys(filters.reshape(count, -1)), return_index=True,
-                                  return_inverse=True)
-    if first.size == count:
+    # whole filters as dict keys: exact byte equality (what "bit-identical" means), in
+    # one pass and in order of first appearance (sorting opaque keys with np.unique was
+    # the pass's whole cost on the light models, whose filters are all equal)
+    rows = np.ascontiguousarray(filters.reshape(count, -1))
+    distinct: dict[bytes, int] = {}
+    first: list[int] = []
+    channel_to_filter = np.empty(count, dtype=np.int64)
+    for index in range(count):
+        position = distinct.setdefault(rows[index].tobytes(), len(first))
+        if position == len(first):
+            first.append(index)
+        channel_to_filter[index] = position
+    if len(first) == count:
         return None
-    # number distinct filters in order of first appearance, so the rewrite is stable
-    order = np.argsort(first, kind="stable")
-    rank = np.empty_like(order)
-    rank[order] = np.arange(order.size)
-    return first[order], rank[inverse.reshape(-1)]
+    return np.asarray(first, dtype=np.int64), channel_to_filter
 
 
 def _row_keys(rows: np.ndarray) -> np.ndarray:

@@ -68,7 +68,7 @@ def _to_value(expr: Expr) -> Any:
 def _to_expr(value: Any) -> Expr | None:
     """An op's result as an expression, or None when it is not a value the IR holds."""
     if isinstance(value, (np.ndarray, np.generic)):
-        return Constant(np.asarray(value))
+        return Constant.owning(value)  # the op's fresh result: not copied again
     if isinstance(value, (tuple, list)):
         fields = [_to_expr(field) for field in value]
         return None if any(field is None for field in fields) else Tuple(fields)

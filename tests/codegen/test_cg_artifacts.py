@@ -31,6 +31,7 @@ from passinfra.ir.module import IRModule
 from passinfra.ir.type_infer import infer_type
 from passinfra.ir.types import TensorType, TupleType
 from passinfra.runtime.module import Module
+from passinfra.runtime.weights import PackedWeights
 from passinfra.tir import PrimFunc
 from passinfra.transform import PassContext
 
@@ -68,12 +69,12 @@ def test_the_link_passes_leave_the_ir_unchanged_and_fill_typed_products(ctx):
     assert products.host is not None and "raypass_main" in products.host.c_source
     assert products.host.object_code.startswith(b"\x7fELF")
     assert products.library is not None and products.library.startswith(b"\x7fELF")
-    assert isinstance(products.weights, bytes) and len(products.weights) >= 15 * 4
+    assert isinstance(products.weights, PackedWeights) and products.weights.nbytes >= 15 * 4
     metadata = products.metadata
     assert isinstance(metadata, dict)
     assert metadata["workspace_bytes"] == products.memory_plan.workspace_bytes
     assert metadata["naive_intermediate_bytes"] == products.memory_plan.naive_bytes
-    assert metadata["weights_bytes"] == len(products.weights)
+    assert metadata["weights_bytes"] == products.weights.nbytes
 
 
 def test_the_metadata_gives_outputs_mains_own_shapes(ctx):

@@ -104,7 +104,7 @@ def test_a_link_step_analyzes_main_once(ctx):
     # ... and make the very same products
     assert products.host.c_source == separate.host.c_source
     assert products.memory_plan == separate.memory_plan
-    assert products.weights == separate.weights
+    assert products.weights.tobytes() == separate.weights.tobytes()
     assert products.metadata == separate.metadata
     assert products.library == separate.library
 
@@ -281,10 +281,14 @@ def test_pack_weights_is_byte_for_byte_the_padded_concatenation():
     ]
     blob, offsets = pack_weights(weights)
     expected_blob, expected_offsets = reference_weights(weights)
-    assert isinstance(blob, bytes)
-    assert blob == expected_blob and offsets == expected_offsets
+    assert blob.tobytes() == expected_blob and offsets == expected_offsets
     assert all(offset % ALIGNMENT == 0 for offset in offsets)
-    assert pack_weights([]) == (b"", [])
+    assert b"".join(blob.chunks()) == expected_blob and blob.nbytes == len(expected_blob)
+    # a layout, not a copy: C-contiguous weights are the constants' own arrays
+    for original, held in zip(weights, blob.arrays):
+        assert (held is original) == bool(original.flags.c_contiguous)
+    empty, no_offsets = pack_weights([])
+    assert empty.tobytes() == b"" and no_offsets == []
 
 
 def test_the_link_products_are_the_public_pieces_composed(ctx):
@@ -295,7 +299,7 @@ def test_the_link_products_are_the_public_pieces_composed(ctx):
     plan = plan_memory(program)
     blob, offsets = reference_weights(program.weights)
     assert products.memory_plan == plan
-    assert products.weights == blob
+    assert products.weights.tobytes() == blob
     assert products.host.c_source == render_host(program, plan, offsets)
     assert products.metadata["weights_bytes"] == len(blob)
 

@@ -127,7 +127,7 @@ class NodeContext:
             normalize_dtype(array.dtype)
         except RaypassError:
             raise self.fail(f"a tensor of dtype {array.dtype} is not supported by the IR") from None
-        return Constant(array)
+        return Constant.owning(array)  # values converters made for the graph: not copied
 
     def arg(self, index: int) -> Expr:
         value = self.input(index)
