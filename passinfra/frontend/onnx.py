@@ -24,6 +24,7 @@ from passinfra.errors import EvaluationError, IRError, RaypassError
 from passinfra.frontend.onnx_ops import lookup
 from passinfra.frontend.onnx_ops.context import NodeContext, OnnxImportError, TypeTracker
 from passinfra.frontend.onnx_ops.tensor import onnx_dtype
+from passinfra.frontend.onnx_reader import read_mapped
 from passinfra.frontend.onnx_weights import initializer_array
 from passinfra.ir.expr import Constant, Expr, Function, Tuple, Var
 from passinfra.ir.module import IRModule
@@ -33,6 +34,10 @@ from passinfra.runtime import evaluate
 __all__ = ["from_onnx", "UnsupportedOpsError", "OnnxImportError", "unsupported_ops"]
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")
+
+# each initializer's raw_data left in the mapped model file, in graph order (None: the
+# model holds them)
+RawWeights = list[memoryview | None] | None
 
 
 class UnsupportedOpsError(RaypassError, NotImplementedError):
@@ -63,33 +68,40 @@ def unsupported_ops(model: onnx.ModelProto) -> dict[str, int]:
     return dict(counts)
 
 
-def _load(model_or_path: Any) -> tuple[onnx.ModelProto, str | None]:
-    """The model and the directory its external data lives in (None: given in memory)."""
+def _load(model_or_path: Any) -> tuple[onnx.ModelProto, str | None, RawWeights]:
+    """The model, the directory its external data lives in (None: given in memory), and
+    its initializers' raw bytes when they were left in the mapped file (see
+    :mod:`.onnx_reader`; None: they are in the ModelProto)."""
     base_dir: str | None = None
+    raw: RawWeights = None
     if isinstance(model_or_path, onnx.ModelProto):
         model, where = model_or_path, "the ONNX model"
     elif isinstance(model_or_path, (str, os.PathLike)):
         path = os.fspath(model_or_path)
-        model, where = _read_model_file(path), f"ONNX file {path!r}"
+        (model, raw), where = _read_model_file(path), f"ONNX file {path!r}"
         base_dir = os.path.dirname(os.path.abspath(path))
     else:
         raise OnnxImportError(
             f"from_onnx needs an onnx.ModelProto or a path, got a {type(model_or_path).__name__}"
         )
     _check_model_structure(model, where)
-    return model, base_dir
+    return model, base_dir, raw
 
 
-def _read_model_file(path: str) -> onnx.ModelProto:
-    """The ModelProto in ``path``; a file that is no ONNX model at all (empty, a directory,
-    undecodable bytes) is an OnnxImportError naming the file, not a protobuf traceback."""
+def _read_model_file(path: str) -> tuple[onnx.ModelProto, RawWeights]:
+    """The ModelProto in ``path`` (its raw weights left in a map of the file when the
+    file allows); a file that is no ONNX model at all (empty, a directory, undecodable
+    bytes) is an OnnxImportError naming the file, not a protobuf traceback."""
     if os.path.isdir(path):
         raise OnnxImportError(f"{path!r} is a directory, not an ONNX file")
     if os.path.getsize(path) == 0:  # protobuf decodes b"" as an empty model without complaint
         raise OnnxImportError(f"ONNX file {path!r} is empty")
+    mapped = read_mapped(path)
+    if mapped is not None:
+        return mapped.model, mapped.raw
     try:
         # external data stays on disk: the importer maps it (onnx_weights)
-        return onnx.load(path, load_external_data=False)
+        return onnx.load(path, load_external_data=False), None
     except DecodeError:
         raise OnnxImportError(
             f"ONNX file {path!r} is not a valid ONNX model (truncated or corrupt: protobuf cannot decode it)"
@@ -162,10 +174,15 @@ def _checker_context(model: onnx.ModelProto) -> Any:
 
 class _Importer:
     def __init__(
-        self, model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], base_dir: str | None = None
+        self,
+        model: onnx.ModelProto,
+        shapes: Mapping[str, Sequence[int]],
+        base_dir: str | None = None,
+        raw: RawWeights = None,
     ) -> None:
         self.model = model
         self.base_dir = base_dir
+        self.raw = raw
         self.graph = model.graph
         self.opset = _default_opset(model)
         self.shapes = shapes
@@ -173,10 +190,12 @@ class _Importer:
         self.values: dict[str, Any] = {}
         self.checker = _checker_context(model)
 
-    def _initializer(self, init: onnx.TensorProto) -> np.ndarray:
-        """The initializer's array, not copied (see :mod:`.onnx_weights`); a tensor whose
-        bytes disagree with its declared type and shape is an OnnxImportError naming it."""
-        return initializer_array(init, self.checker, self.base_dir)
+    def _initializer(self, index: int, init: onnx.TensorProto) -> np.ndarray:
+        """The ``index``-th initializer's array, not copied (see :mod:`.onnx_weights`); a
+        tensor whose bytes disagree with its declared type and shape is an
+        OnnxImportError naming it."""
+        raw = self.raw[index] if self.raw is not None else None
+        return initializer_array(init, self.checker, self.base_dir, raw)
 
     def _validate(self, node: onnx.NodeProto) -> None:
         """Check the node against its ONNX schema (attribute names and types, input and
@@ -193,8 +212,8 @@ class _Importer:
         missing = unsupported_ops(self.model)
         if missing:
             raise UnsupportedOpsError(missing)
-        for init in self.graph.initializer:
-            self.values[init.name] = self._initializer(init)
+        for index, init in enumerate(self.graph.initializer):
+            self.values[init.name] = self._initializer(index, init)
         params = []
         for value_info in self.graph.input:
             if value_info.name in self.values:  # an initializer listed as an input (old exporters)
@@ -272,5 +291,5 @@ def from_onnx(model_or_path: Any, shapes: Mapping[str, Sequence[int]] | None = N
     dimension without one is an error naming the input) and overrides declared shapes.
     A model with unsupported ops raises :class:`UnsupportedOpsError` listing all of them.
     """
-    model, base_dir = _load(model_or_path)
-    return _Importer(model, dict(shapes or {}), base_dir).run()
+    model, base_dir, raw = _load(model_or_path)
+    return _Importer(model, dict(shapes or {}), base_dir, raw).run()

@@ -5,7 +5,8 @@ A model's weights are most of its bytes (hundreds of megabytes for a deep model,
 the file format forces:
 
 - ``raw_data`` (what every exporter writes): the array is a read-only view of the
-  bytes protobuf hands out (one copy, protobuf's own). ``onnx.numpy_helper.to_array``
+  model file's bytes, mapped by :mod:`.onnx_reader` (no copy), or of the bytes
+  protobuf hands out for a model given in memory (one copy, protobuf's own). ``onnx.numpy_helper.to_array``
   copies again, ``onnx.checker.check_tensor`` serializes the tensor once more, and
   ``Constant`` would copy a writeable array a third time; here the size is checked
   against the declared type and shape directly.
@@ -30,14 +31,21 @@ from onnx import numpy_helper
 from passinfra.frontend.onnx_ops.context import OnnxImportError
 
 
-def initializer_array(init: onnx.TensorProto, checker: object, base_dir: str | None) -> np.ndarray:
+def initializer_array(
+    init: onnx.TensorProto, checker: object, base_dir: str | None, raw: memoryview | None = None
+) -> np.ndarray:
     """The array of initializer ``init``; ``base_dir``: the model file's directory, where
-    external data lives (None for a model given in memory). A tensor whose bytes
+    external data lives (None for a model given in memory); ``raw``: its raw_data when
+    the reader left it in the mapped file (:mod:`.onnx_reader`). A tensor whose bytes
     disagree with its declared type and shape is an OnnxImportError naming it."""
     if init.data_location == onnx.TensorProto.EXTERNAL:
         return _external_array(init, base_dir)
-    if init.HasField("raw_data") and init.data_type != onnx.TensorProto.STRING:
-        return _raw_array(init)
+    if init.data_type == onnx.TensorProto.STRING:
+        raw = None
+    elif raw is None and init.HasField("raw_data"):
+        raw = memoryview(init.raw_data)  # protobuf makes one bytes object; the array views it
+    if raw is not None:
+        return _raw_array(init, raw)
     try:
         onnx.checker.check_tensor(init, checker)
         array = numpy_helper.to_array(init)
@@ -61,9 +69,8 @@ def _declared(init: onnx.TensorProto) -> tuple[np.dtype, tuple[int, ...]]:
     return dtype, dims
 
 
-def _raw_array(init: onnx.TensorProto) -> np.ndarray:
+def _raw_array(init: onnx.TensorProto, raw: memoryview) -> np.ndarray:
     dtype, dims = _declared(init)
-    raw = init.raw_data  # protobuf makes one bytes object; the array is a view of it
     expected = math.prod(dims) * dtype.itemsize
     if len(raw) != expected:
         raise OnnxImportError(

@@ -168,3 +168,59 @@ def test_a_mapped_model_compiles_and_exports(tmp_path):
     loaded = load_module(out)
     assert loaded.weights_path == os.fspath(out) + WEIGHTS_SUFFIX  # mapped, not read
     np.testing.assert_allclose(loaded(x), expected, rtol=1e-6)
+
+
+# ----- the mapped reader (onnx_reader): a model file's raw weights stay in the file -------------
+def _printed(mod) -> str:
+    return mod.astext()
+
+
+def test_a_model_file_is_imported_with_its_weights_viewed_in_the_mapped_file(tmp_path):
+    import mmap
+
+    from passinfra.frontend.onnx_reader import read_mapped
+
+    weights = sample_weights(np.random.default_rng(6))
+    path = tmp_path / "model.onnx"
+    onnx.save(weighted_model(weights), str(path))
+    mapped = read_mapped(str(path))
+    assert mapped is not None and all(isinstance(raw.obj, mmap.mmap) for raw in mapped.raw)
+    # the parsed model lacks only the raw bytes; everything else is protobuf's own decoding
+    full = onnx.load(str(path))
+    for stripped, init, raw in zip(mapped.model.graph.initializer, full.graph.initializer, mapped.raw):
+        assert not stripped.HasField("raw_data") and bytes(raw) == init.raw_data
+        stripped.raw_data = bytes(raw)
+    assert mapped.model.SerializeToString() == full.SerializeToString()
+    # and the import is the same module as from the loaded ModelProto, weights included
+    assert _printed(from_onnx(path)) == _printed(from_onnx(full))
+
+
+def test_repeated_graph_fields_are_merged_as_protobuf_merges_them(tmp_path):
+    from passinfra.frontend.onnx_reader import read_mapped
+
+    weights = sample_weights(np.random.default_rng(7))
+    model = weighted_model(weights)
+    half = onnx.ModelProto()
+    half.CopyFrom(model)
+    del half.graph.initializer[3:]  # the first message holds three initializers...
+    rest = onnx.ModelProto()
+    rest.graph.initializer.extend(model.graph.initializer[3:])  # ...a second graph field the rest
+    path = tmp_path / "split.onnx"
+    path.write_bytes(half.SerializeToString() + rest.SerializeToString())
+    merged = onnx.load(str(path))
+    assert len(merged.graph.initializer) == len(weights)
+    mapped = read_mapped(str(path))
+    assert mapped is not None and len(mapped.raw) == len(weights)
+    assert _printed(from_onnx(path)) == _printed(from_onnx(merged))
+
+
+@pytest.mark.parametrize("cut", [1, 7, 100, -3])
+def test_a_truncated_file_falls_back_to_onnx_load_and_its_error(tmp_path, cut):
+    from passinfra.frontend.onnx_reader import read_mapped
+
+    path = tmp_path / "cut.onnx"
+    data = weighted_model(sample_weights(np.random.default_rng(8))).SerializeToString()
+    path.write_bytes(data[:cut])
+    assert read_mapped(str(path)) is None
+    with pytest.raises(OnnxImportError, match="cut.onnx"):
+        from_onnx(path)
