@@ -9,6 +9,7 @@ for the newest ``since`` version not above it (how ONNX itself versions ops).
 from passinfra.frontend.onnx_ops import (  # noqa: E402,F401  (registration side effects)
     elementwise,
     nn,
+    recurrent,
     reduce,
     tensor,
 )
