@@ -1,0 +1,1 @@
+"""Tests of the documentation: the guides in docs/ run, and the API reference is current."""
