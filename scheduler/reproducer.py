@@ -23,11 +23,12 @@ from __future__ import annotations
 import importlib
 import inspect
 import json
+import os
 import re
 import runpy
 import sys
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -150,6 +151,7 @@ def write_reproducer(
         f"# pipeline: {json.dumps([step.to_json() for step in steps])}",
         f"# plugins: {json.dumps(plugins)}",
         f"# modules: {json.dumps(modules)}",
+        f"# module_paths: {json.dumps(module_roots(modules))}",
     ]
     text = module_slice(mod, function).astext()
     path.write_text("\n".join(header) + "\n" + text)
@@ -176,6 +178,23 @@ def pass_sources(names: Iterable[str]) -> tuple[list[str], list[str]]:
         if where not in target:
             target.append(where)
     return plugins, modules
+
+
+def module_roots(modules: Iterable[str]) -> list[str]:
+    """The directories the loaded ``modules`` were imported from (the ``sys.path`` entry
+    each was found under): a module next to a script, imported because Python put the
+    script's directory on the path, is not importable from ``raypass replay`` without it."""
+    roots: list[str] = []
+    for name in modules:
+        loaded = sys.modules.get(name)
+        file = getattr(loaded, "__file__", None)
+        if not file:
+            continue
+        depth = name.count(".") + (1 if Path(file).name == "__init__.py" else 0)
+        root = str(Path(file).resolve().parents[depth])
+        if root not in roots:
+            roots.append(root)
+    return roots
 
 
 def _factory_origin(factory: Any) -> tuple[str, str] | None:
@@ -206,6 +225,7 @@ class Reproducer:
     plugins: list[str]
     modules: list[str]
     body: str
+    module_paths: list[str] = field(default_factory=list)  # where the modules were found
 
     @property
     def pipeline(self) -> list[str]:
@@ -244,12 +264,13 @@ def read_header(path: str | Path) -> Reproducer:
         entries = json.loads(fields["pipeline"])
         plugins = json.loads(fields.get("plugins", "[]"))
         modules = json.loads(fields.get("modules", "[]"))
+        module_paths = json.loads(fields.get("module_paths", "[]"))
     except (KeyError, json.JSONDecodeError) as err:
         raise ReproducerError(f"{path}: broken header ({err})") from None
     if not isinstance(entries, list):
         raise ReproducerError(f"{path}: broken header (the pipeline is not a list: {entries!r})")
     steps = [PassSpec.from_json(entry) for entry in entries]
-    return Reproducer(path, fields, steps, spec, plugins, modules, "\n".join(body_lines))
+    return Reproducer(path, fields, steps, spec, plugins, modules, "\n".join(body_lines), module_paths)
 
 
 def read_reproducer(path: str | Path) -> tuple[IRModule, list[str], PassContext, dict[str, str]]:
@@ -269,7 +290,7 @@ def load_pass_sources(repro: Reproducer, plugins: Sequence[str] = ()) -> None:
     missing_sources: list[str] = []
     for module in repro.modules:
         try:
-            importlib.import_module(module)
+            _import_recorded(module, [*repro.module_paths, os.getcwd()])
         except ImportError as error:
             missing_sources.append(f"module {module!r} ({error})")
     for plugin in plugins:
@@ -284,6 +305,18 @@ def load_pass_sources(repro: Reproducer, plugins: Sequence[str] = ()) -> None:
     for name in repro.pipeline:
         if not is_registered(name):
             raise PassNotFoundError(_missing_pass_message(name, missing_sources))
+
+
+def _import_recorded(module: str, search: list[str]) -> None:
+    """Import ``module``; failing that, again with ``search`` (where the original run
+    found it, then the working directory, as ``python script.py`` would) on the path."""
+    try:
+        importlib.import_module(module)
+        return
+    except ImportError:
+        added = [entry for entry in search if os.path.isdir(entry) and entry not in sys.path]
+    sys.path[:0] = added  # left in place: the imported module may import its neighbours
+    importlib.import_module(module)
 
 
 def _missing_pass_message(name: str, missing_sources: list[str]) -> str:
