@@ -55,6 +55,9 @@ def distinct_filters(weight: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndar
     # one pass and in order of first appearance (sorting opaque keys with np.unique was
     # the pass's whole cost on the light models, whose filters are all equal)
     rows = np.ascontiguousarray(filters.reshape(count, -1))
+    bits = rows.view(np.dtype(f"u{rows.dtype.itemsize}")) if rows.dtype.itemsize in (1, 2, 4, 8) else None
+    if bits is not None and bool((bits == bits[0]).all()):  # one filter repeated (vectorized)
+        return np.zeros(1, dtype=np.int64), np.zeros(count, dtype=np.int64)
     distinct: dict[bytes, int] = {}
     first: list[int] = []
     channel_to_filter = np.empty(count, dtype=np.int64)
