@@ -54,10 +54,11 @@ def distinct_filters(weight: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndar
     # whole filters as dict keys: exact byte equality (what "bit-identical" means), in
     # one pass and in order of first appearance (sorting opaque keys with np.unique was
     # the pass's whole cost on the light models, whose filters are all equal)
+    if weight.dtype.itemsize in (1, 2, 4, 8):  # one filter repeated: one vectorized bitwise check
+        bits = weight.view(np.dtype(f"u{weight.dtype.itemsize}"))  # in place, whatever the layout
+        if bool((bits == np.take(bits, [0], axis=axis)).all()):
+            return np.zeros(1, dtype=np.int64), np.zeros(count, dtype=np.int64)
     rows = np.ascontiguousarray(filters.reshape(count, -1))
-    bits = rows.view(np.dtype(f"u{rows.dtype.itemsize}")) if rows.dtype.itemsize in (1, 2, 4, 8) else None
-    if bits is not None and bool((bits == bits[0]).all()):  # one filter repeated (vectorized)
-        return np.zeros(1, dtype=np.int64), np.zeros(count, dtype=np.int64)
     distinct: dict[bytes, int] = {}
     first: list[int] = []
     channel_to_filter = np.empty(count, dtype=np.int64)
