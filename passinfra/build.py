@@ -27,6 +27,7 @@ import passinfra.transform  # noqa: F401
 from passinfra.codegen.artifacts import BuildArtifact, LinkProducts, collect_link_products
 from passinfra.codegen.build_cache import build_key, lookup_build, store_build
 from passinfra.codegen.host import shared_host_analysis
+from passinfra.codegen.weights_stream import streaming_weights
 from passinfra.errors import RaypassError
 from passinfra.ir.module import IRModule
 from passinfra.ir.type_infer import infer_type
@@ -52,6 +53,7 @@ COMPILE_PIPELINE: tuple[str, ...] = (
     "FoldConstant",
     "DeduplicateFilters",
     "FuseOps",
+    "StreamWeights",
     "LowerToPrimFunc",
     "Simplify",
     "StorageFlatten",
@@ -130,16 +132,19 @@ def build(mod: IRModule, opt_level: int = 3, target: str = "c", scheduler: Any =
         raise BuildError(f"build expects an IRModule, got {type(mod).__name__}")
     main_type = infer_type(mod["main"], mod)
     store: Callable[[], None] | None = None
-    with _build_context(opt_level) as ctx:
-        key = build_key(mod, ctx, target, COMPILE_PIPELINE + LINK_PIPELINE)
-        artifact = lookup_build(key, ctx) if key is not None else None
-        if artifact is None:
-            artifact = _run_pipelines(mod, scheduler, main_type.ret_type)  # type: ignore[union-attr]
-            if key is not None:
-                store = functools.partial(store_build, key, artifact, ctx)
-    if store is None:
-        return Module(artifact.library, artifact.metadata, artifact.weights)
-    return _load_while_storing(artifact, store)
+    # the weights file is written while the kernels compile (StreamWeights); the module
+    # adopts it before the block ends, which removes it otherwise
+    with streaming_weights():
+        with _build_context(opt_level) as ctx:
+            key = build_key(mod, ctx, target, COMPILE_PIPELINE + LINK_PIPELINE)
+            artifact = lookup_build(key, ctx) if key is not None else None
+            if artifact is None:
+                artifact = _run_pipelines(mod, scheduler, main_type.ret_type)  # type: ignore[union-attr]
+                if key is not None:
+                    store = functools.partial(store_build, key, artifact, ctx)
+        if store is None:
+            return Module(artifact.library, artifact.metadata, artifact.weights)
+        return _load_while_storing(artifact, store)
 
 
 def _load_while_storing(artifact: BuildArtifact, store: Callable[[], None]) -> Module:

@@ -35,7 +35,7 @@ import numpy as np
 
 from passinfra.errors import RaypassError
 from passinfra.ir.types import Type
-from passinfra.runtime.weights import PackedWeights, blob_view
+from passinfra.runtime.weights import PackedWeights, WrittenWeights, blob_view
 from passinfra.scoped import pushed
 from passinfra.tir import PrimFunc
 
@@ -94,14 +94,14 @@ class BuildArtifact:
     metadata: dict[str, Any]
     # the link step's layout of the weights (not copied into a blob), or a view of a
     # whole-build cache entry
-    weights: bytes | memoryview | np.ndarray | PackedWeights
+    weights: bytes | memoryview | np.ndarray | PackedWeights | WrittenWeights
 
     def chunks(self) -> list[bytes | memoryview]:
         """The stored form, in pieces written one after another (the weights are not
         copied into one joined buffer: they are most of the bytes)."""
         header = json.dumps({"metadata": self.metadata, "library_bytes": len(self.library)},
                             sort_keys=True).encode("utf-8")
-        packed = isinstance(self.weights, PackedWeights)
+        packed = isinstance(self.weights, (PackedWeights, WrittenWeights))
         weights = list(self.weights.chunks()) if packed else [blob_view(self.weights)]
         return [len(header).to_bytes(8, "little"), header, self.library, *weights]
 
@@ -143,7 +143,8 @@ class LinkProducts:
     ret_type: Type | None = None
     memory_plan: MemoryPlan | None = None  # PlanMemory
     host: HostArtifact | None = None  # HostCodegen
-    weights: PackedWeights | None = None  # HostCodegen: the weights blob's layout
+    # HostCodegen: the weights blob's layout (being written already, in a build)
+    weights: PackedWeights | WrittenWeights | None = None
     metadata: dict[str, Any] | None = None  # HostCodegen: what the runtime needs to call the library
     library: bytes | None = None  # LinkLibrary
 

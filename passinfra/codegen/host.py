@@ -45,6 +45,7 @@ from passinfra.codegen.c_renderer import dtype_bytes, sanitize_identifier
 from passinfra.codegen.cc_driver import CompilerSettings, compile_c_result
 from passinfra.codegen.lower import flatten_tuples
 from passinfra.codegen.object_cache import count
+from passinfra.codegen.weights_stream import current_stream
 from passinfra.errors import IRError
 from passinfra.ir.expr import (
     BaseFunc,
@@ -130,6 +131,18 @@ def _tensor_type(ty: Any, what: str) -> TensorType:
     if isinstance(ty, TupleType):
         raise IRError(f"host codegen: {what} has tuple type {ty}; only tensor parameters are supported")
     raise IRError(f"host codegen: the type of {what} is unknown; annotate it or run InferType first")
+
+
+def main_weights(main: Function) -> list[np.ndarray]:
+    """``main``'s weights in the order the host program lays them out: each constant
+    once, by first use in evaluation order (as :func:`analyze_main` meets them)."""
+    seen: set[int] = set()
+    weights: list[np.ndarray] = []
+    for node in iter_post_order(main.body):
+        if isinstance(node, Constant) and id(node) not in seen:
+            seen.add(id(node))
+            weights.append(np.ascontiguousarray(node.data))
+    return weights
 
 
 def analyze_main(mod: IRModule) -> HostProgram:
@@ -619,13 +632,15 @@ def _host_codegen_pass(mod: IRModule, ctx: PassContext) -> IRModule:
     planned = products.memory_plan if products is not None else None
     plan = planned if planned is not None else plan_memory(program)
     weights, weight_offsets = pack_weights(program.weights)
+    stream = current_stream()
+    written = stream.claim(program.weights) if stream is not None else None  # already being written
     source = render_host(program, plan, weight_offsets)
     compiled = compile_c_result(source, CompilerSettings.from_context(ctx), name=HOST_SYMBOL)
     if not compiled.cache_hit:
         count("host_compiles")  # so "kernels compiled" = compiles - host_compiles
     if products is not None:
         products.host = HostArtifact(source, compiled.object_code)
-        products.weights = weights
+        products.weights = written if written is not None else weights
         products.metadata = runtime_metadata(program, plan, weights.nbytes, products.ret_type)
     return mod
 
@@ -648,6 +663,7 @@ __all__ = [
     "HostCodegen",
     "graph_output_types",
     "pack_weights",
+    "main_weights",
     "render_host",
     "runtime_metadata",
     "HOST_SYMBOL",

@@ -23,11 +23,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import ml_dtypes  # noqa: F401  (registers bfloat16: np.dtype("bfloat16") for inputs and outputs)
 import numpy as np
 
 from passinfra.atomic_io import atomic_copy, atomic_write
 from passinfra.errors import EvaluationError, RaypassError
-from passinfra.runtime.weights import PackedWeights, aligned_empty, as_blob, map_file
+from passinfra.runtime.weights import PackedWeights, WrittenWeights, aligned_empty, as_blob, map_file
 
 METADATA_SUFFIX = ".raypass.json"
 WEIGHTS_SUFFIX = ".weights.bin"
@@ -40,7 +41,7 @@ class Module:
         self,
         library: bytes,
         metadata: Mapping[str, Any],
-        weights: bytes | memoryview | np.ndarray | PackedWeights,
+        weights: bytes | memoryview | np.ndarray | PackedWeights | WrittenWeights,
     ) -> None:
         self.metadata = dict(metadata)
         self._library = bytes(library)
@@ -69,11 +70,18 @@ class Module:
         layout from the link step is streamed into this module's own file once and
         mapped; a mapped weights file (``load_module``) is kept; bytes are copied once
         into aligned memory."""
-        if isinstance(weights, PackedWeights):
-            path = os.path.join(self._dir, "weights.bin")
-            with open(path, "wb") as handle:
-                weights.write(handle)
-            return map_file(path), path
+        path = os.path.join(self._dir, "weights.bin")
+        try:
+            if isinstance(weights, WrittenWeights):  # written while the kernels compiled: adopt it
+                os.replace(weights.wait(), path)
+                return map_file(path), path
+            if isinstance(weights, PackedWeights):
+                with open(path, "wb") as handle:
+                    weights.write(handle)
+                return map_file(path), path
+        except OSError as error:  # a full disk, a quota: say which file, not "cannot load"
+            message = f"cannot write the library's weights file ({weights.nbytes} bytes): {error}"
+            raise RaypassError(message) from error
         if isinstance(weights, np.memmap) and weights.filename is not None:
             return weights, weights.filename
         return as_blob(weights), None
@@ -134,7 +142,10 @@ class Module:
         name, shape, dtype = spec["name"], tuple(spec["shape"]), np.dtype(spec["dtype"])
         value = np.asarray(array)
         if value.dtype != dtype:
-            raise EvaluationError(f"input {name!r}: expected dtype {dtype.name}, got {value.dtype.name}")
+            # float16 inputs are numpy.float16 arrays, bfloat16 ones ml_dtypes.bfloat16 arrays
+            hint = " (make one with x.astype(ml_dtypes.bfloat16))" if dtype.name == "bfloat16" else ""
+            got = value.dtype.name
+            raise EvaluationError(f"input {name!r}: expected dtype {dtype.name}, got {got}{hint}")
         if value.shape != shape:
             raise EvaluationError(f"input {name!r}: expected shape {shape}, got {value.shape}")
         return np.ascontiguousarray(value)

@@ -103,10 +103,38 @@ class PackedWeights:
         return self.nbytes
 
 
-def blob_view(weights: bytes | memoryview | np.ndarray | PackedWeights) -> memoryview:
-    """The blob's bytes as one flat view (a PackedWeights is joined: for tests and small
+@dataclass(frozen=True, eq=False)
+class WrittenWeights:
+    """A layout whose bytes a background writer is putting into the file ``path`` (the
+    build starts it while the kernels compile: :mod:`passinfra.codegen.weights_stream`);
+    ``wait()`` returns once the file is whole and raises the writer's error if it failed."""
+
+    packed: PackedWeights
+    path: str
+    done: Any  # a concurrent.futures.Future of the write
+
+    @property
+    def nbytes(self) -> int:
+        return self.packed.nbytes
+
+    def chunks(self) -> Iterator[bytes | memoryview]:
+        return self.packed.chunks()
+
+    def tobytes(self) -> bytes:
+        return self.packed.tobytes()
+
+    def wait(self) -> str:
+        self.done.result()
+        return self.path
+
+    def __len__(self) -> int:
+        return self.packed.nbytes
+
+
+def blob_view(weights: bytes | memoryview | np.ndarray | PackedWeights | WrittenWeights) -> memoryview:
+    """The blob's bytes as one flat view (a layout is joined: for tests and small
     blobs, not for the build's path)."""
-    if isinstance(weights, PackedWeights):
+    if isinstance(weights, (PackedWeights, WrittenWeights)):
         return memoryview(weights.tobytes())
     return memoryview(weights).cast("B")
 
@@ -122,5 +150,6 @@ def map_file(path: str | os.PathLike[str]) -> np.ndarray:
 
 
 __all__ = [
-    "ALIGNMENT", "PackedWeights", "aligned_empty", "as_blob", "blob_view", "is_aligned_blob", "map_file",
+    "ALIGNMENT", "PackedWeights", "WrittenWeights", "aligned_empty", "as_blob", "blob_view",
+    "is_aligned_blob", "map_file",
 ]
