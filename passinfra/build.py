@@ -53,6 +53,7 @@ COMPILE_PIPELINE: tuple[str, ...] = (
     "FoldConstant",
     "DeduplicateFilters",
     "FuseOps",
+    "ToMixedPrecision",
     "StreamWeights",
     "LowerToPrimFunc",
     "Simplify",
@@ -61,6 +62,8 @@ COMPILE_PIPELINE: tuple[str, ...] = (
     "UnrollLoop",
     "LoopPartition",
     "RemoveNoOp",
+    "Parallelize",
+    "WidenGemmOperands",
     "CodegenC",
     "CompileC",
 )

@@ -59,10 +59,19 @@ def _flatten(result: Any) -> list[np.ndarray]:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from passinfra.runtime.module import load_module
+    from passinfra.runtime.threads import ThreadCountError, checked_thread_count
 
+    if args.threads is not None:
+        try:
+            checked_thread_count(args.threads, "--threads")
+        except ThreadCountError as error:
+            raise CliUserError(str(error)) from None
     if not Path(args.library).is_file():
         raise CliUserError(f"library {args.library!r} does not exist (write one with `raypass compile -o`)")
     lib = load_module(args.library)
+    if args.threads is not None:
+        lib.set_num_threads(args.threads)
+    print(f"threads {lib.num_threads}")
     arrays = _inputs(lib.metadata["inputs"], args.input, args.seed)
     for spec, array in zip(lib.metadata["inputs"], arrays):
         print(f"input  {spec['name']}: {array.shape} {array.dtype}")
@@ -93,4 +102,11 @@ def add_parser(sub: Any) -> None:
     )
     parser.add_argument("--output", metavar="DIR", help="save every output as DIR/output_<i>.npy")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        metavar="N",
+        help="threads of the library's parallel loops (default: the build's codegen.num_threads, "
+        "or every CPU this process may use); results are the same for any N",
+    )
     parser.set_defaults(func=cmd_run)

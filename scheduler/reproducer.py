@@ -288,9 +288,12 @@ def load_pass_sources(repro: Reproducer, plugins: Sequence[str] = ()) -> None:
     plugin files that still exist; then raise PassNotFoundError naming the first pipeline
     pass still not registered."""
     missing_sources: list[str] = []
+    # where the original run found a module is searched only when no plugin is given: a
+    # plugin the user names is where the passes are now (often that very module's file)
+    search = [] if plugins else [*repro.module_paths, os.getcwd()]
     for module in repro.modules:
         try:
-            _import_recorded(module, [*repro.module_paths, os.getcwd()])
+            _import_recorded(module, search)
         except ImportError as error:
             missing_sources.append(f"module {module!r} ({error})")
     for plugin in plugins:

@@ -9,6 +9,26 @@ ABI (what the host code and the runtime rely on). For a PrimFunc with global sym
 Both return 0 on success and -1 if a heap allocation failed. The host calls every
 kernel through ``sym_packed``, so it needs no per-kernel prototype knowledge.
 
+A ``ForKind.PARALLEL`` loop becomes a chunk function ``static int sym_parallel(void* ctx,
+int64_t begin, int64_t end)`` running the loop's body over iterations ``[begin, end)``,
+reading what the loop captures (buffers and variables bound outside it) from a struct,
+and the kernel calls ``rp_parallel_for`` of the library's thread pool
+(:mod:`passinfra.codegen.thread_pool`) with it. A PARALLEL loop inside a chunk runs
+serially. Heap allocations at the top of a loop body are made once before the loop
+(once per chunk in a chunk function), not once per iteration.
+
+Data types. Integer kernels compute in their own C types (``int8_t`` ... ``uint64_t``);
+8- and 16-bit arithmetic is done in ``uint32_t`` and truncated back to the type, so it
+wraps around as NumPy and ONNX do, never meeting C's signed-overflow undefined behaviour
+(32- and 64-bit unsigned types wrap natively). float16 and bfloat16 are storage types,
+as on onnxruntime's CPU provider: a kernel's parameter buffers hold their 16-bit
+patterns (``uint16_t``); a load widens the value to ``float``, all arithmetic is float32,
+and a store into a parameter buffer (or an IR ``cast`` to the type) rounds to nearest-even
+(overflow becomes inf, NaN stays NaN). A kernel's own scratch buffers and accumulators of
+those types hold ``float``s: a float16 sum or matmul accumulates in float32 and rounds once.
+float64 to float16 rounds directly, as NumPy does; casts to bfloat16 go through float32,
+as ml_dtypes and onnxruntime do.
+
 The target details are tables (:data:`C_TYPES`, :data:`BINARY_OPERATORS`,
 :data:`INTRINSICS`); the :class:`CRenderer` walks statements and expressions with
 explicit stacks (no recursion, so deep expressions cannot hit Python's limit) and names
@@ -26,15 +46,36 @@ from passinfra import tir
 from passinfra.codegen import vector_math
 from passinfra.codegen.block_copy import BlockCopy, match_block_copy
 from passinfra.codegen.gemm import DEFAULT_BLAS_THREADS, GEMM_INTRINSIC, blas_prototype, render_gemm
+from passinfra.codegen.thread_pool import KERNEL_DECLARATIONS, PARALLEL_FOR
+from passinfra.codegen.transform.parallelize import loop_captures, statement_work
 from passinfra.errors import IRError
+from passinfra.ir.types import is_float_dtype
+from passinfra.tir.arith import const_int
+from passinfra.tir.intrinsics import is_gemm
 
+# the C type a value of each dtype has in expressions (float16/bfloat16: float)
 C_TYPES: dict[str, str] = {
+    "float16": "float",
+    "bfloat16": "float",
     "float32": "float",
     "float64": "double",
+    "int8": "int8_t",
+    "int16": "int16_t",
     "int32": "int32_t",
     "int64": "int64_t",
+    "uint8": "uint8_t",
+    "uint16": "uint16_t",
+    "uint32": "uint32_t",
+    "uint64": "uint64_t",
     "bool": "bool",
 }
+# half-precision dtypes: in a parameter buffer, the 16-bit pattern; helpers from PREAMBLE
+# convert on load (rp_<name>_load) and round on store (rp_<name>_store) or cast (rp_round_<name>)
+HALF_TYPES: dict[str, str] = {"float16": "f16", "bfloat16": "bf16"}
+PACKED_HALF_C_TYPE = "uint16_t"
+# 8- and 16-bit integers: C promotes them to int, so +, -, * are done in uint32_t and
+# truncated back (wrap-around, as NumPy; int arithmetic could overflow: undefined)
+NARROW_INTS = frozenset({"int8", "int16", "uint8", "uint16"})
 
 # C infix operators, used for every dtype
 BINARY_OPERATORS: dict[type, str] = {
@@ -60,7 +101,11 @@ HELPER_OPERATORS: dict[type, str] = {
     tir.Max: "max",
 }
 
-_HELPER_SUFFIX = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "bool": "i32"}
+# narrow integers use the int32 helpers (their values promote exactly and the result
+# fits back); float16/bfloat16 values are floats in expressions
+_HELPER_SUFFIX = {"float16": "f32", "bfloat16": "f32", "float32": "f32", "float64": "f64",
+                  "int8": "i32", "int16": "i32", "int32": "i32", "int64": "i64",
+                  "uint8": "i32", "uint16": "i32", "uint32": "u32", "uint64": "u64", "bool": "i32"}
 
 # intrinsic name -> C function per dtype (float32 uses the float variants: expf, not exp)
 INTRINSICS: dict[str, dict[str, str]] = {
@@ -73,6 +118,12 @@ INTRINSICS["fabs"].update({"int32": "abs", "int64": "llabs"})
 INTRINSICS["abs"] = {"float32": "fabsf", "float64": "fabs", "int32": "abs", "int64": "llabs"}
 INTRINSICS["sigmoid"] = {"float32": "rp_sigmoid_f32", "float64": "rp_sigmoid_f64"}
 INTRINSICS["rsqrt"] = {"float32": "rp_rsqrt_f32", "float64": "rp_rsqrt_f64"}
+for _table in INTRINSICS.values():
+    if "float32" in _table:  # float16/bfloat16 compute in float32
+        _table.update({half: _table["float32"] for half in HALF_TYPES})
+    if "int32" in _table:  # |x| of a narrow integer in int, truncated back by the consumer
+        _table.update({narrow: _table["int32"] for narrow in NARROW_INTS})
+        _table.update({"uint32": "rp_abs_u32", "uint64": "rp_abs_u64"})
 
 PREAMBLE = """\
 #include <math.h>
@@ -112,6 +163,53 @@ static inline int64_t rp_max_i64(int64_t a, int64_t b) { return a > b ? a : b; }
    the select into a blend and vectorize the loop, where C's lazy ?: would keep it scalar */
 static inline float rp_select_f32(bool c, float a, float b) { return c ? a : b; }
 static inline double rp_select_f64(bool c, double a, double b) { return c ? a : b; }
+static inline uint32_t rp_floordiv_u32(uint32_t a, uint32_t b) { return a / b; }
+static inline uint32_t rp_floormod_u32(uint32_t a, uint32_t b) { return a % b; }
+static inline uint64_t rp_floordiv_u64(uint64_t a, uint64_t b) { return a / b; }
+static inline uint64_t rp_floormod_u64(uint64_t a, uint64_t b) { return a % b; }
+static inline uint32_t rp_min_u32(uint32_t a, uint32_t b) { return a < b ? a : b; }
+static inline uint32_t rp_max_u32(uint32_t a, uint32_t b) { return a > b ? a : b; }
+static inline uint64_t rp_min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
+static inline uint64_t rp_max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
+static inline uint32_t rp_abs_u32(uint32_t a) { return a; }
+static inline uint64_t rp_abs_u64(uint64_t a) { return a; }
+/* float16 / bfloat16 <-> float, by their bits (no compiler extension needed), rounding
+   to nearest-even; too large a value becomes inf, a NaN stays a (quiet) NaN */
+static inline float rp_f16_load(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu;
+  uint32_t bits;
+  if (exponent == 0x1fu) bits = sign | 0x7f800000u | (mantissa << 13);
+  else if (exponent != 0) bits = sign | ((exponent + 112u) << 23) | (mantissa << 13);
+  else if (mantissa == 0) bits = sign;
+  else { float tiny = (float)mantissa * 5.9604644775390625e-8f; return sign ? -tiny : tiny; }
+  float f; memcpy(&f, &bits, sizeof f); return f;
+}
+static inline uint16_t rp_f16_store(double d) {
+  uint64_t u; memcpy(&u, &d, sizeof u);
+  uint16_t sign = (uint16_t)((u >> 48) & 0x8000u);
+  int exponent = (int)((u >> 52) & 0x7ff);
+  uint64_t mantissa = u & 0xfffffffffffffULL;
+  if (exponent == 0x7ff) return (uint16_t)(sign | (mantissa ? 0x7e00u : 0x7c00u));
+  int e = exponent - 1008; /* the float16's biased exponent */
+  if (e >= 31) return (uint16_t)(sign | 0x7c00u);
+  if (e <= 0 && (exponent == 0 || 43 - e > 63)) return sign; /* below half the smallest subnormal */
+  uint64_t full = e >= 1 ? mantissa : (mantissa | (1ULL << 52));
+  int shift = e >= 1 ? 42 : 43 - e;
+  uint64_t kept = full >> shift, rest = full & ((1ULL << shift) - 1), half = 1ULL << (shift - 1);
+  uint16_t bits = (uint16_t)((e >= 1 ? (uint64_t)e << 10 : 0) | kept);
+  if (rest > half || (rest == half && (kept & 1u))) bits++; /* a carry moves into the exponent */
+  return (uint16_t)(sign | bits);
+}
+static inline float rp_round_f16(double d) { return rp_f16_load(rp_f16_store(d)); }
+static inline float rp_bf16_load(uint16_t b) {
+  uint32_t bits = (uint32_t)b << 16; float f; memcpy(&f, &bits, sizeof f); return f;
+}
+static inline uint16_t rp_bf16_store(float f) {
+  uint32_t u; memcpy(&u, &f, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+static inline float rp_round_bf16(float f) { return rp_bf16_load(rp_bf16_store(f)); }
 static inline float rp_sigmoid_f32(float x) { return 1.0f / (1.0f + expf(-x)); }
 static inline double rp_sigmoid_f64(double x) { return 1.0 / (1.0 + exp(-x)); }
 static inline float rp_rsqrt_f32(float x) { return 1.0f / sqrtf(x); }
@@ -124,11 +222,13 @@ MAX_STACK_ALLOCATION_BYTES = 16 * 1024
 MAX_UNROLL_PRAGMA = 65534
 DEFAULT_UNROLL_FACTOR = 8
 
-_DTYPE_BYTES = {"float32": 4, "float64": 8, "int32": 4, "int64": 8, "bool": 1}
+_DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int8": 1, "int16": 2,
+                "int32": 4, "int64": 8, "uint8": 1, "uint16": 2, "uint32": 4, "uint64": 8, "bool": 1}
 
 
 def c_type(dtype: str) -> str:
-    """The C type of ``dtype``; IRError naming it when C has none in this backend."""
+    """The C type of a ``dtype`` value in expressions; IRError naming it when C has none
+    in this backend."""
     try:
         return C_TYPES[dtype]
     except KeyError:
@@ -136,7 +236,11 @@ def c_type(dtype: str) -> str:
 
 
 def dtype_bytes(dtype: str) -> int:
-    return _DTYPE_BYTES[dtype]
+    """Bytes per element of ``dtype`` in memory shared with the host (float16: 2)."""
+    try:
+        return _DTYPE_BYTES[dtype]
+    except KeyError:
+        raise IRError(f"the C backend has no type for dtype {dtype!r}") from None
 
 
 def sanitize_identifier(name: str) -> str:
@@ -149,7 +253,10 @@ def sanitize_identifier(name: str) -> str:
 class RenderOptions:
     """Target switches that change the emitted C (derived from the compiler flags)."""
 
-    openmp: bool = False  # emit `omp parallel for` on PARALLEL loops
+    # OpenMP enabled by the flags: it only adds `omp simd` to VECTORIZED loops. PARALLEL
+    # loops always run on the library's own thread pool (see _emit_parallel), never
+    # through `omp parallel for`: one thread count, set at run time, and fork-safe
+    openmp: bool = False
     openmp_simd: bool = False  # emit `omp simd` on VECTORIZED loops
     blas_threads: int = DEFAULT_BLAS_THREADS  # OpenBLAS threads of the GEMM calls (0: its default)
 
@@ -170,7 +277,10 @@ class CRenderer:
         self._used_names: set[str] = set()
         self._lines: list[str] = []
         self._input_buffers: set[tir.Buffer] = set()
-        self._parallel_depth = 0
+        self._packed: set[tir.Buffer] = set()  # float16/bfloat16 parameters: 16-bit patterns
+        self._symbol = ""
+        self._outlined: list[str] = []  # chunk functions of PARALLEL loops, before the kernel
+        self._in_chunk = False  # rendering a chunk function: a PARALLEL loop inside runs serially
         self._calls_blas = False  # a GEMM intrinsic was rendered: declare the BLAS entry
 
     # ----- names ---------------------------------------------------------------------
@@ -209,26 +319,30 @@ class CRenderer:
             raise IRError(f"PrimFunc {symbol}: 'num_inputs' must be an int in [0, {len(func.params)}], "
                           f"got {num_inputs!r}")
         self._used_names.update({symbol, symbol + "_packed"})
+        self._symbol = symbol
         params = []
         for index, buffer in enumerate(func.params):
             is_input = index < num_inputs
             if is_input:
                 self._input_buffers.add(buffer)
             const = "const " if is_input else ""
-            params.append(f"{const}{c_type(buffer.dtype)}* restrict {self._bind(buffer, buffer.name)}")
+            if buffer.dtype in HALF_TYPES:
+                self._packed.add(buffer)
+            params.append(f"{const}{self._storage_type(buffer)}* restrict {self._bind(buffer, buffer.name)}")
         # static: only the packed entry is exported, so a kernel named like a libc function
         # (``step``, ``index``) cannot be interposed by it when the library is loaded
         signature = f"static int {symbol}({', '.join(params) or 'void'})"
         self._lines = []
         self._emit_body(func.body, indent=1)
         casts = [
-            f"({'const ' if i < num_inputs else ''}{c_type(b.dtype)}*)args[{i}]"
+            f"({'const ' if i < num_inputs else ''}{self._storage_type(b)}*)args[{i}]"
             for i, b in enumerate(func.params)
         ]
         parts = [
             f"/* generated by raypass CodegenC: {symbol} */",
             PREAMBLE,
             *([blas_prototype(self.options.blas_threads), ""] if self._calls_blas else []),
+            *([KERNEL_DECLARATIONS, "", *self._outlined] if self._outlined else []),
             signature + " {",
             *self._lines,
             "  return 0;",
@@ -249,8 +363,6 @@ class CRenderer:
             kind, item, level = work.pop()
             if kind == "line":
                 self._lines.append("  " * level + str(item))
-            elif kind == "leave_parallel":
-                self._parallel_depth -= 1
             else:
                 self._emit_stmt(item, level, work)  # type: ignore[arg-type]
 
@@ -263,7 +375,10 @@ class CRenderer:
             if stmt.buffer in self._input_buffers:
                 raise IRError(f"PrimFunc stores into its input buffer {stmt.buffer.name!r}")
             target = self._access(stmt.buffer, stmt.indices)
-            emit(f"{pad}{target} = {self.expr(stmt.value)};")
+            value = self.expr(stmt.value)
+            if stmt.buffer in self._packed:  # round to the 16-bit type on store
+                value = f"rp_{HALF_TYPES[stmt.buffer.dtype]}_store({value})"
+            emit(f"{pad}{target} = {value};")
         elif isinstance(stmt, tir.For):
             self._emit_for(stmt, level, work)
         elif isinstance(stmt, tir.LetStmt):
@@ -291,12 +406,20 @@ class CRenderer:
         # a copy inside a loop nest or branch (level > 1: it runs many times) becomes a
         # memcpy / memset; a lone top-level loop is left as written
         block = match_block_copy(loop) if level > 1 else None
+        if block is not None and block.source is not None and (
+                (block.source in self._packed) != (block.target in self._packed)):
+            block = None  # a float16 pattern and a float: not the same bytes
         if block is not None and block.target not in self._input_buffers:
             self._emit_block_copy(block, pad)
+            return
+        if loop.kind is tir.ForKind.PARALLEL and not self._in_chunk:
+            self._emit_parallel(loop, level)
             return
         ctype = c_type(loop.loop_var.dtype)
         start = self.expr(loop.start)
         extent = self.expr(loop.extent)
+        frees, body = self._hoist_allocations(loop.body, pad)
+        work.extend(("line", free, level) for free in reversed(frees))
         name = self._bind(loop.loop_var, loop.loop_var.name)
         bound = extent if _is_zero(loop.start) else f"{start} + {extent}"
         if loop.kind is tir.ForKind.VECTORIZED:
@@ -306,17 +429,110 @@ class CRenderer:
         elif loop.kind is tir.ForKind.UNROLLED:
             factor = loop.extent.value if isinstance(loop.extent, tir.IntImm) else DEFAULT_UNROLL_FACTOR
             self._lines.append(f"{pad}#pragma GCC unroll {max(1, min(factor, MAX_UNROLL_PRAGMA))}")
-        elif loop.kind is tir.ForKind.PARALLEL and self.options.openmp and self._parallel_depth == 0:
-            self._lines.append(f"{pad}#pragma omp parallel for")
-            self._parallel_depth += 1
-            work.append(("leave_parallel", None, level))
         self._lines.append(f"{pad}for ({ctype} {name} = {start}; {name} < {bound}; ++{name}) {{")
         work.append(("line", "}", level))
-        work.append(("stmt", loop.body, level + 1))
+        work.append(("stmt", body, level + 1))
+
+    def _hoist_allocations(self, body: tir.Stmt, pad: str) -> tuple[list[str], tir.Stmt]:
+        """Heap allocations at the top of a loop body, made once before the loop (each
+        iteration still finds the buffer uninitialized, as Allocate says): a malloc and
+        free per iteration of a blocked convolution cost more than its copies. The free
+        lines for after the loop, and the body left."""
+        frees: list[str] = []
+        heap = MAX_STACK_ALLOCATION_BYTES
+        while isinstance(body, tir.Allocate) and self._allocation_bytes(body.buffer) > heap:
+            frees.append(self._open_allocation(body.buffer, pad))
+            body = body.body
+        return frees, body
+
+    def _emit_parallel(self, loop: tir.For, level: int) -> None:
+        """A PARALLEL loop as a chunk function (its body over ``[begin, end)`` of the
+        iterations, reading what it captures from a struct) run by the library's thread
+        pool (:mod:`passinfra.codegen.thread_pool`); the pool returns -1 when a chunk's
+        heap allocation failed."""
+        pad = "  " * level
+        function = self._fresh_name(f"{self._symbol}_parallel")
+        fields = []
+        for node in loop_captures(loop):
+            name = self._name_of(node)
+            if isinstance(node, tir.Buffer):
+                const = "const " if node in self._input_buffers else ""
+                pointer = f"{const}{self._storage_type(node)}*"
+                fields.append((pointer, f"{pointer} restrict", name))
+            else:
+                ctype = c_type(node.dtype)
+                fields.append((ctype, f"const {ctype}", name))
+        lanes = _lanes(loop)
+        extent = self.expr(loop.extent) if lanes == 1 else str(const_int(loop.extent) // lanes)
+        saved, self._lines, self._in_chunk = self._lines, [], True
+        try:
+            self._emit_chunk_function(function, fields, loop, lanes)
+        finally:
+            chunk, self._lines, self._in_chunk = self._lines, saved, False
+        self._outlined.extend(chunk)
+        work = statement_work(loop.body) * lanes
+        if not fields:
+            call = f"{PARALLEL_FOR}({function}, NULL, {extent}, {work})"
+            self._lines.append(f"{pad}if ({call} != 0) {{ return -1; }}")
+            return
+        values = ", ".join(name for _, _, name in fields)
+        call = f"{PARALLEL_FOR}({function}, &rp_parallel_args, {extent}, {work})"
+        self._lines += [
+            f"{pad}{{",
+            f"{pad}  struct {function}_args rp_parallel_args = {{{values}}};",
+            f"{pad}  if ({call} != 0) {{ return -1; }}",
+            f"{pad}}}",
+        ]
+
+    def _emit_chunk_function(self, function: str, fields: list[tuple[str, str, str]], loop: tir.For,
+                             lanes: int) -> None:
+        """The loop over a range of iterations in a function of its own, whose captured
+        buffers are ``restrict`` parameters: gcc trusts ``restrict`` on parameters, not on
+        pointers copied out of a struct, and without it versions or gives up vectorizing.
+        With ``lanes`` > 1 the range counts blocks of that many iterations, each a loop
+        of constant trip count, which gcc's -O2 cost model vectorizes (one whose bounds
+        are the range's would need a scalar epilogue, which it refuses). Then the chunk
+        function the pool calls, unpacking the struct."""
+        emit = self._lines.append
+        params = "".join(f"{local_type} {name}, " for _, local_type, name in fields)
+        emit(f"static int {function}_body({params}int64_t rp_begin, int64_t rp_end) {{")
+        frees, body = self._hoist_allocations(loop.body, "  ")
+        ctype = c_type(loop.loop_var.dtype)
+        start = "" if _is_zero(loop.start) else f"{self.expr(loop.start)} + "
+        name = self._bind(loop.loop_var, loop.loop_var.name)
+        if lanes == 1:
+            emit(f"  for ({ctype} {name} = {start}rp_begin; {name} < {start}rp_end; ++{name}) {{")
+            self._emit_body(body, indent=2)
+            emit("  }")
+        else:
+            emit("  for (int64_t rp_block = rp_begin; rp_block < rp_end; ++rp_block) {")
+            emit(f"    for (int64_t rp_lane = 0; rp_lane < {lanes}; ++rp_lane) {{")
+            emit(f"      const {ctype} {name} = ({ctype})({start}rp_block * {lanes} + rp_lane);")
+            self._emit_body(body, indent=3)
+            emit("    }")
+            emit("  }")
+        self._lines += [f"  {free}" for free in frees]
+        emit("  return 0;")
+        emit("}")
+        if fields:
+            emit(f"struct {function}_args {{")
+            for field_type, _, name in fields:
+                emit(f"  {field_type} {name};")
+            emit("};")
+        emit(f"static int {function}(void* rp_context, int64_t rp_begin, int64_t rp_end) {{")
+        if fields:
+            emit(f"  const struct {function}_args* rp_args = (const struct {function}_args*)rp_context;")
+            values = "".join(f"rp_args->{name}, " for _, _, name in fields)
+        else:
+            emit("  (void)rp_context;")
+            values = ""
+        emit(f"  return {function}_body({values}rp_begin, rp_end);")
+        emit("}")
+        emit("")
 
     def _emit_block_copy(self, block: BlockCopy, pad: str) -> None:
         # a contiguous copy / zero fill as memcpy / memset: gcc -O2 leaves the loop scalar
-        nbytes = block.count * dtype_bytes(block.target.dtype)
+        nbytes = block.count * self._element_bytes(block.target)
         target = f"&{self._access(block.target, (block.target_start,))}"
         if block.source is None:
             self._lines.append(f"{pad}memset({target}, 0, {nbytes});")
@@ -327,20 +543,38 @@ class CRenderer:
     def _emit_allocate(self, alloc: tir.Allocate, level: int, work: list) -> None:
         pad = "  " * level
         buffer = alloc.buffer
-        ctype = c_type(buffer.dtype)
+        ctype = self._storage_type(buffer)  # a float16 scratch buffer holds floats
         name = self._bind(buffer, buffer.name)
         count = max(buffer.size, 1)
-        nbytes = count * dtype_bytes(buffer.dtype)
+        nbytes = count * self._element_bytes(buffer)
         if nbytes <= MAX_STACK_ALLOCATION_BYTES:
             self._lines.append(f"{pad}{ctype} {name}[{count}];")
             work.append(("stmt", alloc.body, level))
             return
-        # a return is not allowed inside an OpenMP parallel region: abort there instead
-        on_failure = "abort();" if self._parallel_depth else "return -1;"
+        # a kernel and a chunk function both return -1 when an allocation fails
         self._lines.append(f"{pad}{ctype}* restrict {name} = ({ctype}*)malloc({nbytes});")
-        self._lines.append(f"{pad}if ({name} == NULL) {{ {on_failure} }}")
+        self._lines.append(f"{pad}if ({name} == NULL) {{ return -1; }}")
         work.append(("line", f"free({name});", level))
         work.append(("stmt", alloc.body, level))
+
+    def _allocation_bytes(self, buffer: tir.Buffer) -> int:
+        return max(buffer.size, 1) * self._element_bytes(buffer)
+
+    def _open_allocation(self, buffer: tir.Buffer, pad: str) -> str:
+        """Emit the malloc of a heap buffer; the line that frees it."""
+        ctype = self._storage_type(buffer)
+        name = self._bind(buffer, buffer.name)
+        nbytes = self._allocation_bytes(buffer)
+        self._lines.append(f"{pad}{ctype}* restrict {name} = ({ctype}*)malloc({nbytes});")
+        self._lines.append(f"{pad}if ({name} == NULL) {{ return -1; }}")
+        return f"free({name});"
+
+    def _storage_type(self, buffer: tir.Buffer) -> str:
+        """The C element type of ``buffer`` in memory (a float16 parameter: uint16_t)."""
+        return PACKED_HALF_C_TYPE if buffer in self._packed else c_type(buffer.dtype)
+
+    def _element_bytes(self, buffer: tir.Buffer) -> int:
+        return 4 if buffer.dtype in HALF_TYPES and buffer not in self._packed else dtype_bytes(buffer.dtype)
 
     def _access(self, buffer: tir.Buffer, indices: tuple[tir.PrimExpr, ...]) -> str:
         name = self._name_of(buffer)
@@ -376,6 +610,8 @@ class CRenderer:
             return render(self, node, args)
         op = BINARY_OPERATORS.get(type(node))
         if op is not None:
+            if isinstance(node, _WRAPPING_OPS) and node.dtype in NARROW_INTS:
+                return _render_narrow_arithmetic(node, op, args)
             return f"({args[0]} {op} {args[1]})"
         helper = HELPER_OPERATORS.get(type(node))
         if helper is not None:
@@ -386,6 +622,10 @@ class CRenderer:
 
     def _render_intrinsic(self, node: tir.Intrinsic, args: list[str]) -> str:
         if node.name == GEMM_INTRINSIC:
+            packed = [load.buffer.name for load in node.args[:2] if load.buffer in self._packed]
+            if packed:  # BLAS reads floats: a 16-bit weight is widened before C
+                raise IRError(f"PrimFunc {self._symbol}: a GEMM reads the float16/bfloat16 parameter "
+                              f"{packed[0]!r}; run WidenGemmOperands first")
             self._calls_blas = True
             return render_gemm(args)
         table = INTRINSICS.get(node.name)
@@ -408,6 +648,39 @@ def _is_zero(expr: tir.PrimExpr) -> bool:
     return isinstance(expr, tir.IntImm) and expr.value == 0
 
 
+# a parallel loop whose body has no loop longer than MAX_LANE_INNER_EXTENT (gcc unrolls
+# such loops whole) is itself what the compiler would vectorize: its chunks run blocks
+# of this many iterations (the first of these that divides the extent at least twice)
+LANE_BLOCKS = (16, 8, 4)
+MAX_LANE_INNER_EXTENT = 16
+
+
+def _lanes(loop: tir.For) -> int:
+    """Iterations per block of a parallel loop's chunks (see LANE_BLOCKS); 1 for none."""
+    extent = const_int(loop.extent)
+    if extent is None:
+        return 1
+    stack: list[tir.Stmt] = [loop.body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, tir.For):
+            inner = const_int(node.extent)
+            if inner is None or inner > MAX_LANE_INNER_EXTENT:
+                return 1
+            stack.append(node.body)
+        elif isinstance(node, tir.SeqStmt):
+            stack.extend(node.stmts)
+        elif isinstance(node, tir.IfThenElse):
+            stack.append(node.then_case)
+            if node.else_case is not None:
+                stack.append(node.else_case)
+        elif isinstance(node, (tir.Allocate, tir.LetStmt)):
+            stack.append(node.body)
+        elif isinstance(node, tir.Evaluate) and is_gemm(node.value):
+            return 1
+    return next((lanes for lanes in LANE_BLOCKS if extent % lanes == 0 and extent >= 2 * lanes), 1)
+
+
 def _expr_children(node: tir.PrimExpr) -> tuple[tir.PrimExpr, ...]:
     if isinstance(node, (tir.BinaryOp, tir.CmpOp)):
         return (node.a, node.b)
@@ -424,12 +697,27 @@ def _expr_children(node: tir.PrimExpr) -> tuple[tir.PrimExpr, ...]:
     return ()
 
 
+_WRAPPING_OPS = (tir.Add, tir.Sub, tir.Mul, tir.Div)
+
+
+def _render_narrow_arithmetic(node: tir.BinaryOp, op: str, args: list[str]) -> str:
+    """8-/16-bit arithmetic: in uint32_t (wraps; int could overflow), truncated back to
+    the type (C's conversion to a narrower type is modular, as NumPy's wrap-around).
+    Division is exact in int and only needs the truncation (-128 / -1 wraps to -128)."""
+    ctype = C_TYPES[node.dtype]
+    if isinstance(node, tir.Div):
+        return f"(({ctype})({args[0]} / {args[1]}))"
+    return f"(({ctype})((uint32_t){args[0]} {op} (uint32_t){args[1]}))"
+
+
 def _render_int(renderer: CRenderer, node: tir.IntImm, args: list[str]) -> str:
     if node.dtype == "bool":
         return "true" if node.value else "false"
     value = int(node.value)
     if node.dtype == "int64" and not -(2**31) < value < 2**31:
         return f"INT64_C({value})"
+    if node.dtype in ("uint32", "uint64"):
+        return f"UINT{node.dtype[4:]}_C({value})"
     if value < 0:
         return f"({value})"
     return str(value)
@@ -437,7 +725,7 @@ def _render_int(renderer: CRenderer, node: tir.IntImm, args: list[str]) -> str:
 
 def _render_float(renderer: CRenderer, node: tir.FloatImm, args: list[str]) -> str:
     value = float(node.value)
-    suffix = "f" if node.dtype == "float32" else ""
+    suffix = "f" if c_type(node.dtype) == "float" else ""  # float16/bfloat16 compute in float
     cast = f"({c_type(node.dtype)})"
     if math.isnan(value):
         return f"{cast}NAN"
@@ -451,7 +739,8 @@ def _render_float(renderer: CRenderer, node: tir.FloatImm, args: list[str]) -> s
     return f"({text}{suffix})" if value < 0 else text + suffix
 
 
-_EAGER_SELECTS = {"float32": "rp_select_f32", "float64": "rp_select_f64"}
+_EAGER_SELECTS = {"float16": "rp_select_f32", "bfloat16": "rp_select_f32", "float32": "rp_select_f32",
+                  "float64": "rp_select_f64"}
 
 
 def _render_select(node: tir.Select, args: list[str]) -> str:
@@ -459,12 +748,37 @@ def _render_select(node: tir.Select, args: list[str]) -> str:
     if eager is not None:
         return f"{eager}({args[0]}, {args[1]}, {args[2]})"
     # integer selects stay lazy: an index computation under a false condition may divide
-    # by zero
+    # by zero. An int64 select is cast: its branches may both be small immediates, which C
+    # types as int, and arithmetic on two such selects would overflow in 32 bits
+    if node.dtype == "int64":
+        return f"((int64_t)({args[0]} ? {args[1]} : {args[2]}))"
     return f"({args[0]} ? {args[1]} : {args[2]})"
 
 
 def _render_load(renderer: CRenderer, node: tir.BufferLoad, args: list[str]) -> str:
+    if node.buffer in renderer._packed:  # widen the 16-bit pattern to a float
+        return f"rp_{HALF_TYPES[node.buffer.dtype]}_load({renderer._access(node.buffer, node.indices)})"
     return renderer._access(node.buffer, node.indices)
+
+
+def _render_cast(node: tir.Cast, args: list[str]) -> str:
+    """A cast to float16 rounds straight from the value (a double holds every source
+    exactly but 64-bit integers past 2**53, which overflow float16 anyway), as NumPy's
+    casts do; a cast to bfloat16 rounds through float32, as ml_dtypes' casts do."""
+    if node.dtype == "float16":
+        return f"rp_round_f16({args[0]})"
+    if node.dtype == "bfloat16":
+        return f"rp_round_bf16((float)({args[0]}))"
+    wider = _FLOAT_TO_INT_VIA.get(node.dtype) if is_float_dtype(node.value.dtype) else None
+    if wider is not None:
+        # a float converts to a wider integer first, then wraps to the type, as NumPy and
+        # onnxruntime do (300.5 -> int8 is 44); C's direct conversion of an out-of-range
+        # value is undefined
+        return f"(({c_type(node.dtype)})({wider}){args[0]})"
+    return f"(({c_type(node.dtype)}){args[0]})"
+
+
+_FLOAT_TO_INT_VIA = {**{narrow: "int32_t" for narrow in NARROW_INTS}, "uint32": "int64_t"}
 
 
 _NODE_RENDERERS: dict[type, Callable[[CRenderer, object, list[str]], str]] = {
@@ -473,7 +787,7 @@ _NODE_RENDERERS: dict[type, Callable[[CRenderer, object, list[str]], str]] = {
     tir.TVar: lambda r, n, a: r._name_of(n),  # type: ignore[arg-type]
     tir.Not: lambda r, n, a: f"(!{a[0]})",
     tir.Select: lambda r, n, a: _render_select(n, a),  # type: ignore[arg-type]
-    tir.Cast: lambda r, n, a: f"(({c_type(n.dtype)}){a[0]})",  # type: ignore[attr-defined]
+    tir.Cast: lambda r, n, a: _render_cast(n, a),  # type: ignore[arg-type]
     tir.Intrinsic: lambda r, n, a: r._render_intrinsic(n, a),  # type: ignore[arg-type]
     tir.BufferLoad: _render_load,  # type: ignore[dict-item]
 }
@@ -485,6 +799,7 @@ def render_prim_func(func: tir.PrimFunc, options: RenderOptions | None = None) -
 
 
 __all__ = [
-    "C_TYPES", "BINARY_OPERATORS", "HELPER_OPERATORS", "INTRINSICS", "PREAMBLE", "CRenderer",
+    "C_TYPES", "HALF_TYPES", "NARROW_INTS", "BINARY_OPERATORS", "HELPER_OPERATORS", "INTRINSICS",
+    "PREAMBLE", "CRenderer",
     "RenderOptions", "render_prim_func", "c_type", "dtype_bytes", "sanitize_identifier",
 ]

@@ -37,6 +37,7 @@ from passinfra.codegen.compute.nn import _window_index
 from passinfra.ir.attrs import Attrs
 from passinfra.tir.intrinsics import GEMM_INTRINSIC, evaluate_gemm, is_gemm
 from passinfra.transform.config import register_config
+from passinfra.transform.context import PassContext
 
 BLAS_SYMBOL = "scipy_cblas_sgemm"
 # below this many multiply-adds a plain loop nest is as fast as the call into BLAS
@@ -53,6 +54,16 @@ DEFAULT_BLAS_THREADS = 1
 register_config("codegen.blas", bool)
 # codegen.blas_threads (int): OpenBLAS threads for the generated calls (0: OpenBLAS's default)
 register_config("codegen.blas_threads", int)
+
+
+def library_splits_blas(ctx: PassContext | None = None) -> bool:
+    """The one rule of threads around BLAS: with ``codegen.blas_threads`` at its default
+    of 1, every BLAS call runs on one thread and the library's own threads run GEMM parts
+    side by side (the Parallelize pass splits them); any other value gives those threads
+    to OpenBLAS instead, and then a kernel that calls BLAS runs no threads of its own, so
+    the two never oversubscribe the cores."""
+    ctx = PassContext.current() if ctx is None else ctx
+    return ctx.get_config("codegen.blas_threads", DEFAULT_BLAS_THREADS) == 1
 
 
 @dataclass(frozen=True)
@@ -238,8 +249,11 @@ def _plan_conv2d(attrs: Attrs, shapes: Sequence[tuple[int, ...]], out_shape: tup
             zero = tir.IntImm(0)
             block_box = ((image, 1), (first_row, rows), (zero, out["W"]), (zero, out_channels))
             block_epilogue = [] if epilogue is None else [epilogue(block_box)]
-            body = seq(fill, call, *block_epilogue)
-            return _serial_loops((image, block), (batch, out["H"] // rows), body), [columns]
+            # each block allocates its own columns: blocks share nothing, so the
+            # Parallelize pass can run them on different threads (the C renderer
+            # allocates once per loop or per thread's range, not per block)
+            body = tir.Allocate(columns, seq(fill, call, *block_epilogue))
+            return _serial_loops((image, block), (batch, out["H"] // rows), body), []
         columns = new_buffer("im2col", (batch, channels, kh, kw, out["H"], out["W"]), data.dtype)
         stmts = [_im2col_channels_first(data, columns, attrs),
                  _conv_gemms(columns, weight, result, batch, pixels, out_channels, reduce_size, False)]

@@ -1,21 +1,32 @@
 """LinkLibrary: the module pass that links every kernel object and the host object into
 one shared library (the link step's ``library``; see :mod:`passinfra.codegen.artifacts`).
 
-Objects are linked in module order, then the host object, under fixed file names, so the
-same module links to the same bytes wherever the kernels were compiled.
+Objects are linked in module order, then the host object, then the thread pool that runs
+the kernels' parallel loops (:mod:`passinfra.codegen.thread_pool`; every library has it,
+so ``lib.set_num_threads`` works on any), under fixed file names, so the same module
+links to the same bytes wherever the kernels were compiled.
 """
 
 from __future__ import annotations
 
 from passinfra.codegen.artifacts import current_link_products, kernel_object_code
 from passinfra.codegen.c_renderer import sanitize_identifier
-from passinfra.codegen.cc_driver import CompilerSettings, link_shared
+from passinfra.codegen.cc_driver import CompilerSettings, compile_c_result, link_shared
 from passinfra.codegen.gemm import blas_library
 from passinfra.codegen.host import HOST_SYMBOL
+from passinfra.codegen.object_cache import count
+from passinfra.codegen.thread_pool import (
+    DEFAULT_NUM_THREADS,
+    MAX_THREADS,
+    POOL_SYMBOL,
+    min_parallel_work,
+    pool_source,
+)
 from passinfra.errors import IRError
 from passinfra.ir.module import IRModule
 from passinfra.tir import PrimFunc
 from passinfra.transform.context import PassContext
+from passinfra.transform.errors import PassConfigError
 from passinfra.transform.pass_info import PassInfo
 from passinfra.transform.passes import ModulePass
 from passinfra.transform.registry import register_pass
@@ -40,10 +51,31 @@ def collect_objects(mod: IRModule, host_object: bytes | None) -> list[tuple[str,
     return objects
 
 
+def default_num_threads(ctx: PassContext) -> int:
+    """Config ``codegen.num_threads``, checked: the library's default thread count, 0 for
+    every CPU the process may use."""
+    threads = ctx.get_config("codegen.num_threads", DEFAULT_NUM_THREADS)
+    if not 0 <= threads <= MAX_THREADS:
+        raise PassConfigError(f"config 'codegen.num_threads' must be between 0 (every CPU the process "
+                              f"may use) and {MAX_THREADS}, got {threads}")
+    return threads
+
+
+def thread_pool_object(ctx: PassContext) -> bytes:
+    """The thread pool's object code for this build's settings (from the object cache).
+    It counts as host code in the compile statistics, as the host entry does."""
+    settings = CompilerSettings.from_context(ctx)
+    source = pool_source(default_num_threads(ctx), min_work=min_parallel_work(ctx))
+    compiled = compile_c_result(source, settings, name=POOL_SYMBOL)
+    if not compiled.cache_hit:
+        count("host_compiles")
+    return compiled.object_code
+
+
 def link_flags(mod: IRModule) -> tuple[str, ...]:
-    """The libraries after the objects: libm, and BLAS (with an rpath to its directory)
-    when a kernel calls it."""
-    flags: tuple[str, ...] = ("-Wl,-Bsymbolic",)
+    """The libraries after the objects: the threads library, libm, and BLAS (with an
+    rpath to its directory) when a kernel calls it."""
+    flags: tuple[str, ...] = ("-Wl,-Bsymbolic", "-pthread")
     if any(isinstance(f, PrimFunc) and f.attrs.get("uses_blas", False) for _, f in mod.items()):
         library = blas_library()
         if library is None:
@@ -57,6 +89,7 @@ def _link_pass(mod: IRModule, ctx: PassContext) -> IRModule:
     products = current_link_products()
     host = products.host if products is not None else None
     objects = collect_objects(mod, None if host is None else host.object_code)
+    objects.append((POOL_SYMBOL, thread_pool_object(ctx)))
     library = link_shared(objects, CompilerSettings.from_context(ctx), link_flags(mod))
     if products is not None:  # it is: without a link step there is no host object to link
         products.library = library
@@ -70,4 +103,4 @@ def LinkLibrary() -> ModulePass:  # noqa: N802 - pass factories are named like c
     return ModulePass(_link_pass, PassInfo(0, "LinkLibrary"))
 
 
-__all__ = ["LinkLibrary", "collect_objects", "link_flags"]
+__all__ = ["LinkLibrary", "collect_objects", "default_num_threads", "link_flags", "thread_pool_object"]

@@ -31,6 +31,8 @@ N-d (StorageFlatten flattens them); loops are serial.
 
 from __future__ import annotations
 
+import itertools
+import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -46,15 +48,19 @@ from passinfra.codegen.compute import (
     missing_rule_reason,
 )
 from passinfra.codegen.compute.base import local_scalar, seq
+from passinfra.codegen.compute.conv_plan import plan_conv2d
 from passinfra.codegen.gemm import Epilogue, GemmPlan, blas_library, plan_contraction
 from passinfra.codegen.loop_tiling import elementwise_nest
+from passinfra.codegen.transform.widen_gemm_operands import PANEL_ELEMENTS
 from passinfra.errors import IRError
 from passinfra.ir.attrs import Attrs
 from passinfra.ir.expr import BaseFunc, Call, Constant, Expr, Function, Tuple, TupleGetItem, Var
 from passinfra.ir.functor import iter_post_order
 from passinfra.ir.module import IRModule
 from passinfra.ir.op.registry import Op
-from passinfra.ir.types import TensorType, TupleType, Type
+from passinfra.ir.types import HALF_DTYPES, TensorType, TupleType, Type
+from passinfra.tir.arith import affine_coefficient
+from passinfra.tir.functor import iter_expr_post_order
 from passinfra.transform.context import PassContext
 from passinfra.transform.pass_info import PassInfo
 from passinfra.transform.passes import FunctionPass, Pass
@@ -105,6 +111,9 @@ class _Tensor:
     buffer: tir.Buffer | None = None
     gemm: GemmPlan | None = None  # computed by BLAS calls instead of a loop nest
     gemm_inputs: tuple[Any, ...] = ()
+    # a cast to float32 of a float16/bfloat16 parameter (ToMixedPrecision's weights): that
+    # parameter, which a GEMM reads in place (WidenGemmOperands widens it panel by panel)
+    widens: tir.Buffer | None = None
 
     def load(self, *indices: Any) -> tir.PrimExpr:
         return self.lowerer.load(self, tuple(tir.as_prim(i) for i in indices))
@@ -187,6 +196,19 @@ def expr_cost(expr: tir.PrimExpr, limit: int) -> tuple[int, bool]:
         has_intrinsic = has_intrinsic or isinstance(node, tir.Intrinsic)
         stack.extend(_prim_children(node))
     return count, has_intrinsic
+
+
+def _contiguous_along(expr: tir.PrimExpr, var: tir.TVar) -> bool:
+    """Whether every load in ``expr`` moves by 0 or 1 elements along its last axis (and
+    not at all along the others) when ``var`` grows by one."""
+    for node in iter_expr_post_order(expr):
+        if isinstance(node, tir.BufferLoad) and node.indices:
+            *outer, last = node.indices
+            if any(affine_coefficient(index, var) != 0 for index in outer):
+                return False
+            if affine_coefficient(last, var) not in (0, 1):
+                return False
+    return True
 
 
 # --------------------------------------------------------------------------- the lowering
@@ -289,16 +311,26 @@ class _Lowerer:
         result = self._tensors_of(op.name, desc, out_type)
         for tensor in flatten_tuples(result):
             tensor.producers = producers
-        if self.use_blas and isinstance(desc, ReduceOp):
+        if isinstance(desc, ReduceOp):
             self._plan_gemm(result, op.name, attrs, args)
+        if op.name == "cast" and isinstance(result, _Tensor) and result.dtype == "float32":
+            source = args[0]
+            if isinstance(source, BufferHandle) and source.buffer.dtype in HALF_DTYPES:
+                result.widens = source.buffer
         return result
 
     def _plan_gemm(self, tensor: _Tensor, op_name: str, attrs: Attrs, args: list[Any]) -> None:
-        # BLAS reads its operands from memory: only tensors (never scalar constants or tuples)
+        # BLAS and the convolution kernels read their operands from memory: only tensors
+        # (never scalar constants or tuples)
         if not all(isinstance(a, (_Tensor, BufferHandle)) for a in args):
             return
         shapes = [tuple(a.shape) for a in args]
-        tensor.gemm = plan_contraction(op_name, attrs, shapes, tensor.dtype, tensor.shape)
+        plan = None
+        if op_name == "nn.conv2d":  # the kernel per convolution shape (compute.conv_plan)
+            plan = plan_conv2d(attrs, shapes, tensor.dtype, tensor.shape, self.use_blas)
+        if plan is None and self.use_blas:
+            plan = plan_contraction(op_name, attrs, shapes, tensor.dtype, tensor.shape)
+        tensor.gemm = plan
         tensor.gemm_inputs = tuple(args)
 
     def _tensors_of(self, name: str, desc: Any, out_type: Type) -> Any:
@@ -346,6 +378,12 @@ class _Lowerer:
         if tensor.output is not None:
             self._emit_compute(tensor, tensor.output)
             tensor.buffer, tensor.state = tensor.output, "materialized"
+            return
+        if (tensor.widens is not None and tensor.widens.size <= PANEL_ELEMENTS
+                and any(isinstance(c, ReduceOp) for c in tensor.consumers)):
+            # a small 16-bit weight of a contraction is widened once per call (no more
+            # scratch than one panel of WidenGemmOperands), not at each of its many loads
+            self._materialize(tensor)
             return
         probe = tuple(tir.TVar(f"probe{k}") for k in range(len(tensor.shape)))
         self.touch_stack.append({})  # a probe build must not fuse or materialize anything
@@ -468,11 +506,33 @@ class _Lowerer:
             return
         desc: ReduceOp = tensor.desc
         out_vars = self._loop_vars("i", len(tensor.shape))
+        combined = self._combined_taps(desc, out_vars)
+        if combined is not None:
+            # a small window (a pool, LRN) as one expression per output element: the store
+            # is then straight-line and the loop over the output's innermost axis
+            # vectorizes (the channels of an NHWC pool); same combines, same order
+            final = combined if desc.finalize is None else desc.finalize(combined, out_vars)
+            self.stmts.append(self._loops(out_vars, tensor.shape, tir.BufferStore(buffer, final, out_vars)))
+            return
         acc = local_scalar("acc", tensor.dtype)
         nest = self._reduce_into(tensor, acc, out_vars)
         final = acc.load() if desc.finalize is None else desc.finalize(acc.load(), out_vars)
         store = tir.BufferStore(buffer, final, out_vars)
         self.stmts.append(self._loops(out_vars, tensor.shape, tir.Allocate(acc, seq(*nest, store))))
+
+    def _combined_taps(self, desc: ReduceOp, out_vars: tuple) -> tir.PrimExpr | None:
+        """``combine(...combine(init, body(r0))..., body(rk))`` over every reduction index
+        in loop order, when there are at most MAX_UNROLLED_REDUCTION_STEPS of them."""
+        extents = [int(e) for e in desc.reduce_extents]
+        if not out_vars or not extents or math.prod(extents) > MAX_UNROLLED_REDUCTION_STEPS:
+            return None
+        value = desc.init()
+        for taps in itertools.product(*(range(e) for e in extents)):
+            red = tuple(tir.IntImm(t) for t in taps)
+            value = desc.combine(value, self._build_materialized(lambda red=red: desc.fbody(out_vars, red)))
+        # only where every load is contiguous (or constant) along the innermost output
+        # axis; a contraction (dense) keeps its reduction loop reading k contiguously
+        return value if _contiguous_along(value, out_vars[-1]) else None
 
     def _emit_gemm_in_place(self, tensor: _Tensor, contraction: _Tensor, buffer: tir.Buffer) -> None:
         """``tensor`` (elementwise over ``contraction``, read at its own indices) as an
@@ -503,13 +563,16 @@ class _Lowerer:
             if isinstance(arg, BufferHandle):
                 inputs.append(arg.buffer)
                 continue
+            if arg.widens is not None and arg.state == "inline":
+                inputs.append(arg.widens)  # the 16-bit weight itself: no float32 copy of it
+                continue
             if arg.state != "materialized":  # BLAS needs the operand in memory
                 self._materialize(arg)
             inputs.append(arg.buffer)
         stmt, scratch = tensor.gemm.emit(inputs, buffer, self.new_buffer, epilogue)
         self.allocations.extend(scratch)
         self.stmts.append(stmt)
-        self.uses_blas = True
+        self.uses_blas = self.uses_blas or getattr(tensor.gemm, "uses_blas", True)
 
     def _emit_extern(self, group: _Extern) -> None:
         buffers = []

@@ -21,6 +21,7 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from passinfra.errors import EvaluationError, IRError, RaypassError
+from passinfra.frontend.onnx_dtypes import UnsupportedDtypesError, listing, unsupported_dtypes
 from passinfra.frontend.onnx_ops import lookup
 from passinfra.frontend.onnx_ops.context import NodeContext, OnnxImportError, TypeTracker
 from passinfra.frontend.onnx_ops.tensor import onnx_dtype
@@ -31,7 +32,8 @@ from passinfra.ir.module import IRModule
 from passinfra.ir.types import TensorType, normalize_dtype
 from passinfra.runtime import evaluate
 
-__all__ = ["from_onnx", "UnsupportedOpsError", "OnnxImportError", "unsupported_ops"]
+__all__ = ["from_onnx", "UnsupportedOpsError", "UnsupportedDtypesError", "OnnxImportError", "unsupported_ops",
+           "unsupported_dtypes"]
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 
@@ -41,12 +43,16 @@ RawWeights = list[memoryview | None] | None
 
 
 class UnsupportedOpsError(RaypassError, NotImplementedError):
-    """A model uses ops the importer has no converter for; lists every one with its count."""
+    """A model uses ops the importer has no converter for; lists every one with its count
+    (and, on the same line, the unsupported dtypes it declares, if any: ``dtype_counts``)."""
 
-    def __init__(self, counts: Mapping[str, int]) -> None:
+    def __init__(self, counts: Mapping[str, int], dtype_counts: Mapping[str, int] | None = None) -> None:
         self.counts = dict(counts)
-        listing = ", ".join(f"{name} (x{count})" for name, count in sorted(self.counts.items()))
-        super().__init__(f"the ONNX model uses {len(self.counts)} unsupported op type(s): {listing}")
+        self.dtype_counts = dict(dtype_counts or {})
+        message = f"the ONNX model uses {len(self.counts)} unsupported op type(s): {listing(self.counts)}"
+        if self.dtype_counts:
+            message += f"; and {len(self.dtype_counts)} unsupported dtype(s): {listing(self.dtype_counts)}"
+        super().__init__(message)
 
 
 def _default_opset(model: onnx.ModelProto) -> int:
@@ -61,11 +67,16 @@ def unsupported_ops(model: onnx.ModelProto) -> dict[str, int]:
     opset = _default_opset(model)
     counts: collections.Counter[str] = collections.Counter()
     for node in model.graph.node:
-        if node.domain not in _DEFAULT_DOMAINS:
-            counts[f"{node.domain}.{node.op_type}"] += 1
-        elif lookup(node.op_type, opset) is None:
-            counts[node.op_type] += 1
+        key = op_key(node)
+        if lookup(key, opset) is None:
+            counts[key] += 1
     return dict(counts)
+
+
+def op_key(node: onnx.NodeProto) -> str:
+    """A node's key in the converter table: its op type, qualified by its domain outside
+    the default one (``com.microsoft.QLinearAdd``)."""
+    return node.op_type if node.domain in _DEFAULT_DOMAINS else f"{node.domain}.{node.op_type}"
 
 
 def _load(model_or_path: Any) -> tuple[onnx.ModelProto, str | None, RawWeights]:
@@ -209,9 +220,11 @@ class _Importer:
             raise OnnxImportError(f"{node.op_type} node {node.name!r} is not valid ONNX: {message}") from None
 
     def run(self) -> IRModule:
-        missing = unsupported_ops(self.model)
+        missing, missing_dtypes = unsupported_ops(self.model), unsupported_dtypes(self.model)
         if missing:
-            raise UnsupportedOpsError(missing)
+            raise UnsupportedOpsError(missing, missing_dtypes)
+        if missing_dtypes:
+            raise UnsupportedDtypesError(missing_dtypes)
         for index, init in enumerate(self.graph.initializer):
             self.values[init.name] = self._initializer(index, init)
         params = []
@@ -249,7 +262,7 @@ class _Importer:
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
         context = NodeContext(node, inputs, attrs, self.opset, self.tracker)
         try:
-            result = lookup(node.op_type, self.opset)(context)
+            result = lookup(op_key(node), self.opset)(context)
         except OnnxImportError:
             raise
         except IRError as err:  # an IR constructor rejected what the node asks for
@@ -289,7 +302,9 @@ def from_onnx(model_or_path: Any, shapes: Mapping[str, Sequence[int]] | None = N
 
     ``shapes`` maps input names to static shapes: it fills dynamic dimensions (a dynamic
     dimension without one is an error naming the input) and overrides declared shapes.
-    A model with unsupported ops raises :class:`UnsupportedOpsError` listing all of them.
+    A model with unsupported ops raises :class:`UnsupportedOpsError` listing all of them;
+    one declaring tensors of dtypes the IR lacks (float8, int4, ...) raises
+    :class:`UnsupportedDtypesError` listing those.
     """
     model, base_dir, raw = _load(model_or_path)
     return _Importer(model, dict(shapes or {}), base_dir, raw).run()

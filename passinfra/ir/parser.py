@@ -25,8 +25,8 @@ from passinfra.ir.expr import Call, Constant, Expr, Function, GlobalVar, If, Let
 from passinfra.ir.module import IRModule
 from passinfra.ir.op._rel import REQUIRED
 from passinfra.ir.op.registry import Op
-from passinfra.ir.printer import SUFFIX_DTYPE, scalar_from_text
-from passinfra.ir.types import DTYPES, FuncType, TensorType, TupleType, Type
+from passinfra.ir.printer import DTYPE_SUFFIX, SUFFIX_DTYPE, scalar_from_text
+from passinfra.ir.types import DTYPES, FuncType, TensorType, TupleType, Type, is_int_dtype
 
 # a quoted string, as the "unrolled loop" (runs of plain characters matched in one step):
 # megabytes of base64 in a metadata section lex in milliseconds, not seconds
@@ -52,7 +52,11 @@ _TOKEN = re.compile(
     re.VERBOSE | re.ASCII,
 )
 _NUMBER_PARTS = re.compile(r"(\d+(?:\.\d*)?(?:[eE][+-]?\d+)?)([A-Za-z]\w*)?", re.ASCII)
-_SPECIAL_FLOAT = re.compile(r"(nan|inf)(f|f32|f64)")
+_SPECIAL_FLOAT = re.compile(r"(nan|inf)(f|f16|bf16|f32|f64)")
+# the suffixes as error messages list them: f (float32), f16, bf16, f64, i8, ..., u64
+_SUFFIX_LIST = ", ".join(
+    f"{suffix} (float32)" if suffix == "f" else suffix for suffix in DTYPE_SUFFIX.values()
+)
 
 # words that can never name an op where an expression is expected
 _KEYWORDS = frozenset(
@@ -291,14 +295,14 @@ class _Parser:
             number, suffix = _NUMBER_PARTS.fullmatch(text).groups()
             if suffix is None:
                 raise self.error(
-                    f"constant {sign}{text} needs a dtype suffix: f (float32), f64, i32 or i64", token
+                    f"constant {sign}{text} needs a dtype suffix: {_SUFFIX_LIST}", token
                 )
         else:
             raise self.error(f"expected a constant, found {_describe(token)}", token)
         dtype = SUFFIX_DTYPE.get(suffix)
         if dtype is None:
-            raise self.error(f"unknown constant suffix {suffix!r} in {text!r}; use f, f64, i32 or i64", token)
-        if dtype.startswith("int") and not number.isdigit():
+            raise self.error(f"unknown constant suffix {suffix!r} in {text!r}; use {_SUFFIX_LIST}", token)
+        if is_int_dtype(dtype) and not number.isdigit():
             raise self.error(f"{dtype} constant {text!r} must be a whole number", token)
         try:
             return scalar_from_text(sign + number, dtype), dtype

@@ -58,7 +58,7 @@ from passinfra.ir.expr import (
 from passinfra.ir.module import IRModule
 from passinfra.ir.op.registry import Op
 from passinfra.ir.schema import KindTable
-from passinfra.ir.types import FuncType, TensorType, TupleType, Type
+from passinfra.ir.types import FuncType, TensorType, TupleType, Type, is_float_dtype, is_int_dtype
 
 # Names printed without quotes; anything else is printed as %"..." / @"...". Dots are
 # allowed only before a letter so that ``%x.0`` stays a tuple projection.
@@ -71,8 +71,12 @@ INLINE_CONSTANT_LIMIT = 8
 # the smallest magnitude that rounds to infinity in float32: float32 max plus half an ulp
 FLOAT32_OVERFLOW = 2.0**128 - 2.0**103
 
-DTYPE_SUFFIX = {"float32": "f", "float64": "f64", "int32": "i32", "int64": "i64"}
-SUFFIX_DTYPE = {"f": "float32", "f32": "float32", "f64": "float64", "i32": "int32", "i64": "int64"}
+DTYPE_SUFFIX = {
+    "float16": "f16", "bfloat16": "bf16", "float32": "f", "float64": "f64",
+    "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
+    "uint8": "u8", "uint16": "u16", "uint32": "u32", "uint64": "u64",
+}
+SUFFIX_DTYPE = {"f32": "float32", **{suffix: dtype for dtype, suffix in DTYPE_SUFFIX.items()}}
 
 
 # ---------------------------------------------------------------------------- literals
@@ -81,7 +85,7 @@ SUFFIX_DTYPE = {"f": "float32", "f32": "float32", "f64": "float64", "i32": "int3
 def scalar_from_text(number: str, dtype: str) -> Any:
     """The NumPy scalar a literal spells: ``number`` is the digits (with an optional
     leading ``-``) or ``nan``/``inf``. Shared with the parser so both sides agree."""
-    if dtype in ("float32", "float64"):
+    if is_float_dtype(dtype):
         value = float(number)
         # a finite literal too big for the dtype is an error, as an int out of range is
         literal_inf = "inf" in number
@@ -89,7 +93,13 @@ def scalar_from_text(number: str, dtype: str) -> Any:
             dtype == "float32" and not literal_inf and abs(value) >= FLOAT32_OVERFLOW
         ):
             raise OverflowError(f"{number} is out of range for {dtype}")
-        return np.float32(value) if dtype == "float32" else np.float64(value)
+        if dtype in ("float32", "float64"):
+            return np.float32(value) if dtype == "float32" else np.float64(value)
+        with np.errstate(over="ignore"):
+            rounded = np.asarray(value).astype(dtype)  # float16/bfloat16: round to nearest-even
+        if np.isinf(rounded) and not literal_inf:
+            raise OverflowError(f"{number} is out of range for {dtype}")
+        return rounded[()]
     if len(number.lstrip("-")) > 20:  # beyond any int64; int() refuses thousands of digits
         raise OverflowError(f"{number[:24]}... is out of range for {dtype}")
     value = int(number)
@@ -105,10 +115,10 @@ def _scalar_text(value: Any, dtype: str) -> str | None:
     if dtype == "bool":
         return "true" if value else "false"
     suffix = DTYPE_SUFFIX[dtype]
-    if dtype.startswith("int"):
+    if is_int_dtype(dtype):
         return f"{int(value)}{suffix}"
     # the shortest text first; the float64 repr of the value is exact when that fails
-    candidates = [str(value)] if dtype == "float32" else []
+    candidates = [str(value)] if dtype != "float64" else []
     candidates.append(repr(float(value)))
     for number in candidates:
         if scalar_from_text(number, dtype).tobytes() == np.asarray(value, dtype).tobytes():

@@ -134,6 +134,8 @@ class _Encoder:
         if array.nbytes == 0:
             return b""
         if self.protocol >= 5:
+            if array.dtype.kind == "V":  # bfloat16 (ml_dtypes) has no buffer-protocol format:
+                array = np.ascontiguousarray(array).reshape(-1).view(np.uint8)  # its raw bytes
             return pickle.PickleBuffer(array)  # the array's own memory: no copy here
         return array.tobytes()
 

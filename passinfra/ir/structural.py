@@ -434,7 +434,9 @@ def _constant_digest(const: Constant) -> bytes:
         hasher = hashlib.blake2b(b"Constant", digest_size=_DIGEST_SIZE)
         hasher.update(f"{data.dtype.str}{data.shape};".encode())
         if data.size:
-            hasher.update(memoryview(data).cast("B"))  # no copy, whatever the size
+            # no copy, whatever the size; as unsigned ints, since bfloat16 (ml_dtypes) has
+            # no buffer-protocol format of its own
+            hasher.update(memoryview(_bit_view(data)).cast("B"))
         object.__setattr__(const, "_shash", int.from_bytes(hasher.digest(), "little"))
     return const._shash.to_bytes(_DIGEST_SIZE, "little")
 

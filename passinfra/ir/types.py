@@ -8,11 +8,34 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+import ml_dtypes  # noqa: F401  (registers "bfloat16" with NumPy: np.dtype("bfloat16") works)
 import numpy as np
 
 from passinfra.errors import IRError
 
-DTYPES: tuple[str, ...] = ("float32", "float64", "int32", "int64", "bool")
+# float16 and bfloat16 are storage types: the interpreter computes every op on them in
+# float32 and rounds the result to nearest-even (passinfra.ir.op.precision), and compiled
+# kernels load them, compute in float32 and round on store, as onnxruntime does on CPU.
+# The integer types wrap around on overflow (two's complement), as NumPy and ONNX do.
+HALF_DTYPES: tuple[str, ...] = ("float16", "bfloat16")
+FLOAT_DTYPES: tuple[str, ...] = (*HALF_DTYPES, "float32", "float64")
+SIGNED_INT_DTYPES: tuple[str, ...] = ("int8", "int16", "int32", "int64")
+UNSIGNED_INT_DTYPES: tuple[str, ...] = ("uint8", "uint16", "uint32", "uint64")
+INT_DTYPES: tuple[str, ...] = SIGNED_INT_DTYPES + UNSIGNED_INT_DTYPES
+DTYPES: tuple[str, ...] = (*FLOAT_DTYPES, *INT_DTYPES, "bool")
+
+_FLOATS = frozenset(FLOAT_DTYPES)
+_INTS = frozenset(INT_DTYPES)
+
+
+def is_float_dtype(dtype: str) -> bool:
+    """Is ``dtype`` (a canonical name) a floating-point type (bfloat16 included)?"""
+    return dtype in _FLOATS
+
+
+def is_int_dtype(dtype: str) -> bool:
+    """Is ``dtype`` (a canonical name) a signed or unsigned integer type (not bool)?"""
+    return dtype in _INTS
 
 
 def normalize_dtype(dtype: Any) -> str:

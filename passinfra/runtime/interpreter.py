@@ -1,8 +1,9 @@
 """The reference interpreter: runs graph-level IR on NumPy values.
 
 Ops are computed by the op registry's NumPy implementations, the same ones FoldConstant
-runs (one semantics), so ``evaluate(pass(mod)) == evaluate(mod)`` is how tests check a
-pass.
+runs (one semantics; on float16/bfloat16 arguments in float32, the results rounded to
+nearest-even: :mod:`passinfra.ir.op.precision`), so ``evaluate(pass(mod)) ==
+evaluate(mod)`` is how tests check a pass.
 
 Values are NumPy arrays, Python tuples of values, and :class:`Closure` objects for
 functions. Evaluation is one loop over an explicit stack of activation frames; each
@@ -35,6 +36,7 @@ from passinfra.ir.expr import (
     Var,
 )
 from passinfra.ir.module import IRModule
+from passinfra.ir.op.precision import compute_op
 from passinfra.ir.op.registry import Op
 from passinfra.ir.types import FuncType, TensorType, TupleType, Type
 
@@ -276,7 +278,7 @@ def _apply_op(op: Op, args: list[Any], attrs: Attrs) -> Any:
     if op.num_inputs >= 0 and len(args) != op.num_inputs:
         raise EvaluationError(f"op {op.name} expects {op.num_inputs} arguments, got {len(args)}")
     try:
-        out = op.compute(args, attrs)
+        out = compute_op(op, args, attrs)  # float16/bfloat16 computed in float32, rounded
     except Exception as err:
         raise EvaluationError(f"op {op.name} failed: {type(err).__name__}: {err}") from err
     return _op_output(op, out)

@@ -28,6 +28,7 @@ import numpy as np
 
 from passinfra.atomic_io import atomic_copy, atomic_write
 from passinfra.errors import EvaluationError, RaypassError
+from passinfra.runtime.threads import LibraryThreads
 from passinfra.runtime.weights import PackedWeights, WrittenWeights, aligned_empty, as_blob, map_file
 
 METADATA_SUFFIX = ".raypass.json"
@@ -64,6 +65,7 @@ class Module:
         self._entry.argtypes = [ctypes.c_void_p] * 4
         self._finalizer = weakref.finalize(self, shutil.rmtree, self._dir, True)
         self._scratch = threading.local()
+        self._threads = LibraryThreads(self._cdll)  # starts at its default thread count
 
     def _hold_weights(self, weights: Any) -> tuple[np.ndarray, str | None]:
         """The blob the library reads, and the file it maps (None: held in memory). A
@@ -99,6 +101,24 @@ class Module:
         view = self._weights.view(np.ndarray)
         view.flags.writeable = False
         return view
+
+    # ----- threads --------------------------------------------------------------------
+    @property
+    def num_threads(self) -> int:
+        """Threads the library's parallel loops may use (at load: config
+        ``codegen.num_threads``, or every CPU the process may use when that is 0)."""
+        return self._threads.get()
+
+    def set_num_threads(self, n: int) -> None:
+        """Use up to ``n`` threads (1 to 256) from the next call on, in every Python
+        thread calling this library; results are the same for any ``n``."""
+        self._threads.set(n)
+
+    def thread_stats(self) -> dict[str, int]:
+        """Counters of the library's thread pool since it was loaded: loops run on
+        several threads, loops run serially (too little work or one thread), loops run
+        serially because another call held the pool, and chunks run by worker threads."""
+        return self._threads.stats()
 
     # ----- entry ----------------------------------------------------------------------
     @property

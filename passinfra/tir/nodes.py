@@ -26,7 +26,7 @@ from typing import Any
 from passinfra.errors import IRError
 from passinfra.ir.attrs import Attrs, as_attrs
 from passinfra.ir.expr import BaseFunc
-from passinfra.ir.types import normalize_dtype
+from passinfra.ir.types import is_float_dtype, normalize_dtype
 
 INDEX_DTYPE = "int64"
 
@@ -76,9 +76,9 @@ def as_prim(value: Any, dtype: str = INDEX_DTYPE) -> PrimExpr:
     if isinstance(value, bool):
         return IntImm(int(value), "bool")
     if isinstance(value, int):
-        return FloatImm(float(value), dtype) if dtype.startswith("float") else IntImm(value, dtype)
+        return FloatImm(float(value), dtype) if is_float_dtype(dtype) else IntImm(value, dtype)
     if isinstance(value, float):
-        return FloatImm(value, dtype if dtype.startswith("float") else "float32")
+        return FloatImm(value, dtype if is_float_dtype(dtype) else "float32")
     raise IRError(f"cannot use {value!r} ({type(value).__name__}) as a loop-level expression")
 
 

@@ -54,11 +54,12 @@ from passinfra.transform.remove_unused_functions import RemoveUnusedFunctions  #
 from passinfra.transform.simplify_inference import SimplifyInference  # noqa: E402
 from passinfra.transform.to_a_normal_form import ToANormalForm  # noqa: E402
 from passinfra.transform.to_graph_normal_form import ToGraphNormalForm  # noqa: E402
+from passinfra.transform.to_mixed_precision import ToMixedPrecision  # noqa: E402
 
 __all__ += [
     "BUILTIN_PASSES", "InferType", "FoldConstant", "DeadCodeElimination", "EliminateCommonSubexpr",
     "SimplifyInference", "FoldScaleAxis", "BackwardFoldScaleAxis", "ForwardFoldScaleAxis",
     "ToANormalForm", "ToGraphNormalForm", "LambdaLift", "FuseOps", "AlterOpLayout",
-    "RemoveUnusedFunctions", "Inline", "DeduplicateFilters",
+    "RemoveUnusedFunctions", "Inline", "DeduplicateFilters", "ToMixedPrecision",
 ]
 BUILTIN_PASSES = __all__[__all__.index("BUILTIN_PASSES") + 1 :]

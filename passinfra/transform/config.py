@@ -8,7 +8,7 @@ PassContext is built rather than silently ignored by the pass that would have re
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -16,14 +16,16 @@ import numpy as np
 from passinfra.transform.errors import PassConfigError, PassConfigTypeError
 
 _CONFIG_TYPES: dict[str, type] = {}
+_CONFIG_CHOICES: dict[str, tuple[Any, ...]] = {}  # keys that accept only some values
 _LOCK = threading.Lock()
 
 
-def register_config(key: str, value_type: type) -> None:
-    """Declare the config ``key`` with values of ``value_type``.
+def register_config(key: str, value_type: type, choices: Iterable[Any] | None = None) -> None:
+    """Declare the config ``key`` with values of ``value_type``; ``choices``, when given,
+    are the only values it accepts (a value is legalized to the type, then checked).
 
-    Registering a key again with the same type is a no-op (modules may be re-imported);
-    with a different type it raises PassConfigError.
+    Registering a key again with the same type is a no-op (modules may be re-imported;
+    choices registered before are kept); with a different type it raises PassConfigError.
     """
     if not isinstance(key, str) or not key:
         raise PassConfigError(f"config keys are non-empty strings, got {key!r}")
@@ -37,6 +39,8 @@ def register_config(key: str, value_type: type) -> None:
                 f"cannot re-register it with type {value_type.__name__}"
             )
         _CONFIG_TYPES[key] = value_type
+        if choices is not None:
+            _CONFIG_CHOICES[key] = tuple(choices)
 
 
 def list_configs() -> dict[str, dict[str, str]]:
@@ -70,6 +74,11 @@ def legalize_value(key: str, value: Any) -> Any:
         raise PassConfigTypeError(
             f"config {key!r} expects a value of type {expected.__name__}, "
             f"got {value!r} of type {type(value).__name__}"
+        )
+    choices = _CONFIG_CHOICES.get(key)
+    if choices is not None and converted not in choices:
+        raise PassConfigError(
+            f"config {key!r} must be one of {', '.join(repr(c) for c in choices)}; got {value!r}"
         )
     return converted
 

@@ -7,7 +7,8 @@ As in TVM's "Adding a Compiler Pass to Relay" tutorial:
 * ``TupleGetItem`` of a tuple literal becomes the field (when the dropped fields are
   pure, so no stateful call disappears);
 * a call of an op whose arguments are all constant is evaluated with the op's NumPy
-  implementation (``Op.compute``, the one the interpreter runs: one semantics) and
+  implementation (``compute_op``, the one the interpreter runs: one semantics; float16
+  and bfloat16 computed in float32 and rounded) and
   replaced by a Constant, or by a Tuple of Constants for a tuple-valued op.
 
 Not folded: calls with no arguments (``zeros``/``ones`` would only turn a cheap call
@@ -29,6 +30,7 @@ import numpy as np
 from passinfra.ir.expr import Call, Constant, Expr, Function, Let, Tuple, TupleGetItem
 from passinfra.ir.functor import ExprMutator
 from passinfra.ir.module import IRModule
+from passinfra.ir.op.precision import compute_op
 from passinfra.ir.op.registry import Op
 from passinfra.transform.context import PassContext
 from passinfra.transform.pass_info import PassInfo
@@ -117,7 +119,7 @@ class ConstantFolder(ExprMutator):
             # the interpreter would emit the same warnings (e.g. log of a negative
             # constant gives nan); at compile time they are noise
             with np.errstate(all="ignore"):
-                result = op.compute(args, call.attrs)
+                result = compute_op(op, args, call.attrs)
         except Exception:
             return None  # leave the call; it fails at run time, if it ever runs
         return _to_expr(result)

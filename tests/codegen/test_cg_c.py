@@ -11,6 +11,7 @@ from passinfra.codegen.c_renderer import CRenderer, RenderOptions, render_prim_f
 from passinfra.codegen.cc_driver import CompileError, CompilerSettings, compile_c
 from passinfra.codegen.codegen_c_pass import CodegenC
 from passinfra.codegen.compile_c_pass import CompileC
+from passinfra.codegen.thread_pool import PARALLEL_FOR
 from passinfra.errors import IRError
 from passinfra.ir import op
 from passinfra.ir.expr import Function, var
@@ -179,9 +180,12 @@ def test_openmp_pragmas_only_when_the_flags_enable_them():
     func = vector_add(kind=tir.ForKind.VECTORIZED)
     assert "omp simd" not in render_prim_func(func)
     assert "#pragma omp simd" in render_prim_func(func, RenderOptions.from_cflags("-O2 -fopenmp-simd"))
+    # PARALLEL loops never become `omp parallel`, whatever the flags: the runtime's own
+    # thread pool runs them (one thread count, set at run time, fork-safe)
     parallel = vector_add(kind=tir.ForKind.PARALLEL)
-    assert "omp parallel" not in render_prim_func(parallel)
-    assert "#pragma omp parallel for" in render_prim_func(parallel, RenderOptions.from_cflags("-fopenmp"))
+    for options in (None, RenderOptions.from_cflags("-fopenmp")):
+        source = render_prim_func(parallel) if options is None else render_prim_func(parallel, options)
+        assert "omp parallel" not in source and f"{PARALLEL_FOR}(" in source
 
 
 def test_unflattened_access_is_rejected_with_a_clear_message():

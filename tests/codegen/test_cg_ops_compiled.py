@@ -31,7 +31,7 @@ from passinfra.codegen.compute import COMPUTE_ATTR
 from passinfra.errors import IRError
 from passinfra.ir import op
 from passinfra.ir.expr import Expr, Var
-from passinfra.ir.op import extra
+from passinfra.ir.op import extra, indexing
 from passinfra.ir.type_infer import infer_type
 from passinfra.transform import PassContext, Sequential, get_pass
 
@@ -356,6 +356,82 @@ for _layout, _shape in (("NCHW", (2, 3, 7, 6)), ("NHWC", (2, 7, 6, 3))):
          f32(*_shape))
 case("nn.max_pool2d_dilated", "dilated", lambda x: extra.max_pool2d_ext(
     x, (2, 2), strides=(1, 2), padding=(1, 0, 0, 1), dilation=(2, 2)), f32(1, 2, 7, 7))
+
+# 3-D windows (NCDHW): groups, dilation, asymmetric padding, ceil mode, both divisors
+case("nn.conv3d", "groups-dilation-pad", lambda x, w: op.nn.conv3d(
+    x, w, strides=(1, 2, 1), padding=(1, 0, 1, 0, 1, 1), dilation=(2, 1, 1), groups=2),
+    f32(1, 4, 5, 6, 5, low=-1, high=1), f32(4, 2, 2, 3, 2, low=-1, high=1))
+case("nn.conv3d_transpose", "stride-groups", lambda x, w: op.nn.conv3d_transpose(
+    x, w, strides=(2, 1, 2), padding=(1, 0, 0, 0, 1, 1), output_padding=(1, 0, 0), dilation=(1, 2, 1),
+    groups=2), f32(1, 4, 3, 4, 3), f32(4, 1, 2, 2, 3))
+case("nn.max_pool3d", "ceil-dilated", lambda x: op.nn.max_pool3d(
+    x, (2, 3, 2), strides=(2, 2, 1), padding=(0, 1, 1, 1, 1, 0), dilation=(1, 1, 2), ceil_mode=True),
+    f32(1, 2, 5, 6, 7))
+for _include in (False, True):
+    case("nn.avg_pool3d", f"ceil-count_include_pad={_include}", lambda x, inc=_include: op.nn.avg_pool3d(
+        x, (3, 2, 2), strides=(2, 2, 2), padding=(1, 1, 0, 1, 0, 1), dilation=(1, 2, 1), ceil_mode=True,
+        count_include_pad=inc), f32(1, 2, 5, 6, 7))
+
+# resize: every way a table is built (rounding, 2 and 4 taps, renormalized, antialias window)
+_RESIZES = {
+    "nearest-ties": ((2, 3, 8, 6), (2, 3, 4, 12), {"mode": "nearest"}),
+    "nearest-crop-int": ((2, 3, 8, 6), (2, 3, 5, 4), {"mode": "nearest",
+                                                      "roi": (0, 0, -0.2, 0.1, 1, 1, 0.9, 1.3),
+                                                      "coordinate_transformation_mode": "tf_crop_and_resize",
+                                                      "extrapolation_value": 7.0}),
+    "linear-align": ((2, 3, 8, 6), (2, 3, 11, 4), {"mode": "linear",
+                                                   "coordinate_transformation_mode": "align_corners"}),
+    "cubic-exclude": ((1, 2, 6, 7), (1, 2, 9, 5), {"mode": "cubic", "exclude_outside": True}),
+    "linear-antialias": ((1, 2, 9, 10), (1, 2, 4, 3), {"mode": "linear", "antialias": True}),
+}
+for _label, (_in, _out, _kw) in _RESIZES.items():
+    _scales = tuple(o / i for o, i in zip(_out, _in))
+    _input = ints(*_in, low=-50, high=50) if _label.endswith("-int") else f32(*_in)
+    case("resize", _label, lambda x, o=_out, s=_scales, k=_kw: op.resize.resize(x, o, s, **k), _input)
+
+# indexing, scans and integer arithmetic (negative indices, duplicate scatter targets, ties)
+case("gather_elements", "axis1", lambda x, i: indexing.gather_elements(x, i, axis=1), f32(3, 5),
+     ints(3, 4, dtype="int64", low=-5, high=4))
+case("gather_nd", "batch1", lambda x, i: indexing.gather_nd(x, i, batch_dims=1), f32(2, 3, 4),
+     ints(2, 2, 1, dtype="int64", low=-3, high=2))
+case("scatter_elements", "add", lambda x, i, u: indexing.scatter_elements(x, i, u, reduction="add"),
+     f32(4, 3), ints(5, 3, dtype="int64", low=-4, high=3), f32(5, 3))
+case("scatter_nd", "max", lambda x, i, u: indexing.scatter_nd(x, i, u, reduction="max"), f32(4, 3),
+     ints(5, 1, dtype="int64", low=-4, high=3), f32(5, 3))
+case("topk", "largest", lambda x: indexing.topk(x, 3, axis=1), f32(3, 7))
+case("cumsum", "exclusive-reverse", lambda x: indexing.cumsum(x, axis=1, exclusive=True, reverse=True),
+     f32(3, 5))
+case("cumprod", "int32", lambda x: indexing.cumprod(x, axis=0), ints(4, 3, low=-3, high=3))
+case("mod", "int32", indexing.mod, ints(3, 4), nonzero(4))
+case("floor_mod", "f32", indexing.floor_mod, f32(3, 4), f32(4, low=0.5, high=3.0))
+case("left_shift", "int64", indexing.left_shift, ints(4, 8, dtype="int64", low=-1000, high=1000),
+     ints(8, dtype="int64", low=-2, high=66))
+case("right_shift", "int32", indexing.right_shift, ints(4, 8, low=-1000, high=1000), ints(8, low=-2, high=34))
+
+# quantization: per-axis parameters, saturation (values far outside the range), int32
+# accumulation of 8-bit products with zero points, padding that holds the zero point
+case("qnn.quantize", "per-axis-int8", op.qnn.quantize, f32(2, 3, 4, low=-90.0, high=90.0),
+     f32(3, 1, low=0.2, high=1.0), ints(3, 1, dtype="int8", low=-10, high=10))
+case("qnn.dequantize", "per-axis-uint8", op.qnn.dequantize, ints(2, 3, 4, dtype="uint8", low=0, high=255),
+     f32(3, 1, low=0.01, high=0.1), ints(3, 1, dtype="uint8", low=0, high=255))
+case("qnn.requantize", "per-column-uint8", op.qnn.requantize, ints(4, 6, low=-30000, high=30000),
+     f32(6, low=0.001, high=0.02), ints(dtype="uint8", low=100, high=150))
+case("qnn.matmul", "u8s8-batched", op.qnn.matmul, ints(2, 3, 5, dtype="uint8", low=0, high=255),
+     ints(5, 4, dtype="int8", low=-128, high=127), ints(dtype="uint8", low=0, high=255),
+     ints(4, dtype="int8", low=-128, high=127))
+case("qnn.conv2d", "padded-grouped",
+     lambda d, w, zd, zw: op.qnn.conv2d(d, w, zd, zw, strides=(2, 1), padding=(1, 2, 0, 1), dilation=(1, 2),
+                                        groups=2),
+     ints(1, 4, 7, 6, dtype="uint8", low=0, high=255), ints(6, 2, 3, 3, dtype="int8", low=-128, high=127),
+     ints(dtype="uint8", low=0, high=255), ints(6, 1, 1, 1, dtype="int8", low=-8, high=8))
+for _name, _dtype, _low, _high in (("qnn.add", "int8", -128, 127), ("qnn.mul", "uint8", 0, 255)):
+    case(_name, f"broadcast-{_dtype}", getattr(op.qnn, _name[4:]),
+         ints(3, 4, dtype=_dtype, low=_low, high=_high),
+         f32(low=0.01, high=0.05), ints(dtype=_dtype, low=_low // 8, high=_high // 8),
+         ints(4, dtype=_dtype, low=_low, high=_high), f32(low=0.01, high=0.05),
+         ints(dtype=_dtype, low=_low // 8, high=_high // 8), f32(low=0.02, high=0.08),
+         ints(dtype=_dtype, low=_low // 8, high=_high // 8))
+case("qnn.dynamic_quantize", "f32", op.qnn.dynamic_quantize, f32(3, 5))
 
 
 # --------------------------------------------------------------------------- fixtures and helpers

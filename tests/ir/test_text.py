@@ -114,8 +114,8 @@ def test_parse_type_accepts_bare_dtype_and_trailing_comma():
 
 
 def test_parse_type_rejects_unknown_dtype_with_position():
-    with pytest.raises(ParseError, match="unknown dtype 'float16'") as info:
-        parse_type("Tensor[(2), float16]")
+    with pytest.raises(ParseError, match="unknown dtype 'float8'") as info:
+        parse_type("Tensor[(2), float8]")
     assert (info.value.line, info.value.column) == (1, 13)
 
 

@@ -74,3 +74,15 @@ def test_replay_also_tries_the_working_directory(tmp_path, isolated_imports, mon
     repro = read_header(_reproducer(tmp_path / "r.txt", ["rp_replay_cwd_passes"], []))
     load_pass_sources(repro)
     assert sys.modules["rp_replay_cwd_passes"].LOADED
+
+
+def test_a_plugin_given_for_the_replay_replaces_the_search(tmp_path, isolated_imports, monkeypatch):
+    # the user points at the file that registers the passes: the module is not also
+    # imported from the recorded place (it would register the same passes twice)
+    (tmp_path / "rp_replay_twice.py").write_text("LOADED = True\n")
+    plugin = tmp_path / "plugin.py"
+    plugin.write_text("")
+    monkeypatch.chdir(tmp_path)
+    repro = read_header(_reproducer(tmp_path / "r.txt", ["rp_replay_twice"], [str(tmp_path)]))
+    load_pass_sources(repro, [str(plugin)])
+    assert "rp_replay_twice" not in sys.modules

@@ -4,7 +4,19 @@ Importing this package attaches the rules of every built-in op to the op registr
 (``Op.get(name).get_attr("compute")``); one module per op family.
 """
 
-from passinfra.codegen.compute import elemwise, extra, nn, onnx_extra, random, reduce, transform  # noqa: F401  (registers rules)
+from passinfra.codegen.compute import (  # noqa: F401  (registers rules)
+    elemwise,
+    extra,
+    indexing,
+    nn,
+    onnx_extra,
+    quantize,
+    random,
+    reduce,
+    resize,
+    transform,
+    window,
+)
 from passinfra.codegen.compute.base import (
     COMPUTE_ATTR,
     BufferHandle,

@@ -31,7 +31,7 @@ from passinfra import tir
 from passinfra.errors import IRError
 from passinfra.ir.attrs import Attrs
 from passinfra.ir.op.registry import Op
-from passinfra.ir.types import Type
+from passinfra.ir.types import Type, is_float_dtype
 
 COMPUTE_ATTR = "compute"
 
@@ -134,7 +134,7 @@ def reduction_identity(combiner: str, dtype: str) -> tir.PrimExpr:
         start = 0 if combiner == "sum" else 1
         return tir.as_prim(start, dtype) if dtype != "bool" else tir.IntImm(start, "bool")
     lowest = combiner == "max"
-    if dtype.startswith("float"):
+    if is_float_dtype(dtype):  # bfloat16 too
         return tir.FloatImm(-math.inf if lowest else math.inf, dtype)
     if dtype == "bool":
         return tir.IntImm(0 if lowest else 1, "bool")
@@ -160,7 +160,7 @@ def imm(value: float, dtype: str) -> tir.PrimExpr:
     """A constant of ``dtype`` (bools as 0/1 of dtype bool)."""
     if dtype == "bool":
         return tir.IntImm(int(bool(value)), "bool")
-    if dtype.startswith("float"):
+    if is_float_dtype(dtype):  # bfloat16 too
         return tir.FloatImm(float(value), dtype)
     return tir.IntImm(int(value), dtype)
 

@@ -22,13 +22,13 @@ from passinfra.codegen.compute.base import (
 )
 from passinfra.ir.attrs import Attrs
 from passinfra.ir.op._rel import normalize_axis
-from passinfra.ir.types import TensorType, Type
+from passinfra.ir.types import TensorType, Type, is_float_dtype
 
 Scalar = tir.PrimExpr
 
 
 def _is_float(dtype: str) -> bool:
-    return dtype.startswith("float")
+    return is_float_dtype(dtype)  # bfloat16 too
 
 
 def _divide(a: Scalar, b: Scalar) -> Scalar:

@@ -3,8 +3,9 @@ more unary math and activations, strided_slice, pad, tile, broadcast_to, trilu, 
 argmax and argmin.
 
 Rules are attached only to ops that are registered (that module may grow or shrink).
-The rules of ``nn.lrn``, ``nn.conv2d_transpose`` and ``nn.max_pool2d_dilated`` are in
-:mod:`passinfra.codegen.compute.onnx_extra`.
+The rule of ``nn.lrn`` is in :mod:`passinfra.codegen.compute.onnx_extra`; those of
+``nn.conv2d_transpose`` and ``nn.max_pool2d_dilated`` are the N-d window rules of
+:mod:`passinfra.codegen.compute.window`.
 """
 
 from __future__ import annotations

@@ -8,9 +8,12 @@ for the newest ``since`` version not above it (how ONNX itself versions ops).
 # importing the families fills the table
 from passinfra.frontend.onnx_ops import (  # noqa: E402,F401  (registration side effects)
     elementwise,
+    indexing,
     nn,
+    quantize,  # incl. the com.microsoft ops of onnxruntime's quantizer
     recurrent,
     reduce,
+    resize,
     tensor,
 )
 from passinfra.frontend.onnx_ops.registry import converter, lookup, supported_op_types

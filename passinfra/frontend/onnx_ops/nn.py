@@ -1,6 +1,8 @@
 """Neural-network ONNX ops: convolutions, pooling, normalizations, Gemm/MatMul, softmax.
 
-1-D convolutions and pools run as 2-D ones over an inserted unit height, which is exact.
+Windows of 1, 2 or 3 spatial axes. 1-D convolutions and pools run as 2-D ones over an
+inserted unit height, and the windows a 2-D op cannot express as 3-D ones over unit
+axes; both are exact.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from passinfra.frontend.onnx_ops.context import NodeContext
 from passinfra.frontend.onnx_ops.registry import converter
 from passinfra.ir import op
 from passinfra.ir.expr import Expr, TupleGetItem
-from passinfra.ir.op import extra
+from passinfra.ir.op import _window, extra
 
 
 def _text(value) -> str:
@@ -41,23 +43,29 @@ def _window_padding(node: NodeContext, in_sizes, kernel, strides, dilations) -> 
     return pads[:rank], pads[rank:]
 
 
-def _to_2d(node: NodeContext, data: Expr, shape) -> tuple[Expr, bool]:
-    """N, C, L data as N, C, 1, L (1-D windows as 2-D ones); other ranks must be 4."""
-    if len(shape) == 3:
-        return op.reshape(data, (shape[0], shape[1], 1, shape[2])), True
-    if len(shape) != 4:
-        raise node.fail(f"only 1-D and 2-D windows are supported, got data of shape {tuple(shape)}")
-    return data, False
+def _lift(data: Expr, shape, rank: int) -> Expr:
+    """N, C, *spatial data with unit spatial axes inserted in front up to ``rank`` of them
+    (a window of size 1, stride 1, no padding along them is the identity: exact)."""
+    added = rank - (len(shape) - 2)
+    if added == 0:
+        return data
+    return op.reshape(data, (*shape[:2], *(1,) * added, *shape[2:]))
 
 
-def _as_pair(values, lifted: bool, fill: int) -> tuple[int, int]:
-    return (fill, values[0]) if lifted else (values[0], values[1])
+def _unlift(result: Expr, added: int) -> Expr:
+    return op.squeeze(result, axis=list(range(2, 2 + added))) if added else result
 
 
-def _from_2d(result: Expr, lifted: bool, node: NodeContext) -> Expr:
-    if not lifted:
-        return result
-    return op.squeeze(result, axis=[2])
+def _filled(values, added: int, fill: int) -> tuple[int, ...]:
+    """Per-axis values for the lifted axes (``fill``) followed by the given ones."""
+    return (fill,) * added + tuple(int(v) for v in values)
+
+
+def _spatial_rank(node: NodeContext, shape, kernel_rank: int | None = None) -> int:
+    rank = len(shape) - 2
+    if rank not in (1, 2, 3) or (kernel_rank is not None and kernel_rank != rank):
+        raise node.fail(f"only 1-D, 2-D and 3-D windows are supported, got data of shape {tuple(shape)}")
+    return rank
 
 
 @converter("Conv")
@@ -65,110 +73,129 @@ def _conv(node: NodeContext) -> Expr:
     data, weight = node.input(0), node.input(1)
     shape, wshape = node.shape(data), node.shape(weight)
     kernel = list(node.attr("kernel_shape", wshape[2:]))
-    rank = len(kernel)
+    rank = _spatial_rank(node, shape, len(kernel))
     strides = list(node.attr("strides", [1] * rank))
     dilations = list(node.attr("dilations", [1] * rank))
     begin, end = _window_padding(node, shape[2:], kernel, strides, dilations)
-    data2d, lifted = _to_2d(node, node.expr(data), shape)
-    weight2d = node.expr(weight)
-    if lifted:
-        weight2d = op.reshape(weight2d, (wshape[0], wshape[1], 1, wshape[2]))
-    top, bottom = _as_pair(begin, lifted, 0), _as_pair(end, lifted, 0)
-    result = op.nn.conv2d(
-        data2d,
-        weight2d,
-        strides=_as_pair(strides, lifted, 1),
-        padding=(top[0], top[1], bottom[0], bottom[1]),
-        dilation=_as_pair(dilations, lifted, 1),
-        groups=node.attr("group", 1),
-    )
+    groups = node.attr("group", 1)
+    if rank == 3:
+        result = op.nn.conv3d(node.expr(data), node.expr(weight), strides, (*begin, *end), dilations, groups)
+    else:  # 1-D runs as 2-D over a unit height
+        added = 2 - rank
+        result = op.nn.conv2d(
+            _lift(node.expr(data), shape, 2),
+            _lift(node.expr(weight), wshape, 2),
+            strides=_filled(strides, added, 1),
+            padding=_filled(begin, added, 0) + _filled(end, added, 0),
+            dilation=_filled(dilations, added, 1),
+            groups=groups,
+        )
     if node.has_input(2):
         result = op.nn.bias_add(result, node.arg(2), axis=1)
-    return _from_2d(result, lifted, node)
+    return _unlift(result, 2 - rank if rank < 3 else 0)
+
+
+def _transpose_padding(node: NodeContext, shape, kernel, strides, dilations, output_padding):
+    """(begin, end, output_padding) of a ConvTranspose from pads, auto_pad or output_shape."""
+    rank = len(kernel)
+    full = [
+        s * (i - 1) + op_ + (k - 1) * d + 1
+        for i, k, s, d, op_ in zip(shape[2:], kernel, strides, dilations, output_padding)
+    ]
+    auto_pad = _text(node.attr("auto_pad", "NOTSET"))
+    if "output_shape" in node.attrs:
+        wanted = list(node.attr("output_shape"))[-rank:]
+        totals = [f - w for f, w in zip(full, wanted)]
+        # an output_shape beyond the full output is reached by extra output padding
+        output_padding = [p + max(0, -t) for p, t in zip(output_padding, totals)]
+    elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        # the target is input * stride; a full output shorter than that stays as it is
+        # (onnxruntime)
+        totals = [f - i * s for f, i, s in zip(full, shape[2:], strides)]
+    else:
+        pads = list(node.attr("pads", [0] * (2 * rank)))
+        return pads[:rank], pads[rank:], output_padding
+    totals = [max(0, t) for t in totals]
+    # the spec: SAME_UPPER crops the larger half from the end, anything else from the start
+    if auto_pad == "SAME_UPPER":
+        return [t // 2 for t in totals], [t - t // 2 for t in totals], output_padding
+    return [t - t // 2 for t in totals], [t // 2 for t in totals], output_padding
 
 
 @converter("ConvTranspose")
 def _conv_transpose(node: NodeContext) -> Expr:
     data, weight = node.input(0), node.input(1)
     shape, wshape = node.shape(data), node.shape(weight)
-    if len(shape) != 4:
-        raise node.fail(f"only 2-D transposed convolutions are supported, got data of shape {tuple(shape)}")
     kernel = list(node.attr("kernel_shape", wshape[2:]))
-    strides = list(node.attr("strides", [1, 1]))
-    dilations = list(node.attr("dilations", [1, 1]))
-    output_padding = list(node.attr("output_padding", [0, 0]))
+    rank = _spatial_rank(node, shape, len(kernel))
+    strides = list(node.attr("strides", [1] * rank))
+    dilations = list(node.attr("dilations", [1] * rank))
+    output_padding = list(node.attr("output_padding", [0] * rank))
+    begin, end, output_padding = _transpose_padding(node, shape, kernel, strides, dilations, output_padding)
     groups = node.attr("group", 1)
-    full = [
-        s * (i - 1) + op_ + (k - 1) * d + 1
-        for i, k, s, d, op_ in zip(shape[2:], kernel, strides, dilations, output_padding)
-    ]
-    auto_pad = _text(node.attr("auto_pad", "NOTSET"))
-    if "output_shape" in node.attrs or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        wanted = list(node.attr("output_shape", [i * s for i, s in zip(shape[2:], strides)]))[-2:]
-        totals = [f - w for f, w in zip(full, wanted)]
-        # an output_shape beyond the full output is reached by extra output padding
-        output_padding = [p + max(0, -t) for p, t in zip(output_padding, totals)]
-        totals = [max(0, t) for t in totals]
-        # ONNX: SAME_UPPER (and an explicit output_shape) put the larger half at the end
-        if auto_pad == "SAME_LOWER":
-            begin, end = [t - t // 2 for t in totals], [t // 2 for t in totals]
-        else:
-            begin, end = [t // 2 for t in totals], [t - t // 2 for t in totals]
-    else:
-        pads = list(node.attr("pads", [0, 0, 0, 0]))
-        begin, end = pads[:2], pads[2:]
-    result = extra.conv2d_transpose(
-        node.expr(data),
-        node.expr(weight),
-        strides=strides,
-        padding=(begin[0], begin[1], end[0], end[1]),
-        output_padding=output_padding,
-        dilation=dilations,
-        groups=groups,
-    )
+    if rank == 3:
+        result = op.nn.conv3d_transpose(node.expr(data), node.expr(weight), strides, (*begin, *end),
+                                        output_padding, dilations, groups)
+    else:  # 1-D runs as 2-D over a unit height
+        added = 2 - rank
+        result = extra.conv2d_transpose(
+            _lift(node.expr(data), shape, 2),
+            _lift(node.expr(weight), wshape, 2),
+            strides=_filled(strides, added, 1),
+            padding=_filled(begin, added, 0) + _filled(end, added, 0),
+            output_padding=_filled(output_padding, added, 0),
+            dilation=_filled(dilations, added, 1),
+            groups=groups,
+        )
     if node.has_input(2):
         result = op.nn.bias_add(result, node.arg(2), axis=1)
-    return result
+    return _unlift(result, 2 - rank if rank < 3 else 0)
 
 
 def _pool(node: NodeContext, kind: str) -> Expr:
+    """MaxPool / AveragePool. 1-D and 2-D windows use the 2-D pools, ceil mode as extra
+    end padding (exact for a max, and for an average that counts only real cells);
+    3-D windows, and the 1-D/2-D averages those cannot express (dilated, or a ceil-mode
+    window past the padding whose padding counts), use the 3-D pools over unit axes."""
     if node.num_outputs > 1:
         raise node.fail("the Indices output of MaxPool is not supported")
     data = node.input(0)
     shape = node.shape(data)
     kernel = list(node.attr("kernel_shape"))
-    rank = len(kernel)
+    rank = _spatial_rank(node, shape, len(kernel))
     strides = list(node.attr("strides", [1] * rank))
     dilations = list(node.attr("dilations", [1] * rank))
     begin, end = _window_padding(node, shape[2:], kernel, strides, dilations)
-    if node.attr("ceil_mode", 0):
-        # grow the end padding so the last partial window is kept (and starts inside)
-        for axis, (size, k, s, d) in enumerate(zip(shape[2:], kernel, strides, dilations)):
-            span = (k - 1) * d + 1
-            out = -(-(size + begin[axis] + end[axis] - span) // s) + 1
-            if (out - 1) * s >= size + begin[axis]:
-                out -= 1
-            end[axis] = max(end[axis], (out - 1) * s + span - size - begin[axis])
-    data2d, lifted = _to_2d(node, node.expr(data), shape)
-    top, bottom = _as_pair(begin, lifted, 0), _as_pair(end, lifted, 0)
-    padding = (top[0], top[1], bottom[0], bottom[1])
-    window, steps, dilation = (
-        _as_pair(kernel, lifted, 1),
-        _as_pair(strides, lifted, 1),
-        _as_pair(dilations, lifted, 1),
-    )
-    if kind == "max":
-        if dilation != (1, 1):
-            result = extra.max_pool2d_ext(data2d, window, steps, padding, dilation)
-        else:
-            result = op.nn.max_pool2d(data2d, window, steps, padding)
+    ceil_mode = bool(node.attr("ceil_mode", 0))
+    include_pad = bool(node.attr("count_include_pad", 0))
+    overhang = [0] * rank
+    if ceil_mode:
+        sizes = zip(shape[2:], kernel, strides, dilations, begin, end)
+        overhang = [_window.overhang(n, k, s, d, b, e, _window.window_out_size(n, k, s, d, b, e, True))
+                    for n, k, s, d, b, e in sizes]
+    undilated = all(d == 1 for d in dilations)
+    two_d = rank < 3 and (kind == "max" or (undilated and not (include_pad and any(overhang))))
+    if not two_d:
+        added = 3 - rank
+        make = op.nn.max_pool3d if kind == "max" else op.nn.avg_pool3d
+        extra_attrs = {} if kind == "max" else {"count_include_pad": include_pad}
+        result = make(_lift(node.expr(data), shape, 3), _filled(kernel, added, 1), _filled(strides, added, 1),
+                      _filled(begin, added, 0) + _filled(end, added, 0), _filled(dilations, added, 1),
+                      ceil_mode, **extra_attrs)
+        return _unlift(result, added)
+    added = 2 - rank
+    end = [e + x for e, x in zip(end, overhang)]  # keep the ceil-mode windows
+    data2d = _lift(node.expr(data), shape, 2)
+    window, steps = _filled(kernel, added, 1), _filled(strides, added, 1)
+    dilation = _filled(dilations, added, 1)
+    padding = _filled(begin, added, 0) + _filled(end, added, 0)
+    if kind == "avg":
+        result = op.nn.avg_pool2d(data2d, window, steps, padding, count_include_pad=include_pad)
+    elif dilation != (1, 1):
+        result = extra.max_pool2d_ext(data2d, window, steps, padding, dilation)
     else:
-        if dilation != (1, 1):
-            raise node.fail("dilated average pooling is not supported")
-        result = op.nn.avg_pool2d(
-            data2d, window, steps, padding, count_include_pad=bool(node.attr("count_include_pad", 0))
-        )
-    return _from_2d(result, lifted, node)
+        result = op.nn.max_pool2d(data2d, window, steps, padding)
+    return _unlift(result, added)
 
 
 converter("MaxPool")(lambda node: _pool(node, "max"))

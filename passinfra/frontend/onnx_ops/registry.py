@@ -1,4 +1,7 @@
-"""The converter table: ONNX op type -> converters by the opset version they start at."""
+"""The converter table: ONNX op type -> converters by the opset version they start at.
+
+An op outside the default domain is keyed by its domain and type,
+``com.microsoft.QLinearAdd`` (``passinfra.frontend.onnx.op_key``)."""
 
 from __future__ import annotations
 

@@ -10,4 +10,9 @@ from passinfra.ir.op.tensor import *  # noqa: F401,F403  (the tensor-level build
 from passinfra.ir.op.tensor import __all__ as _tensor_all
 
 __all__ = ["Op", "OpPattern", "list_ops", "register_op", "nn", "random", *_tensor_all]
-from passinfra.ir.op import extra  # noqa: E402,F401  (ops for model importers)
+from passinfra.ir.op import (  # noqa: E402,F401  (ops for model importers)
+    extra,
+    indexing,  # gather/scatter, topk, scans, mod, shifts
+    resize,  # ONNX Resize
+)
+from passinfra.ir.op import quantize as qnn  # noqa: E402,F401  (qnn.*: quantization, integer kernels)

@@ -16,11 +16,16 @@ import numpy as np
 from passinfra.errors import IRTypeError
 from passinfra.ir.attrs import Attrs
 from passinfra.ir.op.registry import NumpyImpl, Op, OpPattern, TypeRelation, register_op
-from passinfra.ir.types import FuncType, TensorType, TupleType, Type
+from passinfra.ir.types import FLOAT_DTYPES, INT_DTYPES, FuncType, TensorType, TupleType, Type
 
-FLOAT_DTYPES = ("float32", "float64")
-INT_DTYPES = ("int32", "int64")
+# Which ops accept which dtypes is decided by these sets: float ops (exp, softmax, conv2d,
+# mean, ...) take every float type, float16 and bfloat16 included (computed in float32,
+# rounded on store); arithmetic, comparisons, min/max/sum reductions, matmul and dense
+# take every integer type too, in the integer's own type with wrap-around. Anything else
+# is an IRTypeError naming the op, the dtypes it accepts and the type it got.
 NUMERIC_DTYPES = FLOAT_DTYPES + INT_DTYPES
+# integer types an index tensor (take, gather, ...) may have, as ONNX allows
+INDEX_DTYPES = ("int32", "int64")
 
 
 def type_text(ty: Any) -> str:
@@ -51,9 +56,12 @@ def expect_tuple(ty: Type, what: str) -> TupleType:
 def expect_dtype(ty: TensorType, allowed: Sequence[str], what: str) -> None:
     """Reject a tensor whose dtype is not among ``allowed`` (e.g. exp of an int tensor)."""
     if ty.dtype not in allowed:
-        raise IRTypeError(
-            f"expected {what} of dtype {' or '.join(allowed)}, got {type_text(ty)}"
-        )
+        raise IRTypeError(f"expected {what} of dtype {dtype_choice(allowed)}, got {type_text(ty)}")
+
+
+def dtype_choice(allowed: Sequence[str]) -> str:
+    """``float16, bfloat16, float32 or float64``: the dtypes an error says were allowed."""
+    return allowed[0] if len(allowed) == 1 else f"{', '.join(allowed[:-1])} or {allowed[-1]}"
 
 
 def expect_same_dtype(reference: TensorType, other: TensorType, what: str, reference_what: str) -> None:

@@ -21,17 +21,15 @@ from passinfra.ir.op._rel import (
     NUMERIC_DTYPES,
     REQUIRED,
     expect_dtype,
-    expect_ndim,
-    expect_same_dtype,
     expect_tensor,
     int_tuple,
     normalize_axis,
     register_tensor_op,
     type_text,
-    window_out_size,
 )
 from passinfra.ir.op.registry import OpPattern
 from passinfra.ir.op.tensor import call_op
+from passinfra.ir.op.window import conv_transpose_impl, conv_transpose_relation, pool_impl, pool_relation
 from passinfra.ir.types import TensorType, Type
 
 __all__ = [
@@ -466,56 +464,7 @@ def lrn(data: Any, size: int, alpha: float = 1e-4, beta: float = 0.75, bias: flo
 # --------------------------------------------------------------------------- nn.conv2d_transpose
 
 
-def _conv_t_relation(arg_types: Sequence[Type], attrs: Attrs) -> Type:
-    data = expect_tensor(arg_types[0], "the data")
-    weight = expect_tensor(arg_types[1], "the weight")
-    expect_ndim(data, 4, "the data", "NCHW")
-    expect_ndim(weight, 4, "the weight", "IOHW")
-    expect_same_dtype(data, weight, "the weight", "the data")
-    expect_dtype(data, FLOAT_DTYPES, "the data")
-    groups = attrs["groups"]
-    if data.shape[1] != weight.shape[0] or data.shape[1] % groups:
-        raise IRTypeError(
-            f"expected the weight's first dimension to be the data's channels "
-            f"(divisible by groups={groups}), got data {type_text(data)}, weight {type_text(weight)}"
-        )
-    top, left, bottom, right = attrs["padding"]
-    (sh, sw), (dh, dw), (oh, ow) = attrs["strides"], attrs["dilation"], attrs["output_padding"]
-    kh, kw = weight.shape[2:]
-    height = sh * (data.shape[2] - 1) + oh + (kh - 1) * dh + 1 - top - bottom
-    width = sw * (data.shape[3] - 1) + ow + (kw - 1) * dw + 1 - left - right
-    if height < 1 or width < 1:
-        raise IRTypeError(f"transposed convolution of {type_text(data)} gives an empty output")
-    return TensorType((data.shape[0], weight.shape[1] * groups, height, width), data.dtype)
-
-
-def _conv_t_impl(args: Sequence[Any], attrs: Attrs) -> np.ndarray:
-    data, weight = np.asarray(args[0]), np.asarray(args[1])
-    batch, channels, in_h, in_w = data.shape
-    groups = attrs["groups"]
-    _, group_out, kh, kw = weight.shape
-    (sh, sw), (dh, dw), (oh, ow) = attrs["strides"], attrs["dilation"], attrs["output_padding"]
-    top, left, bottom, right = attrs["padding"]
-    full_h = sh * (in_h - 1) + oh + (kh - 1) * dh + 1
-    full_w = sw * (in_w - 1) + ow + (kw - 1) * dw + 1
-    out = np.zeros((batch, groups, group_out, full_h, full_w), dtype=np.float64)
-    grouped = data.reshape(batch, groups, channels // groups, in_h, in_w).astype(np.float64)
-    kernels = weight.reshape(groups, channels // groups, group_out, kh, kw).astype(np.float64)
-    # scatter: each kernel tap adds a strided copy of (data x tap weights) to the output
-    for i in range(kh):
-        for j in range(kw):
-            contribution = np.einsum("ngchw,gco->ngohw", grouped, kernels[:, :, :, i, j])
-            out[
-                :,
-                :,
-                :,
-                i * dh : i * dh + sh * (in_h - 1) + 1 : sh,
-                j * dw : j * dw + sw * (in_w - 1) + 1 : sw,
-            ] += contribution
-    out = out.reshape(batch, groups * group_out, full_h, full_w)
-    return np.ascontiguousarray(out[:, :, top : full_h - bottom, left : full_w - right]).astype(data.dtype)
-
-
+# the relation and kernel are the N-d ones of passinfra.ir.op.window, in 2-D
 register_tensor_op(
     "nn.conv2d_transpose",
     attrs={
@@ -526,8 +475,8 @@ register_tensor_op(
         "groups": 1,
     },
     num_inputs=2,
-    type_rel=_conv_t_relation,
-    impl=_conv_t_impl,
+    type_rel=conv_transpose_relation(2),
+    impl=conv_transpose_impl,
     pattern=OpPattern.OPAQUE,
     doc="transposed 2-D convolution, NCHW data, IOHW weight (ONNX ConvTranspose)",
 )
@@ -558,34 +507,12 @@ def conv2d_transpose(
 # --------------------------------------------------------------------------- max pool with dilation / ceil
 
 
-def _pool_ext_relation(arg_types: Sequence[Type], attrs: Attrs) -> Type:
-    data = expect_tensor(arg_types[0], "the data")
-    expect_ndim(data, 4, "the data", "NCHW")
-    expect_dtype(data, NUMERIC_DTYPES, "the data")
-    (ph, pw), (sh, sw), (dh, dw) = attrs["pool_size"], attrs["strides"], attrs["dilation"]
-    top, left, bottom, right = attrs["padding"]
-    out_h = window_out_size(data.shape[2], ph, sh, top, bottom, dh, "height")
-    out_w = window_out_size(data.shape[3], pw, sw, left, right, dw, "width")
-    return TensorType((data.shape[0], data.shape[1], out_h, out_w), data.dtype)
-
-
-def _pool_ext_impl(args: Sequence[Any], attrs: Attrs) -> np.ndarray:
-    from passinfra.ir.op._impl import pad_spatial, spatial_windows
-
-    data = np.asarray(args[0])
-    lowest = -np.inf if data.dtype.kind == "f" else np.iinfo(data.dtype).min
-    windows = spatial_windows(
-        pad_spatial(data, attrs["padding"], lowest), attrs["pool_size"], attrs["strides"], attrs["dilation"]
-    )
-    return np.ascontiguousarray(windows.max(axis=(4, 5)))
-
-
 register_tensor_op(
     "nn.max_pool2d_dilated",
     attrs={"pool_size": REQUIRED, "strides": (1, 1), "padding": (0, 0, 0, 0), "dilation": (1, 1)},
     num_inputs=1,
-    type_rel=_pool_ext_relation,
-    impl=_pool_ext_impl,
+    type_rel=pool_relation(2, NUMERIC_DTYPES),
+    impl=pool_impl("max"),
     pattern=OpPattern.OUT_EWISE_FUSABLE,
     doc="2-D max pooling with dilated windows (NCHW)",
 )

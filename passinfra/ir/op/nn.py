@@ -9,6 +9,10 @@ Inference semantics throughout: ``batch_norm`` normalizes with the moving statis
 and returns them unchanged as its 2nd and 3rd fields; ``dropout`` is the identity.
 ``avg_pool2d`` excludes padding from the divisor unless ``count_include_pad=True``
 (Relay's default is False).
+
+The 3-D window ops (``conv3d``, ``conv3d_transpose``, ``max_pool3d``, ``avg_pool3d``) are
+defined in :mod:`passinfra.ir.op.window` and re-exported here; they and the 2-D ops
+share the N-d kernels of :mod:`passinfra.ir.op._window`.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import numpy as np
 from passinfra.errors import IRError, IRTypeError
 from passinfra.ir.attrs import Attrs
 from passinfra.ir.expr import Call
-from passinfra.ir.op import _impl
+from passinfra.ir.op import _impl, _window
 from passinfra.ir.op._rel import (
     FLOAT_DTYPES,
     NUMERIC_DTYPES,
@@ -42,11 +46,13 @@ from passinfra.ir.op._rel import (
 )
 from passinfra.ir.op.registry import OpPattern
 from passinfra.ir.op.tensor import call_op
+from passinfra.ir.op.window import avg_pool3d, conv3d, conv3d_transpose, max_pool3d
 from passinfra.ir.types import TensorType, TupleType, Type
 
 __all__ = [
     "conv2d", "dense", "bias_add", "relu", "softmax", "batch_norm", "dropout",
     "max_pool2d", "avg_pool2d", "global_avg_pool2d", "layer_norm", "gelu",
+    "conv3d", "conv3d_transpose", "max_pool3d", "avg_pool3d",
 ]
 
 _DATA_LAYOUTS = ("NCHW", "NHWC")
@@ -115,8 +121,8 @@ def _conv2d_impl(args: Sequence[Any], attrs: Attrs) -> np.ndarray:
     data_layout = attrs["data_layout"]
     data = np.transpose(args[0], _to_canonical(data_layout, "NCHW"))
     weight = np.transpose(args[1], _to_canonical(attrs["kernel_layout"], "OIHW"))
-    out = _impl.conv2d_nchw(data, weight, attrs["strides"], attrs["padding"], attrs["dilation"],
-                            attrs["groups"])
+    out = _window.conv_nd(data, weight, attrs["strides"], attrs["padding"], attrs["dilation"],
+                          attrs["groups"])
     return np.ascontiguousarray(np.transpose(out, _from_canonical(data_layout, "NCHW")))
 
 
@@ -367,12 +373,12 @@ def _in_nchw(kernel: Callable) -> Callable:
 
 
 def _max_pool_kernel(data: np.ndarray, attrs: Attrs) -> np.ndarray:
-    return _impl.max_pool2d_nchw(data, attrs["pool_size"], attrs["strides"], attrs["padding"])
+    return _window.pool_nd(data, "max", attrs["pool_size"], attrs["strides"], (1, 1), attrs["padding"])
 
 
 def _avg_pool_kernel(data: np.ndarray, attrs: Attrs) -> np.ndarray:
-    return _impl.avg_pool2d_nchw(data, attrs["pool_size"], attrs["strides"], attrs["padding"],
-                                 attrs["count_include_pad"])
+    return _window.pool_nd(data, "avg", attrs["pool_size"], attrs["strides"], (1, 1), attrs["padding"],
+                           count_include_pad=attrs["count_include_pad"])
 
 
 def _global_pool_relation(arg_types: Sequence[Type], attrs: Attrs) -> Type:

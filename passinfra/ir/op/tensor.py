@@ -36,7 +36,7 @@ from passinfra.ir.op._impl import erf as _erf
 from passinfra.ir.op._impl import truncating_divide
 from passinfra.ir.op._rel import (
     FLOAT_DTYPES,
-    INT_DTYPES,
+    INDEX_DTYPES,
     NUMERIC_DTYPES,
     REQUIRED,
     broadcast_shapes,
@@ -565,7 +565,7 @@ register_tensor_op(
 def _take_relation(arg_types: Sequence[Type], attrs: Attrs) -> Type:
     data = expect_tensor(arg_types[0], "the data")
     indices = expect_tensor(arg_types[1], "the indices")
-    expect_dtype(indices, INT_DTYPES, "the indices")
+    expect_dtype(indices, INDEX_DTYPES, "the indices")
     if attrs["axis"] is None:
         return TensorType(indices.shape, data.dtype)
     axis = normalize_axis(attrs["axis"], data.ndim)

@@ -1,0 +1,185 @@
+"""ONNX models with grouped, depthwise and 1-D convolutions, for bench/vs_onnxruntime.py.
+
+Built with the onnx helper API (through the zoo's graph builder: seeded random weights),
+shaped after the real families the issue names, at batch 1:
+
+* ``regnet``: a RegNetX-400MF-like net: stem, four stages of X blocks (1x1, grouped 3x3
+  with group width 16, 1x1, residual), widths 32-384;
+* ``mobilenet``: a MobileNetV3-like net: inverted residual blocks (1x1 expand, depthwise
+  3x3 or 5x5, hard-swish or ReLU, 1x1 project, residual);
+* ``efficientnet``: an EfficientNet-B0-like net: MBConv blocks with swish and
+  squeeze-excite (global pool, two 1x1 convolutions, sigmoid, channel scale);
+* ``wav2vec2``: a wav2vec2-like audio front end: seven strided 1-D convolutions (GELU)
+  over half a second of 16 kHz audio, a projection, the grouped 1-D positional
+  convolution (kernel 128, 16 groups), layer norm and a feed-forward block.
+
+Batch norms carry random statistics (positive variances), so SimplifyInference has
+something to fold, as in an exported model.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from passinfra.frontend.zoo.onnx_models import _GraphBuilder
+
+
+class _Net:
+    """A graph builder with the layers these models use (NCHW / NCL tensors)."""
+
+    def __init__(self, seed: int) -> None:
+        self.g = _GraphBuilder(seed)
+
+    def conv(self, x: str, cin: int, cout: int, kernel: int | tuple[int, ...], stride: int = 1,
+             groups: int = 1, bias: bool = False, rank: int = 2, pad: int | None = None) -> str:
+        kernel = (kernel,) * rank if isinstance(kernel, int) else tuple(kernel)
+        pads = [k // 2 for k in kernel] if pad is None else [pad] * rank
+        weight = self.g.weight("w", (cout, cin // groups, *kernel))
+        inputs = [x, weight] + ([self.g.weight("b", (cout,), 0.1)] if bias else [])
+        return self.g.node("Conv", inputs, kernel_shape=list(kernel), strides=[stride] * rank,
+                           pads=pads + pads, group=groups)
+
+    def bn(self, x: str, channels: int) -> str:
+        rng = self.g.rng
+        scale = self.g.constant("bn_s", (1 + 0.1 * rng.standard_normal(channels)).astype(np.float32))
+        shift = self.g.constant("bn_b", (0.1 * rng.standard_normal(channels)).astype(np.float32))
+        mean = self.g.constant("bn_m", (0.1 * rng.standard_normal(channels)).astype(np.float32))
+        var = self.g.constant("bn_v", (1 + 0.1 * np.abs(rng.standard_normal(channels))).astype(np.float32))
+        return self.g.node("BatchNormalization", [x, scale, shift, mean, var])
+
+    def act(self, x: str, kind: str) -> str:
+        if kind == "relu":
+            return self.g.node("Relu", [x])
+        if kind == "hswish":
+            return self.g.node("HardSwish", [x])
+        if kind == "swish":
+            return self.g.node("Mul", [x, self.g.node("Sigmoid", [x])])
+        if kind == "gelu":  # the erf form (the Gelu op needs opset 20)
+            g = self.g
+            inner = g.node("Erf", [g.node("Mul", [x, g.constant("c", np.float32(0.5 ** 0.5))])])
+            one = g.node("Add", [inner, g.constant("one", np.float32(1.0))])
+            return g.node("Mul", [g.node("Mul", [x, one]), g.constant("half", np.float32(0.5))])
+        raise ValueError(kind)
+
+    def conv_bn(self, x: str, cin: int, cout: int, kernel: int, stride: int = 1, groups: int = 1,
+                act: str | None = "relu") -> str:
+        y = self.bn(self.conv(x, cin, cout, kernel, stride, groups), cout)
+        return self.act(y, act) if act else y
+
+    def head(self, x: str, channels: int, classes: int = 1000) -> str:
+        pooled = self.g.node("Flatten", [self.g.node("GlobalAveragePool", [x])])
+        return self.g.node("Gemm", [pooled, self.g.weight("fc", (classes, channels)),
+                                    self.g.weight("fc_b", (classes,), 0.1)], transB=1)
+
+    def model(self, name: str, in_shape: list[int], out: str, out_shape: list[int]) -> onnx.ModelProto:
+        inputs = [helper.make_tensor_value_info("input", TensorProto.FLOAT, in_shape)]
+        return self.g.model(name, inputs, out, out_shape)
+
+
+def regnet(seed: int = 0) -> onnx.ModelProto:
+    """RegNetX-400MF-like: group width 16, widths 32/64/160/384, depths 1/2/3/3."""
+    net = _Net(seed)
+    x = net.conv_bn("input", 3, 32, 3, 2)
+    cin = 32
+    for width, depth in ((32, 1), (64, 2), (160, 3), (384, 3)):
+        for block in range(depth):
+            stride = 2 if block == 0 else 1
+            y = net.conv_bn(x, cin, width, 1)
+            y = net.conv_bn(y, width, width, 3, stride, groups=width // 16)
+            y = net.conv_bn(y, width, width, 1, act=None)
+            same = stride == 1 and cin == width
+            shortcut = x if same else net.conv_bn(x, cin, width, 1, stride, act=None)
+            x = net.act(net.g.node("Add", [y, shortcut]), "relu")
+            cin = width
+    return net.model("regnet_like", [1, 3, 224, 224], net.head(x, cin), [1, 1000])
+
+
+def mobilenet(seed: int = 0) -> onnx.ModelProto:
+    """MobileNetV3-small-like: depthwise 3x3/5x5, hard-swish and ReLU, residuals."""
+    net = _Net(seed)
+    x = net.conv_bn("input", 3, 16, 3, 2, act="hswish")
+    cin = 16
+    # (expanded, out, kernel, stride, activation)
+    blocks = [(16, 16, 3, 2, "relu"), (72, 24, 3, 2, "relu"), (88, 24, 3, 1, "relu"),
+              (96, 40, 5, 2, "hswish"), (240, 40, 5, 1, "hswish"), (240, 40, 5, 1, "hswish"),
+              (120, 48, 5, 1, "hswish"), (144, 48, 5, 1, "hswish"), (288, 96, 5, 2, "hswish"),
+              (576, 96, 5, 1, "hswish"), (576, 96, 5, 1, "hswish")]
+    for expanded, cout, kernel, stride, act in blocks:
+        y = net.conv_bn(x, cin, expanded, 1, act=act) if expanded != cin else x
+        y = net.conv_bn(y, expanded, expanded, kernel, stride, groups=expanded, act=act)
+        y = net.conv_bn(y, expanded, cout, 1, act=None)
+        x = net.g.node("Add", [y, x]) if stride == 1 and cin == cout else y
+        cin = cout
+    x = net.conv_bn(x, cin, 576, 1, act="hswish")
+    return net.model("mobilenet_like", [1, 3, 224, 224], net.head(x, 576), [1, 1000])
+
+
+def efficientnet(seed: int = 0) -> onnx.ModelProto:
+    """EfficientNet-B0-like: MBConv with swish and squeeze-excite (ratio 1/4 of the input)."""
+    net = _Net(seed)
+    x = net.conv_bn("input", 3, 32, 3, 2, act="swish")
+    cin = 32
+    # (expansion, out, kernel, stride, repeats)
+    stages = [(1, 16, 3, 1, 1), (6, 24, 3, 2, 2), (6, 40, 5, 2, 2), (6, 80, 3, 2, 3),
+              (6, 112, 5, 1, 3), (6, 192, 5, 2, 4), (6, 320, 3, 1, 1)]
+    for expansion, cout, kernel, first_stride, repeats in stages:
+        for block in range(repeats):
+            stride = first_stride if block == 0 else 1
+            expanded = cin * expansion
+            y = net.conv_bn(x, cin, expanded, 1, act="swish") if expansion != 1 else x
+            y = net.conv_bn(y, expanded, expanded, kernel, stride, groups=expanded, act="swish")
+            squeezed = max(1, cin // 4)
+            s = net.g.node("GlobalAveragePool", [y])
+            s = net.act(net.conv(s, expanded, squeezed, 1, bias=True), "swish")
+            s = net.g.node("Sigmoid", [net.conv(s, squeezed, expanded, 1, bias=True)])
+            y = net.g.node("Mul", [y, s])
+            y = net.conv_bn(y, expanded, cout, 1, act=None)
+            x = net.g.node("Add", [y, x]) if stride == 1 and cin == cout else y
+            cin = cout
+    x = net.conv_bn(x, cin, 1280, 1, act="swish")
+    return net.model("efficientnet_like", [1, 3, 224, 224], net.head(x, 1280), [1, 1000])
+
+
+def wav2vec2(seed: int = 0, samples: int = 8000, channels: int = 256, hidden: int = 384) -> onnx.ModelProto:
+    """wav2vec2-like front end: conv feature extractor, projection, grouped positional
+    1-D convolution (kernel 128, 16 groups), layer norm, feed-forward."""
+    net = _Net(seed)
+    g = net.g
+    x, cin, length = "input", 1, samples
+    for kernel, stride in ((10, 5), (3, 2), (3, 2), (3, 2), (3, 2), (2, 2), (2, 2)):
+        x = net.act(net.conv(x, cin, channels, kernel, stride, rank=1, pad=0), "gelu")
+        cin, length = channels, (length - kernel) // stride + 1
+    frames = g.node("Transpose", [x], perm=[0, 2, 1])  # [1, T, C]
+    frames = _layer_norm(net, frames, channels)
+    hidden_states = g.node("MatMul", [frames, g.weight("proj", (channels, hidden))])
+    channels_first = g.node("Transpose", [hidden_states], perm=[0, 2, 1])  # [1, H, T]
+    pos = net.conv(channels_first, hidden, hidden, 128, 1, groups=16, bias=True, rank=1, pad=64)
+    # the even kernel gives one frame too many: wav2vec2 drops the last
+    pos = g.node("Slice", [pos, g.constant("starts", np.array([0], np.int64)),
+                           g.constant("ends", np.array([length], np.int64)),
+                           g.constant("axes", np.array([2], np.int64))])
+    pos = net.act(pos, "gelu")
+    summed = g.node("Add", [hidden_states, g.node("Transpose", [pos], perm=[0, 2, 1])])
+    normed = _layer_norm(net, summed, hidden)
+    ff = net.act(g.node("MatMul", [normed, g.weight("ff1", (hidden, 4 * hidden))]), "gelu")
+    ff = g.node("MatMul", [ff, g.weight("ff2", (4 * hidden, hidden))])
+    out = _layer_norm(net, g.node("Add", [normed, ff]), hidden)
+    return net.model("wav2vec2_like", [1, 1, samples], out, [1, length, hidden])
+
+
+def _layer_norm(net: _Net, x: str, width: int) -> str:
+    scale = net.g.constant("ln_s", np.ones(width, np.float32))
+    shift = net.g.constant("ln_b", np.zeros(width, np.float32))
+    return net.g.node("LayerNormalization", [x, scale, shift], axis=-1)
+
+
+MODELS = {
+    "RegNetX-like (grouped 3x3, group width 16)": regnet,
+    "MobileNetV3-like (depthwise, hard-swish)": mobilenet,
+    "EfficientNet-B0-like (depthwise, squeeze-excite)": efficientnet,
+    "wav2vec2-like (grouped 1-D positional conv)": wav2vec2,
+}
+
+__all__ = ["MODELS", "efficientnet", "mobilenet", "regnet", "wav2vec2"]

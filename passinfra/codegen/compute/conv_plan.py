@@ -1,0 +1,184 @@
+"""Which kernel computes a 2-D convolution: the rule, per convolution shape.
+
+The lowering (:mod:`passinfra.codegen.lower`) asks :func:`plan_conv2d` first for every
+``nn.conv2d``; a float32 convolution in the channels-last layout AlterOpLayout produces
+(NHWC data, HWIO weight; 1-D convolutions arrive as 2-D ones over a unit height) gets
+
+* ``"direct"`` (:mod:`.conv_direct`) when each group reads one input channel
+  (``Cg == 1``: depthwise, with or without a channel multiplier), and for every grouped
+  convolution when there is no BLAS;
+* ``"group_gemm"`` (:mod:`.conv_group_gemm`) for every other grouped convolution, and
+  for a convolution with one group whose weight is small over a large enough image
+  (:data:`SMALL_WEIGHT_BYTES`, :data:`MIN_BLOCKED_PIXELS`);
+* nothing otherwise (``groups == 1`` with a larger weight): the BLAS planner's im2col +
+  GEMM (:func:`passinfra.codegen.gemm.plan_contraction`), or the generic loop nest
+  below its size threshold, as before.
+
+Below :data:`~passinfra.codegen.gemm.MIN_GEMM_MACS` multiply-adds no BLAS is called: a
+grouped convolution runs direct, one with one group the generic loop nest.
+
+Every other convolution (NCHW, other dtypes) keeps the generic paths. Config
+``codegen.conv_kernel`` forces one kernel wherever it applies (``"direct"``,
+``"group_gemm"``) or turns both off (``"none"``); the default ``"auto"`` is this rule.
+
+The measurements behind it: one thread, the best of 10-15 calls of the kernel alone
+with its bias + ReLU epilogue, in GFLOP/s. The generated loops are compiled with the
+portable default flags, so they use 4-lane SSE vectors, while OpenBLAS picks its
+AVX-512 kernels at run time. The machine is a shared 2-core one: ranges are over
+repeated runs. ``python bench/vs_onnxruntime.py --kernels`` prints the table (copy in
+bench/results_vs_onnxruntime.md); "loop nest" is the generic path.
+
+=========================================  ==========  ======  ==========
+convolution (batch 1)                       loop nest   direct  group_gemm
+=========================================  ==========  ======  ==========
+depthwise 3x3, 56x56x128                    3.8-20      16-22   1.2-2
+depthwise 5x5, 28x28x240                    2.0         12-30   1.0-2
+depthwise 7x7, 56x56x96                     2.1-2.3     11-29   2.7-3
+depthwise 3x3 stride 2, 112x112x32          4.9-20      14-18   1.6
+depthwise 3x3 with a x2 multiplier          2.6-6       4.4-5   2.9-3.1
+grouped 3x3, 2 channels per group           2.0         3.0-3.6 3.5-5.3
+grouped 3x3, 4 per group, 28x28x128         2.3-3       2.6-18  13-21
+grouped 3x3, 8 per group, 28x28x64          2.6-3       14-31   29-51
+grouped 3x3, 16 per group (RegNet)          2.3         31      63-83
+grouped 3x3, 48 per group                   2.2         32      75-89
+grouped 1x1, 4 groups of 68 (ShuffleNet)    1.8-2.4     27      81-98
+AlexNet conv2 (5x5, 2 groups of 48)         2.0         25-28   87-95
+=========================================  ==========  ======  ==========
+
+(The 3x3 depthwise loop nest got faster during this work: its nine taps are now one
+expression per output and its channel loop vectorizes, see ``_combined_taps`` in the
+lowering.) So the direct kernel wins by 1.2-20x on the stride-1 depthwise shapes; on
+the stride-2 one and with a channel multiplier the loop nest was level or ahead in some
+runs (20 against 14, 6 against 5), not in others, and the rule keeps one kernel for
+every ``Cg == 1`` shape. The direct kernel loses to the per-group GEMM from two input
+channels per group on (OpenBLAS's AVX-512 kernels against SSE loops): the rule splits
+at ``Cg == 1``.
+
+Convolutions with one group (issue 18 item 3, the resnet20 shapes with 16-64 channels):
+the direct kernel (group mode, one group) ran at 25-38 GFLOP/s against 38-88 for
+im2col + BLAS, at every shape measured (3x3 at 32x32x16: 33 vs 61-69; 16x16x32: 36 vs
+78; 8x8x64: 38 vs 88; 1x1 112x112 16->96: 29 vs 59; the 3->16 stem: 25 vs 38), so it
+is never chosen there. The blocked per-group GEMM with one group (blocks of 128 output
+pixels, each GEMM's epilogue while its block is in cache) against im2col + BLAS, time
+ratio: 0.79 (3x3 16 channels, 9 KiB weight), 0.96 (3x3 32, 36 KiB), 0.83 (1x1 16->96,
+6 KiB), 0.76 (1x1 96->24, 9 KiB), 0.79 (3->16 stem, 2 KiB), 0.98 (7x7 3->64 stem, 37
+KiB); 0.98-1.04 from 64 KiB to 9 MiB (3x3 at 64-512 channels, ResNet-50's 1x1s). The
+clear gains were all on images of 1024 output pixels or more (the 0.96 was on 16x16):
+hence :data:`SMALL_WEIGHT_BYTES` and :data:`MIN_BLOCKED_PIXELS`; a smaller image keeps
+the im2col + BLAS path. With wider vectors in the generated code (``-mavx2`` in
+``codegen.cflags``) the direct depthwise kernel ran 1.5-2x faster (25-56 GFLOP/s); the
+portable default flags do not assume them.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from passinfra import tir
+from passinfra.codegen.compute.conv_direct import ConvGeometry, Epilogue, direct_conv
+from passinfra.codegen.compute.conv_group_gemm import group_gemm_conv
+from passinfra.codegen.gemm import MIN_GEMM_MACS
+from passinfra.ir.attrs import Attrs
+from passinfra.transform.config import register_config
+from passinfra.transform.context import PassContext
+from passinfra.transform.errors import PassConfigError
+
+# the dtypes the kernels below are written for (accumulating in the dtype, as the
+# generic loop nest does)
+DTYPES = ("float32",)
+
+# codegen.conv_kernel (str): "auto" (the rule below), or one kernel for every
+# convolution it can compute: "direct", "group_gemm", or "none" (neither: im2col + BLAS
+# for groups 1, the generic loop nest otherwise) -- for measurements and tests
+CONV_KERNEL_CONFIG = "codegen.conv_kernel"
+CONV_KERNELS = ("auto", "direct", "group_gemm", "none")
+register_config(CONV_KERNEL_CONFIG, str)
+
+# a convolution with one group whose weight is at most this big, over at least this
+# many output pixels per image, runs as the blocked per-group GEMM (one group): 17-24%
+# faster than one im2col + GEMM per image on such shapes, level (+-4%) with a larger
+# weight or a smaller image (module docstring)
+SMALL_WEIGHT_BYTES = 48 * 1024
+MIN_BLOCKED_PIXELS = 1024
+
+
+@dataclass(frozen=True)
+class ConvPlan:
+    """A kernel for one convolution, in the shape of :class:`passinfra.codegen.gemm.GemmPlan`
+    (the lowering treats both alike): ``emit(inputs, out, new_buffer, epilogue=None)``
+    returns the statement and the scratch buffers it allocated; ``uses_blas`` says
+    whether the statement calls BLAS (the library is then linked with it)."""
+
+    op_name: str
+    kind: str  # "direct" or "group_gemm"
+    emit: Callable[..., tuple[tir.Stmt, list[tir.Buffer]]]
+    uses_blas: bool = False
+
+
+def _emit_direct(geometry: ConvGeometry, inputs: Sequence[tir.Buffer], out: tir.Buffer, new_buffer: Callable,
+                 epilogue: Epilogue | None = None) -> tuple[tir.Stmt, list[tir.Buffer]]:
+    data, weight = inputs
+    return direct_conv(geometry, data, weight, out, epilogue), []
+
+
+def _emit_group_gemm(geometry: ConvGeometry, inputs: Sequence[tir.Buffer], out: tir.Buffer,
+                     new_buffer: Callable,
+                     epilogue: Epilogue | None = None) -> tuple[tir.Stmt, list[tir.Buffer]]:
+    data, weight = inputs
+    if data.dtype != "float32" or weight.dtype != "float32":
+        # the lowering hands a float16 weight over in place (mixed precision): sgemm cannot
+        # read it, the direct kernel's loads widen it
+        return _emit_direct(geometry, inputs, out, new_buffer, epilogue)
+    return group_gemm_conv(geometry, data, weight, out, new_buffer, epilogue)
+
+
+def conv_kernel_setting(ctx: PassContext | None = None) -> str:
+    """Config ``codegen.conv_kernel``, checked (default ``"auto"``)."""
+    ctx = PassContext.current() if ctx is None else ctx
+    value = ctx.get_config(CONV_KERNEL_CONFIG, "auto")
+    if value not in CONV_KERNELS:
+        raise PassConfigError(f"config {CONV_KERNEL_CONFIG!r} is {value!r}; expected one of "
+                              f"{', '.join(CONV_KERNELS)}")
+    return value
+
+
+def choose_kernel(g: ConvGeometry, use_blas: bool) -> str:
+    """``"direct"``, ``"group_gemm"`` or ``"none"`` for a float32 NHWC/HWIO convolution
+    (the rule of the module docstring)."""
+    if g.group_channels == 1 and g.groups > 1:
+        return "direct"
+    if not use_blas or g.macs < MIN_GEMM_MACS:  # no BLAS, or too little work to call it
+        return "none" if g.groups == 1 else "direct"
+    if g.groups == 1:
+        kh, kw = g.kernel
+        weight_bytes = kh * kw * g.channels * g.out_channels * 4
+        small = weight_bytes <= SMALL_WEIGHT_BYTES and g.out_height * g.out_width >= MIN_BLOCKED_PIXELS
+        return "group_gemm" if small else "none"
+    return "group_gemm"
+
+
+def plan_conv2d(attrs: Attrs, in_shapes: Sequence[tuple[int, ...]], dtype: str, out_shape: tuple[int, ...],
+                use_blas: bool) -> ConvPlan | None:
+    """The kernel for an ``nn.conv2d``, or None to leave it to the BLAS planner
+    (:func:`passinfra.codegen.gemm.plan_contraction`) and the generic loop nest."""
+    setting = conv_kernel_setting()
+    if setting == "none" or dtype not in DTYPES or len(in_shapes) != 2:
+        return None
+    if (attrs["data_layout"], attrs["kernel_layout"]) != ("NHWC", "HWIO"):
+        return None
+    geometry = ConvGeometry.of(attrs, in_shapes[0], in_shapes[1], out_shape)
+    kind = choose_kernel(geometry, use_blas) if setting == "auto" else setting
+    if kind == "group_gemm" and not use_blas:
+        kind = "direct"  # no BLAS library (or codegen.blas off): the kernel needing none
+    if kind == "direct":
+        return ConvPlan("nn.conv2d", "direct", functools.partial(_emit_direct, geometry))
+    if kind == "group_gemm":
+        emit = functools.partial(_emit_group_gemm, geometry)
+        return ConvPlan("nn.conv2d", "group_gemm", emit, uses_blas=True)
+    return None
+
+
+__all__ = ["CONV_KERNELS", "CONV_KERNEL_CONFIG", "ConvPlan", "DTYPES", "MIN_BLOCKED_PIXELS",
+           "SMALL_WEIGHT_BYTES", "choose_kernel", "conv_kernel_setting", "plan_conv2d"]

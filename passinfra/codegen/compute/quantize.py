@@ -1,0 +1,286 @@
+"""Compute rules of the quantization ops (:mod:`passinfra.ir.op.quantize`).
+
+Each rule emits, in the loop-level IR, the float32 and int32 operations of the op's
+NumPy reference in the same order (the arithmetic, and why it is onnxruntime's, is
+described there), so a compiled kernel's results are the interpreter's bit for bit:
+
+* rounding is ``nearbyintf`` (round half to even in the default rounding mode, as
+  ``np.rint``); the clamp to ``[qmin - zp, qmax - zp]`` is two selects whose comparisons
+  send NaN to the lower bound, then the float converts to int32 (always in range by then)
+  and the zero point is added in int32;
+* ``qnn.quantize``, ``qnn.dequantize``, ``qnn.requantize``, ``qnn.add`` and ``qnn.mul``
+  are elementwise (:class:`ComputeOp`): they fuse with each other and, as the epilogue of
+  a contraction, into its loop nest (conv + bias + requantize is one loop nest);
+* ``qnn.matmul`` and ``qnn.conv2d`` are int32 sums (:class:`ReduceOp`) of products of
+  int32 differences ``(x - zx) * (w - zw)``: exact, no float and no saturation. A
+  padded convolution tap contributes 0 (a select around a load at a clamped index);
+* ``qnn.dynamic_quantize`` is an :class:`ExternOp`: a min/max pass over the data, the
+  scale and zero point as scalars, then the quantizing pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from passinfra import tir
+from passinfra.codegen.compute.base import (
+    ComputeOp,
+    ExternOp,
+    Indices,
+    ReduceOp,
+    TensorHandle,
+    broadcast_indices,
+    clamp,
+    in_range,
+    intrinsic,
+    load_broadcast,
+    local_scalar,
+    loop_nest,
+    register_compute,
+    seq,
+)
+from passinfra.ir.attrs import Attrs
+from passinfra.ir.types import TensorType, Type
+
+_F32, _I32 = "float32", "int32"
+
+
+def _shape(out_type: Type) -> tuple[int, ...]:
+    assert isinstance(out_type, TensorType)
+    return out_type.shape
+
+
+def _as(dtype: str, value: tir.PrimExpr) -> tir.PrimExpr:
+    """``value`` converted to ``dtype`` (an integer immediate is converted in place)."""
+    if value.dtype == dtype:
+        return value
+    if isinstance(value, tir.IntImm) and dtype == _I32:
+        return tir.IntImm(int(value.value), _I32)
+    if isinstance(value, tir.IntImm) and dtype == _F32:
+        return tir.FloatImm(float(value.value), _F32)
+    return tir.Cast(dtype, value)
+
+
+def _is_zero(value: tir.PrimExpr) -> bool:
+    return isinstance(value, tir.IntImm) and value.value == 0
+
+
+def _minus(value: tir.PrimExpr, zero_point: tir.PrimExpr) -> tir.PrimExpr:
+    """``value - zero_point`` in int32 (a zero point known to be 0 is left out)."""
+    value = _as(_I32, value)
+    return value if _is_zero(zero_point) else value - _as(_I32, zero_point)
+
+
+def round_saturate(value: tir.PrimExpr, dtype: str, zero_point: tir.PrimExpr | None = None) -> tir.PrimExpr:
+    """``saturate(rne(value) + zero_point)`` into ``dtype`` for a float32 ``value``
+    (:func:`passinfra.ir.op.quantize.round_saturate`, step by step)."""
+    info = np.iinfo(dtype)
+    zp = None if zero_point is None or _is_zero(zero_point) else _as(_I32, zero_point)
+    if zp is None:
+        low, high = tir.FloatImm(float(info.min), _F32), tir.FloatImm(float(info.max), _F32)
+    else:
+        low = tir.Cast(_F32, tir.IntImm(int(info.min), _I32) - zp)
+        high = tir.Cast(_F32, tir.IntImm(int(info.max), _I32) - zp)
+    rounded = intrinsic("nearbyint", value)
+    # NaN > low is false: NaN -> low (the C compiler computes the repeated ``rounded`` once)
+    clamped = tir.Select(tir.GT(rounded, low), tir.Select(tir.LT(rounded, high), rounded, high), low)
+    quantized = tir.Cast(_I32, clamped)
+    return tir.Cast(dtype, quantized if zp is None else quantized + zp)
+
+
+def _out(out_type: Type) -> TensorType:
+    assert isinstance(out_type, TensorType)
+    return out_type
+
+
+# --------------------------------------------------------------------------- elementwise
+
+
+@register_compute("qnn.quantize")
+def _quantize(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> ComputeOp:
+    data, scale, zero_point = inputs
+    out = _out(out_type)
+
+    def value(idx: Indices) -> tir.PrimExpr:
+        ratio = _as(_F32, data.load(*idx)) / _as(_F32, load_broadcast(scale, idx, out.shape))
+        return round_saturate(ratio, out.dtype, load_broadcast(zero_point, idx, out.shape))
+
+    return ComputeOp("qnn.quantize", out.shape, out.dtype, value)
+
+
+@register_compute("qnn.dequantize")
+def _dequantize(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> ComputeOp:
+    data, scale, zero_point = inputs
+    out = _out(out_type)
+
+    def value(idx: Indices) -> tir.PrimExpr:
+        x, zp = data.load(*idx), load_broadcast(zero_point, idx, out.shape)
+        if data.dtype == _I32:  # as the reference: the difference of int32 values in int64
+            wide = tir.Cast("int64", x)
+            difference = wide if _is_zero(zp) else wide - tir.Cast("int64", zp)
+        else:
+            difference = _minus(x, zp)
+        result = tir.Cast(_F32, difference) * _as(_F32, load_broadcast(scale, idx, out.shape))
+        return _as(out.dtype, result)  # float16/bfloat16: rounded once
+
+    return ComputeOp("qnn.dequantize", out.shape, out.dtype, value)
+
+
+@register_compute("qnn.requantize")
+def _requantize(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> ComputeOp:
+    data, multiplier, zero_point = inputs
+    out = _out(out_type)
+
+    def value(idx: Indices) -> tir.PrimExpr:
+        scaled = tir.Cast(_F32, data.load(*idx)) * load_broadcast(multiplier, idx, out.shape)
+        return round_saturate(scaled, out.dtype, load_broadcast(zero_point, idx, out.shape))
+
+    return ComputeOp("qnn.requantize", out.shape, out.dtype, value)
+
+
+def _binary_loads(inputs: Sequence[TensorHandle], idx: Indices, shape: tuple[int, ...]) -> list[tir.PrimExpr]:
+    """The eight operands of qnn.add/qnn.mul at output index ``idx``."""
+    lhs, rhs = inputs[0], inputs[3]
+    values = []
+    for position, handle in enumerate(inputs):
+        # a scale or zero point broadcasts to its operand, which broadcasts to the output
+        owner = lhs if position in (1, 2) else rhs if position in (4, 5) else None
+        if owner is None:
+            values.append(load_broadcast(handle, idx, shape))
+        else:
+            owner_idx = broadcast_indices(owner.shape, idx, shape)
+            values.append(handle.load(*broadcast_indices(handle.shape, owner_idx, owner.shape)))
+    return values
+
+
+@register_compute("qnn.add")
+def _add(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> ComputeOp:
+    out = _out(out_type)
+
+    def value(idx: Indices) -> tir.PrimExpr:
+        lhs, lhs_scale, lhs_zero, rhs, rhs_scale, rhs_zero, out_scale, out_zero = _binary_loads(inputs, idx,
+                                                                                                 out.shape)
+        ratio_lhs, ratio_rhs = lhs_scale / out_scale, rhs_scale / out_scale
+        fixed = _as(_F32, out_zero) - (ratio_lhs * _as(_F32, lhs_zero) + ratio_rhs * _as(_F32, rhs_zero))
+        total = (fixed + _as(_F32, lhs) * ratio_lhs) + _as(_F32, rhs) * ratio_rhs
+        return round_saturate(total, out.dtype)
+
+    return ComputeOp("qnn.add", out.shape, out.dtype, value)
+
+
+@register_compute("qnn.mul")
+def _mul(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> ComputeOp:
+    out = _out(out_type)
+
+    def value(idx: Indices) -> tir.PrimExpr:
+        lhs, lhs_scale, lhs_zero, rhs, rhs_scale, rhs_zero, out_scale, out_zero = _binary_loads(inputs, idx,
+                                                                                                 out.shape)
+        product = _minus(lhs, lhs_zero) * _minus(rhs, rhs_zero)
+        total = tir.Cast(_F32, product) * ((lhs_scale * rhs_scale) / out_scale) + _as(_F32, out_zero)
+        return round_saturate(total, out.dtype)
+
+    return ComputeOp("qnn.mul", out.shape, out.dtype, value)
+
+
+# --------------------------------------------------------------------------- integer contractions
+
+
+@register_compute("qnn.matmul")
+def _matmul(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> ReduceOp:
+    lhs, rhs, lhs_zero, rhs_zero = inputs
+    out_shape = _shape(out_type)
+    batch_rank = len(out_shape) - 2
+    batch_shape = out_shape[:batch_rank]
+
+    def body(out: Indices, red: Indices) -> tir.PrimExpr:
+        (k,) = red
+        batch, row, col = out[:batch_rank], out[batch_rank], out[batch_rank + 1]
+        lhs_idx = (*broadcast_indices(lhs.shape[:-2], batch, batch_shape), row, k)
+        rhs_idx = (*broadcast_indices(rhs.shape[:-2], batch, batch_shape), k, col)
+        return _centered(lhs, lhs_zero, lhs_idx) * _centered(rhs, rhs_zero, rhs_idx)
+
+    return ReduceOp("qnn.matmul", out_shape, _I32, (lhs.shape[-1],), "sum", body)
+
+
+def _centered(operand: TensorHandle, zero_point: TensorHandle, idx: Indices) -> tir.PrimExpr:
+    """``operand - zero_point`` at ``idx`` in int32 (the zero point broadcasts to the operand)."""
+    zp = zero_point.load(*broadcast_indices(zero_point.shape, idx, operand.shape))
+    return _minus(operand.load(*idx), zp)
+
+
+def _tap(out: tir.PrimExpr, stride: int, tap: tir.PrimExpr, dilation: int, pad: int) -> tir.PrimExpr:
+    """``out * stride + tap * dilation - pad``, leaving out the trivial parts."""
+    index = out if stride == 1 else out * tir.IntImm(stride)
+    index = index + (tap if dilation == 1 else tap * tir.IntImm(dilation))
+    return index - tir.IntImm(pad) if pad else index
+
+
+@register_compute("qnn.conv2d")
+def _conv2d(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> ReduceOp:
+    data, weight, data_zero, weight_zero = inputs
+    _, _, height, width = data.shape
+    out_channels, group_channels, kh, kw = weight.shape
+    groups = attrs["groups"]
+    out_per_group = out_channels // groups
+    (sh, sw), (dh, dw) = attrs["strides"], attrs["dilation"]
+    top, left, bottom, right = attrs["padding"]
+    check_h, check_w = bool(top or bottom), bool(left or right)
+
+    def body(out: Indices, red: Indices) -> tir.PrimExpr:
+        n, oc, oh, ow = out
+        rc, ry, rx = red
+        ic = rc
+        if groups > 1:
+            ic = tir.FloorDiv(oc, tir.IntImm(out_per_group)) * tir.IntImm(group_channels) + rc
+        h, w = _tap(oh, sh, ry, dh, top), _tap(ow, sw, rx, dw, left)
+        conditions = []
+        if check_h:
+            conditions.append(in_range(h, height))
+            h = clamp(h, 0, height - 1)
+        if check_w:
+            conditions.append(in_range(w, width))
+            w = clamp(w, 0, width - 1)
+        product = _centered(data, data_zero, (n, ic, h, w)) * _centered(weight, weight_zero, (oc, rc, ry, rx))
+        if not conditions:
+            return product
+        inside = conditions[0] if len(conditions) == 1 else tir.And(conditions[0], conditions[1])
+        return tir.Select(inside, product, tir.IntImm(0, _I32))  # the padding holds the zero point
+
+    return ReduceOp("qnn.conv2d", _shape(out_type), _I32, (group_channels, kh, kw), "sum", body)
+
+
+# --------------------------------------------------------------------------- dynamic_quantize
+
+
+@register_compute("qnn.dynamic_quantize")
+def _dynamic_quantize(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> ExternOp:
+    (data,) = inputs
+    shape = data.shape
+
+    def build(outputs: Sequence[tir.Buffer]) -> tir.Stmt:
+        out, scale, zero_point = outputs
+        low, high = local_scalar("range_low", _F32), local_scalar("range_high", _F32)
+        zero, top = tir.FloatImm(0.0, _F32), tir.FloatImm(255.0, _F32)
+        # the range starts at 0, so it always includes 0 (min(0, min(x)), as the reference)
+        find_range = seq(
+            tir.BufferStore(low, zero, ()),
+            tir.BufferStore(high, zero, ()),
+            loop_nest(shape, lambda idx: seq(
+                tir.BufferStore(low, tir.Min(low.load(), data.load(*idx)), ()),
+                tir.BufferStore(high, tir.Max(high.load(), data.load(*idx)), ()),
+            )),
+        )
+        lo, hi = low.load(), high.load()
+        step = tir.Select(tir.EQ(hi, lo), tir.FloatImm(1.0, _F32), (hi - lo) / top)
+        initial = zero - lo / scale.load()
+        upper = tir.Select(tir.LT(initial, top), initial, top)  # std::min(255, z)
+        clamped = tir.Select(tir.LT(zero, upper), upper, zero)  # std::max(0, z)
+        zero = tir.Cast("uint8", tir.Cast(_I32, intrinsic("nearbyint", clamped)))
+        parameters = seq(tir.BufferStore(scale, step, ()), tir.BufferStore(zero_point, zero, ()))
+        quantize = loop_nest(shape, lambda idx: tir.BufferStore(
+            out, round_saturate(data.load(*idx) / scale.load(), "uint8", zero_point.load()), idx))
+        return tir.Allocate(low, tir.Allocate(high, seq(find_range, parameters, quantize)))
+
+    return ExternOp("qnn.dynamic_quantize", ((shape, "uint8"), ((), _F32), ((), "uint8")), build)

@@ -1,0 +1,501 @@
+"""Quantization ops (``qnn.*``): linear (de)quantization and integer kernels, with
+onnxruntime's arithmetic.
+
+Ops (builders below; the registered names carry the ``qnn.`` prefix, as in TVM):
+
+* ``qnn.quantize(x, scale, zero_point)``: ``saturate(rne(x / scale) + zero_point)``
+  (ONNX QuantizeLinear), to the zero point's dtype (int8, uint8, int16, uint16).
+* ``qnn.dequantize(x, scale, zero_point, out_dtype)``: ``float(x - zero_point) * scale``
+  (ONNX DequantizeLinear).
+* ``qnn.requantize(acc, multiplier, zero_point)``: ``saturate(rne(float(acc) *
+  multiplier) + zero_point)`` of an int32 accumulator (the output stage of QLinearConv,
+  QLinearMatMul, QGemm, QLinearGlobalAveragePool).
+* ``qnn.matmul(a, b, a_zero_point, b_zero_point)``: ``(a - za) @ (b - zb)`` summed in
+  int32 (ONNX MatMulInteger), batched with NumPy's broadcasting.
+* ``qnn.conv2d(data, weight, data_zero_point, weight_zero_point, ...)``: the NCHW/OIHW
+  convolution of ``data - zd`` and ``weight - zw`` summed in int32 (ONNX ConvInteger);
+  padded cells contribute nothing (they hold the zero point).
+* ``qnn.add`` / ``qnn.mul``: QLinearAdd / QLinearMul (com.microsoft) of two quantized
+  tensors into a third quantization.
+* ``qnn.dynamic_quantize(x)``: ONNX DynamicQuantizeLinear, a 3-tuple (uint8 tensor,
+  float32 scale, uint8 zero point).
+
+Scales and zero points are tensors that broadcast (NumPy rules) to the tensor they
+describe, so per-tensor (a scalar), per-axis (a 1-D scale reshaped to broadcast along its
+axis) and blocked quantization (a scale repeated along the blocked axis) are one op; the
+ONNX importer does the reshaping. Zero points have the dtype of the tensor they describe.
+
+Arithmetic. Every result is the one onnxruntime's CPU kernels (MLAS) compute on x86-64,
+step by step in float32 (``rne``: round half to even, the SSE conversion; ``saturate``:
+clamp to the dtype's range, where NaN becomes the lowest value, as MLAS's MAXPS/MINPS
+clamp does):
+
+* quantize divides (``x / scale``, not a multiplication by a reciprocal), clamps to
+  ``[qmin - zp, qmax - zp]``, rounds and adds the zero point. float16/bfloat16/int32
+  inputs and scales are converted to float32 first.
+* dequantize converts ``x - zp`` (computed in int32) to float32 and multiplies once.
+* requantize converts the int32 accumulator to float32 (round to nearest, as CVTDQ2PS),
+  multiplies by the float32 multiplier, clamps, rounds and adds the zero point: MLAS's
+  MlasRequantizeOutput. The importer computes the multipliers as onnxruntime does:
+  ``(x_scale * w_scale) / y_scale`` in float32 for QLinearConv/QLinearMatMul,
+  ``(alpha * a_scale * b_scale) / y_scale`` for QGemm, and
+  ``x_scale / (y_scale * float(image_size))`` for QLinearGlobalAveragePool.
+* add: with ``rA = sa / sc`` and ``rB = sb / sc``, ``fixed = float(zc) - (rA * float(za)
+  + rB * float(zb))``, then ``saturate(rne((fixed + float(a) * rA) + float(b) * rB))``:
+  the formula of MLAS's SSE2 QLinearAdd kernel, each operation rounded to float32.
+  onnxruntime's AVX2 kernel (used on x86-64 CPUs with AVX2) evaluates the same formula
+  with fused multiply-adds, and its kernel for an operand that is a scalar within the
+  broadcast span adds that operand to ``fixed`` first; the NEON kernel uses fixed-point
+  arithmetic. Those round differently where the exact value lies within a float32 rounding
+  error of a half-integer: there onnxruntime's result may be 1 away from this one.
+* mul: ``saturate(rne(float((a - za) * (b - zb)) * ((sa * sb) / sc) + float(zc)))``,
+  the zero point added in float32 before rounding, as MLAS's QLinearMul (SSE2 and NEON).
+* dynamic_quantize: ``lo = min(0, min(x))``, ``hi = max(0, max(x))``, ``scale = (hi - lo)
+  / 255`` (1 when ``hi == lo``: the spec's formula divides by zero for an all-zero
+  tensor, onnxruntime uses 1), ``zp = rne(clamp(0 - lo / scale, 0, 255))``, then
+  quantize: onnxruntime's DynamicQuantizeLinear. A NaN in ``x`` makes ``lo``/``hi`` NaN
+  (as NumPy's min/max).
+
+The integer kernels accumulate exactly in int32 (the products of 8-bit operands with
+their zero points removed), never through float: onnxruntime's U8S8 kernels on AVX2
+CPUs without VNNI can saturate a pair of products in int16 (VPMADDUBSW), which is why
+onnxruntime's quantizer offers ``reduce_range``; raypass never saturates.
+
+The compute rules (:mod:`passinfra.codegen.compute.quantize`) emit the same operations
+in the same order in C, compiled as ISO C11 (``-std=c11`` in the default flags), where the
+compiler does not contract ``a * b + c`` into a fused multiply-add, even with
+``-march=native``; so interpreted, folded and compiled results are identical.
+
+Checked against onnxruntime 1.32 (tests/frontend/test_onnx_quantization.py): every op
+above gives onnxruntime's results bit for bit on x86-64, QLinearAdd included over all
+65,536 input pairs of several scale sets (the cases where its AVX2 kernel's fused
+multiply-adds would round differently did not occur there).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from passinfra.errors import IRTypeError
+from passinfra.ir.attrs import Attrs
+from passinfra.ir.expr import Call
+from passinfra.ir.op import _window
+from passinfra.ir.op._rel import (
+    broadcast_shapes,
+    dtype_choice,
+    expect_dtype,
+    expect_ndim,
+    expect_same_dtype,
+    expect_tensor,
+    int_tuple,
+    pad_tuple_2d,
+    positive_ints,
+    register_tensor_op,
+    type_text,
+    window_out_size,
+)
+from passinfra.ir.op.registry import OpPattern
+from passinfra.ir.op.tensor import call_op
+from passinfra.ir.types import HALF_DTYPES, TensorType, TupleType, Type, normalize_dtype
+
+__all__ = [
+    "QUANTIZED_DTYPES", "SCALE_DTYPES", "INTEGER_KERNEL_DTYPES",
+    "quantize", "dequantize", "requantize", "matmul", "conv2d", "add", "mul", "dynamic_quantize",
+    "round_saturate", "dynamic_parameters",
+]
+
+# what a quantized tensor may be (ONNX QuantizeLinear's targets without the sub-byte and
+# float8 types, which the IR does not have)
+QUANTIZED_DTYPES = ("int8", "uint8", "int16", "uint16")
+# what a scale may be (computed in float32, as onnxruntime does)
+SCALE_DTYPES = (*HALF_DTYPES, "float32")
+# operands of the integer kernels and of QLinearAdd/QLinearMul (onnxruntime's types)
+INTEGER_KERNEL_DTYPES = ("int8", "uint8")
+_QUANTIZE_INPUT_DTYPES = (*SCALE_DTYPES, "int32")
+_DEQUANTIZE_INPUT_DTYPES = (*QUANTIZED_DTYPES, "int32")
+_F32 = np.float32
+
+
+# --------------------------------------------------------------------------- shared pieces
+
+
+def _expect_broadcasts_to(param: Type, target: TensorType, what: str, target_what: str) -> TensorType:
+    """``param`` must be a tensor whose shape broadcasts to ``target``'s without growing it."""
+    tensor = expect_tensor(param, what)
+    try:
+        shape = broadcast_shapes(target.shape, tensor.shape)
+    except IRTypeError:
+        shape = None
+    if shape != target.shape:
+        raise IRTypeError(f"expected {what} to broadcast to the shape of {target_what} {type_text(target)}, "
+                          f"got {type_text(tensor)}")
+    return tensor
+
+
+def _scale(ty: Type, target: TensorType, what: str, target_what: str) -> TensorType:
+    scale = _expect_broadcasts_to(ty, target, what, target_what)
+    expect_dtype(scale, SCALE_DTYPES, what)
+    return scale
+
+
+def _zero_point(ty: Type, target: TensorType, what: str, target_what: str, dtype: str | None) -> TensorType:
+    zero_point = _expect_broadcasts_to(ty, target, what, target_what)
+    if dtype is None:
+        expect_dtype(zero_point, QUANTIZED_DTYPES, what)
+    elif zero_point.dtype != dtype:
+        raise IRTypeError(f"expected {what} of dtype {dtype} (the dtype of {target_what}, "
+                          f"{type_text(target)}), got {type_text(zero_point)}")
+    return zero_point
+
+
+def _f32(value: Any) -> np.ndarray:
+    return np.asarray(value).astype(_F32, copy=False)
+
+
+def _i32(value: Any) -> np.ndarray:
+    return np.asarray(value).astype(np.int32, copy=False)
+
+
+def round_saturate(values: np.ndarray, dtype: str, zero_point: np.ndarray | None = None) -> np.ndarray:
+    """``saturate(rne(values) + zero_point)`` into ``dtype``: float32 ``values`` clamped to
+    ``[qmin - zp, qmax - zp]`` (NaN to the lower bound, as MLAS's MAXPS clamp), rounded
+    half to even, then the zero point added in int32."""
+    info = np.iinfo(dtype)
+    zp = np.int32(0) if zero_point is None else _i32(zero_point)
+    low, high = _f32(info.min - zp), _f32(info.max - zp)
+    rounded = np.rint(_f32(values))
+    clamped = np.where(rounded > low, rounded, low)
+    clamped = np.where(clamped < high, clamped, high)
+    return np.ascontiguousarray((clamped.astype(np.int32) + zp).astype(dtype))
+
+
+# --------------------------------------------------------------------------- quantize
+
+
+def _quantize_relation(arg_types: Sequence[Type], attrs: Attrs) -> Type:
+    data = expect_tensor(arg_types[0], "the data")
+    expect_dtype(data, _QUANTIZE_INPUT_DTYPES, "the data")
+    _scale(arg_types[1], data, "the scale", "the data")
+    zero_point = _zero_point(arg_types[2], data, "the zero point", "the data", None)
+    return TensorType(data.shape, zero_point.dtype)
+
+
+def _quantize_impl(args: Sequence[Any], attrs: Attrs) -> np.ndarray:
+    data, scale, zero_point = (np.asarray(a) for a in args)
+    with np.errstate(all="ignore"):  # x / 0 is inf or NaN, then saturated: the semantics
+        values = _f32(data) / _f32(scale)
+    values = np.broadcast_to(values, data.shape)
+    return round_saturate(values, zero_point.dtype.name, zero_point)
+
+
+register_tensor_op(
+    "qnn.quantize", attrs={}, num_inputs=3, type_rel=_quantize_relation, impl=_quantize_impl,
+    pattern=OpPattern.BROADCAST,
+    doc="saturate(rne(x / scale) + zero_point) in the zero point's dtype (ONNX QuantizeLinear)",
+)
+
+
+def quantize(data: Any, scale: Any, zero_point: Any) -> Call:
+    """Quantize ``data`` (float32, float16, bfloat16 or int32) with ``scale`` and
+    ``zero_point`` (both broadcasting to ``data``); the result has the zero point's dtype."""
+    return call_op("qnn.quantize", data, scale, zero_point)
+
+
+# --------------------------------------------------------------------------- dequantize
+
+
+def dequantize_dtype(scale: TensorType, attrs: Attrs) -> str:
+    """The result dtype of a dequantize call: ``out_dtype``, else the scale's."""
+    out_dtype = attrs["out_dtype"]
+    if out_dtype is None:
+        return scale.dtype
+    name = normalize_dtype(out_dtype)
+    if name not in SCALE_DTYPES:
+        raise IRTypeError(f"out_dtype must be {dtype_choice(SCALE_DTYPES)}, got {out_dtype!r}")
+    return name
+
+
+def _dequantize_relation(arg_types: Sequence[Type], attrs: Attrs) -> Type:
+    data = expect_tensor(arg_types[0], "the data")
+    expect_dtype(data, _DEQUANTIZE_INPUT_DTYPES, "the data")
+    scale = _scale(arg_types[1], data, "the scale", "the data")
+    _zero_point(arg_types[2], data, "the zero point", "the data", data.dtype)
+    return TensorType(data.shape, dequantize_dtype(scale, attrs))
+
+
+def _dequantize_impl(args: Sequence[Any], attrs: Attrs) -> np.ndarray:
+    data, scale, zero_point = (np.asarray(a) for a in args)
+    # an int32 input's difference in int64: it cannot overflow (onnxruntime's int32
+    # subtraction could; ONNX gives int32 data no zero point, so it is 0 there)
+    wide = np.int64 if data.dtype == np.int32 else np.int32
+    difference = data.astype(wide) - zero_point.astype(wide)
+    values = np.broadcast_to(difference.astype(_F32) * _f32(scale), data.shape)
+    out_dtype = attrs["out_dtype"] or scale.dtype.name
+    return np.ascontiguousarray(values.astype(out_dtype))
+
+
+register_tensor_op(
+    "qnn.dequantize", attrs={"out_dtype": None}, num_inputs=3, type_rel=_dequantize_relation,
+    impl=_dequantize_impl, pattern=OpPattern.BROADCAST,
+    doc="float32(x - zero_point) * scale, in out_dtype (default: the scale's) (ONNX DequantizeLinear)",
+)
+
+
+def dequantize(data: Any, scale: Any, zero_point: Any, out_dtype: str | None = None) -> Call:
+    """Dequantize ``data`` (int8/uint8/int16/uint16/int32) with ``scale`` and ``zero_point``
+    (of ``data``'s dtype; both broadcasting to ``data``); ``out_dtype`` defaults to the
+    scale's dtype."""
+    return call_op("qnn.dequantize", data, scale, zero_point,
+                   out_dtype=None if out_dtype is None else normalize_dtype(out_dtype))
+
+
+# --------------------------------------------------------------------------- requantize
+
+
+def _requantize_relation(arg_types: Sequence[Type], attrs: Attrs) -> Type:
+    data = expect_tensor(arg_types[0], "the accumulator")
+    expect_dtype(data, ("int32",), "the accumulator")
+    multiplier = _expect_broadcasts_to(arg_types[1], data, "the multiplier", "the accumulator")
+    expect_dtype(multiplier, ("float32",), "the multiplier")
+    zero_point = _zero_point(arg_types[2], data, "the zero point", "the accumulator", None)
+    return TensorType(data.shape, zero_point.dtype)
+
+
+def _requantize_impl(args: Sequence[Any], attrs: Attrs) -> np.ndarray:
+    data, multiplier, zero_point = (np.asarray(a) for a in args)
+    with np.errstate(all="ignore"):
+        values = np.broadcast_to(_f32(data) * _f32(multiplier), data.shape)
+    return round_saturate(values, zero_point.dtype.name, zero_point)
+
+
+register_tensor_op(
+    "qnn.requantize", attrs={}, num_inputs=3, type_rel=_requantize_relation, impl=_requantize_impl,
+    pattern=OpPattern.BROADCAST,
+    doc="saturate(rne(float32(acc) * multiplier) + zero_point) of an int32 accumulator",
+)
+
+
+def requantize(data: Any, multiplier: Any, zero_point: Any) -> Call:
+    """Requantize an int32 accumulator: ``float32(data) * multiplier`` (float32,
+    broadcasting), rounded, plus ``zero_point``, saturated to the zero point's dtype."""
+    return call_op("qnn.requantize", data, multiplier, zero_point)
+
+
+# --------------------------------------------------------------------------- matmul
+
+
+def _operand(ty: Type, what: str) -> TensorType:
+    tensor = expect_tensor(ty, what)
+    expect_dtype(tensor, INTEGER_KERNEL_DTYPES, what)
+    return tensor
+
+
+def _matmul_relation(arg_types: Sequence[Type], attrs: Attrs) -> Type:
+    lhs = _operand(arg_types[0], "the left operand")
+    rhs = _operand(arg_types[1], "the right operand")
+    if lhs.ndim < 2 or rhs.ndim < 2:
+        raise IRTypeError(f"expected operands of rank >= 2, got {type_text(lhs)} and {type_text(rhs)}")
+    if lhs.shape[-1] != rhs.shape[-2]:
+        raise IRTypeError(f"the contracted dimensions differ: {type_text(lhs)} @ {type_text(rhs)}")
+    _zero_point(arg_types[2], lhs, "the left zero point", "the left operand", lhs.dtype)
+    _zero_point(arg_types[3], rhs, "the right zero point", "the right operand", rhs.dtype)
+    batch = broadcast_shapes(lhs.shape[:-2], rhs.shape[:-2])
+    return TensorType((*batch, lhs.shape[-2], rhs.shape[-1]), "int32")
+
+
+def _centered(value: Any, zero_point: Any) -> np.ndarray:
+    """``value - zero_point`` exactly (int64)."""
+    return np.asarray(value).astype(np.int64) - np.asarray(zero_point).astype(np.int64)
+
+
+def _matmul_impl(args: Sequence[Any], attrs: Attrs) -> np.ndarray:
+    lhs, rhs, lhs_zero, rhs_zero = args
+    product = np.matmul(_centered(lhs, lhs_zero), _centered(rhs, rhs_zero))
+    return np.ascontiguousarray(product.astype(np.int32))  # wraps as int32 arithmetic does
+
+
+register_tensor_op(
+    "qnn.matmul", attrs={}, num_inputs=4, type_rel=_matmul_relation, impl=_matmul_impl,
+    pattern=OpPattern.OUT_EWISE_FUSABLE,
+    doc="(a - a_zero_point) @ (b - b_zero_point), int8/uint8 operands summed in int32 (ONNX MatMulInteger)",
+)
+
+
+def matmul(lhs: Any, rhs: Any, lhs_zero_point: Any, rhs_zero_point: Any) -> Call:
+    """``(lhs - lhs_zero_point) @ (rhs - rhs_zero_point)`` in int32; operands int8/uint8 of
+    rank >= 2 (batch axes broadcast); each zero point broadcasts to its operand."""
+    return call_op("qnn.matmul", lhs, rhs, lhs_zero_point, rhs_zero_point)
+
+
+# --------------------------------------------------------------------------- conv2d
+
+_CONV_DEFAULTS = {"strides": (1, 1), "padding": (0, 0, 0, 0), "dilation": (1, 1), "groups": 1}
+
+
+def _conv2d_relation(arg_types: Sequence[Type], attrs: Attrs) -> Type:
+    data = _operand(arg_types[0], "the data")
+    weight = _operand(arg_types[1], "the weight")
+    expect_ndim(data, 4, "the data", "NCHW")
+    expect_ndim(weight, 4, "the weight", "OIHW")
+    _zero_point(arg_types[2], data, "the data zero point", "the data", data.dtype)
+    _zero_point(arg_types[3], weight, "the weight zero point", "the weight", weight.dtype)
+    batch, channels, height, width = data.shape
+    out_channels, group_channels, kh, kw = weight.shape
+    groups = attrs["groups"]
+    if not isinstance(groups, int) or groups < 1 or channels % groups or out_channels % groups:
+        raise IRTypeError(f"groups={groups!r} must divide the input channels ({channels}) and the output "
+                          f"channels ({out_channels})")
+    if group_channels != channels // groups:
+        raise IRTypeError(f"expected the weight to have {channels // groups} input channels "
+                          f"(data channels {channels} / groups {groups}), got {type_text(weight)}")
+    (sh, sw), (dh, dw) = attrs["strides"], attrs["dilation"]
+    top, left, bottom, right = attrs["padding"]
+    out_h = window_out_size(height, kh, sh, top, bottom, dh, "height")
+    out_w = window_out_size(width, kw, sw, left, right, dw, "width")
+    return TensorType((batch, out_channels, out_h, out_w), "int32")
+
+
+def _conv2d_impl(args: Sequence[Any], attrs: Attrs) -> np.ndarray:
+    data, weight, data_zero, weight_zero = args
+    # the padding holds the data's zero point: zero once it is subtracted
+    out = _window.conv_nd(_centered(data, data_zero), _centered(weight, weight_zero), attrs["strides"],
+                          attrs["padding"], attrs["dilation"], attrs["groups"])
+    return np.ascontiguousarray(out.astype(np.int32))
+
+
+register_tensor_op(
+    "qnn.conv2d", attrs=_CONV_DEFAULTS, num_inputs=4, type_rel=_conv2d_relation, impl=_conv2d_impl,
+    pattern=OpPattern.OUT_EWISE_FUSABLE,
+    doc="conv2d (NCHW/OIHW) of data - data_zero_point and weight - weight_zero_point, summed in int32 "
+        "(ONNX ConvInteger)",
+)
+
+
+def conv2d(data: Any, weight: Any, data_zero_point: Any, weight_zero_point: Any, strides: Any = (1, 1),
+           padding: Any = (0, 0), dilation: Any = (1, 1), groups: int = 1) -> Call:
+    """The int32 convolution of ``data - data_zero_point`` (NCHW, int8/uint8) with
+    ``weight - weight_zero_point`` (OIHW, int8/uint8); zero points broadcast to their
+    operand (a per-output-channel weight zero point has shape (O, 1, 1, 1)). ``padding``
+    as for ``nn.conv2d`` (1, 2 or 4 ints)."""
+    return call_op(
+        "qnn.conv2d", data, weight, data_zero_point, weight_zero_point,
+        strides=positive_ints(int_tuple(strides, 2, "strides"), "strides"),
+        padding=pad_tuple_2d(padding),
+        dilation=positive_ints(int_tuple(dilation, 2, "dilation"), "dilation"),
+        groups=int(groups),
+    )
+
+
+# --------------------------------------------------------------------------- add / mul
+
+
+def _binary_relation(arg_types: Sequence[Type], attrs: Attrs) -> Type:
+    lhs = _operand(arg_types[0], "the left operand")
+    rhs = _operand(arg_types[3], "the right operand")
+    expect_same_dtype(lhs, rhs, "the right operand", "the left operand")
+    out = TensorType(broadcast_shapes(lhs.shape, rhs.shape), lhs.dtype)
+    for index, target, what, target_what in ((1, lhs, "the left scale", "the left operand"),
+                                             (4, rhs, "the right scale", "the right operand"),
+                                             (6, out, "the output scale", "the output")):
+        scale = _expect_broadcasts_to(arg_types[index], target, what, target_what)
+        expect_dtype(scale, ("float32",), what)
+    for index, target, what, target_what in ((2, lhs, "the left zero point", "the left operand"),
+                                             (5, rhs, "the right zero point", "the right operand"),
+                                             (7, out, "the output zero point", "the output")):
+        _zero_point(arg_types[index], target, what, target_what, lhs.dtype)
+    return out
+
+
+def _binary_args(args: Sequence[Any]) -> tuple[np.ndarray, ...]:
+    return tuple(np.asarray(a) for a in args)
+
+
+def _add_impl(args: Sequence[Any], attrs: Attrs) -> np.ndarray:
+    lhs, lhs_scale, lhs_zero, rhs, rhs_scale, rhs_zero, out_scale, out_zero = _binary_args(args)
+    with np.errstate(all="ignore"):
+        ratio_lhs, ratio_rhs = _f32(lhs_scale) / _f32(out_scale), _f32(rhs_scale) / _f32(out_scale)
+        fixed = _f32(out_zero) - (ratio_lhs * _f32(lhs_zero) + ratio_rhs * _f32(rhs_zero))
+        values = (fixed + _f32(lhs) * ratio_lhs) + _f32(rhs) * ratio_rhs
+    return round_saturate(values, lhs.dtype.name)
+
+
+def _mul_impl(args: Sequence[Any], attrs: Attrs) -> np.ndarray:
+    lhs, lhs_scale, lhs_zero, rhs, rhs_scale, rhs_zero, out_scale, out_zero = _binary_args(args)
+    product = (_i32(lhs) - _i32(lhs_zero)) * (_i32(rhs) - _i32(rhs_zero))
+    with np.errstate(all="ignore"):
+        ratio = (_f32(lhs_scale) * _f32(rhs_scale)) / _f32(out_scale)
+        values = _f32(product) * ratio + _f32(out_zero)
+    return round_saturate(values, lhs.dtype.name)
+
+
+register_tensor_op(
+    "qnn.add", attrs={}, num_inputs=8, type_rel=_binary_relation, impl=_add_impl, pattern=OpPattern.BROADCAST,
+    doc="QLinearAdd: a + b of two quantized int8/uint8 tensors, requantized (MLAS's float32 formula)",
+)
+register_tensor_op(
+    "qnn.mul", attrs={}, num_inputs=8, type_rel=_binary_relation, impl=_mul_impl, pattern=OpPattern.BROADCAST,
+    doc="QLinearMul: a * b of two quantized int8/uint8 tensors, requantized (MLAS's float32 formula)",
+)
+
+
+def add(lhs: Any, lhs_scale: Any, lhs_zero_point: Any, rhs: Any, rhs_scale: Any, rhs_zero_point: Any,
+        out_scale: Any, out_zero_point: Any) -> Call:
+    """QLinearAdd: ``lhs`` and ``rhs`` (int8 or uint8, broadcasting) with their float32
+    scales and zero points, added and quantized with ``out_scale``/``out_zero_point``."""
+    return call_op("qnn.add", lhs, lhs_scale, lhs_zero_point, rhs, rhs_scale, rhs_zero_point, out_scale,
+                   out_zero_point)
+
+
+def mul(lhs: Any, lhs_scale: Any, lhs_zero_point: Any, rhs: Any, rhs_scale: Any, rhs_zero_point: Any,
+        out_scale: Any, out_zero_point: Any) -> Call:
+    """QLinearMul: as :func:`add`, for the product."""
+    return call_op("qnn.mul", lhs, lhs_scale, lhs_zero_point, rhs, rhs_scale, rhs_zero_point, out_scale,
+                   out_zero_point)
+
+
+# --------------------------------------------------------------------------- dynamic_quantize
+
+
+def _dynamic_relation(arg_types: Sequence[Type], attrs: Attrs) -> Type:
+    data = expect_tensor(arg_types[0], "the data")
+    expect_dtype(data, ("float32",), "the data")
+    return TupleType([TensorType(data.shape, "uint8"), TensorType((), "float32"), TensorType((), "uint8")])
+
+
+def dynamic_parameters(data: np.ndarray) -> tuple[np.float32, np.float32]:
+    """(scale, zero point as a float32 integer) of DynamicQuantizeLinear on ``data``, step
+    by step as the compute rule does it (NaN propagates through min/max)."""
+    zero = _F32(0)
+    low = np.minimum(zero, data.min()) if data.size else zero
+    high = np.maximum(zero, data.max()) if data.size else zero
+    with np.errstate(all="ignore"):
+        scale = _F32(1) if high == low else _F32((high - low) / _F32(255))
+        initial = zero - low / scale
+    upper = initial if initial < _F32(255) else _F32(255)  # std::min(255, z)
+    clamped = upper if zero < upper else zero  # std::max(0, z)
+    return _F32(scale), _F32(np.rint(clamped))
+
+
+def _dynamic_impl(args: Sequence[Any], attrs: Attrs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    data = _f32(args[0])
+    scale, zero = dynamic_parameters(data)
+    zero_point = np.asarray(zero).astype(np.uint8)
+    with np.errstate(all="ignore"):
+        values = data / scale
+    return round_saturate(values, "uint8", zero_point), np.asarray(scale, dtype=_F32), zero_point
+
+
+register_tensor_op(
+    "qnn.dynamic_quantize", attrs={}, num_inputs=1, type_rel=_dynamic_relation, impl=_dynamic_impl,
+    pattern=OpPattern.OPAQUE,
+    doc="DynamicQuantizeLinear: (uint8 tensor, float32 scale, uint8 zero point) from the data's range",
+)
+
+
+def dynamic_quantize(data: Any) -> Call:
+    """Quantize float32 ``data`` to uint8 with a scale and zero point computed from its
+    range (which always includes 0); a 3-tuple (quantized, scale, zero point)."""
+    return call_op("qnn.dynamic_quantize", data)
