@@ -18,7 +18,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.common import BENCH_DIR, ROOT, cpu_times, machine_notes, markdown_table, steal_percent
+from bench.common import (
+    BENCH_DIR,
+    ROOT,
+    cpu_times,
+    headline_rows,
+    machine_notes,
+    markdown_table,
+    steal_percent,
+)
 
 SECTIONS = (
     "scaling",
@@ -31,6 +39,9 @@ SECTIONS = (
     "onnx_models",
     "end_to_end",
     "serial_path",
+    "weights_memory",
+    "threads",
+    "vs_onnxruntime",
 )
 TITLES = {
     "scaling": "1. Build scaling: in-process vs ray N=1 vs N=2",
@@ -43,6 +54,9 @@ TITLES = {
     "onnx_models": "ONNX import and pipeline (bench/onnx_models.py)",
     "end_to_end": "End-to-end compile latency (bench/end_to_end.py)",
     "serial_path": "The serial path of a build (bench/serial_path.py)",
+    "weights_memory": "Peak memory against the weights (bench/weights_memory.py)",
+    "threads": "Threads in the compiled library (bench/threads.py)",
+    "vs_onnxruntime": "Inference latency against onnxruntime (bench/vs_onnxruntime.py)",
 }
 HEADLINE_HEADER = ["comparison", "ratio (median)", "spread", "target", "verdict"]
 
@@ -76,10 +90,11 @@ def _script(name: str, extra: list[str]) -> Callable[[bool], tuple[str, list[lis
             "--output",
             str(BENCH_DIR / results),
         ]
-        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1800)
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=3600)
         if done.returncode != 0:
             raise RuntimeError(f"{' '.join(command)} exited {done.returncode}: {done.stderr[-2000:]}")
-        return f"See [{results}]({results}).\n\n{done.stdout.strip()}", []
+        headline = headline_rows((BENCH_DIR / results).read_text())
+        return f"See [{results}]({results}).\n\n{done.stdout.strip()}", headline
 
     return run
 
@@ -101,6 +116,11 @@ def run_sections(
         "onnx_models": _script("onnx_models", ["--no-densenet"] if quick else []),
         "end_to_end": _script("end_to_end", ["--quick"] if quick else []),
         "serial_path": _script("serial_path", ["--quick"] if quick else []),
+        "weights_memory": _script("weights_memory", ["--quick"] if quick else []),
+        "threads": _script(
+            "threads", ["--repeats", "5", "--no-densenet", "--no-build-cost"] if quick else []
+        ),
+        "vs_onnxruntime": _script("vs_onnxruntime", ["--repeats", "5", "--only", "zoo"] if quick else []),
     }
     for name in sections:
         started = time.perf_counter()

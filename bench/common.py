@@ -129,6 +129,28 @@ def markdown_table(header: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(lines)
 
 
+# the headline table every results file may carry; `python -m bench` copies its rows into
+# results.md's headline (bench/__main__.py), so a separate script's targets show there too
+HEADLINE_TABLE_HEADER = ["comparison", "value (median)", "range", "target", "verdict"]
+
+
+def headline_rows(markdown: str) -> list[list[str]]:
+    """The rows of every table in ``markdown`` shaped like :data:`HEADLINE_TABLE_HEADER`
+    (five columns, ``comparison`` first, ``target`` and ``verdict`` last)."""
+    rows: list[list[str]] = []
+    in_headline = False
+    for line in markdown.splitlines():
+        if not line.startswith("|"):
+            in_headline = False
+            continue
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 5 and cells[0] == "comparison" and cells[3:] == ["target", "verdict"]:
+            in_headline = True
+        elif in_headline and set(line) - set("|-: "):
+            rows.append(cells)
+    return rows
+
+
 def _version(module: str) -> str:
     try:
         imported = __import__(module)

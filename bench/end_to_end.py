@@ -77,7 +77,14 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import BENCH_DIR, cpu_times, machine_notes, markdown_table, steal_percent  # noqa: E402
+from bench.common import (  # noqa: E402
+    BENCH_DIR,
+    HEADLINE_TABLE_HEADER,
+    cpu_times,
+    machine_notes,
+    markdown_table,
+    steal_percent,
+)
 
 SOURCE_PACKAGES = ("passinfra", "scheduler", "workers", "raypass_cli")  # pyproject's packages
 RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "token"}
@@ -264,6 +271,22 @@ def unavailable_row(model: str, label: str, reason: str, target: str) -> Row:
 
 def render_table(rows: Iterable[Row]) -> str:
     return markdown_table(TABLE_HEADER, [row.cells() for row in rows])
+
+
+def headline_table(rows: Iterable[Row]) -> str:
+    """The rows with a target, shaped for results.md's headline (bench/common.py)."""
+    lines = []
+    for row in rows:
+        if row.target in ("", "-"):
+            continue
+        comparison = f"{row.model}: {row.variant}"
+        if row.ratio not in ("", "-", "n/a"):  # "0.59 (rounds 0.55-0.60)"
+            value, _, spread = row.ratio.partition(" (")
+            comparison, spread = f"{comparison} / local", spread.rstrip(")")
+        else:  # a difference of seconds, or not available
+            value, spread = row.median, row.range
+        lines.append([comparison, value, spread, row.target, row.verdict])
+    return markdown_table(HEADLINE_TABLE_HEADER, lines)
 
 
 # ----- processes --------------------------------------------------------------------------
@@ -787,6 +810,8 @@ def render(
         "the warm pool with the workers asked for.",
         f"- Sources: {SOURCES_TEXT[args.no_snapshot]}.",
         "- The N=1 target (<= 1.05) is the issue's for DenseNet-121; it is applied to ResNet-50 too.",
+        "",
+        headline_table(rows),
         "",
         render_table(rows),
         "",

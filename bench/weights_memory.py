@@ -755,6 +755,25 @@ def summary_rows(data: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
+def headline(rows: list[list[str]]) -> list[list[str]]:
+    """The summary rows with a target, shaped for results.md's headline (bench/common.py)."""
+    lines = []
+    for model, phase, tree, _peak, ratio, target, verdict in rows:
+        if target == "-" or tree == "before":  # the tree before the change is for comparison
+            continue
+        value, _, spread = ratio.partition(" [")  # "1.07 [1.05-1.09]x", or "n/a"
+        value = value if value == "n/a" else value.rstrip("x") + "x"
+        lines.append([f"peak RSS of `raypass {phase}` / weight bytes, {model} ({tree})", value,
+                      spread.rstrip("]x") or "-", target, verdict])
+    return lines
+
+
+def headline_table(rows: list[list[str]]) -> str:
+    from bench.common import HEADLINE_TABLE_HEADER
+
+    return _table(HEADLINE_TABLE_HEADER, headline(rows))
+
+
 def detail_rows(data: dict[str, Any]) -> list[list[str]]:
     rows = []
     for spec in data["specs"]:
@@ -920,6 +939,8 @@ def render(data: dict[str, Any], args: argparse.Namespace, notes: dict[str, str]
         "anonymous memory. anon + file: RssAnon and RssFile at the largest of the 50 ms samples of "
         f"/proc/PID/status. {counted} counted round(s) after {args.warmup} warm-up round(s), models and "
         "trees interleaved; median [min-max].",
+        "",
+        headline_table(summary_rows(data)),
         "",
         _table(
             ["model", "phase", "tree", "peak RSS", "peak RSS / weights", "target", "verdict"],

@@ -22,3 +22,21 @@ def test_steal_is_a_percentage_of_the_cpu_time_since_a_reading():
     assert steal_percent(None) == "unknown"
     # a reading from the future (more jiffies than now) cannot give a share
     assert steal_percent((start[0], start[1] + 10**12)) == "unknown"
+
+
+def test_headline_rows_come_only_from_tables_shaped_like_the_headline():
+    from bench.common import HEADLINE_TABLE_HEADER, headline_rows, markdown_table
+
+    first = ["a / b", "0.50", "0.4-0.6", "<= 0.65", "met"]
+    second = ["c", "2", "-", "<= 1", "MISSED"]
+    text = "\n".join([
+        "# results",
+        markdown_table(["model", "value", "range", "target", "verdict"], [["no", "-", "-", "x", "-"]]),
+        "",
+        markdown_table(HEADLINE_TABLE_HEADER, [first]),
+        "text between tables ends the first one",
+        "| stray | row | after | the | table |",
+        "",
+        markdown_table(["comparison", "ratio (median)", "spread", "target", "verdict"], [second]),
+    ])
+    assert headline_rows(text) == [first, second]

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import pytest
 
+from bench.common import headline_rows
 from bench.end_to_end import (
     Group,
     carries_marker,
     error_lines,
     group_rows,
+    headline_table,
     interleave_order,
     judge,
     parse_built_line,
@@ -65,6 +67,24 @@ def test_rows_of_a_group_with_fixed_cost_and_an_unavailable_variant():
     assert by_variant["auto, pool running"].verdict == "not available: pool start failed"
     table = render_table(rows).splitlines()
     assert table[0].startswith("| model | variant | median s |") and len(table) == 2 + len(rows)
+
+
+def test_the_headline_keeps_the_rows_with_a_target_and_results_md_reads_it_back():
+    groups = phase_groups(["mlp"], "own-pool", {"mlp": "zoo:mlp"})
+    group: Group = groups["pool2"][0]
+    group.runs = {"local": [1.0, 1.2, 1.1], "pool2": [1.3, 1.5, 1.4], "auto": [1.0, 1.1, 1.3]}
+    rows = group_rows(group, "own-pool")
+    text = "intro\n\n" + headline_table(rows) + "\n\n" + render_table(rows) + "\n"
+    read = headline_rows(text)
+    # local is the baseline (no target); pool, fixed cost and auto have targets
+    assert [r[0] for r in read] == [
+        "zoo:mlp: ray N=2, warm pool / local",
+        "zoo:mlp: fixed cost: warm pool (2 workers) - local",
+        "zoo:mlp: auto, pool running / local",
+    ]
+    pool = read[0]
+    assert pool[1:4] == ["1.27", "rounds 1.25-1.30", "<= 1.10"] and pool[4].startswith("fail")
+    assert read[1][1:4] == ["+0.30", "+0.30 to +0.30 (rounds)", "<= 0.50 s"]
 
 
 def test_phases_put_n1_on_its_own_pool_or_on_the_shared_one():

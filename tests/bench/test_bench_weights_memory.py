@@ -156,3 +156,21 @@ def test_a_quick_run_measures_every_model_and_writes_the_report(tmp_path):
     ):
         assert heading in lines
     assert "### external, after: compile" in lines and "### large, after: run" in lines
+
+
+def test_the_headline_has_the_targets_of_the_tree_measured_not_the_one_before():
+    from bench.common import headline_rows
+    from bench.weights_memory import headline_table
+
+    rows = [
+        ["external", "compile", "before", "4.0 GiB", "4.07 [4.00-4.10]x", "<= 1.5x", "MISSED by 2.57x"],
+        ["external", "compile", "after", "1.1 GiB", "1.07 [1.05-1.09]x", "<= 1.5x", "met"],
+        ["inline", "run", "after", "1.0 GiB", "1.02 [1.01-1.03]x", "-", "(for comparison)"],
+        ["external", "run", "after", "n/a", "n/a", "<= 1.3x", "no run (the compile failed)"],
+    ]
+    assert headline_rows(headline_table(rows)) == [
+        ["peak RSS of `raypass compile` / weight bytes, external (after)", "1.07x", "1.05-1.09", "<= 1.5x",
+         "met"],
+        ["peak RSS of `raypass run` / weight bytes, external (after)", "n/a", "-", "<= 1.3x",
+         "no run (the compile failed)"],
+    ]
