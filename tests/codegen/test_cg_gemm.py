@@ -89,6 +89,34 @@ def test_built_gemm_matches_interpreter(name, shapes, make, tmp_path):
     np.testing.assert_allclose(compiled(*args), evaluate(mod, *args), rtol=RTOL, atol=ATOL)
 
 
+# one row or one column: rp_gemm calls sgemv (both layouts of B each); a wrong stride or
+# transposition there gives wrong values, so matching the interpreter checks every branch
+VECTOR_CASES = [
+    ("one_row_dense", [(1, 512), (256, 512)], op.nn.dense),
+    ("one_row_matmul", [(1, 256), (256, 300)], op.matmul),
+    ("one_column_dense", [(300, 256), (1, 256)], op.nn.dense),
+    ("one_column_matmul", [(300, 256), (256, 1)], op.matmul),
+    ("one_row_batched_matmul", [(3, 1, 128), (3, 128, 200)], op.matmul),
+]
+
+
+@pytest.mark.parametrize("name, shapes, make", VECTOR_CASES, ids=[c[0] for c in VECTOR_CASES])
+def test_products_with_one_row_or_column_match_the_interpreter_on_any_thread_count(name, shapes, make,
+                                                                                   tmp_path):
+    mod = IRModule({"main": _func(shapes, make)})
+    args = _arrays(shapes, seed=2)
+    assert lower_primitive_function(mod["main"], name, use_blas=True).attrs["uses_blas"] is True
+    with PassContext(config={"codegen.cache_dir": str(tmp_path)}):
+        compiled = passinfra.build(mod)
+    results = []
+    for threads in (1, 2, 3):
+        compiled.set_num_threads(threads)
+        results.append(compiled(*args))
+    np.testing.assert_allclose(results[0], evaluate(mod, *args), rtol=RTOL, atol=ATOL)
+    for other in results[1:]:
+        assert np.array_equal(other, results[0])
+
+
 def test_small_contractions_stay_loops():
     shapes = [(2, 4), (3, 4)]
     assert 2 * 3 * 4 < MIN_GEMM_MACS
