@@ -31,7 +31,7 @@ from passinfra import tir
 from passinfra.errors import IRError
 from passinfra.ir.attrs import Attrs
 from passinfra.ir.op.registry import Op
-from passinfra.ir.types import Type, is_float_dtype
+from passinfra.ir.types import TensorType, Type, is_float_dtype
 
 COMPUTE_ATTR = "compute"
 
@@ -154,6 +154,12 @@ def register_compute(*names: str) -> Callable[[ComputeRule], ComputeRule]:
 
 
 # --------------------------------------------------------------------------- helpers for rules
+
+
+def output_shape(out_type: Type) -> tuple[int, ...]:
+    """The static shape of a compute rule's (tensor) output type."""
+    assert isinstance(out_type, TensorType)
+    return out_type.shape
 
 
 def imm(value: float, dtype: str) -> tir.PrimExpr:

@@ -25,6 +25,7 @@ from passinfra.codegen.compute.base import (
     load_broadcast,
     local_scalar,
     loop_nest,
+    output_shape,
     register_compute,
     seq,
 )
@@ -33,7 +34,7 @@ from passinfra.errors import OpNotFoundError
 from passinfra.ir.attrs import Attrs
 from passinfra.ir.op._rel import normalize_axes, normalize_axis
 from passinfra.ir.op.registry import Op
-from passinfra.ir.types import TensorType, Type
+from passinfra.ir.types import Type
 
 Scalar = tir.PrimExpr
 
@@ -49,11 +50,6 @@ def _registered(name: str) -> bool:
 def _register_if_present(name: str, rule: Callable) -> None:
     if _registered(name):
         register_compute(name)(rule)
-
-
-def _shape(out_type: Type) -> tuple[int, ...]:
-    assert isinstance(out_type, TensorType)
-    return out_type.shape
 
 
 def _sign(x: Scalar) -> Scalar:
@@ -101,7 +97,8 @@ def _unary_rule(name: str) -> Callable:
 
     def rule(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> ComputeOp:
         (data,) = inputs
-        return ComputeOp(name, _shape(out_type), out_type.dtype, lambda idx: apply(data.load(*idx), attrs))
+        return ComputeOp(name, output_shape(out_type), out_type.dtype,
+                         lambda idx: apply(data.load(*idx), attrs))
 
     return rule
 
@@ -123,7 +120,7 @@ def _strided_slice(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type)
             source.append(moved + tir.IntImm(begin) if begin else moved)
         return data.load(*source)
 
-    return ComputeOp("strided_slice", _shape(out_type), data.dtype, value)
+    return ComputeOp("strided_slice", output_shape(out_type), data.dtype, value)
 
 
 def _pad_source(index: Scalar, before: int, after: int, extent: int,
@@ -170,19 +167,19 @@ def _pad(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> Comput
             cond = tir.And(cond, extra)
         return tir.Select(cond, read, fill)
 
-    return ComputeOp("pad", _shape(out_type), data.dtype, value)
+    return ComputeOp("pad", output_shape(out_type), data.dtype, value)
 
 
 def _tile(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> ComputeOp:
     (data,) = inputs
-    return ComputeOp("tile", _shape(out_type), data.dtype, lambda idx: data.load(*(
+    return ComputeOp("tile", output_shape(out_type), data.dtype, lambda idx: data.load(*(
         index if reps == 1 else tir.FloorMod(index, tir.IntImm(extent))
         for index, reps, extent in zip(idx, attrs["reps"], data.shape))))
 
 
 def _broadcast_to(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> ComputeOp:
     (data,) = inputs
-    shape = _shape(out_type)
+    shape = output_shape(out_type)
     return ComputeOp("broadcast_to", shape, data.dtype, lambda idx: load_broadcast(data, idx, shape))
 
 
@@ -195,13 +192,13 @@ def _trilu(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> Comp
         row, col = idx[-2], idx[-1]
         return tir.Select(compare(col - row, tir.IntImm(k)), data.load(*idx), imm(0, data.dtype))
 
-    return ComputeOp("trilu", _shape(out_type), data.dtype, value)
+    return ComputeOp("trilu", output_shape(out_type), data.dtype, value)
 
 
 def _prod(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type):
     (data,) = inputs
     axes = normalize_axes(attrs["axis"], len(data.shape))
-    return reduction("prod", "prod", data, axes, attrs["keepdims"], _shape(out_type))
+    return reduction("prod", "prod", data, axes, attrs["keepdims"], output_shape(out_type))
 
 
 def _arg_rule(name: str) -> Callable:
@@ -238,7 +235,7 @@ def _arg_rule(name: str) -> Callable:
 
             return loop_nest(outer, row)
 
-        return ExternOp(name, ((_shape(out_type), "int64"),), build)
+        return ExternOp(name, ((output_shape(out_type), "int64"),), build)
 
     return rule
 

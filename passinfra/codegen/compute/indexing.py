@@ -40,12 +40,13 @@ from passinfra.codegen.compute.base import (
     load_broadcast,
     local_scalar,
     loop_nest,
+    output_shape,
     register_compute,
     seq,
 )
 from passinfra.ir.attrs import Attrs
 from passinfra.ir.op._rel import normalize_axis
-from passinfra.ir.types import TensorType, TupleType, Type
+from passinfra.ir.types import TupleType, Type
 
 Scalar = tir.PrimExpr
 
@@ -55,11 +56,6 @@ _COMBINE: dict[str, Callable[[Scalar, Scalar], Scalar]] = {
     "max": tir.Max,
     "min": tir.Min,
 }
-
-
-def _shape(out_type: Type) -> tuple[int, ...]:
-    assert isinstance(out_type, TensorType)
-    return out_type.shape
 
 
 def _index(value: int) -> Scalar:
@@ -109,7 +105,7 @@ def _gather_elements(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Typ
         picked = _position(indices.load(*idx), extent)
         return data.load(*idx[:axis], picked, *idx[axis + 1:])
 
-    return ComputeOp("gather_elements", _shape(out_type), data.dtype, value)
+    return ComputeOp("gather_elements", output_shape(out_type), data.dtype, value)
 
 
 @register_compute("gather_nd")
@@ -122,7 +118,7 @@ def _gather_nd(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> 
         picks = [_position(indices.load(*idx[:lead], _index(j)), data.shape[batch + j]) for j in range(depth)]
         return data.load(*idx[:batch], *picks, *idx[lead:])
 
-    return ComputeOp("gather_nd", _shape(out_type), data.dtype, value)
+    return ComputeOp("gather_nd", output_shape(out_type), data.dtype, value)
 
 
 # --------------------------------------------------------------------------- scatters
@@ -153,7 +149,7 @@ def _scatter_elements(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Ty
 
         return seq(_copy(data, out), loop_nest(indices.shape, scatter, prefix="u"))
 
-    return ExternOp("scatter_elements", ((_shape(out_type), data.dtype),), build)
+    return ExternOp("scatter_elements", ((output_shape(out_type), data.dtype),), build)
 
 
 @register_compute("scatter_nd")
@@ -171,7 +167,7 @@ def _scatter_nd(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) ->
 
         return seq(_copy(data, out), loop_nest(updates.shape, scatter, prefix="u"))
 
-    return ExternOp("scatter_nd", ((_shape(out_type), data.dtype),), build)
+    return ExternOp("scatter_nd", ((output_shape(out_type), data.dtype),), build)
 
 
 # --------------------------------------------------------------------------- topk
@@ -209,7 +205,7 @@ def _topk(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> Exter
     axis = normalize_axis(attrs["axis"], len(data.shape))
     extent, k, dtype = data.shape[axis], attrs["k"], data.dtype
     before = _order(dtype, attrs["largest"])
-    out_shape = _shape(out_type.fields[0])
+    out_shape = output_shape(out_type.fields[0])
 
     def build(outputs: Sequence[tir.Buffer]) -> tir.Stmt:
         values, positions = outputs
@@ -280,7 +276,7 @@ def _scan_rule(name: str, combine: Callable[[Scalar, Scalar], Scalar], identity:
 
             return _along_axis(data.shape, axis, row)
 
-        return ExternOp(name, ((_shape(out_type), dtype),), build)
+        return ExternOp(name, ((output_shape(out_type), dtype),), build)
 
 
 _scan_rule("cumsum", tir.Add, 0)
@@ -294,7 +290,7 @@ def _binary(name: str, scalar: Callable[[Scalar, Scalar], Scalar]) -> None:
     @register_compute(name)
     def rule(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> ComputeOp:
         lhs, rhs = inputs
-        shape = _shape(out_type)
+        shape = output_shape(out_type)
         return ComputeOp(name, shape, out_type.dtype,
                          lambda idx: scalar(load_broadcast(lhs, idx, shape), load_broadcast(rhs, idx, shape)))
 

@@ -28,18 +28,14 @@ from passinfra.codegen.compute.base import (
     intrinsic,
     local_scalar,
     loop_nest,
+    output_shape,
     reduction_identity,
     register_compute,
     seq,
 )
 from passinfra.ir.attrs import Attrs
 from passinfra.ir.op._rel import normalize_axis
-from passinfra.ir.types import TensorType, Type
-
-
-def _shape(out_type: Type) -> tuple[int, ...]:
-    assert isinstance(out_type, TensorType)
-    return out_type.shape
+from passinfra.ir.types import Type
 
 
 def _window_index(out: tir.PrimExpr, stride: int, tap: tir.PrimExpr, dilation: int, pad: int) -> tir.PrimExpr:
@@ -104,20 +100,20 @@ def _conv2d(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> Red
         taps = {"O": oc, "I": rc, "H": ry, "W": rx}
         return value * weight.load(*(taps[axis] for axis in kernel_layout))
 
-    return ReduceOp("nn.conv2d", _shape(out_type), data.dtype, extents, "sum", body)
+    return ReduceOp("nn.conv2d", output_shape(out_type), data.dtype, extents, "sum", body)
 
 
 @register_compute("nn.dense")
 def _dense(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> ReduceOp:
     data, weight = inputs
-    return ReduceOp("nn.dense", _shape(out_type), data.dtype, (data.shape[-1],), "sum",
+    return ReduceOp("nn.dense", output_shape(out_type), data.dtype, (data.shape[-1],), "sum",
                     lambda out, red: data.load(*out[:-1], red[0]) * weight.load(out[-1], red[0]))
 
 
 @register_compute("matmul")
 def _matmul(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> ReduceOp:
     lhs, rhs = inputs
-    out_shape = _shape(out_type)
+    out_shape = output_shape(out_type)
     lhs_vector, rhs_vector = len(lhs.shape) == 1, len(rhs.shape) == 1
 
     def body(out: Indices, red: Indices) -> tir.PrimExpr:
@@ -165,7 +161,7 @@ def _pool(name: str, combiner: str, data: TensorHandle, attrs: Attrs, out_type: 
             cols = _valid_count(o["W"], sw, left, pw, reader.width)
             return acc / tir.Cast(acc.dtype, rows * cols)
 
-    return ReduceOp(name, _shape(out_type), data.dtype, (ph, pw), combiner, body, finalize)
+    return ReduceOp(name, output_shape(out_type), data.dtype, (ph, pw), combiner, body, finalize)
 
 
 def _valid_count(out: tir.PrimExpr, stride: int, pad: int, window: int, extent: int) -> tir.PrimExpr:
@@ -194,7 +190,7 @@ def _global_avg_pool2d(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: T
         taps = dict(zip(layout, out)) | {"H": red[0], "W": red[1]}
         return data.load(*(taps[axis] for axis in layout))
 
-    return ReduceOp("nn.global_avg_pool2d", _shape(out_type), data.dtype, (height, width), "sum", body,
+    return ReduceOp("nn.global_avg_pool2d", output_shape(out_type), data.dtype, (height, width), "sum", body,
                     lambda acc, out: acc / imm(height * width, acc.dtype))
 
 
@@ -230,7 +226,7 @@ def _accumulate(acc: tir.Buffer, extent: int, combine: Callable, value: Callable
 @register_compute("nn.softmax")
 def _softmax(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> ExternOp:
     (data,) = inputs
-    shape, dtype = _shape(out_type), out_type.dtype
+    shape, dtype = output_shape(out_type), out_type.dtype
     axis = normalize_axis(attrs["axis"], len(shape))
     extent = shape[axis]
 
@@ -261,7 +257,7 @@ def _softmax(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> Ex
 @register_compute("nn.layer_norm")
 def _layer_norm(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> ExternOp:
     data, gamma, beta = inputs
-    shape, dtype = _shape(out_type), out_type.dtype
+    shape, dtype = output_shape(out_type), out_type.dtype
     axis = normalize_axis(attrs["axis"], len(shape))
     extent = shape[axis]
     count, epsilon = imm(extent, dtype), imm(attrs["epsilon"], dtype)

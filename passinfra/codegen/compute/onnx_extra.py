@@ -20,15 +20,11 @@ from passinfra.codegen.compute.base import (
     imm,
     in_range,
     intrinsic,
+    output_shape,
     register_compute,
 )
 from passinfra.ir.attrs import Attrs
-from passinfra.ir.types import TensorType, Type
-
-
-def _shape(out_type: Type) -> tuple[int, ...]:
-    assert isinstance(out_type, TensorType)
-    return out_type.shape
+from passinfra.ir.types import Type
 
 
 @register_compute("nn.lrn")
@@ -47,4 +43,4 @@ def _lrn(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> Reduce
         base = imm(attrs["bias"], dtype) + imm(attrs["alpha"] / size, dtype) * acc
         return data.load(*out) / intrinsic("pow", base, imm(attrs["beta"], dtype))
 
-    return ReduceOp("nn.lrn", _shape(out_type), dtype, (size,), "sum", body, finalize)
+    return ReduceOp("nn.lrn", output_shape(out_type), dtype, (size,), "sum", body, finalize)

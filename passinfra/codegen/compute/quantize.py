@@ -38,6 +38,7 @@ from passinfra.codegen.compute.base import (
     load_broadcast,
     local_scalar,
     loop_nest,
+    output_shape,
     register_compute,
     seq,
 )
@@ -45,11 +46,6 @@ from passinfra.ir.attrs import Attrs
 from passinfra.ir.types import TensorType, Type
 
 _F32, _I32 = "float32", "int32"
-
-
-def _shape(out_type: Type) -> tuple[int, ...]:
-    assert isinstance(out_type, TensorType)
-    return out_type.shape
 
 
 def _as(dtype: str, value: tir.PrimExpr) -> tir.PrimExpr:
@@ -190,7 +186,7 @@ def _mul(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> Comput
 @register_compute("qnn.matmul")
 def _matmul(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> ReduceOp:
     lhs, rhs, lhs_zero, rhs_zero = inputs
-    out_shape = _shape(out_type)
+    out_shape = output_shape(out_type)
     batch_rank = len(out_shape) - 2
     batch_shape = out_shape[:batch_rank]
 
@@ -248,7 +244,7 @@ def _conv2d(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> Red
         inside = conditions[0] if len(conditions) == 1 else tir.And(conditions[0], conditions[1])
         return tir.Select(inside, product, tir.IntImm(0, _I32))  # the padding holds the zero point
 
-    return ReduceOp("qnn.conv2d", _shape(out_type), _I32, (group_channels, kh, kw), "sum", body)
+    return ReduceOp("qnn.conv2d", output_shape(out_type), _I32, (group_channels, kh, kw), "sum", body)
 
 
 # --------------------------------------------------------------------------- dynamic_quantize

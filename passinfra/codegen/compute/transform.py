@@ -19,6 +19,7 @@ from passinfra.codegen.compute.base import (
     clamp,
     imm,
     load_broadcast,
+    output_shape,
     ravel,
     register_compute,
     unravel,
@@ -26,18 +27,13 @@ from passinfra.codegen.compute.base import (
 from passinfra.ir.attrs import Attrs
 from passinfra.ir.op._rel import normalize_axis
 from passinfra.ir.op.tensor import _split_bounds, _transpose_permutation
-from passinfra.ir.types import TensorType, TupleType, Type
-
-
-def _shape(out_type: Type) -> tuple[int, ...]:
-    assert isinstance(out_type, TensorType)
-    return out_type.shape
+from passinfra.ir.types import TupleType, Type
 
 
 @register_compute("reshape")
 def _reshape(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> ComputeOp:
     (data,) = inputs
-    out_shape = _shape(out_type)
+    out_shape = output_shape(out_type)
     if tuple(data.shape) == out_shape:
         return ComputeOp("reshape", out_shape, data.dtype, lambda idx: data.load(*idx))
     return ComputeOp("reshape", out_shape, data.dtype,
@@ -47,7 +43,7 @@ def _reshape(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> Co
 @register_compute("squeeze")
 def _squeeze(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> ComputeOp:
     (data,) = inputs
-    out_shape = _shape(out_type)
+    out_shape = output_shape(out_type)
     if attrs["axis"] is None:
         dropped = {i for i, d in enumerate(data.shape) if d == 1}
     else:
@@ -68,7 +64,7 @@ def _expand_dims(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -
     if axis < 0:
         axis += len(data.shape) + 1
     count = attrs["num_newaxis"]
-    return ComputeOp("expand_dims", _shape(out_type), data.dtype,
+    return ComputeOp("expand_dims", output_shape(out_type), data.dtype,
                      lambda idx: data.load(*idx[:axis], *idx[axis + count:]))
 
 
@@ -83,14 +79,14 @@ def _transpose(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> 
             source[in_axis] = idx[out_axis]
         return data.load(*source)
 
-    return ComputeOp("transpose", _shape(out_type), data.dtype, value)
+    return ComputeOp("transpose", output_shape(out_type), data.dtype, value)
 
 
 @register_compute("concatenate")
 def _concatenate(inputs: Sequence, attrs: Attrs, out_type: Type) -> ComputeOp:
     (fields,) = inputs
     fields = tuple(fields)
-    out_shape = _shape(out_type)
+    out_shape = output_shape(out_type)
     axis = normalize_axis(attrs["axis"], len(out_shape))
     offsets = [0]
     for field in fields:
@@ -129,7 +125,7 @@ def _split(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> tupl
             shifted = idx[axis] + tir.IntImm(start) if start else idx[axis]
             return data.load(*idx[:axis], shifted, *idx[axis + 1:])
 
-        pieces.append(ComputeOp("split", _shape(piece_type), data.dtype, value))
+        pieces.append(ComputeOp("split", output_shape(piece_type), data.dtype, value))
     return tuple(pieces)
 
 
@@ -144,7 +140,7 @@ def _wrapped_index(index: tir.PrimExpr, extent: int) -> tir.PrimExpr:
 @register_compute("take")
 def _take(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> ComputeOp:
     data, indices = inputs
-    out_shape = _shape(out_type)
+    out_shape = output_shape(out_type)
     rank = len(indices.shape)
     if attrs["axis"] is None:
         size = 1
@@ -168,7 +164,7 @@ def _take(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> Compu
 @register_compute("where")
 def _where(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> ComputeOp:
     condition, on_true, on_false = inputs
-    shape = _shape(out_type)
+    shape = output_shape(out_type)
     return ComputeOp("where", shape, out_type.dtype, lambda idx: tir.Select(
         load_broadcast(condition, idx, shape), load_broadcast(on_true, idx, shape),
         load_broadcast(on_false, idx, shape)))
@@ -183,13 +179,13 @@ def _full(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> Compu
         scalar = fill.load()
         return scalar if scalar.dtype == dtype else tir.Cast(dtype, scalar)
 
-    return ComputeOp("full", _shape(out_type), dtype, value)
+    return ComputeOp("full", output_shape(out_type), dtype, value)
 
 
 def _constant_fill(name: str, fill: int) -> None:
     @register_compute(name)
     def rule(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> ComputeOp:
-        return ComputeOp(name, _shape(out_type), out_type.dtype, lambda idx: imm(fill, out_type.dtype))
+        return ComputeOp(name, output_shape(out_type), out_type.dtype, lambda idx: imm(fill, out_type.dtype))
 
 
 _constant_fill("zeros", 0)

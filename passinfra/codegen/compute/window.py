@@ -33,17 +33,13 @@ from passinfra.codegen.compute.base import (
     clamp,
     imm,
     in_range,
+    output_shape,
     reduction_identity,
     register_compute,
 )
 from passinfra.ir.attrs import Attrs
 from passinfra.ir.op import _window
-from passinfra.ir.types import TensorType, Type
-
-
-def _shape(out_type: Type) -> tuple[int, ...]:
-    assert isinstance(out_type, TensorType)
-    return out_type.shape
+from passinfra.ir.types import Type
 
 
 def _all(conditions: Sequence[tir.PrimExpr]) -> tir.PrimExpr | None:
@@ -113,7 +109,7 @@ def _conv(name: str):
                      for o, s, t, d, b in zip(positions, strides, taps, dilation, padding[:rank])]
             return reader.read(n, ic, where) * weight.load(oc, rc, *taps)
 
-        return ReduceOp(name, _shape(out_type), data.dtype, (group_channels, *kernel), "sum", body)
+        return ReduceOp(name, output_shape(out_type), data.dtype, (group_channels, *kernel), "sum", body)
 
     return rule
 
@@ -157,7 +153,7 @@ def _conv_transpose(name: str):
             product = data.load(n, in_channel, *reads) * weight.load(in_channel, oc_in_group, *taps)
             return tir.Select(_all(conditions), product, imm(0, data.dtype))
 
-        return ReduceOp(name, _shape(out_type), data.dtype, (group_in, *kernel), "sum", body)
+        return ReduceOp(name, output_shape(out_type), data.dtype, (group_in, *kernel), "sum", body)
 
     return rule
 
@@ -166,7 +162,7 @@ def _pool(name: str, combiner: str):
     def rule(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> ReduceOp:
         (data,) = inputs
         rank = len(data.shape) - 2
-        sizes, out_shape = data.shape[2:], _shape(out_type)
+        sizes, out_shape = data.shape[2:], output_shape(out_type)
         window, strides, dilation = attrs["pool_size"], attrs["strides"], attrs["dilation"]
         begins, ends = attrs["padding"][:rank], attrs["padding"][rank:]
         extra = [_window.overhang(n, k, s, d, b, e, o) for n, k, s, d, b, e, o
