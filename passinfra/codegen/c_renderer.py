@@ -125,6 +125,11 @@ for _table in INTRINSICS.values():
         _table.update({narrow: _table["int32"] for narrow in NARROW_INTS})
         _table.update({"uint32": "rp_abs_u32", "uint64": "rp_abs_u64"})
 
+# bitwise intrinsics (passinfra.tir.intrinsics) -> C operator; the result is cast back to
+# the dtype, since C computes an 8-/16-bit operand's bits in int (~ of a uint8 is negative)
+BITWISE_OPERATORS: dict[str, str] = {"bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^",
+                                     "bitwise_not": "~"}
+
 PREAMBLE = """\
 #include <math.h>
 #include <stdbool.h>
@@ -628,6 +633,10 @@ class CRenderer:
                               f"{packed[0]!r}; run WidenGemmOperands first")
             self._calls_blas = True
             return render_gemm(args)
+        operator = BITWISE_OPERATORS.get(node.name)
+        if operator is not None:
+            expression = f"{operator}{args[0]}" if len(args) == 1 else f"{args[0]} {operator} {args[1]}"
+            return f"(({c_type(node.dtype)})({expression}))"
         table = INTRINSICS.get(node.name)
         if table is None:
             raise IRError(f"unknown math intrinsic {node.name!r}; known: {', '.join(sorted(INTRINSICS))}")
@@ -640,8 +649,8 @@ class CRenderer:
 _RESERVED = frozenset(
     "args auto break case char const continue default do double else enum extern float for goto if "
     "inline int long register restrict return short signed sizeof static struct switch typedef union "
-    "unsigned void volatile while bool true false free malloc abort".split()
-)
+    "unsigned void volatile while bool true false free malloc abort memcpy memset".split()
+) | frozenset(function for table in INTRINSICS.values() for function in table.values())  # sqrt, expf, ...
 
 
 def _is_zero(expr: tir.PrimExpr) -> bool:

@@ -13,7 +13,7 @@ import numpy as np
 
 from passinfra.errors import EvaluationError
 from passinfra.tir.functor import expr_children
-from passinfra.tir.intrinsics import evaluate_gemm, is_gemm
+from passinfra.tir.intrinsics import BITWISE_INTRINSICS, evaluate_gemm, is_gemm
 from passinfra.tir.nodes import (
     EQ,
     GE,
@@ -102,6 +102,7 @@ _INTRINSICS: dict[str, Callable[..., Any]] = {
     "erf": lambda x: type(x)(math.erf(float(x))), "round": np.round, "trunc": np.trunc,
     "rsqrt": lambda x: type(x)(1) / np.sqrt(x), "sigmoid": lambda x: type(x)(1) / (type(x)(1) + np.exp(-x)),
     "fmax": np.fmax, "fmin": np.fmin, "log1p": np.log1p, "expm1": np.expm1,
+    **{name: meaning for name, (_, meaning) in BITWISE_INTRINSICS.items()},
 }
 
 

@@ -1,4 +1,5 @@
-"""Intrinsics of the loop-level IR that are statements of their own, with their meaning.
+"""Intrinsics of the loop-level IR with their meaning: the GEMM statement and the
+bitwise integer operations.
 
 A GEMM is ``Evaluate(Intrinsic("rp_sgemm", (A, B, C, m, n, k, lda, ldb, ldc, trans_b)))``
 whose first three arguments are ``BufferLoad``\\ s naming the first element of A, B and
@@ -6,14 +7,22 @@ C; every TIR pass handles it without a new node kind. The name and the reference
 semantics live here, with the IR, so the evaluator needs nothing from codegen; building
 the call, planning contractions and rendering it as a BLAS call stay in
 :mod:`passinfra.codegen.gemm`.
+
+The bitwise operations (``bitwise_and``, ``bitwise_or``, ``bitwise_xor`` of two integers
+of one dtype, ``bitwise_not`` of one) are value intrinsics, not node kinds, for the same
+reason: every functor, printer, structural comparison and wire format already handles an
+``Intrinsic``. Their meaning is NumPy's on the dtype's two's-complement bits; the C
+renderer writes them as ``&``, ``|``, ``^`` and ``~`` cast back to the dtype.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
+from passinfra.errors import IRError
 from passinfra.tir.nodes import BufferLoad, Intrinsic, PrimExpr
 
 GEMM_INTRINSIC = "rp_sgemm"
@@ -38,4 +47,30 @@ def _matrix(flat: np.ndarray, rows: int, cols: int, leading: int) -> np.ndarray:
     return np.lib.stride_tricks.as_strided(flat, (rows, cols), (leading * flat.itemsize, flat.itemsize))
 
 
-__all__ = ["GEMM_INTRINSIC", "is_gemm", "evaluate_gemm"]
+# name -> (number of operands, NumPy meaning)
+BITWISE_INTRINSICS: dict[str, tuple[int, Callable[..., Any]]] = {
+    "bitwise_and": (2, np.bitwise_and),
+    "bitwise_or": (2, np.bitwise_or),
+    "bitwise_xor": (2, np.bitwise_xor),
+    "bitwise_not": (1, np.invert),
+}
+_INTEGER_KINDS = "iu"
+
+
+def bitwise(name: str, *operands: PrimExpr) -> Intrinsic:
+    """The bitwise intrinsic ``name`` of integer operands of one dtype (IRError naming the
+    problem otherwise)."""
+    spec = BITWISE_INTRINSICS.get(name)
+    if spec is None:
+        raise IRError(f"unknown bitwise intrinsic {name!r}; known: {', '.join(BITWISE_INTRINSICS)}")
+    if len(operands) != spec[0]:
+        raise IRError(f"{name} takes {spec[0]} operand(s), got {len(operands)}")
+    dtypes = {x.dtype for x in operands}
+    dtype = operands[0].dtype
+    if len(dtypes) != 1 or dtype == "bool" or np.dtype(dtype).kind not in _INTEGER_KINDS:
+        got = ", ".join(x.dtype for x in operands)
+        raise IRError(f"{name} needs integer operands of one dtype, got {got}")
+    return Intrinsic(name, tuple(operands), dtype)
+
+
+__all__ = ["GEMM_INTRINSIC", "BITWISE_INTRINSICS", "bitwise", "is_gemm", "evaluate_gemm"]

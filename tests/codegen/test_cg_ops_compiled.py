@@ -31,7 +31,7 @@ from passinfra.codegen.compute import COMPUTE_ATTR
 from passinfra.errors import IRError
 from passinfra.ir import op
 from passinfra.ir.expr import Expr, Var
-from passinfra.ir.op import extra, indexing
+from passinfra.ir.op import bitwise, extra, indexing, lp_pool
 from passinfra.ir.type_infer import infer_type
 from passinfra.transform import PassContext, Sequential, get_pass
 
@@ -367,6 +367,11 @@ case("nn.conv3d_transpose", "stride-groups", lambda x, w: op.nn.conv3d_transpose
 case("nn.max_pool3d", "ceil-dilated", lambda x: op.nn.max_pool3d(
     x, (2, 3, 2), strides=(2, 2, 1), padding=(0, 1, 1, 1, 1, 0), dilation=(1, 1, 2), ceil_mode=True),
     f32(1, 2, 5, 6, 7))
+case("nn.lp_pool2d", "p3-ceil-dilated", lambda x: lp_pool.lp_pool(
+    x, 2, 3, (2, 3), strides=(2, 1), padding=(1, 0, 0, 1), dilation=(1, 2), ceil_mode=True), f32(1, 2, 6, 7))
+case("nn.lp_pool3d", "p2-padded", lambda x: lp_pool.lp_pool(
+    x, 3, 2, (2, 2, 2), strides=(1, 2, 2), padding=(0, 1, 1, 1, 0, 1), dilation=(1, 1, 1)),
+    f32(1, 2, 4, 5, 5))
 for _include in (False, True):
     case("nn.avg_pool3d", f"ceil-count_include_pad={_include}", lambda x, inc=_include: op.nn.avg_pool3d(
         x, (3, 2, 2), strides=(2, 2, 2), padding=(1, 1, 0, 1, 0, 1), dilation=(1, 2, 1), ceil_mode=True,
@@ -407,6 +412,13 @@ case("floor_mod", "f32", indexing.floor_mod, f32(3, 4), f32(4, low=0.5, high=3.0
 case("left_shift", "int64", indexing.left_shift, ints(4, 8, dtype="int64", low=-1000, high=1000),
      ints(8, dtype="int64", low=-2, high=66))
 case("right_shift", "int32", indexing.right_shift, ints(4, 8, low=-1000, high=1000), ints(8, low=-2, high=34))
+case("bitwise_and", "int8", bitwise.bitwise_and, ints(3, 4, dtype="int8", low=-128, high=127),
+     ints(4, dtype="int8", low=-128, high=127))
+case("bitwise_or", "uint16", bitwise.bitwise_or, ints(3, 4, dtype="uint16", low=0, high=65535),
+     ints(3, 4, dtype="uint16", low=0, high=65535))
+case("bitwise_xor", "int64", bitwise.bitwise_xor, ints(3, 4, dtype="int64", low=-10**6, high=10**6),
+     ints(3, 1, dtype="int64", low=-10**6, high=10**6))
+case("bitwise_not", "uint8", bitwise.bitwise_not, ints(3, 4, dtype="uint8", low=0, high=255))
 
 # quantization: per-axis parameters, saturation (values far outside the range), int32
 # accumulation of 8-bit products with zero points, padding that holds the zero point

@@ -5,9 +5,11 @@ Importing this package attaches the rules of every built-in op to the op registr
 """
 
 from passinfra.codegen.compute import (  # noqa: F401  (registers rules)
+    bitwise,
     elemwise,
     extra,
     indexing,
+    lp_pool,
     nn,
     onnx_extra,
     quantize,

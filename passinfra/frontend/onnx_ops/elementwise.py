@@ -28,6 +28,9 @@ _BINARY = {
     "And": "logical_and",
     "Or": "logical_or",
     "Xor": "not_equal",
+    "BitwiseAnd": "bitwise_and",
+    "BitwiseOr": "bitwise_or",
+    "BitwiseXor": "bitwise_xor",
 }
 _UNARY = {
     "Neg": "negative",
@@ -39,6 +42,7 @@ _UNARY = {
     "Sigmoid": "sigmoid",
     "Erf": "erf",
     "Not": "logical_not",
+    "BitwiseNot": "bitwise_not",
     "Relu": "nn.relu",
     "Floor": "floor",
     "Ceil": "ceil",

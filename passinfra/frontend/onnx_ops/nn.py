@@ -15,7 +15,7 @@ from passinfra.frontend.onnx_ops.context import NodeContext
 from passinfra.frontend.onnx_ops.registry import converter
 from passinfra.ir import op
 from passinfra.ir.expr import Expr, TupleGetItem
-from passinfra.ir.op import _window, extra
+from passinfra.ir.op import _window, extra, lp_pool
 
 
 def _text(value) -> str:
@@ -152,13 +152,8 @@ def _conv_transpose(node: NodeContext) -> Expr:
     return _unlift(result, 2 - rank if rank < 3 else 0)
 
 
-def _pool(node: NodeContext, kind: str) -> Expr:
-    """MaxPool / AveragePool. 1-D and 2-D windows use the 2-D pools, ceil mode as extra
-    end padding (exact for a max, and for an average that counts only real cells);
-    3-D windows, and the 1-D/2-D averages those cannot express (dilated, or a ceil-mode
-    window past the padding whose padding counts), use the 3-D pools over unit axes."""
-    if node.num_outputs > 1:
-        raise node.fail("the Indices output of MaxPool is not supported")
+def _pool_window(node: NodeContext):
+    """A pooling node's (data, shape, kernel, strides, dilations, begin pads, end pads)."""
     data = node.input(0)
     shape = node.shape(data)
     kernel = list(node.attr("kernel_shape"))
@@ -166,6 +161,18 @@ def _pool(node: NodeContext, kind: str) -> Expr:
     strides = list(node.attr("strides", [1] * rank))
     dilations = list(node.attr("dilations", [1] * rank))
     begin, end = _window_padding(node, shape[2:], kernel, strides, dilations)
+    return data, shape, kernel, strides, dilations, begin, end
+
+
+def _pool(node: NodeContext, kind: str) -> Expr:
+    """MaxPool / AveragePool. 1-D and 2-D windows use the 2-D pools, ceil mode as extra
+    end padding (exact for a max, and for an average that counts only real cells);
+    3-D windows, and the 1-D/2-D averages those cannot express (dilated, or a ceil-mode
+    window past the padding whose padding counts), use the 3-D pools over unit axes."""
+    if node.num_outputs > 1:
+        raise node.fail("the Indices output of MaxPool is not supported")
+    data, shape, kernel, strides, dilations, begin, end = _pool_window(node)
+    rank = len(kernel)
     ceil_mode = bool(node.attr("ceil_mode", 0))
     include_pad = bool(node.attr("count_include_pad", 0))
     overhang = [0] * rank
@@ -332,3 +339,42 @@ for _op_type, _make in (("Softmax", lambda x, axis: op.nn.softmax(x, axis)), ("L
     _old, _new = _softmax_family(_make)
     converter(_op_type, since=1)(_old)
     converter(_op_type, since=13)(_new)
+
+
+# --------------------------------------------------------------------------- Lp pooling, Lp normalization
+
+
+@converter("LpPool")
+def _lp_pool(node: NodeContext) -> Expr:
+    """LpPool: 2-D and 3-D windows as they are, 1-D ones over a unit height (exact)."""
+    data, shape, kernel, strides, dilations, begin, end = _pool_window(node)
+    rank = len(kernel)
+    p = node.attr("p", 2)
+    if p != int(p) or p < 1:  # opset 1 had a float p; the op is only defined for whole p >= 1
+        raise node.fail(f"p must be a whole number >= 1, got {p!r}")
+    lifted = max(rank, 2)
+    added = lifted - rank
+    result = lp_pool.lp_pool(_lift(node.expr(data), shape, lifted), lifted, int(p), _filled(kernel, added, 1),
+                             _filled(strides, added, 1), _filled(begin, added, 0) + _filled(end, added, 0),
+                             _filled(dilations, added, 1), bool(node.attr("ceil_mode", 0)))
+    return _unlift(result, added)
+
+
+@converter("LpNormalization")
+def _lp_normalization(node: NodeContext) -> Expr:
+    """x / ||x||_p along ``axis`` (p 1 or 2); where the norm is 0 the output is 0, as in
+    onnxruntime and the ONNX reference."""
+    data = node.input(0)
+    x, dtype = node.expr(data), node.dtype(data)
+    axis = node.attr("axis", -1)
+    p = node.attr("p", 2)
+    if p not in (1, 2):
+        raise node.fail(f"p must be 1 or 2, got {p!r}")
+    if not -len(node.shape(data)) <= axis < len(node.shape(data)):
+        raise node.fail(f"axis {axis} is out of range for an input of rank {len(node.shape(data))}")
+    if p == 1:
+        norm = op.sum(op.abs(x), axis=axis, keepdims=True)
+    else:
+        norm = op.sqrt(op.sum(op.multiply(x, x), axis=axis, keepdims=True))
+    zero = node.expr(np.zeros((), dtype))
+    return op.where(op.equal(norm, zero), zero, op.divide(x, norm))

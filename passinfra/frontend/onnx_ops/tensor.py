@@ -229,8 +229,24 @@ def _tile(node: NodeContext) -> Expr:
 
 @converter("Trilu", since=14)
 def _trilu(node: NodeContext) -> Expr:
-    k = node.known_ints(1, "k")[0] if node.has_input(1) else 0
-    return extra.trilu(node.arg(0), k=k, upper=bool(node.attr("upper", 1)))
+    upper = bool(node.attr("upper", 1))
+    if not node.has_input(1) or node.is_known(node.input(1)):
+        k = node.known_ints(1, "k")[0] if node.has_input(1) else 0
+        return extra.trilu(node.arg(0), k=k, upper=upper)
+    # k is a runtime graph input: the shape is static, so the mask compares a constant
+    # table of (column - row) with k, which keeps an element on the kept side of diagonal k
+    shape, dtype = node.shape(node.input(0)), node.dtype(node.input(0))
+    if len(shape) < 2:
+        raise node.fail(f"the input must have rank >= 2, got shape {tuple(shape)}")
+    k_type = node.tensor_type(node.input(1))
+    if k_type.dtype != "int64" or math.prod(k_type.shape) != 1:
+        raise node.fail(f"k must be one int64 value, got {k_type.dtype} of shape {k_type.shape}")
+    rows, cols = shape[-2:]
+    offsets = np.arange(cols, dtype=np.int64)[None, :] - np.arange(rows, dtype=np.int64)[:, None]
+    k = op.reshape(node.arg(1), ())
+    compare = op.greater_equal if upper else op.less_equal
+    keep = compare(node.expr(offsets), k)
+    return op.where(keep, node.arg(0), node.expr(np.zeros((), dtype)))
 
 
 # --------------------------------------------------------------------------- pad
