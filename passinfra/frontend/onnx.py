@@ -22,6 +22,7 @@ from google.protobuf.message import DecodeError
 
 from passinfra.errors import EvaluationError, IRError, RaypassError
 from passinfra.frontend.onnx_dtypes import UnsupportedDtypesError, listing, unsupported_dtypes
+from passinfra.frontend.onnx_functions import ModelFunctions, convert_function_node
 from passinfra.frontend.onnx_ops import lookup
 from passinfra.frontend.onnx_ops.context import NodeContext, OnnxImportError, TypeTracker
 from passinfra.frontend.onnx_ops.tensor import onnx_dtype
@@ -63,13 +64,16 @@ def _default_opset(model: onnx.ModelProto) -> int:
 
 
 def unsupported_ops(model: onnx.ModelProto) -> dict[str, int]:
-    """Op types of ``model`` with no converter at its opset, and how often each occurs."""
+    """Op types of ``model`` with no converter at its opset, and how often each occurs;
+    an op defined by an ONNX function counts only by the unsupported ops of its body
+    (:mod:`.onnx_functions`)."""
     opset = _default_opset(model)
     counts: collections.Counter[str] = collections.Counter()
+    functions = ModelFunctions(model)
     for node in model.graph.node:
         key = op_key(node)
         if lookup(key, opset) is None:
-            counts[key] += 1
+            counts.update(functions.missing_ops(node, opset))
     return dict(counts)
 
 
@@ -200,6 +204,7 @@ class _Importer:
         self.tracker = TypeTracker()
         self.values: dict[str, Any] = {}
         self.checker = _checker_context(model)
+        self.functions = ModelFunctions(model)  # expands ops defined by ONNX functions
 
     def _initializer(self, index: int, init: onnx.TensorProto) -> np.ndarray:
         """The ``index``-th initializer's array, not copied (see :mod:`.onnx_weights`); a
@@ -247,6 +252,8 @@ class _Importer:
         return Constant.owning(value) if isinstance(value, np.ndarray) else value
 
     def _convert(self, node: onnx.NodeProto) -> None:
+        if lookup(op_key(node), self.opset) is None:  # an op defined by a function
+            return convert_function_node(self, node)
         self._validate(node)
         inputs = []
         for name in node.input:
