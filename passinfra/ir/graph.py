@@ -30,7 +30,10 @@ from passinfra.ir.schema import KindTable
 from passinfra.ir.types import TensorType, TupleType, Type
 
 # dtypes of scalar constants that may be copied into a fused function (as in TVM)
-SIMPLE_SCALAR_DTYPES = frozenset({"float32", "float64", "int32", "int64", "bool"})
+SIMPLE_SCALAR_DTYPES = frozenset({
+    "float32", "float64", "float16", "bfloat16", "bool",
+    "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+})
 
 # per node kind, from its schema: its children, and whether each child opens a scope of
 # its own (a binding, a branch, a closure body: kinds that are neither dataflow nor leaves)

@@ -259,6 +259,20 @@ def test_identical_blocks_share_one_function_and_weights_are_parameters():
     check_fused(before, expected)
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "int8", "uint8", "int16", "uint16", "uint32",
+                                   "uint64", "float32", "int64", "bool"])
+def test_scalar_constants_of_every_storage_dtype_are_copied_into_the_fused_function(dtype):
+    import ml_dtypes
+
+    np_dtype = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
+    scalar = ir.const(np.array(1, dtype=np_dtype))
+    x = ir.var("x", (2, 3), dtype)
+    combine = op.logical_and if dtype == "bool" else op.add
+    fused = fuse_ops(module(ir.Function([x], combine(combine(x, scalar), scalar))))
+    (primitive_function,) = [f for f in fused.functions.values() if f.attrs.get("Primitive")]
+    assert len(primitive_function.params) == 1  # the scalar is inside, not a parameter
+
+
 def test_dedup_is_module_wide_and_names_follow_module_order():
     def make(shape):
         x = ir.var("x", shape)
