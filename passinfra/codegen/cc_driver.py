@@ -11,6 +11,11 @@ Settings come from the PassContext config (registered here):
 - ``codegen.vector_math`` (bool, default True): vectorized math calls through glibc's
   libmvec where the compiler can link it (:mod:`passinfra.codegen.vector_math`).
 
+The compiler always runs with ``-ffp-contract=off`` (unless the flags choose their own
+``-ffp-contract``): no ``a*b+c`` becomes a fused multiply-add, so the arithmetic of a
+kernel's AVX2 clone (:mod:`passinfra.codegen.multiversion`) and of its default body is
+the same bits (their vector math differs by a few ulps).
+
 A failed compile raises :class:`CompileError` with the compiler's stderr and the path of
 the C file, which is kept (in a fresh temporary directory) so it can be inspected.
 """
@@ -26,7 +31,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from passinfra.codegen import vector_math
+from passinfra.codegen import multiversion, vector_math
 from passinfra.codegen.object_cache import ObjectCache, cache_key, count, default_cache_dir
 from passinfra.errors import RaypassError
 from passinfra.transform.config import register_config
@@ -71,10 +76,12 @@ class CompilerSettings:
 
     @property
     def effective_cflags(self) -> str:
-        """The flags the compiler runs with: ``cflags``, plus the vector-math macro."""
+        """The flags the compiler runs with: ``cflags``, plus ``-ffp-contract=off`` and
+        the vector-math macro."""
+        flags = " ".join(filter(None, (self.cflags, multiversion.contract_flag(self.cflags))))
         if self.uses_vector_math:
-            return f"{self.cflags} -D{vector_math.MACRO}"
-        return self.cflags
+            return f"{flags} -D{vector_math.MACRO}"
+        return flags
 
     @property
     def resolved_cache_dir(self) -> str:

@@ -2,7 +2,8 @@
 :mod:`passinfra.codegen.artifacts`).
 
 It only reads the PrimFunc and the ``codegen.cflags`` config (OpenMP pragmas are emitted
-only when the flags enable OpenMP) and ``codegen.blas_threads``, so it runs on any worker
+only when the flags enable OpenMP), ``codegen.blas_threads`` and ``codegen.multiversion``
+(AVX2 clones, :mod:`passinfra.codegen.multiversion`), so it runs on any worker
 and gives the same text everywhere.
 """
 
@@ -12,6 +13,7 @@ from passinfra.codegen.artifacts import with_kernel_c_source
 from passinfra.codegen.c_renderer import RenderOptions, render_prim_func
 from passinfra.codegen.cc_driver import CompilerSettings
 from passinfra.codegen.gemm import DEFAULT_BLAS_THREADS
+from passinfra.codegen.multiversion import DEFAULT_MULTIVERSION, MIN_CLONE_WORK
 from passinfra.codegen.prim_func_pass import PrimFuncPass, create_prim_func_pass
 from passinfra.ir.module import IRModule
 from passinfra.tir import PrimFunc
@@ -21,7 +23,9 @@ from passinfra.transform.registry import register_pass
 
 def _codegen_c(func: PrimFunc, mod: IRModule, ctx: PassContext) -> PrimFunc:
     options = RenderOptions.from_cflags(CompilerSettings.from_context(ctx).cflags,
-                                        ctx.get_config("codegen.blas_threads", DEFAULT_BLAS_THREADS))
+                                        ctx.get_config("codegen.blas_threads", DEFAULT_BLAS_THREADS),
+                                        ctx.get_config("codegen.multiversion", DEFAULT_MULTIVERSION),
+                                        ctx.get_config("codegen.multiversion_min_work", MIN_CLONE_WORK))
     return with_kernel_c_source(func, render_prim_func(func, options))
 
 

@@ -1,0 +1,313 @@
+"""AVX2 clones of the kernels that call vector math (passinfra.codegen.multiversion): the
+rule that picks the functions, the config keys, the C and object they give, and what the
+clones compute: the portable code's results to a few ulps (libmvec's AVX2 and SSE
+variants round differently), and bit for bit the same results for any thread count.
+
+The numeric tests build a program twice, with ``codegen.multiversion`` on and off. On a
+CPU with AVX2 the first library runs its AVX2 clones and the second the portable (SSE2)
+code; on a CPU without, both run the portable code. Each holds on any machine.
+"""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import passinfra
+from passinfra import ir, tir
+from passinfra.build import compile_pipeline
+from passinfra.codegen import multiversion
+from passinfra.codegen.artifacts import kernel_c_source, kernel_object_code
+from passinfra.codegen.c_renderer import RenderOptions, render_prim_func
+from passinfra.codegen.cc_driver import CompilerSettings, compile_c
+from passinfra.frontend import from_onnx, zoo
+from passinfra.runtime.module import Module
+from passinfra.transform import PassContext
+from passinfra.transform.errors import PassConfigTypeError
+from tests.strategies import program_inputs, programs
+
+F32 = "float32"
+CLONED = f"{multiversion.CLONE_MACRO} static int "
+X86_64 = platform.machine().lower() in ("x86_64", "amd64")
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(tmp_path_factory.mktemp("codegen_cache_multiversion"))
+
+
+def build(mod: ir.IRModule, cache_dir: str, **config: object) -> Module:
+    with PassContext(config={"codegen.cache_dir": cache_dir, **config}):
+        return passinfra.build(mod)
+
+
+def flat(result: object) -> list[np.ndarray]:
+    if isinstance(result, tuple):
+        return [leaf for item in result for leaf in flat(item)]
+    return [np.asarray(result)]
+
+
+def assert_clones_match_default(mod: ir.IRModule, args: list[np.ndarray], cache_dir: str,
+                                rtol: float = 1e-5, atol: float = 1e-6, **config: object) -> list[np.ndarray]:
+    """Outputs with clones and without agree (to the vector math's few ulps, scaled by the
+    program's conditioning); NaNs in the same places. Returns the outputs with clones."""
+    with_clones = flat(build(mod, cache_dir, **config)(*args))
+    portable = flat(build(mod, cache_dir, **{**config, "codegen.multiversion": False})(*args))
+    assert len(with_clones) == len(portable)
+    for got, want in zip(with_clones, portable):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+    return with_clones
+
+
+def kernel_sources(mod: ir.IRModule, **config: object) -> dict[str, str]:
+    with PassContext(opt_level=3, config={"codegen.no_cache": True, **config}):
+        compiled = compile_pipeline()(mod)
+    sources = {}
+    for gv, func in compiled.functions.items():
+        source = kernel_c_source(func)
+        if source is not None:
+            sources[gv.name_hint] = source
+    return sources
+
+
+def function_calling(name: str, source: str) -> str:
+    """The header line of the C function whose body first mentions ``name``."""
+    lines = source.splitlines()
+    at = next(i for i, line in enumerate(lines) if name in line and line.startswith(" "))
+    return next(line for line in reversed(lines[:at]) if line and not line[0].isspace() and "(" in line)
+
+
+# --------------------------------------------------------------------------- the rule
+
+
+def loop(var: tir.TVar, extent: int, body: tir.Stmt, kind: tir.ForKind = tir.ForKind.SERIAL) -> tir.For:
+    return tir.For(var, tir.IntImm(0), tir.IntImm(extent), kind, body)
+
+
+def elementwise(extent: int, value: str = "exp") -> tir.PrimFunc:
+    """out[i] = exp(a[i]) * 2 (exp), a[i] * 2 (scale) or a[i] (copy)."""
+    a = tir.Buffer("a", (extent,), F32)
+    out = tir.Buffer("out", (extent,), F32)
+    i = tir.TVar("i", "int64")
+    load = tir.BufferLoad(a, (i,))
+    if value == "copy":
+        body: tir.Stmt = tir.BufferStore(out, load, (i,))
+    else:
+        operand = tir.Intrinsic("exp", (load,), F32) if value == "exp" else load
+        body = tir.BufferStore(out, tir.Mul(operand, tir.FloatImm(2.0, F32)), (i,))
+    return tir.PrimFunc([a, out], loop(i, extent, body), attrs={"global_symbol": f"k_{value}_{extent}",
+                                                               "num_inputs": 1})
+
+
+def reduction(rows: int, columns: int) -> tir.PrimFunc:
+    """out[r] = out[r] + exp(a[r, c]) over a long inner loop: a store GCC's -O2 leaves scalar."""
+    a = tir.Buffer("a", (rows * columns,), F32)
+    out = tir.Buffer("out", (rows,), F32)
+    r, c = tir.TVar("r", "int64"), tir.TVar("c", "int64")
+    index = tir.Add(tir.Mul(r, tir.IntImm(columns)), c)
+    term = tir.Intrinsic("exp", (tir.BufferLoad(a, (index,)),), F32)
+    store = tir.BufferStore(out, tir.Add(tir.BufferLoad(out, (r,)), term), (r,))
+    body = loop(r, rows, loop(c, columns, store))
+    return tir.PrimFunc([a, out], body, attrs={"global_symbol": "k_reduce", "num_inputs": 1})
+
+
+def test_a_large_vector_math_loop_gets_clones_and_a_small_one_does_not():
+    big = render_prim_func(elementwise(1 << 16))
+    small = render_prim_func(elementwise(64))
+    assert CLONED + "k_exp_65536(" in big
+    assert multiversion.CLONE_MACRO not in small  # not even the macro's definition
+    # the threshold is the rule's: exactly at it clones, one below does not
+    work = multiversion.MIN_CLONE_WORK
+    stmt = elementwise(1 << 16).body
+    estimate = multiversion._work(stmt, skip_parallel=False)
+    assert multiversion.wants_clone(stmt, False, min_work=estimate)
+    assert not multiversion.wants_clone(stmt, False, min_work=estimate + 1)
+    assert work > 64 * 2  # the small kernel's work is far below the default threshold
+
+
+def test_arithmetic_copies_and_long_reductions_get_no_clones():
+    assert multiversion.CLONE_MACRO not in render_prim_func(elementwise(1 << 16, "scale"))
+    assert not multiversion.wants_clone(elementwise(1 << 16, "scale").body, False, min_work=1)
+    assert multiversion.CLONE_MACRO not in render_prim_func(elementwise(1 << 16, "copy"))
+    assert multiversion.CLONE_MACRO not in render_prim_func(reduction(256, 1024))
+    assert not multiversion.wants_clone(reduction(256, 1024).body, False, min_work=1)
+
+
+def test_the_config_key_turns_clones_off():
+    assert "codegen.multiversion" in PassContext.list_configs()
+    assert "codegen.multiversion_min_work" in PassContext.list_configs()
+    off = render_prim_func(elementwise(1 << 16), RenderOptions(multiversion=False))
+    assert multiversion.CLONE_MACRO not in off
+    with pytest.raises(PassConfigTypeError):
+        PassContext(config={"codegen.multiversion": "yes"})
+
+
+def test_gemm_kernels_get_no_clones_and_vector_math_ones_do():
+    mod = ZOO_MODELS["onnx:transformer"]()
+    sources = kernel_sources(mod, **{"codegen.multiversion_min_work": 1})
+    cloned = [source for source in sources.values() if CLONED in source]
+    assert cloned, "a transformer has softmax (expf) and GELU (erff) loops"
+    assert all("expf(" in source or "erff(" in source or "tanhf(" in source for source in cloned)
+    gemm_functions = [function_calling("rp_gemm(", source) for source in sources.values()
+                      if "rp_gemm(&" in source]
+    assert gemm_functions, "a transformer has GEMMs"
+    for header in gemm_functions:  # OpenBLAS dispatches by CPU itself
+        assert not header.startswith(multiversion.CLONE_MACRO), header
+    off = kernel_sources(mod, **{"codegen.multiversion": False})
+    assert not any(multiversion.CLONE_MACRO in source for source in off.values())
+    assert set(off) == set(sources)
+    # a resnet computes no vector math: nothing to clone
+    resnet = kernel_sources(ZOO_MODELS["onnx:resnet"](), **{"codegen.multiversion_min_work": 1})
+    assert not any(CLONED in source for source in resnet.values())
+
+
+def test_parallel_chunk_functions_get_the_clones():
+    mod = ZOO_MODELS["onnx:transformer"]()
+    sources = kernel_sources(mod, **{"codegen.multiversion_min_work": 1, "codegen.min_parallel_work": 1})
+    assert any(f"{CLONED}" in source and "_parallel_body(" in source.split(CLONED, 1)[1].split("\n", 1)[0]
+               for source in sources.values() if CLONED in source)
+
+
+def test_the_same_program_renders_the_same_c_whatever_the_machine():
+    """The clones are chosen from the PrimFunc alone: two renders are the same bytes, and
+    the C names no CPU feature of this machine outside the clone targets."""
+    func = elementwise(1 << 16)
+    assert render_prim_func(func) == render_prim_func(func)
+    source = render_prim_func(func)
+    assert "target_clones(\"avx2\", \"default\")" in source
+    assert "fma" not in source.replace("fmaxf", "").replace("fmax", "")
+
+
+# --------------------------------------------------------------------------- compiler flags
+
+
+def test_the_compiler_never_contracts_multiply_adds():
+    assert multiversion.CONTRACT_FLAG in CompilerSettings().effective_cflags.split()
+    own = CompilerSettings(cflags="-O2 -fPIC -ffp-contract=fast")
+    assert multiversion.CONTRACT_FLAG not in own.effective_cflags.split()  # the user's choice stands
+    assert CompilerSettings().cflags == "-O2 -fPIC -fno-math-errno -std=c11"  # config unchanged
+
+
+@pytest.mark.skipif(not X86_64, reason="target_clones(\"avx2\") exists on x86-64 only")
+def test_the_object_holds_both_clones_and_a_resolver(tmp_path):
+    data = compile_c(render_prim_func(elementwise(1 << 16)), CompilerSettings(use_cache=False))
+    path = tmp_path / "kernel.o"
+    path.write_bytes(data)
+    symbols = subprocess.run(["nm", str(path)], capture_output=True, text=True, check=True).stdout
+    assert "k_exp_65536.avx2" in symbols and "k_exp_65536.default" in symbols
+    assert "k_exp_65536.resolver" in symbols
+
+
+# --------------------------------------------------------------------------- bit identity
+
+
+def test_the_library_loads_runs_and_matches_the_interpreter(cache_dir: str):
+    x = ir.var("x", (64, 1024))
+    y = ir.var("y", (64, 1024))
+    body = ir.op.multiply(ir.op.sigmoid(x), ir.op.add(ir.op.multiply(x, y), ir.op.maximum(x, ir.const(0.5))))
+    mod = ir.IRModule.from_expr(ir.Function([x, y], body))
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal((64, 1024)).astype(np.float32) for _ in range(2)]
+    args[0][0, :7] = [np.nan, -np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-45]
+    sources = kernel_sources(mod)
+    assert any(CLONED in source for source in sources.values())
+    (got,) = assert_clones_match_default(mod, args, cache_dir)
+    want = np.asarray(passinfra.evaluate(mod, *args))
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))  # NaN propagates as NumPy's
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
+def test_vector_math_in_a_clone_stays_within_a_few_ulps_of_the_portable_code(cache_dir: str):
+    """exp, log, tanh, erf (GELU), sigmoid and power vectorize through libmvec: the AVX2
+    clone calls its 8-lane variants, the portable code the 4-lane ones."""
+    x = ir.var("x", (32, 2048))
+    positive = ir.op.add(ir.op.abs(x), ir.const(0.25))
+    outputs = [ir.op.exp(x), ir.op.log(positive), ir.op.tanh(x), ir.op.nn.gelu(x), ir.op.sigmoid(x),
+               ir.op.power(positive, x)]
+    mod = ir.IRModule.from_expr(ir.Function([x], ir.Tuple(outputs)))
+    assert sum(CLONED in source for source in kernel_sources(mod).values()) >= 1
+    args = [(np.random.default_rng(1).standard_normal((32, 2048)) * 6).astype(np.float32)]
+    got = build(mod, cache_dir)(*args)
+    portable = build(mod, cache_dir, **{"codegen.multiversion": False})(*args)
+    for name, value, base in zip(("exp", "log", "tanh", "gelu", "sigmoid", "power"), got, portable):
+        if name == "gelu":  # x * (1 + erf(x / sqrt 2)) / 2 cancels for x << 0: an absolute bound
+            np.testing.assert_allclose(value, base, rtol=1e-6, atol=1e-6)
+        else:
+            np.testing.assert_array_max_ulp(value, base, maxulp=4)
+    for value, want in zip(got, flat(passinfra.evaluate(mod, *args))):
+        np.testing.assert_allclose(value, want, rtol=1e-5, atol=1e-6)
+
+
+ZOO_MODELS = {
+    "onnx:resnet": lambda: from_onnx(zoo.resnet(depth=8, batch=2, image=32, width=16, classes=10)),
+    "onnx:transformer": lambda: from_onnx(zoo.transformer(layers=2, hidden=128, heads=4, seq=64, vocab=128)),
+    "onnx:mlp": lambda: from_onnx(zoo.mlp(batch=128, in_features=256, hidden=1024, layers=2, classes=10)),
+    "ir:demo_cnn": lambda: zoo.IR_MODELS["demo_cnn"](batch=4, size=32, conv_channels=32),
+    "ir:mlp": lambda: zoo.IR_MODELS["mlp"](batch=64, in_features=256, hidden=(512, 512)),
+    "ir:transformer_block": lambda: zoo.IR_MODELS["transformer_block"](seq=128, hidden=128, heads=4),
+}
+
+
+def test_every_zoo_builder_is_covered():
+    assert {name.split(":", 1)[1] for name in ZOO_MODELS if name.startswith("onnx:")} == set(zoo.MODELS)
+    assert {name.split(":", 1)[1] for name in ZOO_MODELS if name.startswith("ir:")} == set(zoo.IR_MODELS)
+
+
+def random_args(lib: Module) -> list[np.ndarray]:
+    rng = np.random.default_rng(7)
+    args = []
+    for spec in lib.metadata["inputs"]:
+        dtype = np.dtype(spec["dtype"])
+        if dtype.kind == "f":
+            args.append(rng.standard_normal(spec["shape"]).astype(dtype))
+        else:
+            args.append(rng.integers(0, 8, spec["shape"]).astype(dtype))
+    return args
+
+
+@pytest.mark.parametrize("name", list(ZOO_MODELS))
+def test_zoo_model_clones_match_the_portable_code_and_every_thread_count_gives_the_same_bits(
+        name: str, cache_dir: str):
+    mod = ZOO_MODELS[name]()
+    config = {"codegen.multiversion_min_work": 1, "codegen.min_parallel_work": 1}
+    lib = build(mod, cache_dir, **config)
+    args = random_args(lib)
+    # outputs of order one, through layer norms: a few ulps of exp/erf become ~1e-6 absolute
+    assert_clones_match_default(mod, args, cache_dir, rtol=1e-5, atol=1e-5, **config)
+    results = []
+    for threads in (1, 2, 3):  # the clone a CPU runs is chosen once per process
+        lib.set_num_threads(threads)
+        results.append(flat(lib(*args)))
+    for other in results[1:]:
+        assert all(a.tobytes() == b.tobytes() for a, b in zip(results[0], other))
+
+
+@settings(max_examples=12, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(mod=programs(max_nodes=30, max_functions=1, allow_control_flow=False, allow_closures=False),
+       seed=st.integers(0, 2**16))
+def test_random_program_clones_match_the_portable_code(cache_dir: str, mod: ir.IRModule, seed: int):
+    """The tolerance of the built-library property test (test_cg_build_properties.py): the
+    same few-ulp differences of vector math, through the same programs."""
+    inputs = program_inputs(mod, seed)
+    assert_clones_match_default(mod, inputs, cache_dir, rtol=1e-4, atol=1e-5,
+                                **{"codegen.multiversion_min_work": 1})
+
+
+def test_an_object_with_clones_differs_from_one_without(cache_dir: str):
+    """The cache keys the object by its C: turning clones off never reuses a cloned object."""
+    mod = ZOO_MODELS["onnx:transformer"]()
+    with PassContext(opt_level=3, config={"codegen.cache_dir": cache_dir}):
+        on = compile_pipeline()(mod)
+    with PassContext(opt_level=3, config={"codegen.cache_dir": cache_dir, "codegen.multiversion": False}):
+        off = compile_pipeline()(mod)
+    cloned = [gv.name_hint for gv, func in on.functions.items()
+              if kernel_c_source(func) is not None and CLONED in kernel_c_source(func)]
+    assert cloned
+    assert all(kernel_object_code(on[name]) != kernel_object_code(off[name]) for name in cloned)
