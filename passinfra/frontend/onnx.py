@@ -27,6 +27,12 @@ from passinfra.frontend.onnx_ops import lookup
 from passinfra.frontend.onnx_ops.context import NodeContext, OnnxImportError, TypeTracker
 from passinfra.frontend.onnx_ops.tensor import onnx_dtype
 from passinfra.frontend.onnx_reader import read_mapped
+from passinfra.frontend.onnx_subgraph import (
+    attribute_value,
+    for_validation,
+    has_subgraphs,
+    missing_in_subgraphs,
+)
 from passinfra.frontend.onnx_weights import initializer_array
 from passinfra.ir.expr import Constant, Expr, Function, Tuple, Var
 from passinfra.ir.module import IRModule
@@ -74,6 +80,7 @@ def unsupported_ops(model: onnx.ModelProto) -> dict[str, int]:
         key = op_key(node)
         if lookup(key, opset) is None:
             counts.update(functions.missing_ops(node, opset))
+        counts.update(missing_in_subgraphs(node, opset, functions))  # If/Loop/Scan bodies
     return dict(counts)
 
 
@@ -217,7 +224,9 @@ class _Importer:
         """Check the node against its ONNX schema (attribute names and types, input and
         output counts) before a converter reads it: converters trust the schema."""
         try:
-            onnx.checker.check_node(node, self.checker)
+            # subgraphs emptied: they may read outer values the checker cannot see (their
+            # nodes are checked as they are converted)
+            onnx.checker.check_node(for_validation(node), self.checker)
         # ValueError: the checker's own decoder rejects the node's bytes (unknown fields a
         # corrupt file carries, which the Python decoder kept)
         except (onnx.checker.ValidationError, ValueError) as err:
@@ -266,7 +275,7 @@ class _Importer:
                     f"{node.op_type} node {node.name!r} reads {name!r}, which no node or "
                     "input defines before it (is the graph topologically sorted?)"
                 )
-        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        attrs = {a.name: attribute_value(self, node, a) for a in node.attribute}  # graphs: Subgraph
         context = NodeContext(node, inputs, attrs, self.opset, self.tracker)
         try:
             result = lookup(op_key(node), self.opset)(context)
@@ -275,7 +284,9 @@ class _Importer:
         except IRError as err:  # an IR constructor rejected what the node asks for
             raise context.fail(str(err)) from err
         results = result if isinstance(result, list) else [result]
-        foldable = all(v is None or isinstance(v, np.ndarray) for v in inputs)
+        # a node with subgraphs may read outer values its inputs do not show: its converter
+        # returns known arrays itself where it can
+        foldable = not has_subgraphs(node) and all(v is None or isinstance(v, np.ndarray) for v in inputs)
         for name, value in zip(node.output, results):
             if not name:
                 continue

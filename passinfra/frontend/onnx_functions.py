@@ -50,6 +50,7 @@ from onnx import numpy_helper
 from passinfra.errors import RaypassError
 from passinfra.frontend.onnx_ops import lookup
 from passinfra.frontend.onnx_ops.context import OnnxImportError
+from passinfra.frontend.onnx_subgraph import rename_free_names
 from passinfra.ir.types import TensorType, TupleType
 
 __all__ = ["FunctionBody", "ModelFunctions", "missing_label"]
@@ -260,6 +261,12 @@ def _instantiate(
             node.attribute.append(resolved)
         else:
             node.attribute.append(attr)
+    for attr in node.attribute:  # a subgraph reads body values by their names: rename those too
+        if attr.type == onnx.AttributeProto.GRAPH:
+            attr.g.CopyFrom(rename_free_names(attr.g, lambda n: _rename(n, names, prefix)))
+        elif attr.type == onnx.AttributeProto.GRAPHS:
+            for graph in attr.graphs:
+                graph.CopyFrom(rename_free_names(graph, lambda n: _rename(n, names, prefix)))
     return node
 
 

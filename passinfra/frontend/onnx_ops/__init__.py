@@ -7,6 +7,7 @@ for the newest ``since`` version not above it (how ONNX itself versions ops).
 
 # importing the families fills the table
 from passinfra.frontend.onnx_ops import (  # noqa: E402,F401  (registration side effects)
+    control_flow,  # If, Loop, Scan: subgraphs unrolled (onnx_subgraph)
     elementwise,
     indexing,
     nn,
