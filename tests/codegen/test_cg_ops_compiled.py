@@ -31,7 +31,7 @@ from passinfra.codegen.compute import COMPUTE_ATTR
 from passinfra.errors import IRError
 from passinfra.ir import op
 from passinfra.ir.expr import Expr, Var
-from passinfra.ir.op import bitwise, extra, indexing, lp_pool
+from passinfra.ir.op import bitwise, col2im, extra, grid_sample, indexing, lp_pool, roi_align
 from passinfra.ir.type_infer import infer_type
 from passinfra.transform import PassContext, Sequential, get_pass
 
@@ -393,6 +393,24 @@ for _label, (_in, _out, _kw) in _RESIZES.items():
     _scales = tuple(o / i for o, i in zip(_out, _in))
     _input = ints(*_in, low=-50, high=50) if _label.endswith("-int") else f32(*_in)
     case("resize", _label, lambda x, o=_out, s=_scales, k=_kw: op.resize.resize(x, o, s, **k), _input)
+
+# sampling: taps outside the data (zeros, reflection folds), cubic's 16 taps, 3-D; rois
+# partly outside the data, a reversed one, the adaptive (run-time) sample grid
+case("grid_sample", "linear-zeros", lambda x, g: grid_sample.grid_sample(x, g), f32(2, 3, 5, 4),
+     f32(2, 3, 4, 2, low=-1.4, high=1.4))
+case("grid_sample", "cubic-reflection-align", lambda x, g: grid_sample.grid_sample(
+    x, g, mode="cubic", padding_mode="reflection", align_corners=True), f32(1, 2, 5, 4), f32(1, 3, 4, 2))
+case("grid_sample", "nearest-border-3d", lambda x, g: grid_sample.grid_sample(
+    x, g, mode="nearest", padding_mode="border"), f32(1, 2, 3, 4, 5), f32(1, 2, 3, 4, 3, low=-1.5, high=1.5))
+case("roi_align", "avg-adaptive", lambda x, r, b: roi_align.roi_align(
+    x, r, b, output_height=3, output_width=2),
+     f32(2, 3, 8, 7), f32(4, 4, low=-2.0, high=9.0), ints(4, dtype="int64", low=0, high=1))
+case("roi_align", "max-ratio2", lambda x, r, b: roi_align.roi_align(
+    x, r, b, mode="max", output_height=2, output_width=3, sampling_ratio=2, spatial_scale=0.5,
+    coordinate_transformation_mode="output_half_pixel"), f32(2, 3, 8, 7), f32(4, 4, low=-2.0, high=16.0),
+    ints(4, dtype="int64", low=0, high=1))
+case("col2im", "strided-dilated-padded", lambda x: col2im.col2im(
+    x, (6, 5), (2, 2), dilations=(1, 2), pads=(1, 0, 1, 2), strides=(2, 3)), f32(2, 12, 8))
 
 # indexing, scans and integer arithmetic (negative indices, duplicate scatter targets, ties)
 case("gather_elements", "axis1", lambda x, i: indexing.gather_elements(x, i, axis=1), f32(3, 5),

@@ -6,8 +6,10 @@ Importing this package attaches the rules of every built-in op to the op registr
 
 from passinfra.codegen.compute import (  # noqa: F401  (registers rules)
     bitwise,
+    col2im,
     elemwise,
     extra,
+    grid_sample,
     indexing,
     lp_pool,
     nn,
@@ -16,6 +18,7 @@ from passinfra.codegen.compute import (  # noqa: F401  (registers rules)
     random,
     reduce,
     resize,
+    roi_align,
     transform,
     window,
 )

@@ -15,6 +15,7 @@ from passinfra.frontend.onnx_ops import (  # noqa: E402,F401  (registration side
     recurrent,
     reduce,
     resize,
+    sampling,  # GridSample, RoiAlign, Col2Im, DeformConv
     tensor,
 )
 from passinfra.frontend.onnx_ops.registry import converter, lookup, supported_op_types
