@@ -58,7 +58,7 @@ from passinfra.codegen.transform.parallelize import loop_captures, statement_wor
 from passinfra.errors import IRError
 from passinfra.ir.types import is_float_dtype
 from passinfra.tir.arith import const_int
-from passinfra.tir.intrinsics import is_gemm
+from passinfra.tir.intrinsics import REINTERPRET, is_gemm
 
 # the C type a value of each dtype has in expressions (float16/bfloat16: float)
 C_TYPES: dict[str, str] = {
@@ -136,6 +136,12 @@ for _table in INTRINSICS.values():
 # the dtype, since C computes an 8-/16-bit operand's bits in int (~ of a uint8 is negative)
 BITWISE_OPERATORS: dict[str, str] = {"bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^",
                                      "bitwise_not": "~"}
+# reinterpret (bitcast): a value's bits as C holds them in memory (a 16-bit float is a
+# float in expressions, rounded back to its pattern exactly; a bool one byte, 0 or 1), and
+# a value from such bits; the bits change type through a union, which C99 defines
+_BITS_OF = {"float16": "rp_f16_store({})", "bfloat16": "rp_bf16_store({})", "bool": "(uint8_t)({})"}
+_VALUE_OF = {"float16": "rp_f16_load({})", "bfloat16": "rp_bf16_load({})", "bool": "({} != 0)"}
+_BITS_TYPES = {"float16": "uint16_t", "bfloat16": "uint16_t", "bool": "uint8_t"}
 
 PREAMBLE = """\
 #include <math.h>
@@ -660,6 +666,13 @@ class CRenderer:
                               f"{packed[0]!r}; run WidenGemmOperands first")
             self._calls_blas = True
             return render_gemm(args)
+        if node.name == REINTERPRET:
+            source, target = node.args[0].dtype, node.dtype
+            from_type, to_type = (_BITS_TYPES.get(t, C_TYPES[t]) for t in (source, target))
+            bits = _BITS_OF.get(source, "{}").format(args[0])
+            if from_type != to_type:
+                bits = f"((union {{ {from_type} from; {to_type} to; }}){{ .from = {bits} }}).to"
+            return _VALUE_OF.get(target, "{}").format(bits) if source != target else args[0]
         operator = BITWISE_OPERATORS.get(node.name)
         if operator is not None:
             expression = f"{operator}{args[0]}" if len(args) == 1 else f"{args[0]} {operator} {args[1]}"

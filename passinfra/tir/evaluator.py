@@ -12,8 +12,9 @@ from typing import Any
 import numpy as np
 
 from passinfra.errors import EvaluationError
+from passinfra.ir.op.bitcast import reinterpret_array
 from passinfra.tir.functor import expr_children
-from passinfra.tir.intrinsics import BITWISE_INTRINSICS, evaluate_gemm, is_gemm
+from passinfra.tir.intrinsics import BITWISE_INTRINSICS, REINTERPRET, evaluate_gemm, is_gemm
 from passinfra.tir.nodes import (
     EQ,
     GE,
@@ -146,6 +147,8 @@ class _Interpreter:
         if kind is Cast:
             return _scalar(args[0], node.dtype)
         if kind is Intrinsic:
+            if node.name == REINTERPRET:  # the bits, not the value, become the dtype
+                return reinterpret_array(args[0], node.dtype)[()]
             function = _INTRINSICS.get(node.name)
             if function is None:
                 raise EvaluationError(f"the TIR interpreter has no intrinsic {node.name!r}")

@@ -13,6 +13,10 @@ of one dtype, ``bitwise_not`` of one) are value intrinsics, not node kinds, for 
 reason: every functor, printer, structural comparison and wire format already handles an
 ``Intrinsic``. Their meaning is NumPy's on the dtype's two's-complement bits; the C
 renderer writes them as ``&``, ``|``, ``^`` and ``~`` cast back to the dtype.
+
+``reinterpret`` (:func:`reinterpret`) reads its operand's bits as the intrinsic's dtype,
+of the same size (the ``bitcast`` op); its meaning is
+:func:`passinfra.ir.op.bitcast.reinterpret_array`.
 """
 
 from __future__ import annotations
@@ -73,4 +77,15 @@ def bitwise(name: str, *operands: PrimExpr) -> Intrinsic:
     return Intrinsic(name, tuple(operands), dtype)
 
 
-__all__ = ["GEMM_INTRINSIC", "BITWISE_INTRINSICS", "bitwise", "is_gemm", "evaluate_gemm"]
+REINTERPRET = "reinterpret"
+
+
+def reinterpret(value: PrimExpr, dtype: str) -> Intrinsic:
+    """``value``'s bits read as ``dtype``, a type of the same size (IRError otherwise)."""
+    if np.dtype(value.dtype).itemsize != np.dtype(dtype).itemsize:
+        raise IRError(f"reinterpret needs types of one size, got {value.dtype} -> {dtype}")
+    return Intrinsic(REINTERPRET, (value,), dtype)
+
+
+__all__ = ["GEMM_INTRINSIC", "BITWISE_INTRINSICS", "REINTERPRET", "bitwise", "is_gemm", "evaluate_gemm",
+           "reinterpret"]

@@ -31,7 +31,18 @@ from passinfra.codegen.compute import COMPUTE_ATTR
 from passinfra.errors import IRError
 from passinfra.ir import op
 from passinfra.ir.expr import Expr, Var
-from passinfra.ir.op import bitwise, col2im, extra, grid_sample, indexing, lp_pool, roi_align
+from passinfra.ir.op import (
+    bitcast,
+    bitwise,
+    col2im,
+    extra,
+    grid_sample,
+    indexing,
+    linalg,
+    lp_pool,
+    roi_align,
+    signal,
+)
 from passinfra.ir.type_infer import infer_type
 from passinfra.transform import PassContext, Sequential, get_pass
 
@@ -411,7 +422,6 @@ case("roi_align", "max-ratio2", lambda x, r, b: roi_align.roi_align(
     ints(4, dtype="int64", low=0, high=1))
 case("col2im", "strided-dilated-padded", lambda x: col2im.col2im(
     x, (6, 5), (2, 2), dilations=(1, 2), pads=(1, 0, 1, 2), strides=(2, 3)), f32(2, 12, 8))
-
 # indexing, scans and integer arithmetic (negative indices, duplicate scatter targets, ties)
 case("gather_elements", "axis1", lambda x, i: indexing.gather_elements(x, i, axis=1), f32(3, 5),
      ints(3, 4, dtype="int64", low=-5, high=4))
@@ -437,6 +447,23 @@ case("bitwise_or", "uint16", bitwise.bitwise_or, ints(3, 4, dtype="uint16", low=
 case("bitwise_xor", "int64", bitwise.bitwise_xor, ints(3, 4, dtype="int64", low=-10**6, high=10**6),
      ints(3, 1, dtype="int64", low=-10**6, high=10**6))
 case("bitwise_not", "uint8", bitwise.bitwise_not, ints(3, 4, dtype="uint8", low=0, high=255))
+
+# bitcast: float bits as integers (16-bit floats through their float32 form), bytes as bool;
+# det: batched LU with pivoting; dft: complex onesided forward, zero-padded real inverse,
+# the irfft's Hermitian weights, cut to fewer points than the data holds
+case("bitcast", "f32-to-i32", lambda x: bitcast.bitcast(x, "int32"), f32(3, 4))
+case("bitcast", "f16-to-i16", lambda x: bitcast.bitcast(x, "int16"), Input((3, 4), "float16"))
+case("bitcast", "u16-to-bf16", lambda x: bitcast.bitcast(x, "bfloat16"),
+     ints(3, 4, dtype="uint16", low=0, high=32000))
+case("bitcast", "u8-to-bool", lambda x: bitcast.bitcast(x, "bool"), ints(3, 4, dtype="uint8", low=0, high=3))
+case("bitcast", "bool-to-i8", lambda x: bitcast.bitcast(x, "int8"), flags(3, 4))
+case("det", "batched-4x4", linalg.det, f32(2, 3, 4, 4))
+case("det", "f64-5x5", linalg.det, f64(5, 5))
+case("dft", "complex-onesided", lambda x: signal.dft(x, 8, "float32", axis=1, onesided=True), f32(2, 6, 3, 2))
+case("dft", "real-inverse-padded-f64", lambda x: signal.dft(x, 7, "float64", axis=0, inverse=True),
+     f64(5, 2, 1))
+case("dft", "irfft-cut", lambda x: signal.dft(x, 6, "float32", axis=2, inverse=True, onesided=True),
+     f32(2, 3, 5, 2))
 
 # quantization: per-axis parameters, saturation (values far outside the range), int32
 # accumulation of 8-bit products with zero points, padding that holds the zero point

@@ -543,6 +543,21 @@ _XFAIL_GROUPS: dict[str, tuple[str, ...]] = {
         "test_affine_grid_3d_align_corners_expanded",
         "test_affine_grid_3d_expanded",
     ),
+    "DFT's axis (an input from opset 20) or STFT's frame_step is a runtime graph input: it decides the "
+    "output shape and the loop nest, which must be known at import (made initializers, the same cases "
+    "pass: test_onnx_ops_misc.py)": (
+        "test_dft",
+        "test_dft_axis",
+        "test_dft_inverse",
+        "test_dft_irfft",
+        "test_dft_rfft",
+        "test_stft",
+        "test_stft_with_window",
+    ),
+    "the expected output holds numpy.fft's rounding noise (1.9e-7 where the exact value is 0, above the "
+    "suite's atol 1e-7); raypass's direct sum gives the exact 0 (test_onnx_ops_misc.py checks the case)": (
+        "test_dft_inverse_opset19",
+    ),
 }
 XFAILS: dict[str, str] = {name: reason for reason, names in _XFAIL_GROUPS.items() for name in names}
 

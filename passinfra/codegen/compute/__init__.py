@@ -5,12 +5,14 @@ Importing this package attaches the rules of every built-in op to the op registr
 """
 
 from passinfra.codegen.compute import (  # noqa: F401  (registers rules)
+    bitcast,
     bitwise,
     col2im,
     elemwise,
     extra,
     grid_sample,
     indexing,
+    linalg,
     lp_pool,
     nn,
     onnx_extra,
@@ -19,6 +21,7 @@ from passinfra.codegen.compute import (  # noqa: F401  (registers rules)
     reduce,
     resize,
     roi_align,
+    signal,
     transform,
     window,
 )

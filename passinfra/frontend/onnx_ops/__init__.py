@@ -7,16 +7,21 @@ for the newest ``since`` version not above it (how ONNX itself versions ops).
 
 # importing the families fills the table
 from passinfra.frontend.onnx_ops import (  # noqa: E402,F401  (registration side effects)
+    bits,  # BitCast
     control_flow,  # If, Loop, Scan: subgraphs unrolled (onnx_subgraph)
     elementwise,
     indexing,
+    linalg,  # Det
+    ml_features,  # ai.onnx.ml Binarizer, ArrayFeatureExtractor
     nn,
     quantize,  # incl. the com.microsoft ops of onnxruntime's quantizer
     recurrent,
     reduce,
     resize,
     sampling,  # GridSample, RoiAlign, Col2Im, DeformConv
+    signal,  # DFT, STFT
     tensor,
+    training,  # ai.onnx.preview.training Adagrad, Adam, Momentum
 )
 from passinfra.frontend.onnx_ops.registry import converter, lookup, supported_op_types
 

@@ -11,13 +11,16 @@ from passinfra.ir.op.tensor import __all__ as _tensor_all
 
 __all__ = ["Op", "OpPattern", "list_ops", "register_op", "nn", "random", *_tensor_all]
 from passinfra.ir.op import (  # noqa: E402,F401  (ops for model importers)
+    bitcast,  # ONNX BitCast: bits read as another type
     bitwise,  # bitwise and/or/xor/not of integers
     col2im,  # ONNX Col2Im
     extra,
     grid_sample,  # ONNX GridSample
     indexing,  # gather/scatter, topk, scans, mod, shifts
+    linalg,  # det (ONNX Det)
     lp_pool,  # nn.lp_pool2d/3d (ONNX LpPool)
     resize,  # ONNX Resize
     roi_align,  # ONNX RoiAlign
+    signal,  # dft (ONNX DFT, STFT)
 )
 from passinfra.ir.op import quantize as qnn  # noqa: E402,F401  (qnn.*: quantization, integer kernels)

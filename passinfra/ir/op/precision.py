@@ -23,7 +23,9 @@ from passinfra.ir.attrs import Attrs
 from passinfra.ir.op.registry import Op
 from passinfra.ir.types import HALF_DTYPES, TensorType, TupleType, Type
 
-__all__ = ["compute_op", "has_half_precision"]
+__all__ = ["BITS_ATTR", "compute_op", "has_half_precision"]
+
+BITS_ATTR = "reads_bits"  # op attribute: the implementation takes 16-bit floats unwidened
 
 _HALF = frozenset(HALF_DTYPES)
 
@@ -40,7 +42,8 @@ def has_half_precision(value: Any) -> bool:
 def compute_op(op: Op, args: Sequence[Any], attrs: Attrs) -> Any:
     """``op``'s NumPy implementation on ``args``; half-precision arguments are computed
     in float32 and the results rounded to the dtypes of the op's type relation."""
-    if not any(has_half_precision(arg) for arg in args):
+    # an op that reads bits, not values (bitcast), gets its half-precision arguments as is
+    if op.get_attr(BITS_ATTR) or not any(has_half_precision(arg) for arg in args):
         return op.compute(args, attrs)
     # the relation, not the implementation, says which results are half precision: a
     # cast to float32 of a float16 tensor must stay float32
