@@ -97,10 +97,19 @@ BINARY_OPS: dict[type, Callable[[Any, Any], Any]] = {
     Or: lambda a, b: np.bool_(a or b),
 }
 
+def _round_half_away(x: Any) -> Any:
+    """C's round(): halves away from zero (NumPy's round takes halves to even)."""
+    whole = np.trunc(x)
+    return whole + np.sign(x) if abs(x - whole) >= 0.5 else whole
+
+
 _INTRINSICS: dict[str, Callable[..., Any]] = {
     "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "tanh": np.tanh, "fabs": np.abs, "abs": np.abs,
-    "floor": np.floor, "ceil": np.ceil, "pow": np.power, "sin": np.sin, "cos": np.cos,
-    "erf": lambda x: type(x)(math.erf(float(x))), "round": np.round, "trunc": np.trunc,
+    "floor": np.floor, "ceil": np.ceil, "pow": np.power, "sin": np.sin, "cos": np.cos, "tan": np.tan,
+    "erf": lambda x: type(x)(math.erf(float(x))), "round": _round_half_away, "trunc": np.trunc,
+    "nearbyint": np.rint,  # the default rounding mode: halves to even
+    "exp2": np.exp2, "log2": np.log2, "log10": np.log10, "atan": np.arctan, "atan2": np.arctan2,
+    "asin": np.arcsin, "acos": np.arccos, "sinh": np.sinh, "cosh": np.cosh, "fmod": np.fmod,
     "rsqrt": lambda x: type(x)(1) / np.sqrt(x), "sigmoid": lambda x: type(x)(1) / (type(x)(1) + np.exp(-x)),
     "fmax": np.fmax, "fmin": np.fmin, "log1p": np.log1p, "expm1": np.expm1,
     **{name: meaning for name, (_, meaning) in BITWISE_INTRINSICS.items()},
