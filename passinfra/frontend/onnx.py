@@ -25,6 +25,7 @@ from passinfra.frontend.onnx_dtypes import UnsupportedDtypesError, listing, unsu
 from passinfra.frontend.onnx_functions import ModelFunctions, convert_function_node
 from passinfra.frontend.onnx_ops import lookup
 from passinfra.frontend.onnx_ops.context import NodeContext, OnnxImportError, TypeTracker
+from passinfra.frontend.onnx_ops.registry import DEFAULT_DOMAINS, op_key
 from passinfra.frontend.onnx_ops.tensor import onnx_dtype
 from passinfra.frontend.onnx_reader import read_mapped
 from passinfra.frontend.onnx_subgraph import (
@@ -42,7 +43,6 @@ from passinfra.runtime import evaluate
 __all__ = ["from_onnx", "UnsupportedOpsError", "UnsupportedDtypesError", "OnnxImportError", "unsupported_ops",
            "unsupported_dtypes"]
 
-_DEFAULT_DOMAINS = ("", "ai.onnx")
 
 # each initializer's raw_data left in the mapped model file, in graph order (None: the
 # model holds them)
@@ -64,7 +64,7 @@ class UnsupportedOpsError(RaypassError, NotImplementedError):
 
 def _default_opset(model: onnx.ModelProto) -> int:
     for entry in model.opset_import:
-        if entry.domain in _DEFAULT_DOMAINS:
+        if entry.domain in DEFAULT_DOMAINS:
             return entry.version
     return 1
 
@@ -82,12 +82,6 @@ def unsupported_ops(model: onnx.ModelProto) -> dict[str, int]:
             counts.update(functions.missing_ops(node, opset))
         counts.update(missing_in_subgraphs(node, opset, functions))  # If/Loop/Scan bodies
     return dict(counts)
-
-
-def op_key(node: onnx.NodeProto) -> str:
-    """A node's key in the converter table: its op type, qualified by its domain outside
-    the default one (``com.microsoft.QLinearAdd``)."""
-    return node.op_type if node.domain in _DEFAULT_DOMAINS else f"{node.domain}.{node.op_type}"
 
 
 def _load(model_or_path: Any) -> tuple[onnx.ModelProto, str | None, RawWeights]:

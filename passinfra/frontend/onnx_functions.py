@@ -50,27 +50,17 @@ from onnx import numpy_helper
 from passinfra.errors import RaypassError
 from passinfra.frontend.onnx_ops import lookup
 from passinfra.frontend.onnx_ops.context import OnnxImportError
+from passinfra.frontend.onnx_ops.registry import domain_name, op_key
 from passinfra.frontend.onnx_subgraph import rename_free_names
 from passinfra.ir.types import TensorType, TupleType
 
 __all__ = ["FunctionBody", "ModelFunctions", "missing_label"]
 
-_DEFAULT_DOMAINS = ("", "ai.onnx")
 # initializers this small keep their data in the type-only copy used for shape inference:
 # shape arguments (Reshape's shape, Slice's starts, ...) are tiny, weights are not
 _SMALL_INITIALIZER = 64
 # a local function that calls itself, directly or not, would expand forever
 _MAX_DEPTH = 64
-
-
-def _domain(domain: str) -> str:
-    return "" if domain in _DEFAULT_DOMAINS else domain
-
-
-def _key(node: onnx.NodeProto) -> str:
-    """The converter-table key of a node (the rule of ``passinfra.frontend.onnx.op_key``)."""
-    domain = _domain(node.domain)
-    return node.op_type if not domain else f"{domain}.{node.op_type}"
 
 
 def missing_label(inner: str, outer: str) -> str:
@@ -97,22 +87,41 @@ class ModelFunctions:
 
     def __init__(self, model: onnx.ModelProto) -> None:
         self.model = model
-        self.local = {(_domain(f.domain), f.name): f for f in model.functions}
-        self.opset_imports = {_domain(e.domain): e.version for e in model.opset_import}
+        self.local = {(domain_name(f.domain), f.name): f for f in model.functions}
+        self.opset_imports = {domain_name(e.domain): e.version for e in model.opset_import}
         self._counter = itertools.count()
         self._graph_types: dict[str, onnx.TypeProto] | None = None
         self._taken: frozenset[str] | None = None  # computed on the first expansion
 
     # -- which function defines a node
+    def defines(self, node: onnx.NodeProto, opset: int) -> bool:
+        """Whether a function defines ``node`` at ``opset``: a model-local one, or its
+        schema's (a context-dependent one counts without being built)."""
+        if (domain_name(node.domain), node.op_type) in self.local:
+            return True
+        opset = self._domain_opset(node, opset)
+        schema = _schema(node, opset)
+        if schema is None:
+            return False
+        versions = [*schema.function_opset_versions, *schema.context_dependent_function_opset_versions]
+        return _newest(versions, opset) is not None
+
+    def _domain_opset(self, node: onnx.NodeProto, opset: int) -> int:
+        """The opset a node's domain is used at: ``opset`` for the default domain; an op
+        of another domain (ai.onnx.preview's FlexAttention) is versioned in its own."""
+        domain = domain_name(node.domain)
+        return self.opset_imports.get(domain, 1) if domain else opset
+
     def function_for(
         self, node: onnx.NodeProto, opset: int, input_types: Sequence[onnx.TypeProto | None]
     ) -> tuple[onnx.FunctionProto, dict[str, onnx.AttributeProto]] | None:
         """The function defining ``node`` at ``opset`` and the attribute defaults that go
         with it, or None when there is none (or a context-dependent one cannot be built
         for these input types: its builder rejects them)."""
-        local = self.local.get((_domain(node.domain), node.op_type))
+        local = self.local.get((domain_name(node.domain), node.op_type))
         if local is not None:
             return local, {a.name: a for a in local.attribute_proto}
+        opset = self._domain_opset(node, opset)
         schema = _schema(node, opset)
         if schema is None:
             return None
@@ -171,7 +180,7 @@ class ModelFunctions:
                 names[formal] = node.output[index]
         values = {**defaults, **{a.name: a for a in node.attribute}}
         nodes = tuple(_instantiate(body_node, names, prefix, values) for body_node in function.node)
-        imports = {_domain(e.domain): e.version for e in function.opset_import}
+        imports = {domain_name(e.domain): e.version for e in function.opset_import}
         # a local function without an import of the default domain uses the model's
         body_opset = imports.get("", self.opset_imports.get("", opset))
         return FunctionBody(nodes, body_opset, {**self.opset_imports, **imports, "": body_opset})
@@ -182,7 +191,7 @@ class ModelFunctions:
         their counts (empty when it converts, directly or through its function)."""
         counts: collections.Counter[str] = collections.Counter()
         types = self._types_of_graph()
-        self._collect(node, opset, [types.get(n) for n in node.input], _key(node), counts, 0)
+        self._collect(node, opset, [types.get(n) for n in node.input], op_key(node), counts, 0)
         return dict(counts)
 
     def _collect(
@@ -194,7 +203,7 @@ class ModelFunctions:
         counts: collections.Counter[str],
         depth: int,
     ) -> None:
-        key = _key(node)
+        key = op_key(node)
         if lookup(key, opset) is not None:
             return
         label = key if depth == 0 else missing_label(key, outer or key)
@@ -219,11 +228,9 @@ class ModelFunctions:
 
 
 def _schema(node: onnx.NodeProto, opset: int) -> Any:
-    """The node's ONNX schema at ``opset`` (default domain only), or None."""
-    if _domain(node.domain):
-        return None
+    """The node's ONNX schema at ``opset`` of its domain, or None."""
     try:
-        return onnx.defs.get_schema(node.op_type, opset, "")
+        return onnx.defs.get_schema(node.op_type, opset, domain_name(node.domain))
     except onnx.defs.SchemaError:
         return None
 
@@ -392,7 +399,7 @@ def convert_function_node(importer: Any, node: onnx.NodeProto) -> None:
     outputs are read."""
     functions: ModelFunctions = importer.functions
     where = f"{node.op_type} node {node.name!r} (opset {importer.opset})"
-    if (_domain(node.domain), node.op_type) not in functions.local:
+    if (domain_name(node.domain), node.op_type) not in functions.local:
         importer._validate(node)  # a schema function's node is checked like any other
     input_types = [_value_type(importer, name) for name in node.input]
     body = functions.expand(node, importer.opset, input_types)

@@ -38,10 +38,10 @@ from onnx import numpy_helper
 
 from passinfra.frontend.onnx_ops import lookup
 from passinfra.frontend.onnx_ops.context import OnnxImportError, Value
+from passinfra.frontend.onnx_ops.registry import op_key
 
 __all__ = ["Subgraph", "for_validation", "has_subgraphs", "missing_in_subgraphs", "rename_free_names"]
 
-_DEFAULT_DOMAINS = ("", "ai.onnx")
 _GRAPH_TYPES = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
 
 
@@ -145,38 +145,19 @@ def _subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
             yield from attr.graphs
 
 
-def _key(node: onnx.NodeProto) -> str:
-    return node.op_type if node.domain in _DEFAULT_DOMAINS else f"{node.domain}.{node.op_type}"
-
-
-def _has_function(node: onnx.NodeProto, opset: int, local: Any) -> bool:
-    """Whether ``node`` has an ONNX function (model-local, or its schema's) at ``opset``."""
-    domain = "" if node.domain in _DEFAULT_DOMAINS else node.domain
-    if (domain, node.op_type) in local:
-        return True
-    if domain:
-        return False
-    try:
-        schema = onnx.defs.get_schema(node.op_type, opset, "")
-    except onnx.defs.SchemaError:
-        return False
-    versions = [*schema.function_opset_versions, *schema.context_dependent_function_opset_versions]
-    return any(v <= opset for v in versions)
-
-
 def missing_in_subgraphs(node: onnx.NodeProto, opset: int, functions: Any) -> dict[str, int]:
     """Op types in ``node``'s subgraphs (at any depth) with neither a converter nor an ONNX
     function at ``opset``, labelled with ``node``'s op, and their counts."""
     from passinfra.frontend.onnx_functions import missing_label  # (it imports this module)
 
     counts: collections.Counter[str] = collections.Counter()
-    outer = _key(node)
+    outer = op_key(node)
     pending = list(_subgraphs(node))
     while pending:
         graph = pending.pop()
         for inner in graph.node:
-            key = _key(inner)
-            if lookup(key, opset) is None and not _has_function(inner, opset, functions.local):
+            key = op_key(inner)
+            if lookup(key, opset) is None and not functions.defines(inner, opset):
                 counts[missing_label(key, outer)] += 1
             pending.extend(_subgraphs(inner))
     return dict(counts)

@@ -35,6 +35,7 @@ from passinfra.ir.op import (
     bitcast,
     bitwise,
     col2im,
+    deform_conv,
     extra,
     grid_sample,
     indexing,
@@ -42,6 +43,8 @@ from passinfra.ir.op import (
     lp_pool,
     roi_align,
     signal,
+    tfidf,
+    tree_ensemble,
 )
 from passinfra.ir.type_infer import infer_type
 from passinfra.transform import PassContext, Sequential, get_pass
@@ -422,6 +425,28 @@ case("roi_align", "max-ratio2", lambda x, r, b: roi_align.roi_align(
     ints(4, dtype="int64", low=0, high=1))
 case("col2im", "strided-dilated-padded", lambda x: col2im.col2im(
     x, (6, 5), (2, 2), dilations=(1, 2), pads=(1, 0, 1, 2), strides=(2, 3)), f32(2, 12, 8))
+# deform_conv: offsets reaching past the image (zero taps), groups with offset groups and a
+# mask; strided, dilated and padded with a bias
+case("deform_conv", "grouped-masked", lambda x, w, o, b, m: deform_conv.deform_conv(
+    x, w, o, b, m, group=2, offset_group=2), f32(2, 4, 5, 6), f32(6, 2, 2, 3),
+     f32(2, 24, 4, 4, low=-4.0, high=4.0), f32(6), f32(2, 12, 4, 4, low=0.0, high=1.0))
+case("deform_conv", "strided-dilated-padded", lambda x, w, o, b: deform_conv.deform_conv(
+    x, w, o, b, strides=(2, 1), pads=(1, 0, 2, 1), dilations=(1, 2)), f32(1, 3, 6, 5), f32(2, 3, 3, 2),
+     f32(1, 12, 4, 4, low=-2.5, high=2.5), f32(2))
+# tree_ensemble: comparisons of every mode, a member set, NaN tracking true, a one-leaf
+# tree, min aggregation with an unreached target; tfidf: uni- and bigrams with skips
+_TREES = dict(n_targets=3, roots=[0, -4], features=[0, 1, 2, 0], modes=["leq", "member", "gt", "neq"],
+              splits=[0.5, 0.0, -1.0, 2.0], true_children=[1, -1, -2, -3], false_children=[2, 3, -3, -2],
+              leaf_targets=[0, 1, 0, 1], leaf_weights=[1.5, -2.0, 3.0, 0.25],
+              members=[(), (1.0, -1.0), (), ()], missing_true=[True, False, False, False])
+case("tree_ensemble", "sum", lambda x: tree_ensemble.tree_ensemble(x, **_TREES),
+     f32(6, 3, low=-2.0, high=2.0))
+case("tree_ensemble", "min-f64", lambda x: tree_ensemble.tree_ensemble(x, aggregate="min", **_TREES),
+     f64(5, 3, low=-2.0, high=2.0))
+case("tfidf_vectorizer", "tfidf-skip2", lambda x: tfidf.tfidf_vectorizer(
+    x, [(2,), (3,), (2, 3), (3, 2), (1, 1)], [0, 1, 2, 3, 4], 6, 1, 2, max_skip_count=2, mode="TFIDF",
+    weights=[0.5, 1.0, 2.0, 1.5, 3.0, 1.0]), ints(2, 9, dtype="int64", low=0, high=3))
+
 # indexing, scans and integer arithmetic (negative indices, duplicate scatter targets, ties)
 case("gather_elements", "axis1", lambda x, i: indexing.gather_elements(x, i, axis=1), f32(3, 5),
      ints(3, 4, dtype="int64", low=-5, high=4))

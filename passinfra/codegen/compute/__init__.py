@@ -8,6 +8,7 @@ from passinfra.codegen.compute import (  # noqa: F401  (registers rules)
     bitcast,
     bitwise,
     col2im,
+    deform_conv,
     elemwise,
     extra,
     grid_sample,
@@ -22,7 +23,9 @@ from passinfra.codegen.compute import (  # noqa: F401  (registers rules)
     resize,
     roi_align,
     signal,
+    tfidf,
     transform,
+    tree_ensemble,
     window,
 )
 from passinfra.codegen.compute.base import (

@@ -9,6 +9,7 @@ for the newest ``since`` version not above it (how ONNX itself versions ops).
 from passinfra.frontend.onnx_ops import (  # noqa: E402,F401  (registration side effects)
     bits,  # BitCast
     control_flow,  # If, Loop, Scan: subgraphs unrolled (onnx_subgraph)
+    deform_conv,  # DeformConv
     elementwise,
     indexing,
     linalg,  # Det
@@ -18,10 +19,12 @@ from passinfra.frontend.onnx_ops import (  # noqa: E402,F401  (registration side
     recurrent,
     reduce,
     resize,
-    sampling,  # GridSample, RoiAlign, Col2Im, DeformConv
+    sampling,  # GridSample, RoiAlign, Col2Im
     signal,  # DFT, STFT
     tensor,
+    tfidf,  # TfIdfVectorizer
     training,  # ai.onnx.preview.training Adagrad, Adam, Momentum
+    tree_ensemble,  # ai.onnx.ml TreeEnsemble
 )
 from passinfra.frontend.onnx_ops.registry import converter, lookup, supported_op_types
 

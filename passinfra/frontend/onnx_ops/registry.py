@@ -1,7 +1,7 @@
 """The converter table: ONNX op type -> converters by the opset version they start at.
 
 An op outside the default domain is keyed by its domain and type,
-``com.microsoft.QLinearAdd`` (``passinfra.frontend.onnx.op_key``)."""
+``com.microsoft.QLinearAdd`` (:func:`op_key`)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,21 @@ from typing import Any
 Converter = Callable[[Any], Any]
 
 _TABLE: dict[str, list[tuple[int, Converter]]] = {}
+
+# the names of ONNX's default domain
+DEFAULT_DOMAINS = ("", "ai.onnx")
+
+
+def domain_name(domain: str) -> str:
+    """A domain as the tables key it: the default domain is ``""``."""
+    return "" if domain in DEFAULT_DOMAINS else domain
+
+
+def op_key(node: Any) -> str:
+    """A node's key in the converter table: its op type, qualified by its domain outside
+    the default one (``com.microsoft.QLinearAdd``)."""
+    domain = domain_name(node.domain)
+    return f"{domain}.{node.op_type}" if domain else node.op_type
 
 
 def converter(*op_types: str, since: int = 1) -> Callable[[Converter], Converter]:

@@ -1,4 +1,4 @@
-"""Sampling ONNX ops: GridSample (16, 20), RoiAlign (10, 16), Col2Im (18), DeformConv (19).
+"""Sampling ONNX ops: GridSample (16, 20), RoiAlign (10, 16), Col2Im (18) (DeformConv: deform_conv.py).
 
 GridSample-16 takes 4-D data only and names its modes bilinear / bicubic; from 20 on any
 rank and linear / cubic; both become ``grid_sample``. Col2Im's ``image_shape`` and

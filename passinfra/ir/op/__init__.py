@@ -14,6 +14,7 @@ from passinfra.ir.op import (  # noqa: E402,F401  (ops for model importers)
     bitcast,  # ONNX BitCast: bits read as another type
     bitwise,  # bitwise and/or/xor/not of integers
     col2im,  # ONNX Col2Im
+    deform_conv,  # ONNX DeformConv
     extra,
     grid_sample,  # ONNX GridSample
     indexing,  # gather/scatter, topk, scans, mod, shifts
@@ -22,5 +23,7 @@ from passinfra.ir.op import (  # noqa: E402,F401  (ops for model importers)
     resize,  # ONNX Resize
     roi_align,  # ONNX RoiAlign
     signal,  # dft (ONNX DFT, STFT)
+    tfidf,  # ONNX TfIdfVectorizer
+    tree_ensemble,  # ONNX ai.onnx.ml TreeEnsemble
 )
 from passinfra.ir.op import quantize as qnn  # noqa: E402,F401  (qnn.*: quantization, integer kernels)
