@@ -17,7 +17,8 @@ thread pool against OpenMP.
 
 Writes bench/results_threads.md.
 
-    python bench/threads.py [--repeats N] [--build-rounds N] [--no-densenet] [--output PATH]
+    python bench/threads.py [--repeats N] [--build-rounds N] [--no-densenet] [--pool-rounds N]
+                            [--pool-only] [--output PATH]
 """
 
 from __future__ import annotations
@@ -224,6 +225,17 @@ HARNESS = r"""
 typedef int (*rp_chunk_fn)(void* ctx, int64_t begin, int64_t end);
 int rp_parallel_for(rp_chunk_fn fn, void* ctx, int64_t extent, int64_t work_per_iteration);
 void raypass_set_num_threads(int n);
+void raypass_thread_stats(int64_t* out);
+/* the pool's counters: worker chunks, stolen chunks, worker sleeps (libgomp has none) */
+static void pool_counters(int64_t* out) {
+#ifdef USE_OMP
+  out[0] = out[1] = out[2] = 0;
+#else
+  int64_t all[6];
+  raypass_thread_stats(all);
+  out[0] = all[3], out[1] = all[4], out[2] = all[5];
+#endif
+}
 
 static double now(void) {
   struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + 1e-9 * t.tv_nsec;
@@ -273,9 +285,13 @@ int main(int argc, char** argv) {
   raypass_set_num_threads(threads);
 #endif
   loop_once(threads, 64 * 64);
+  int64_t k0[3], k1[3], k2[3];
+  pool_counters(k0);
   double tiny = median_latency(threads, 64 * 16, 0, 4000);
   double tiny_gap = median_latency(threads, 64 * 16, 200e-6, 2000);
+  pool_counters(k1);
   double large = median_latency(threads, N, 0, 400);
+  pool_counters(k2);
   loop_once(threads, 64 * 16);
   double c0 = cpu(), w0 = now();
   usleep(100000);
@@ -286,17 +302,20 @@ int main(int argc, char** argv) {
   int status = 0; waitpid(pid, &status, 0);
   int child_ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
   printf("{\"tiny_us\": %.3f, \"tiny_after_gap_us\": %.3f, \"large_us\": %.3f, "
-         "\"idle_cpu_share\": %.3f, \"fork_child_ok\": %s}\n",
-         tiny * 1e6, tiny_gap * 1e6, large * 1e6, idle_cpu, child_ok ? "true" : "false");
+         "\"idle_cpu_share\": %.3f, \"fork_child_ok\": %s, \"large_worker_chunks\": %lld, "
+         "\"large_stolen_chunks\": %lld, \"tiny_worker_sleeps\": %lld}\n",
+         tiny * 1e6, tiny_gap * 1e6, large * 1e6, idle_cpu, child_ok ? "true" : "false",
+         (long long)(k2[0] - k1[0]), (long long)(k2[1] - k1[1]), (long long)(k1[2] - k0[2]));
   return 0;
 }
 """
 
 
-def pool_vs_openmp(threads: int) -> dict[str, dict[str, Any]]:
-    """Run the harness against the library's pool and against libgomp; also time loading
-    a shared library that links each."""
-    results: dict[str, dict[str, Any]] = {}
+def pool_vs_openmp(threads: int, rounds: int = 1) -> dict[str, dict[str, Any]]:
+    """Run the harness against the library's pool and against libgomp, ``rounds`` times
+    interleaved (each number is the median over the rounds: other processes share the
+    cores); also time loading a shared library that links each."""
+    runs: dict[str, list[dict[str, Any]]] = {}
     workdir = tempfile.mkdtemp(prefix="raypass-bench-threads-")
     try:
         work = Path(workdir)
@@ -309,12 +328,17 @@ def pool_vs_openmp(threads: int) -> dict[str, dict[str, Any]]:
             "OpenMP (libgomp, OMP_WAIT_POLICY=passive)": (["-fopenmp", "-DUSE_OMP", "harness.c", "pool.c"],
                                                           {"OMP_WAIT_POLICY": "passive"}),
         }
-        for index, (name, (sources, env)) in enumerate(variants.items()):
-            binary = f"h{index}"
-            subprocess.run([*common, binary, *sources], cwd=work, check=True, capture_output=True)
-            run = subprocess.run([f"./{binary}", str(threads)], cwd=work, capture_output=True, text=True,
-                                 timeout=300, env={**os.environ, **env})
-            results[name] = json.loads(run.stdout.strip().splitlines()[-1])
+        for index, (sources, _) in enumerate(variants.values()):
+            subprocess.run([*common, f"h{index}", *sources], cwd=work, check=True, capture_output=True)
+        for _ in range(rounds):
+            for index, (name, (_, env)) in enumerate(variants.items()):
+                run = subprocess.run([f"./h{index}", str(threads)], cwd=work, capture_output=True, text=True,
+                                     timeout=300, env={**os.environ, **env})
+                runs.setdefault(name, []).append(json.loads(run.stdout.strip().splitlines()[-1]))
+        results = {name: {key: (all(r[key] for r in values) if isinstance(values[0][key], bool)
+                                else statistics.median(r[key] for r in values))
+                          for key in values[0]}
+                   for name, values in runs.items()}
         # load time: a shared library linking the pool vs one linking libgomp, in fresh processes
         (work / "lib.c").write_text("int f(void) { return 0; }\n")
         subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", "pool.so", "lib.c", "pool.c", "-pthread"],
@@ -340,8 +364,50 @@ def _ms(sample: Sample) -> str:
     return f"{sample.median * 1e3:.2f} [{min(sample.values) * 1e3:.2f}-{max(sample.values) * 1e3:.2f}]"
 
 
+def render_pool(pool: dict[str, dict[str, Any]], rounds: int) -> list[str]:
+    """Section 3: the harness's numbers, and what the pool's counters say of its workers."""
+    threads = max(2, available_cpus())
+    header = ["runtime", "tiny loop, back to back (us)", "tiny loop after a 200 us gap (us)",
+              "1 MB axpy loop (us)", "CPU used while idle 100 ms (cores)", "load time (ms)",
+              "forked child runs a loop"]
+    rows = [[name, f"{r['tiny_us']:.2f}", f"{r['tiny_after_gap_us']:.2f}", f"{r['large_us']:.1f}",
+             f"{r['idle_cpu_share']:.2f}", f"{r['load_ms']:.2f}" if "load_ms" in r else "-",
+             "yes" if r["fork_child_ok"] else "**no: hangs**"] for name, r in pool.items()]
+    ours = pool["raypass pool"]
+    return [
+        f"## 3. The library's thread pool against OpenMP ({threads} threads)",
+        "",
+        "A C harness times one parallel loop (medians of thousands) with the library's pool and "
+        "with gcc's libgomp. A tiny loop shows the fork-join cost; the gap lets workers go idle. "
+        f"Each binary ran {rounds} time(s), interleaved; each number is the median over the runs.",
+        "",
+        markdown_table(header, rows),
+        "",
+        f"The pool's counters (medians over the runs): of the 400 one-MB loops' second halves, "
+        f"{ours['large_worker_chunks']:.0f} ran on the worker and {ours['large_stolen_chunks']:.0f} on "
+        "the caller, because no worker had claimed them when the caller's own half was done (a worker "
+        "preempted by another process, or asleep); in the tiny loops the workers blocked "
+        f"{ours['tiny_worker_sleeps']:.0f} times (the 200 us gaps are longer than their "
+        f"{SPIN_MICROSECONDS} us spin). A tiny loop's halves take less time than handing one to a "
+        "worker, so there the caller usually runs both.",
+        "",
+        "Chosen: the library's own pool. Its fork-join is a compare-exchange on one cache line (no "
+        "lock unless a thread blocks), cheaper than libgomp's barrier when the loops come back to "
+        "back, and the caller runs any chunk no worker has claimed, so a loop never waits for a "
+        "worker that is asleep, or preempted before it claimed a chunk (the loop then costs what it "
+        "costs on one thread; a worker preempted in the middle of its chunk still holds it up); its idle "
+        f"workers give the cores back after {SPIN_MICROSECONDS} us where libgomp's default spin "
+        "keeps them busy; a forked child (multiprocessing's default start method on Linux, Ray's "
+        "workers) gets a fresh pool, where libgomp's child hangs in its first parallel loop; its one "
+        "thread count is process-wide and can change between any two calls from any Python thread "
+        "(OpenMP's is per calling thread); and loading a library does not pull an OpenMP runtime "
+        "into the caller's process, where it could meet another one (PyTorch's, onnxruntime's).",
+        "",
+    ]
+
+
 def render(runs: list[dict[str, Any]], build: dict[str, Sample] | None, pool: dict[str, dict[str, Any]],
-           notes: dict[str, str], steal: str, repeats: int, build_rounds: int) -> str:
+           notes: dict[str, str], steal: str, repeats: int, build_rounds: int, pool_rounds: int = 1) -> str:
     cpus = available_cpus()
     quota = cgroup_cpu_quota()
     lines = [
@@ -408,36 +474,28 @@ def render(runs: list[dict[str, Any]], build: dict[str, Sample] | None, pool: di
             f"Ratio with / without: **{ratio:.3f}** wall ({verdict} the 15% budget), {cpu_ratio:.3f} CPU.",
             "",
         ]
-    threads = max(2, cpus)
-    header = ["runtime", "tiny loop, back to back (us)", "tiny loop after a 200 us gap (us)",
-              "1 MB axpy loop (us)", "CPU used while idle 100 ms (cores)", "load time (ms)",
-              "forked child runs a loop"]
-    rows = [[name, f"{r['tiny_us']:.2f}", f"{r['tiny_after_gap_us']:.2f}", f"{r['large_us']:.1f}",
-             f"{r['idle_cpu_share']:.2f}", f"{r['load_ms']:.2f}" if "load_ms" in r else "-",
-             "yes" if r["fork_child_ok"] else "**no: hangs**"] for name, r in pool.items()]
+    lines += render_pool(pool, rounds=pool_rounds)
     lines += [
-        f"## 3. The library's thread pool against OpenMP ({threads} threads)",
-        "",
-        "A C harness times one parallel loop (medians of thousands) with the library's pool and "
-        "with gcc's libgomp. A tiny loop shows the fork-join cost; the gap lets workers go idle.",
-        "",
-        markdown_table(header, rows),
-        "",
-        "Chosen: the library's own pool. It costs about as much as libgomp per loop when the loops "
-        "come back to back, and its idle workers give the cores back after "
-        f"{SPIN_MICROSECONDS} us where libgomp's default spin keeps them busy; a forked child "
-        "(multiprocessing's default start method on Linux, Ray's workers) gets a fresh pool, where "
-        "libgomp's child hangs in its first parallel loop; its one thread count is process-wide and "
-        "can change between any two calls from any Python thread (OpenMP's is per calling thread); "
-        "and loading a library does not pull an OpenMP runtime into the caller's process, where it "
-        "could meet another one (PyTorch's, onnxruntime's).",
-        "",
         "## Machine",
         "",
         *(f"- {key}: {value}" for key, value in notes.items()),
         "",
     ]
     return "\n".join(lines)
+
+
+def pool_only(output: Path, rounds: int) -> int:
+    """Section 3 alone: printed, and put in place of section 3 of ``output`` (when it has one)."""
+    print("pool vs OpenMP", flush=True)
+    section = "\n".join(render_pool(pool_vs_openmp(max(2, available_cpus()), rounds), rounds))
+    print(section)
+    if output.exists():
+        text = output.read_text()
+        start = text.find("## 3. ")
+        end = text.find("## Machine", start)
+        if start >= 0 and end >= 0:
+            output.write_text(text[:start] + section + "\n" + text[end:])
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -448,8 +506,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="scaling runs per model at most, until one had every core")
     parser.add_argument("--no-densenet", action="store_true")
     parser.add_argument("--no-build-cost", action="store_true")
+    parser.add_argument("--pool-rounds", type=int, default=3,
+                        help="runs of each section-3 harness binary, interleaved (medians reported)")
+    parser.add_argument("--pool-only", action="store_true",
+                        help="run section 3 only (the pool against OpenMP) and replace that section "
+                             "of the output file")
     parser.add_argument("--output", default=str(ROOT / "bench" / "results_threads.md"))
     args = parser.parse_args(argv)
+    if args.pool_only:
+        return pool_only(Path(args.output), args.pool_rounds)
     notes = machine_notes()
     since = cpu_times()
     counts = list(range(1, available_cpus() + 1))
@@ -477,8 +542,9 @@ def main(argv: list[str] | None = None) -> int:
         print("build cost: DenseNet-121", flush=True)
         build = build_cost(chosen[DENSENET_LABEL], args.build_rounds)
     print("pool vs OpenMP", flush=True)
-    pool = pool_vs_openmp(max(2, available_cpus()))
-    text = render(runs, build, pool, notes, steal_percent(since), args.repeats, args.build_rounds)
+    pool = pool_vs_openmp(max(2, available_cpus()), args.pool_rounds)
+    text = render(runs, build, pool, notes, steal_percent(since), args.repeats, args.build_rounds,
+                  args.pool_rounds)
     Path(args.output).write_text(text)
     print(text)
     return 0

@@ -117,7 +117,9 @@ class Module:
     def thread_stats(self) -> dict[str, int]:
         """Counters of the library's thread pool since it was loaded: loops run on
         several threads, loops run serially (too little work or one thread), loops run
-        serially because another call held the pool, and chunks run by worker threads."""
+        serially because another call held the pool, chunks run by worker threads, chunks
+        the calling thread ran because no worker had claimed them, and times a worker
+        blocked after its spin (``passinfra.runtime.threads.STATS_FIELDS``)."""
         return self._threads.stats()
 
     # ----- entry ----------------------------------------------------------------------

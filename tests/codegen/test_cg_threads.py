@@ -13,6 +13,7 @@ import ctypes
 import multiprocessing
 import os
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +29,7 @@ from passinfra.codegen.c_renderer import render_prim_func
 from passinfra.codegen.cc_driver import CompilerSettings, compile_c, link_shared
 from passinfra.codegen.gemm import gemm_call, library_splits_blas
 from passinfra.codegen.link import thread_pool_object
+from passinfra.codegen.thread_pool import SPIN_MICROSECONDS, pool_source
 from passinfra.codegen.transform.parallelize import (
     TARGET_ITERATIONS,
     gemm_work,
@@ -346,7 +348,140 @@ def test_an_outlined_loop_runs_on_the_pool_and_a_nested_parallel_loop_runs_seria
         pointers = (ctypes.c_void_p * 2)(data.ctypes.data, got.ctypes.data)
         assert library.nested_packed(pointers) == 0
         np.testing.assert_array_equal(got, expected)
-    assert threads.stats()["parallel_loops"] == 2 and threads.stats()["worker_chunks"] == 1 + 2
+    stats = threads.stats()
+    # chunks beyond the caller's own: 1 with two threads, 2 with three, run by a worker or,
+    # when none had claimed one yet, by the caller
+    assert stats["parallel_loops"] == 2 and stats["worker_chunks"] + stats["stolen_chunks"] == 1 + 2
+
+
+# --------------------------------------------------------------------------- the pool
+
+# loops on the pool, driven from C: every iteration marks its own counter, so a chunk run
+# twice or never shows; a chunk that fails, and a parallel loop inside a chunk
+POOL_DRIVER_C = r"""
+#define _GNU_SOURCE
+#include <stdint.h>
+#include <unistd.h>
+typedef int (*rp_chunk_fn)(void* ctx, int64_t begin, int64_t end);
+extern int rp_parallel_for(rp_chunk_fn fn, void* ctx, int64_t extent, int64_t work_per_iteration);
+#define BIG (1LL << 30)
+
+static int mark(void* ctx, int64_t begin, int64_t end) {
+  int32_t* hits = ctx;
+  for (int64_t i = begin; i < end; ++i) __atomic_fetch_add(&hits[i], 1, __ATOMIC_RELAXED);
+  return 0;
+}
+
+/* ``loops`` loops of ``extent`` iterations; before every ``gap_every``-th a pause */
+int run_loops(int32_t* hits, int64_t extent, int loops, int gap_every, int gap_us) {
+  for (int loop = 0; loop < loops; ++loop) {
+    if (gap_every > 0 && loop % gap_every == 0) usleep(gap_us);
+    if (rp_parallel_for(mark, hits + loop * extent, extent, BIG) != 0) return -1;
+  }
+  return 0;
+}
+
+static int fail_but_first(void* ctx, int64_t begin, int64_t end) {
+  (void)ctx; (void)end;
+  return begin > 0 ? -1 : 0;
+}
+static int fail_first(void* ctx, int64_t begin, int64_t end) {
+  (void)ctx; (void)end;
+  return begin == 0 ? -1 : 0;
+}
+int run_failing(int first, int64_t extent) {
+  return rp_parallel_for(first ? fail_first : fail_but_first, 0, extent, BIG);
+}
+
+static int nested(void* ctx, int64_t begin, int64_t end) {
+  return rp_parallel_for(mark, (int32_t*)ctx + begin, end - begin, BIG);
+}
+int run_nested(int32_t* hits, int64_t extent) { return rp_parallel_for(nested, hits, extent, BIG); }
+"""
+
+
+def pool_driver(tmp_path: Path, name: str, **pool: int) -> tuple[ctypes.CDLL, LibraryThreads]:
+    """A library of POOL_DRIVER_C and a pool made by ``pool_source(**pool)``."""
+    settings = CompilerSettings(cache_dir=str(tmp_path / "cache"))
+    objects = [("driver", compile_c(POOL_DRIVER_C, settings, name="driver")),
+               ("pool", compile_c(pool_source(**pool), settings, name="pool"))]
+    path = tmp_path / f"{name}.so"
+    path.write_bytes(link_shared(objects, settings, ("-Wl,-Bsymbolic", "-pthread")))
+    library = ctypes.CDLL(str(path))
+    library.run_loops.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+    library.run_failing.argtypes = [ctypes.c_int, ctypes.c_int64]
+    library.run_nested.argtypes = [ctypes.c_void_p, ctypes.c_int64]
+    return library, LibraryThreads(library)
+
+
+def counters_after(threads: LibraryThreads, run) -> dict[str, int]:
+    before = threads.stats()
+    assert run() == 0
+    after = threads.stats()
+    return {key: after[key] - before[key] for key in after}
+
+
+@pytest.mark.parametrize("spin", [0, SPIN_MICROSECONDS])
+def test_every_chunk_runs_once_whoever_runs_it(tmp_path: Path, spin: int):
+    """Back to back and after pauses, with workers that spin or block at once: every
+    iteration runs exactly once, and every chunk beyond the caller's own is counted once,
+    as run by a worker or by the caller (when no worker had claimed it)."""
+    library, threads = pool_driver(tmp_path, f"spin{spin}", spin_microseconds=spin)
+    extent, loops = 7, 300
+    for count in (2, 3, 4):
+        threads.set(count)
+        hits = np.zeros(loops * extent, np.int32)
+        # a 2 ms pause before every 50th loop: the workers have blocked by then
+        counts = counters_after(threads, lambda h=hits: library.run_loops(h.ctypes.data, extent, loops, 50,
+                                                                          2000))
+        np.testing.assert_array_equal(hits, 1)
+        assert counts["parallel_loops"] == loops and counts["serial_loops"] == counts["busy_loops"] == 0
+        assert counts["worker_chunks"] + counts["stolen_chunks"] == loops * (count - 1)
+    if spin == 0:  # the loops above found the workers blocked: each was woken, or its chunk stolen
+        assert threads.stats()["worker_sleeps"] > 0
+
+
+def test_a_failing_chunk_fails_the_loop_whichever_thread_ran_it(tmp_path: Path):
+    library, threads = pool_driver(tmp_path, "failing")
+    for count in (1, 2, 3):
+        threads.set(count)
+        for _ in range(20):
+            assert library.run_failing(1, 6) == -1  # the caller's own chunk
+            assert library.run_failing(0, 6) == (-1 if count > 1 else 0)  # another chunk
+
+
+def test_a_loop_inside_a_chunk_runs_serially_in_that_chunk(tmp_path: Path):
+    """The pool is busy while its loop runs: the loop of each chunk is a busy loop."""
+    library, threads = pool_driver(tmp_path, "nested")
+    threads.set(3)
+    hits = np.zeros(30, np.int32)
+    counts = counters_after(threads, lambda: library.run_nested(hits.ctypes.data, 30))
+    np.testing.assert_array_equal(hits, 1)
+    assert counts["parallel_loops"] == 1 and counts["busy_loops"] == 3
+
+
+def wait_for_sleeps(threads: LibraryThreads, count: int) -> int:
+    """The pool's worker_sleeps once it reached ``count`` (a loaded machine may be slow to
+    run the workers at all), or after 10 s."""
+    for _ in range(1000):
+        if threads.stats()["worker_sleeps"] >= count:
+            break
+        time.sleep(0.01)
+    return threads.stats()["worker_sleeps"]
+
+
+def test_idle_workers_block(tmp_path: Path):
+    """After a loop, workers spin SPIN_MICROSECONDS for the next one, then block (they do
+    not keep a core busy, as libgomp's do for milliseconds): the sleep counter shows it.
+    A loop that finds them blocked wakes one (which wakes the next while chunks are left)."""
+    library, threads = pool_driver(tmp_path, "idle")
+    threads.set(3)
+    hits = np.zeros(3, np.int32)
+    assert library.run_loops(hits.ctypes.data, 3, 1, 0, 0) == 0  # starts both workers
+    assert wait_for_sleeps(threads, 2) >= 2, "both workers blocked"
+    assert library.run_loops(hits.ctypes.data, 3, 1, 0, 0) == 0  # wakes at least one
+    assert wait_for_sleeps(threads, 3) >= 3, "the woken worker blocked again"
+    np.testing.assert_array_equal(hits, 2)
 
 
 # --------------------------------------------------------------------------- thread counts

@@ -74,16 +74,24 @@ GEMM_MACS_PER_WORK = 32
 # an expression's estimate counts at most this many nodes
 MAX_COUNTED_NODES = 1024
 # A GEMM part repacks the operand it shares with the other parts (a split by rows packs
-# B again, by columns A), which costs about PACK_MACS multiply-adds per element: so the
-# parts of a dimension of size D cost (parts - 1) * PACK_MACS / D of the product's time
-# on one thread, which is kept within MAX_SPLIT_OVERHEAD (OpenBLAS on one thread, Zen 4:
-# 196x128x960 in 2 row parts +3-5%, 196x512x1024 in 4 column parts +12%). A part also
-# has at least GEMM_PART_WORK units (scaled with config codegen.min_parallel_work): at
-# 60_000 the zoo transformer's products of 64 rows split and it ran 1.84x faster on two
-# cores (1.52x at 150_000), for 2-5% more time on one
-PACK_MACS = 12
+# B again, by columns A), which costs about PACK_MACS_ROWS (PACK_MACS_COLUMNS)
+# multiply-adds per element: so the parts of a dimension of size D cost (parts - 1) *
+# PACK_MACS_* / D of the product's time on one thread, which is kept within
+# MAX_SPLIT_OVERHEAD (OpenBLAS on one thread, Zen 4: 196x128x960 in 2 row parts +3-5%,
+# 196x512x1024 in 4 column parts +12%; EPYC, AVX-512: 2 row parts of 49x96x576 and
+# 64x256x256 +10-11%, 2 column parts of 49x96x576, 49x576x96 and 64x{256,768}x256
+# +1-4%, 4 column parts +3-5%, so repacking A costs a third of repacking B and columns
+# split MobileNet's 1x1 convolutions of 49 rows). A part also has at least
+# GEMM_PART_WORK units (scaled with config codegen.min_parallel_work): at 60_000 the zoo
+# transformer's products of 64 rows split and it ran 1.84x faster on two cores (1.52x at
+# 150_000), for 2-5% more time on one. With the pool's cheaper fork-join (a loop whose
+# workers are awake costs ~0.3 us, not 6 us) 30_000 splits products of 30-60 us too:
+# interleaved on 2 cores, the zoo transformer went from 1.75x to 1.83x its one-thread
+# speed, MobileNetV3-like from 1.52x to 1.76x, resnet20 stayed at 1.0x (one thread: within 2%)
+PACK_MACS_ROWS = 12
+PACK_MACS_COLUMNS = 4
 MAX_SPLIT_OVERHEAD = 0.08
-GEMM_PART_WORK = 60_000
+GEMM_PART_WORK = 30_000
 MAX_GEMM_PARTS = 48
 # part counts that divide evenly over 2, 3, 4, 6 and 8 threads where they can
 _BALANCED_PARTS = (48, 32, 24, 16, 12, 8, 6, 4, 3, 2)
@@ -383,7 +391,8 @@ def split_gemm(stmt: tir.Evaluate, min_work: int = MIN_WORK_PER_THREAD) -> tir.S
     part_work = max(GEMM_PART_WORK * min_work / MIN_WORK_PER_THREAD, 1.0)
     by_size = min(int(gemm_work(m, n, k) // part_work), MAX_GEMM_PARTS)
     # rows when they allow as many parts as columns do (A's rows are contiguous)
-    by_rows, by_columns = (1 + int(MAX_SPLIT_OVERHEAD * size / PACK_MACS) for size in (m, n))
+    by_rows = 1 + int(MAX_SPLIT_OVERHEAD * m / PACK_MACS_ROWS)
+    by_columns = 1 + int(MAX_SPLIT_OVERHEAD * n / PACK_MACS_COLUMNS)
     rows = by_rows >= by_columns
     size, parts = (m, by_rows) if rows else (n, by_columns)
     parts = _balanced(min(parts, by_size))
@@ -515,7 +524,8 @@ def Parallelize() -> FunctionPass:  # noqa: N802 - pass factories are named like
 
 
 __all__ = [
-    "GEMM_PART_WORK", "MAX_GEMM_PARTS", "MAX_SPLIT_OVERHEAD", "PACK_MACS", "Parallelize",
+    "GEMM_PART_WORK", "MAX_GEMM_PARTS", "MAX_SPLIT_OVERHEAD", "PACK_MACS_COLUMNS", "PACK_MACS_ROWS",
+    "Parallelize",
     "TARGET_ITERATIONS", "independent_iterations", "loop_captures", "parallel_nest", "parallelize_prim_func",
     "gemm_work", "split_gemm", "statement_work",
 ]
