@@ -41,6 +41,7 @@ from passinfra.ir.op import (
     indexing,
     linalg,
     lp_pool,
+    max_pool_indices,
     roi_align,
     signal,
     tfidf,
@@ -381,6 +382,12 @@ case("nn.conv3d_transpose", "stride-groups", lambda x, w: op.nn.conv3d_transpose
 case("nn.max_pool3d", "ceil-dilated", lambda x: op.nn.max_pool3d(
     x, (2, 3, 2), strides=(2, 2, 1), padding=(0, 1, 1, 1, 1, 0), dilation=(1, 1, 2), ceil_mode=True),
     f32(1, 2, 5, 6, 7))
+# ties (few distinct values) so that the first max must win; column-major flat positions
+case("nn.max_pool_indices", "2d-ties-pads-dilated", lambda x: max_pool_indices.max_pool_indices(
+    x, (3, 2), strides=(2, 1), padding=(1, 0, 1, 1), dilation=(1, 2)), ints(2, 2, 6, 7, low=0, high=2))
+case("nn.max_pool_indices", "3d-ceil-column-major", lambda x: max_pool_indices.max_pool_indices(
+    x, (2, 2, 3), strides=(2, 2, 2), padding=(0, 1, 1, 1, 0, 1), dilation=(1, 1, 1), ceil_mode=True,
+    storage_order=1), f32(1, 2, 5, 6, 7))
 case("nn.lp_pool2d", "p3-ceil-dilated", lambda x: lp_pool.lp_pool(
     x, 2, 3, (2, 3), strides=(2, 1), padding=(1, 0, 0, 1), dilation=(1, 2), ceil_mode=True), f32(1, 2, 6, 7))
 case("nn.lp_pool3d", "p2-padded", lambda x: lp_pool.lp_pool(

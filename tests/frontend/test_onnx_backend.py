@@ -35,9 +35,7 @@ os.environ.setdefault("ONNX_HOME", os.path.join(tempfile.gettempdir(), "raypass-
 MODEL_GROUPS = ("real", "pytorch-converted", "pytorch-operator", "simple")  # "real" = the light models
 
 _XFAIL_GROUPS: dict[str, tuple[str, ...]] = {
-    "training semantics (random Dropout masks, batch stats, Gradient) are out of scope": (
-        "test_batchnorm_epsilon_training_mode",
-        "test_batchnorm_example_training_mode",
+    "training semantics (random Dropout masks, Gradient) are out of scope": (
         "test_gradient_of_add",
         "test_gradient_of_add_and_mul",
         "test_training_dropout",
@@ -489,10 +487,6 @@ _XFAIL_GROUPS: dict[str, tuple[str, ...]] = {
         "test_col2im_pads",
         "test_col2im_strides",
     ),
-    "MaxPool Indices output is not supported": (
-        "test_maxpool_with_argmax_2d_precomputed_pads",
-        "test_maxpool_with_argmax_2d_precomputed_strides",
-    ),
     "sequence and string ops (SequenceConstruct, SplitToSequence, StringNormalizer, ...) are out of scope": (
         "test_sequence_model1",
         "test_sequence_model2",
@@ -508,16 +502,6 @@ _XFAIL_GROUPS: dict[str, tuple[str, ...]] = {
         "test_strnorm_model_monday_empty_output",
         "test_strnorm_model_monday_insensintive_upper_twodim",
         "test_strnorm_model_nostopwords_nochangecase",
-    ),
-    "CumSum/CumProd of a matrix with the axis as a runtime graph input (the IR needs the axis at import)": (
-        "test_cumprod_2d_axis_0",
-        "test_cumprod_2d_axis_1",
-        "test_cumprod_2d_int32",
-        "test_cumprod_2d_negative_axis",
-        "test_cumsum_2d_axis_0",
-        "test_cumsum_2d_axis_1",
-        "test_cumsum_2d_int32",
-        "test_cumsum_2d_negative_axis",
     ),
     "float16 attention chain: per-op float16 rounding differs from the reference by more than rtol 1e-3 "
     "(onnxruntime 1.32 misses the same element)": (

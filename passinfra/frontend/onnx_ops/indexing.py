@@ -17,8 +17,9 @@ Ops lowered here to existing ops, which all compile:
 * TensorScatter (a KV-cache write) and MaxUnpool: one ``scatter_elements`` each.
 
 Values that fix an output's shape or the computation's structure (TopK's k, OneHot's depth,
-MaxUnpool's output_shape, CumSum's axis unless the input is a vector) must be known at
-import time.
+MaxUnpool's output_shape) must be known at import time. CumSum's and CumProd's axis may
+be a run-time input: it does not change the output's shape, so the scans along every axis
+are computed and a ``where`` on the axis value picks one.
 """
 
 from __future__ import annotations
@@ -156,17 +157,39 @@ def _topk_input(node: NodeContext) -> list[Expr]:
     return _topk(node, k[0])
 
 
+def _scan_any_axis(node: NodeContext, builder, rank: int, **flags: bool) -> Expr:
+    """A scan along an axis known only at run time: the output shape is the input's
+    whatever the axis, so every axis's scan is computed and a run-time ``where`` picks
+    the one whose index (or index - rank) the axis input holds. An axis out of range
+    cannot be reported at run time: it gets the last axis's scan."""
+    axis_input = node.input(1)
+    axis_shape, axis_dtype = node.shape(axis_input), node.dtype(axis_input)
+    if math.prod(axis_shape) != 1 or axis_dtype not in ("int32", "int64"):
+        raise node.fail(f"axis must be one int32 or int64 value, "
+                        f"got shape {tuple(axis_shape)} of {axis_dtype}")
+    axis = op.reshape(node.expr(axis_input), ())
+    data = node.arg(0)
+    result = builder(data, axis=rank - 1, **flags)
+    for candidate in reversed(range(rank - 1)):
+        named = op.logical_or(op.equal(axis, node.expr(np.asarray(candidate, axis_dtype))),
+                              op.equal(axis, node.expr(np.asarray(candidate - rank, axis_dtype))))
+        result = op.where(named, builder(data, axis=candidate, **flags), result)
+    return result
+
+
 def _scan(builder):
     def convert(node: NodeContext) -> Expr:
         rank = len(node.shape(node.input(0)))
+        flags = {"exclusive": bool(node.attr("exclusive", 0)), "reverse": bool(node.attr("reverse", 0))}
         if rank == 1 and not node.is_known(node.input(1)):
             axis = [0]  # a vector has one axis: a run-time axis input can only name it
+        elif not node.is_known(node.input(1)):
+            return _scan_any_axis(node, builder, rank, **flags)
         else:
             axis = node.known_ints(1, "axis")
         if len(axis) != 1:
             raise node.fail(f"axis must hold one value, got {axis}")
-        return builder(node.arg(0), axis=_axis(node, axis[0], rank),
-                       exclusive=bool(node.attr("exclusive", 0)), reverse=bool(node.attr("reverse", 0)))
+        return builder(node.arg(0), axis=_axis(node, axis[0], rank), **flags)
 
     return convert
 

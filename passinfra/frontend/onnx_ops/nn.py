@@ -15,7 +15,7 @@ from passinfra.frontend.onnx_ops.context import NodeContext
 from passinfra.frontend.onnx_ops.registry import converter
 from passinfra.ir import op
 from passinfra.ir.expr import Expr, TupleGetItem
-from passinfra.ir.op import _window, extra, lp_pool
+from passinfra.ir.op import _window, extra, lp_pool, max_pool_indices
 
 
 def _text(value) -> str:
@@ -169,8 +169,6 @@ def _pool(node: NodeContext, kind: str) -> Expr:
     end padding (exact for a max, and for an average that counts only real cells);
     3-D windows, and the 1-D/2-D averages those cannot express (dilated, or a ceil-mode
     window past the padding whose padding counts), use the 3-D pools over unit axes."""
-    if node.num_outputs > 1:
-        raise node.fail("the Indices output of MaxPool is not supported")
     data, shape, kernel, strides, dilations, begin, end = _pool_window(node)
     rank = len(kernel)
     ceil_mode = bool(node.attr("ceil_mode", 0))
@@ -205,7 +203,31 @@ def _pool(node: NodeContext, kind: str) -> Expr:
     return _unlift(result, added)
 
 
-converter("MaxPool")(lambda node: _pool(node, "max"))
+def _max_pool_indices(node: NodeContext) -> Expr:
+    """MaxPool's Indices output: 1-D windows as 2-D ones over a unit height (the flat
+    positions do not change), ceil mode and storage order as attributes of the op."""
+    data, shape, kernel, strides, dilations, begin, end = _pool_window(node)
+    storage_order = node.attr("storage_order", 0)
+    if storage_order not in (0, 1):
+        raise node.fail(f"storage_order must be 0 or 1, got {storage_order}")
+    added = max(2, len(kernel)) - len(kernel)
+    result = max_pool_indices.max_pool_indices(
+        _lift(node.expr(data), shape, len(kernel) + added), _filled(kernel, added, 1),
+        _filled(strides, added, 1),
+        _filled(begin, added, 0) + _filled(end, added, 0), _filled(dilations, added, 1),
+        bool(node.attr("ceil_mode", 0)), storage_order)
+    return _unlift(result, added)
+
+
+@converter("MaxPool")
+def _max_pool(node: NodeContext) -> Expr | list[Expr]:
+    values = _pool(node, "max")
+    if node.num_outputs < 2 or not node.node.output[1]:
+        return values
+    # the indices only when the graph asks for them; the values stay on the max-pool path
+    return [values, _max_pool_indices(node)]
+
+
 converter("AveragePool")(lambda node: _pool(node, "avg"))
 
 
@@ -225,11 +247,44 @@ def _global_max_pool(node: NodeContext) -> Expr:
 
 
 @converter("BatchNormalization")
-def _batch_norm(node: NodeContext) -> Expr:
-    if node.attr("training_mode", 0) or node.num_outputs > 1:
-        raise node.fail("training-mode BatchNormalization (running statistics outputs) is not supported")
+def _batch_norm(node: NodeContext) -> Expr | list[Expr]:
+    if node.attr("training_mode", 0) and node.opset >= 14:
+        return _batch_norm_training(node)
+    if node.num_outputs > 1:
+        raise node.fail("the running statistics outputs of BatchNormalization need training_mode=1 "
+                        "(opset 14 on)")
     result = op.nn.batch_norm(*(node.arg(i) for i in range(5)), axis=1, epsilon=node.attr("epsilon", 1e-5))
     return TupleGetItem(result, 0)
+
+
+def _batch_norm_training(node: NodeContext) -> list[Expr]:
+    """training_mode=1: normalize with the batch's own mean and biased variance over every
+    axis but the channels, and update the running statistics,
+    ``running = input * momentum + current * (1 - momentum)`` (the ONNX spec; onnxruntime
+    agrees, the variance biased in both the normalization and the update)."""
+    data = node.input(0)
+    shape, dtype = node.shape(data), node.dtype(data)
+    if len(shape) < 2:
+        raise node.fail(f"the input needs a channel axis (N, C, ...), got shape {tuple(shape)}")
+    x = node.expr(data)
+    axes = [0, *range(2, len(shape))]
+    per_channel = (1, shape[1]) + (1,) * (len(shape) - 2)
+    mean = op.mean(x, axis=axes)
+    centered = op.subtract(x, op.reshape(mean, per_channel))
+    variance = op.mean(op.multiply(centered, centered), axis=axes)
+    normalized = op.nn.batch_norm(x, node.arg(1), node.arg(2), mean, variance, axis=1,
+                                  epsilon=node.attr("epsilon", 1e-5))
+    outputs = [TupleGetItem(normalized, 0)]
+    momentum = node.attr("momentum", 0.9)
+    for index, current in ((3, mean), (4, variance)):
+        running = node.arg(index)
+        stats_dtype = node.dtype(node.input(index))
+        if stats_dtype != dtype:  # opset 15 lets the statistics have a type of their own
+            current = op.cast(current, stats_dtype)
+        keep = node.expr(np.asarray(momentum, stats_dtype))
+        take = node.expr(np.asarray(1 - momentum, stats_dtype))
+        outputs.append(op.add(op.multiply(running, keep), op.multiply(current, take)))
+    return outputs[: node.num_outputs]
 
 
 def _normalize_over(node: NodeContext, data: Expr, axes: list[int], epsilon: float, dtype: str):
