@@ -167,11 +167,14 @@ static inline float rp_floordiv_f32(float a, float b) { return floorf(a / b); }
 static inline double rp_floordiv_f64(double a, double b) { return floor(a / b); }
 static inline float rp_floormod_f32(float a, float b) { return a - floorf(a / b) * b; }
 static inline double rp_floormod_f64(double a, double b) { return a - floor(a / b) * b; }
-/* min/max propagate NaN like NumPy's minimum/maximum (fminf/fmaxf would drop it) */
-static inline float rp_min_f32(float a, float b) { return (a < b || a != a) ? a : b; }
-static inline float rp_max_f32(float a, float b) { return (a > b || a != a) ? a : b; }
-static inline double rp_min_f64(double a, double b) { return (a < b || a != a) ? a : b; }
-static inline double rp_max_f64(double a, double b) { return (a > b || a != a) ? a : b; }
+/* min/max propagate NaN like NumPy's minimum/maximum (fminf/fmaxf would drop it). Two
+   selects, not `(a > b || a != a) ? a : b`: the short-circuit || became branches in loops
+   that do not vectorize (an NCHW max pool over rows: 5.7x slower on random data), and
+   this form vectorizes as well as that one */
+static inline float rp_min_f32(float a, float b) { return a != a ? a : (a < b ? a : b); }
+static inline float rp_max_f32(float a, float b) { return a != a ? a : (a > b ? a : b); }
+static inline double rp_min_f64(double a, double b) { return a != a ? a : (a < b ? a : b); }
+static inline double rp_max_f64(double a, double b) { return a != a ? a : (a > b ? a : b); }
 static inline int32_t rp_min_i32(int32_t a, int32_t b) { return a < b ? a : b; }
 static inline int32_t rp_max_i32(int32_t a, int32_t b) { return a > b ? a : b; }
 static inline int64_t rp_min_i64(int64_t a, int64_t b) { return a < b ? a : b; }

@@ -97,6 +97,36 @@ def test_integer_floordiv_floormod_min_max_follow_python(tmp_path, settings):
         np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("dtype", [F32, "float64"])
+def test_float_min_max_propagate_nan_from_either_side_like_numpy(tmp_path, settings, dtype):
+    """Contiguous (vectorized) and strided (scalar) loops: min/max are selects whose NaN
+    handling must not depend on how the compiler lowers them."""
+    pairs = [(np.nan, 1.0), (1.0, np.nan), (np.nan, np.nan), (-0.0, 0.0), (0.0, -0.0), (2.0, -3.0),
+             (-np.inf, np.inf), (5.0, 5.0)] * 4
+    n = len(pairs)
+    a, b = tir.Buffer("a", (n,), dtype), tir.Buffer("b", (n,), dtype)
+    lo, hi = tir.Buffer("lo", (n,), dtype), tir.Buffer("hi", (n,), dtype)
+    i = tir.TVar("i")
+    contiguous = tir.SeqStmt((tir.BufferStore(lo, tir.Min(a.load(i), b.load(i)), (i,)),
+                              tir.BufferStore(hi, tir.Max(a.load(i), b.load(i)), (i,))))
+    half = n // 2  # the second half strided: element 2k then 2k+1, one at a time
+    k = tir.TVar("k")
+    strided = tir.SeqStmt(tuple(
+        tir.BufferStore(out, op(a.load(k * 2 + r), b.load(k * 2 + r)), (k * 2 + r,))
+        for r in (0, 1) for out, op in ((lo, tir.Min), (hi, tir.Max))))
+    body = tir.SeqStmt((loop(i, half, contiguous), loop(k, n // 4, strided)))
+    body = tir.SeqStmt((body, loop(k, half // 2, tir.SeqStmt(tuple(
+        tir.BufferStore(out, op(a.load(k * 2 + r + half), b.load(k * 2 + r + half)), (k * 2 + r + half,))
+        for r in (0, 1) for out, op in ((lo, tir.Min), (hi, tir.Max)))))))
+    kernel = CompiledKernel(prim_func([a, b, lo, hi], body, 2, f"minmax_{dtype}"), tmp_path, settings)
+    xs, ys = (np.array(column, dtype=dtype) for column in zip(*pairs))
+    got_lo, got_hi = np.zeros(n, dtype), np.zeros(n, dtype)
+    kernel(xs, ys, got_lo, got_hi)
+    np.testing.assert_array_equal(got_lo, np.minimum(xs, ys))  # NaN == NaN for assert_array_equal
+    np.testing.assert_array_equal(got_hi, np.maximum(xs, ys))
+    assert np.array_equal(np.signbit(got_lo), np.signbit(np.minimum(xs, ys)))
+
+
 def test_select_cast_if_and_float64(tmp_path, settings):
     n = 8
     x, out = tir.Buffer("x", (n,), "float64"), tir.Buffer("out", (n,), "int32")
