@@ -99,8 +99,8 @@ def test_integer_floordiv_floormod_min_max_follow_python(tmp_path, settings):
 
 @pytest.mark.parametrize("dtype", [F32, "float64"])
 def test_float_min_max_propagate_nan_from_either_side_like_numpy(tmp_path, settings, dtype):
-    """Contiguous (vectorized) and strided (scalar) loops: min/max are selects whose NaN
-    handling must not depend on how the compiler lowers them."""
+    """A loop marked for vectorization (rp_vmin/rp_vmax) and strided scalar loops
+    (rp_min/rp_max): the two forms of the helpers give NumPy's results."""
     pairs = [(np.nan, 1.0), (1.0, np.nan), (np.nan, np.nan), (-0.0, 0.0), (0.0, -0.0), (2.0, -3.0),
              (-np.inf, np.inf), (5.0, 5.0)] * 4
     n = len(pairs)
@@ -114,11 +114,13 @@ def test_float_min_max_propagate_nan_from_either_side_like_numpy(tmp_path, setti
     strided = tir.SeqStmt(tuple(
         tir.BufferStore(out, op(a.load(k * 2 + r), b.load(k * 2 + r)), (k * 2 + r,))
         for r in (0, 1) for out, op in ((lo, tir.Min), (hi, tir.Max))))
-    body = tir.SeqStmt((loop(i, half, contiguous), loop(k, n // 4, strided)))
+    body = tir.SeqStmt((loop(i, half, contiguous, tir.ForKind.VECTORIZED), loop(k, n // 4, strided)))
     body = tir.SeqStmt((body, loop(k, half // 2, tir.SeqStmt(tuple(
         tir.BufferStore(out, op(a.load(k * 2 + r + half), b.load(k * 2 + r + half)), (k * 2 + r + half,))
         for r in (0, 1) for out, op in ((lo, tir.Min), (hi, tir.Max)))))))
     kernel = CompiledKernel(prim_func([a, b, lo, hi], body, 2, f"minmax_{dtype}"), tmp_path, settings)
+    suffix = "f32" if dtype == F32 else "f64"
+    assert f"rp_vmin_{suffix}(a[" in kernel.source and f"rp_max_{suffix}(a[" in kernel.source
     xs, ys = (np.array(column, dtype=dtype) for column in zip(*pairs))
     got_lo, got_hi = np.zeros(n, dtype), np.zeros(n, dtype)
     kernel(xs, ys, got_lo, got_hi)
