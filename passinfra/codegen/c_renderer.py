@@ -58,6 +58,7 @@ from passinfra.codegen.transform.parallelize import loop_captures, statement_wor
 from passinfra.errors import IRError
 from passinfra.ir.types import is_float_dtype
 from passinfra.tir.arith import const_int
+from passinfra.tir.functor import stmt_children
 from passinfra.tir.intrinsics import REINTERPRET, is_gemm
 
 # the C type a value of each dtype has in expressions (float16/bfloat16: float)
@@ -734,17 +735,9 @@ def _lanes(loop: tir.For) -> int:
             inner = const_int(node.extent)
             if inner is None or inner > MAX_LANE_INNER_EXTENT:
                 return 1
-            stack.append(node.body)
-        elif isinstance(node, tir.SeqStmt):
-            stack.extend(node.stmts)
-        elif isinstance(node, tir.IfThenElse):
-            stack.append(node.then_case)
-            if node.else_case is not None:
-                stack.append(node.else_case)
-        elif isinstance(node, (tir.Allocate, tir.LetStmt)):
-            stack.append(node.body)
         elif isinstance(node, tir.Evaluate) and is_gemm(node.value):
             return 1
+        stack.extend(stmt_children(node))
     return next((lanes for lanes in LANE_BLOCKS if extent % lanes == 0 and extent >= 2 * lanes), 1)
 
 

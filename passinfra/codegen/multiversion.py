@@ -46,7 +46,7 @@ from passinfra.codegen import vector_math
 from passinfra.codegen.transform.parallelize import statement_work
 from passinfra.ir.types import is_float_dtype
 from passinfra.tir.arith import affine_coefficient, const_int
-from passinfra.tir.functor import iter_expr_post_order
+from passinfra.tir.functor import iter_expr_post_order, stmt_children
 from passinfra.tir.intrinsics import is_gemm
 from passinfra.transform.config import register_config
 
@@ -117,20 +117,14 @@ def _computes_floats(root: tir.Stmt, skip_parallel: bool) -> bool:
             if skip_parallel and node.kind is tir.ForKind.PARALLEL:
                 continue
             stack.append((node.body, (*loops, node)))
-        elif isinstance(node, tir.SeqStmt):
-            stack.extend((s, loops) for s in node.stmts)
-        elif isinstance(node, tir.IfThenElse):
-            stack.append((node.then_case, loops))
-            if node.else_case is not None:
-                stack.append((node.else_case, loops))
-        elif isinstance(node, (tir.Allocate, tir.LetStmt)):
-            stack.append((node.body, loops))
         elif isinstance(node, tir.Evaluate):
             if is_gemm(node.value):
                 return False
-        elif isinstance(node, tir.BufferStore) and not found:
-            found = (is_float_dtype(node.buffer.dtype) and _calls_vector_math(node.value)
-                     and _vectorizable(node, loops))
+        elif isinstance(node, tir.BufferStore):
+            found = found or (is_float_dtype(node.buffer.dtype) and _calls_vector_math(node.value)
+                              and _vectorizable(node, loops))
+        else:
+            stack.extend((child, loops) for child in stmt_children(node))
     return found
 
 
@@ -163,15 +157,7 @@ def _only_short_loops(root: tir.Stmt) -> bool:
             extent = const_int(node.extent)
             if extent is None or extent > SHORT_LOOP_EXTENT:
                 return False
-            stack.append(node.body)
-        elif isinstance(node, tir.SeqStmt):
-            stack.extend(node.stmts)
-        elif isinstance(node, tir.IfThenElse):
-            stack.append(node.then_case)
-            if node.else_case is not None:
-                stack.append(node.else_case)
-        elif isinstance(node, (tir.Allocate, tir.LetStmt)):
-            stack.append(node.body)
+        stack.extend(stmt_children(node))
     return True
 
 
@@ -200,18 +186,9 @@ def _has_parallel(root: tir.Stmt) -> bool:
     stack = [root]
     while stack:
         node = stack.pop()
-        if isinstance(node, tir.For):
-            if node.kind is tir.ForKind.PARALLEL:
-                return True
-            stack.append(node.body)
-        elif isinstance(node, tir.SeqStmt):
-            stack.extend(node.stmts)
-        elif isinstance(node, tir.IfThenElse):
-            stack.append(node.then_case)
-            if node.else_case is not None:
-                stack.append(node.else_case)
-        elif isinstance(node, (tir.Allocate, tir.LetStmt)):
-            stack.append(node.body)
+        if isinstance(node, tir.For) and node.kind is tir.ForKind.PARALLEL:
+            return True
+        stack.extend(stmt_children(node))
     return False
 
 

@@ -133,6 +133,18 @@ def expr_children(expr: PrimExpr) -> tuple:
     return _expr_spec(expr)[1](expr)
 
 
+def stmt_children(stmt: Stmt) -> tuple[Stmt, ...]:
+    """The statements directly inside ``stmt`` (a loop's body, a sequence's statements,
+    both branches of an if, the body of an allocation or a let); none for the others."""
+    if isinstance(stmt, SeqStmt):
+        return tuple(stmt.stmts)
+    if isinstance(stmt, IfThenElse):
+        return (stmt.then_case,) if stmt.else_case is None else (stmt.then_case, stmt.else_case)
+    if isinstance(stmt, (For, Allocate, LetStmt)):
+        return (stmt.body,)
+    return ()
+
+
 def iter_expr_post_order(expr: PrimExpr):
     """Every distinct node of ``expr`` (by identity), children before parents."""
     seen: set[int] = set()
@@ -396,5 +408,5 @@ def substitute(node: Stmt | PrimExpr, mapping: Mapping[TVar, PrimExpr], fresh_bi
 
 __all__ = [
     "StmtExprVisitor", "StmtExprMutator", "EXPR_SPECS", "STMT_HOOKS", "expr_children",
-    "iter_expr_post_order", "same_expr", "substitute", "BINARY_CLASSES", "COMPARE_CLASSES",
+    "iter_expr_post_order", "same_expr", "stmt_children", "substitute", "BINARY_CLASSES", "COMPARE_CLASSES",
 ]
