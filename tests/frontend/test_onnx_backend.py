@@ -8,11 +8,11 @@ failure is listed below with its reason; everything else must pass (an xfail tha
 fails the run, as unittest's unexpected success does under pytest).
 
 Executors. The model groups run through the compiled path (``passinfra.build(mod,
-opt_level=3)``, then the loaded library), the backend's default. The ~1000 node tests run
-on the reference interpreter after the graph-level passes: compiling each tiny model costs
-about 0.25 s with a cold cache (C compiler per kernel), over four minutes for the node group
-on this 2-core machine, against a CI budget of about two. Set RAYPASS_ONNX_NODE_COMPILED=1
-to run the node tests compiled too. The object cache is a fresh temporary directory per
+opt_level=3)``, then the loaded library), the backend's default. The ~1300 node tests run
+on the reference interpreter after the graph-level passes: compiled, with a cold cache (a
+C compiler run per kernel), the node group takes about two minutes more on this 2-core
+machine, where the whole suite must stay well inside CI's budget. Set
+RAYPASS_ONNX_NODE_COMPILED=1 to run the node tests compiled too. The object cache is a fresh temporary directory per
 session (``codegen.cache_dir``), so runs are cold, as in CI, and leave nothing in ~/.cache.
 """
 
