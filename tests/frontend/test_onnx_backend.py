@@ -12,8 +12,9 @@ opt_level=3)``, then the loaded library), the backend's default. The ~1300 node 
 on the reference interpreter after the graph-level passes: compiled, with a cold cache (a
 C compiler run per kernel), the node group takes about two minutes more on this 2-core
 machine, where the whole suite must stay well inside CI's budget. Set
-RAYPASS_ONNX_NODE_COMPILED=1 to run the node tests compiled too. The object cache is a fresh temporary directory per
-session (``codegen.cache_dir``), so runs are cold, as in CI, and leave nothing in ~/.cache.
+RAYPASS_ONNX_NODE_COMPILED=1 to run the node tests compiled too. The object cache is a
+fresh temporary directory per session (``codegen.cache_dir``), so runs are cold, as in
+CI, and leave nothing in ~/.cache.
 """
 
 from __future__ import annotations
