@@ -239,7 +239,9 @@ def test_vector_math_in_a_clone_stays_within_a_few_ulps_of_the_portable_code(cac
         if name == "gelu":  # x * (1 + erf(x / sqrt 2)) / 2 cancels for x << 0: an absolute bound
             np.testing.assert_allclose(value, base, rtol=1e-6, atol=1e-6)
         else:
-            np.testing.assert_array_max_ulp(value, base, maxulp=4)
+            # each libmvec variant is within a few ulps of the true value (glibc's
+            # libm-test-ulps: 1-3 for these float functions), so two are within twice that
+            np.testing.assert_array_max_ulp(value, base, maxulp=8)
     for value, want in zip(got, flat(passinfra.evaluate(mod, *args))):
         np.testing.assert_allclose(value, want, rtol=1e-5, atol=1e-6)
 
