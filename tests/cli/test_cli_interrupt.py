@@ -62,6 +62,10 @@ def compiler_under_a_worker(processes: dict[int, str]) -> bool:
     return any(_parent(pid) in workers for pid in processes)
 
 
+def _foreground_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def wait_for(condition: Callable[[], bool], timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -79,9 +83,12 @@ def test_ctrl_c_during_a_ray_compile_exits_130_and_leaves_no_ray_process(target,
     command = [str(RAYPASS), "compile", MODEL, "--backend", "ray", "--workers", "2", "--no-cache",
                "-o", "model.so"]
     with open(tmp_path / "out", "w") as out, open(tmp_path / "err", "w") as err:
-        # a process group of its own, as a shell gives a foreground job
+        # a process group of its own, as a shell gives a foreground job, with a foreground
+        # job's SIGINT: a shell starts background jobs with it ignored (so would a CI runner
+        # launched with &), and the child would inherit that
         proc = subprocess.Popen(
-            command, cwd=tmp_path, env=env, stdout=out, stderr=err, start_new_session=True
+            command, cwd=tmp_path, env=env, stdout=out, stderr=err, start_new_session=True,
+            preexec_fn=_foreground_sigint,
         )
     started: dict[int, str] = {}  # every process of the command seen so far
 
