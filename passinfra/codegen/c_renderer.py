@@ -45,6 +45,8 @@ from dataclasses import dataclass
 from passinfra import tir
 from passinfra.codegen import vector_math
 from passinfra.codegen.block_copy import BlockCopy, match_block_copy
+from passinfra.codegen.conv_runtime import DECLARATION as CONV_DECLARATION
+from passinfra.codegen.conv_runtime import render_conv_call
 from passinfra.codegen.gemm import DEFAULT_BLAS_THREADS, GEMM_INTRINSIC, blas_prototype, render_gemm
 from passinfra.codegen.multiversion import (
     CLONE_MACRO,
@@ -59,7 +61,7 @@ from passinfra.errors import IRError
 from passinfra.ir.types import is_float_dtype
 from passinfra.tir.arith import const_int
 from passinfra.tir.functor import stmt_children
-from passinfra.tir.intrinsics import REINTERPRET, is_gemm
+from passinfra.tir.intrinsics import CONV_INTRINSIC, REINTERPRET, is_kernel_call
 
 # the C type a value of each dtype has in expressions (float16/bfloat16: float)
 C_TYPES: dict[str, str] = {
@@ -317,6 +319,7 @@ class CRenderer:
         self._in_chunk = False  # rendering a chunk function: a PARALLEL loop inside runs serially
         self._vector_depth = 0  # VECTORIZED loops around the statement being rendered
         self._calls_blas = False  # a GEMM intrinsic was rendered: declare the BLAS entry
+        self._calls_conv = False  # a convolution call was rendered: declare the microkernels
         self._clones = 0  # functions rendered with AVX2 clones (CLONE_MACRO)
 
     # ----- names ---------------------------------------------------------------------
@@ -382,6 +385,7 @@ class CRenderer:
             PREAMBLE,
             *clones,
             *([blas_prototype(self.options.blas_threads), ""] if self._calls_blas else []),
+            *([CONV_DECLARATION, ""] if self._calls_conv else []),
             *([KERNEL_DECLARATIONS, "", *self._outlined] if self._outlined else []),
             signature + " {",
             *self._lines,
@@ -685,6 +689,9 @@ class CRenderer:
                               f"{packed[0]!r}; run WidenGemmOperands first")
             self._calls_blas = True
             return render_gemm(args)
+        if node.name == CONV_INTRINSIC:
+            self._calls_conv = True
+            return render_conv_call(args)
         if node.name == REINTERPRET:
             source, target = node.args[0].dtype, node.dtype
             from_type, to_type = (_BITS_TYPES.get(t, C_TYPES[t]) for t in (source, target))
@@ -735,7 +742,7 @@ def _lanes(loop: tir.For) -> int:
             inner = const_int(node.extent)
             if inner is None or inner > MAX_LANE_INNER_EXTENT:
                 return 1
-        elif isinstance(node, tir.Evaluate) and is_gemm(node.value):
+        elif isinstance(node, tir.Evaluate) and is_kernel_call(node.value):
             return 1
         stack.extend(stmt_children(node))
     return next((lanes for lanes in LANE_BLOCKS if extent % lanes == 0 and extent >= 2 * lanes), 1)

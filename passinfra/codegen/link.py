@@ -3,8 +3,9 @@ one shared library (the link step's ``library``; see :mod:`passinfra.codegen.art
 
 Objects are linked in module order, then the host object, then the thread pool that runs
 the kernels' parallel loops (:mod:`passinfra.codegen.thread_pool`; every library has it,
-so ``lib.set_num_threads`` works on any), under fixed file names, so the same module
-links to the same bytes wherever the kernels were compiled.
+so ``lib.set_num_threads`` works on any), then the convolution microkernels
+(:mod:`passinfra.codegen.conv_runtime`) when a kernel calls them, under fixed file
+names, so the same module links to the same bytes wherever the kernels were compiled.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from passinfra.codegen.artifacts import current_link_products, kernel_object_code
 from passinfra.codegen.c_renderer import sanitize_identifier
 from passinfra.codegen.cc_driver import CompilerSettings, compile_c_result, link_shared
+from passinfra.codegen.conv_runtime import RUNTIME_SYMBOL, runtime_source
 from passinfra.codegen.gemm import blas_library
 from passinfra.codegen.host import HOST_SYMBOL
 from passinfra.codegen.object_cache import count
@@ -72,6 +74,19 @@ def thread_pool_object(ctx: PassContext) -> bytes:
     return compiled.object_code
 
 
+def conv_runtime_object(ctx: PassContext) -> bytes:
+    """The convolution microkernels' object code for this build's settings (from the
+    object cache; counted as host code, as the thread pool is)."""
+    compiled = compile_c_result(runtime_source(), CompilerSettings.from_context(ctx), name=RUNTIME_SYMBOL)
+    if not compiled.cache_hit:
+        count("host_compiles")
+    return compiled.object_code
+
+
+def uses_conv_runtime(mod: IRModule) -> bool:
+    return any(isinstance(f, PrimFunc) and f.attrs.get("uses_conv_runtime", False) for _, f in mod.items())
+
+
 def link_flags(mod: IRModule) -> tuple[str, ...]:
     """The libraries after the objects: the threads library, libm, and BLAS (with an
     rpath to its directory) when a kernel calls it."""
@@ -90,6 +105,8 @@ def _link_pass(mod: IRModule, ctx: PassContext) -> IRModule:
     host = products.host if products is not None else None
     objects = collect_objects(mod, None if host is None else host.object_code)
     objects.append((POOL_SYMBOL, thread_pool_object(ctx)))
+    if uses_conv_runtime(mod):
+        objects.append((RUNTIME_SYMBOL, conv_runtime_object(ctx)))
     library = link_shared(objects, CompilerSettings.from_context(ctx), link_flags(mod))
     if products is not None:  # it is: without a link step there is no host object to link
         products.library = library
@@ -103,4 +120,5 @@ def LinkLibrary() -> ModulePass:  # noqa: N802 - pass factories are named like c
     return ModulePass(_link_pass, PassInfo(0, "LinkLibrary"))
 
 
-__all__ = ["LinkLibrary", "collect_objects", "default_num_threads", "link_flags", "thread_pool_object"]
+__all__ = ["LinkLibrary", "collect_objects", "conv_runtime_object", "default_num_threads", "link_flags",
+           "thread_pool_object", "uses_conv_runtime"]

@@ -60,7 +60,8 @@ from passinfra.ir.module import IRModule
 from passinfra.ir.op.registry import Op
 from passinfra.ir.types import HALF_DTYPES, TensorType, TupleType, Type
 from passinfra.tir.arith import affine_coefficient
-from passinfra.tir.functor import iter_expr_post_order
+from passinfra.tir.functor import iter_expr_post_order, stmt_children
+from passinfra.tir.intrinsics import CONV_INTRINSIC, GEMM_INTRINSIC, is_kernel_call
 from passinfra.transform.context import PassContext
 from passinfra.transform.pass_info import PassInfo
 from passinfra.transform.passes import FunctionPass, Pass
@@ -220,6 +221,7 @@ class _Lowerer:
         self.symbol = symbol
         self.use_blas = use_blas
         self.uses_blas = False  # set when a contraction became a BLAS call
+        self.uses_conv_runtime = False  # set when a convolution calls the microkernels
         self.names: dict[str, int] = {}
         self.inputs: list[tir.Buffer] = []
         self.outputs: list[tir.Buffer] = []
@@ -572,7 +574,9 @@ class _Lowerer:
         stmt, scratch = tensor.gemm.emit(inputs, buffer, self.new_buffer, epilogue)
         self.allocations.extend(scratch)
         self.stmts.append(stmt)
-        self.uses_blas = self.uses_blas or getattr(tensor.gemm, "uses_blas", True)
+        calls = _kernel_calls(stmt)
+        self.uses_blas = self.uses_blas or GEMM_INTRINSIC in calls
+        self.uses_conv_runtime = self.uses_conv_runtime or CONV_INTRINSIC in calls
 
     def _emit_extern(self, group: _Extern) -> None:
         buffers = []
@@ -622,7 +626,20 @@ class _Lowerer:
                  "op_names": tuple(self.op_names)}
         if self.uses_blas:
             attrs["uses_blas"] = True  # LinkLibrary links the BLAS library then
+        if self.uses_conv_runtime:
+            attrs["uses_conv_runtime"] = True  # LinkLibrary links the microkernels then
         return tir.PrimFunc([*self.inputs, *self.outputs], body, attrs)
+
+
+def _kernel_calls(stmt: tir.Stmt) -> set[str]:
+    """Names of the GEMM and convolution calls in ``stmt`` (what the library links)."""
+    names, stack = set(), [stmt]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, tir.Evaluate) and is_kernel_call(node.value):
+            names.add(node.value.name)  # type: ignore[attr-defined]
+        stack.extend(stmt_children(node))
+    return names
 
 
 def lower_primitive_function(func: Function, name: str, use_blas: bool | None = None) -> tir.PrimFunc:

@@ -31,6 +31,10 @@ from passinfra.errors import EvaluationError, RaypassError
 from passinfra.runtime.threads import LibraryThreads
 from passinfra.runtime.weights import PackedWeights, WrittenWeights, aligned_empty, as_blob, map_file
 
+# the convolution microkernels' instruction sets, by the level the C runtime numbers them
+# (passinfra.codegen.conv_runtime)
+CONV_ISA_LEVELS = ("portable", "avx2", "avx512")
+
 METADATA_SUFFIX = ".raypass.json"
 WEIGHTS_SUFFIX = ".weights.bin"
 
@@ -121,6 +125,22 @@ class Module:
         the calling thread ran because no worker had claimed them, and times a worker
         blocked after its spin (``passinfra.runtime.threads.STATS_FIELDS``)."""
         return self._threads.stats()
+
+    def conv_isa(self, level: str | None = None) -> str | None:
+        """The instruction set the convolution microkernels run with (``"avx512"``,
+        ``"avx2"`` or ``"portable"``; :mod:`passinfra.codegen.conv_runtime`), picked from
+        the CPU at the first call; None when no kernel of this library uses them.
+        ``level`` forces one for every later call (capped at what the CPU supports), for
+        tests and measurements. The AVX-512 and AVX2 kernels give identical bits."""
+        try:
+            entry = self._cdll.raypass_conv_isa
+        except AttributeError:
+            return None
+        entry.restype, entry.argtypes = ctypes.c_int, [ctypes.c_int]
+        if level is not None and level not in CONV_ISA_LEVELS:
+            known = ", ".join(CONV_ISA_LEVELS)
+            raise RaypassError(f"unknown instruction set {level!r}; expected one of {known}")
+        return CONV_ISA_LEVELS[entry(-1 if level is None else CONV_ISA_LEVELS.index(level))]
 
     # ----- entry ----------------------------------------------------------------------
     @property

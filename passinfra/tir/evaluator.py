@@ -14,7 +14,14 @@ import numpy as np
 from passinfra.errors import EvaluationError
 from passinfra.ir.op.bitcast import reinterpret_array
 from passinfra.tir.functor import expr_children
-from passinfra.tir.intrinsics import BITWISE_INTRINSICS, REINTERPRET, evaluate_gemm, is_gemm
+from passinfra.tir.intrinsics import (
+    BITWISE_INTRINSICS,
+    REINTERPRET,
+    evaluate_conv,
+    evaluate_gemm,
+    is_conv,
+    is_gemm,
+)
 from passinfra.tir.nodes import (
     EQ,
     GE,
@@ -216,6 +223,8 @@ class _Interpreter:
             del self.env[node.var]
         elif kind is Evaluate and is_gemm(node.value):
             evaluate_gemm(node.value, self.flat_view, self.expr)
+        elif kind is Evaluate and is_conv(node.value):
+            evaluate_conv(node.value, self.flat_view, self.expr)
         elif kind is Evaluate:
             self.expr(node.value)
         else:

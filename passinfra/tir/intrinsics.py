@@ -1,5 +1,5 @@
-"""Intrinsics of the loop-level IR with their meaning: the GEMM statement and the
-bitwise integer operations.
+"""Intrinsics of the loop-level IR with their meaning: the GEMM and convolution
+statements and the bitwise integer operations.
 
 A GEMM is ``Evaluate(Intrinsic("rp_sgemm", (A, B, C, m, n, k, lda, ldb, ldc, trans_b)))``
 whose first three arguments are ``BufferLoad``\\ s naming the first element of A, B and
@@ -7,6 +7,14 @@ C; every TIR pass handles it without a new node kind. The name and the reference
 semantics live here, with the IR, so the evaluator needs nothing from codegen; building
 the call, planning contractions and rendering it as a BLAS call stay in
 :mod:`passinfra.codegen.gemm`.
+
+A convolution call is ``Evaluate(Intrinsic("rp_conv2d", (image, weight, out, H, W, C, OC,
+KH, KW, sh, sw, dh, dw, pad_top, pad_left, OW, first, count)))``: output pixels ``first
+.. first+count`` (flat ``oy*OW + ox``) of one channels-last image (``image``: its first
+element, ``[H, W, C]``) through an HWIO ``weight`` (``[KH, KW, C, OC]``), every output
+channel, written from ``out`` on (pixel stride ``OC``); stride, dilation and the top and
+left padding as in ``nn.conv2d``, reading zeros outside the image. The C runtime that
+computes it is :mod:`passinfra.codegen.conv_runtime`.
 
 The bitwise operations (``bitwise_and``, ``bitwise_or``, ``bitwise_xor`` of two integers
 of one dtype, ``bitwise_not`` of one) are value intrinsics, not node kinds, for the same
@@ -45,6 +53,48 @@ def evaluate_gemm(intrinsic: Intrinsic, flat_view: Callable[[BufferLoad], np.nda
     a = _matrix(flat_view(a_load), m, k, lda)
     b = _matrix(flat_view(b_load), n, k, ldb).T if trans_b else _matrix(flat_view(b_load), k, n, ldb)
     _matrix(flat_view(c_load), m, n, ldc)[...] = (a.astype(np.float64) @ b.astype(np.float64))
+
+
+CONV_INTRINSIC = "rp_conv2d"
+# position of ``first`` among the size arguments (after the three loads)
+CONV_FIRST_PIXEL = 13
+
+
+def is_conv(expr: PrimExpr) -> bool:
+    return isinstance(expr, Intrinsic) and expr.name == CONV_INTRINSIC
+
+
+def is_kernel_call(expr: PrimExpr) -> bool:
+    """A GEMM or a convolution call: a statement that reads and writes whole regions of
+    its buffers through its first three arguments."""
+    return isinstance(expr, Intrinsic) and expr.name in (GEMM_INTRINSIC, CONV_INTRINSIC)
+
+
+def conv_regions(sizes: tuple[int, ...]) -> tuple[int, int, int]:
+    """Elements a ``rp_conv2d`` call with these size arguments may read from its image and
+    weight and write from its output pointer on."""
+    height, width, channels, out_channels, kh, kw, *_rest, count = sizes
+    return height * width * channels, kh * kw * channels * out_channels, count * out_channels
+
+
+def evaluate_conv(intrinsic: Intrinsic, flat_view: Callable[[BufferLoad], np.ndarray],
+                  scalar: Callable[[PrimExpr], int]) -> None:
+    """Run a ``rp_conv2d`` in the TIR interpreter (arguments as :func:`evaluate_gemm`)."""
+    image_load, weight_load, out_load, *rest = intrinsic.args
+    height, width, channels, out_channels, kh, kw, sh, sw, dh, dw, top, left, out_width, first, count = (
+        int(scalar(x)) for x in rest)
+    image = flat_view(image_load)[:height * width * channels].reshape(height, width, channels)
+    weight = flat_view(weight_load)[:kh * kw * channels * out_channels].reshape(kh * kw * channels,
+                                                                               out_channels)
+    pixels = np.arange(first, first + count)
+    oy, ox = pixels // out_width, pixels % out_width
+    iy = oy[:, None, None] * sh + np.arange(kh)[None, :, None] * dh - top
+    ix = ox[:, None, None] * sw + np.arange(kw)[None, None, :] * dw - left
+    inside = (iy >= 0) & (iy < height) & (ix >= 0) & (ix < width)
+    windows = image[np.clip(iy, 0, height - 1), np.clip(ix, 0, width - 1)]  # [count, kh, kw, C]
+    windows = np.where(inside[..., None], windows, 0).reshape(count, -1)
+    result = windows.astype(np.float64) @ weight.astype(np.float64)
+    flat_view(out_load)[:count * out_channels] = result.reshape(-1)
 
 
 def _matrix(flat: np.ndarray, rows: int, cols: int, leading: int) -> np.ndarray:
@@ -87,5 +137,7 @@ def reinterpret(value: PrimExpr, dtype: str) -> Intrinsic:
     return Intrinsic(REINTERPRET, (value,), dtype)
 
 
-__all__ = ["GEMM_INTRINSIC", "BITWISE_INTRINSICS", "REINTERPRET", "bitwise", "is_gemm", "evaluate_gemm",
+__all__ = ["BITWISE_INTRINSICS", "CONV_FIRST_PIXEL", "CONV_INTRINSIC", "GEMM_INTRINSIC", "REINTERPRET",
+           "bitwise", "conv_regions", "evaluate_conv", "evaluate_gemm", "is_conv", "is_gemm",
+           "is_kernel_call",
            "reinterpret"]

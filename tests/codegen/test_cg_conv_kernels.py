@@ -1,6 +1,7 @@
 """The convolution kernels chosen per shape (passinfra/codegen/compute/conv_plan.py): the
-direct register-tiled kernel (conv_direct.py, group and channel modes) and one GEMM per
-group (conv_group_gemm.py), compiled, against the reference interpreter.
+direct register-tiled kernel (conv_direct.py, group and channel modes), one GEMM per
+group (conv_group_gemm.py) and the microkernels (conv_microkernel.py; their own tests:
+test_cg_conv_microkernel.py), compiled, against the reference interpreter.
 
 Shapes and attributes cover what the ONNX spec allows a Conv: groups (depthwise, channel
 multipliers, groups with one output each), strides, dilations, explicit asymmetric pads,
@@ -38,7 +39,7 @@ from passinfra.transform import PassContext, Sequential, get_pass
 from passinfra.transform.errors import PassConfigError
 
 HAVE_BLAS = blas_library() is not None
-KERNELS = ("direct", "group_gemm", "auto")
+KERNELS = ("direct", "group_gemm", "microkernel", "auto")
 THREAD_COUNTS = (1, 2, 3)
 
 
@@ -255,10 +256,13 @@ def test_rule_chooses_per_shape():
     assert choose_kernel(_geometry(64, 128, 64), use_blas=True) == "direct"  # channel multiplier
     assert choose_kernel(_geometry(64, 64, 4), use_blas=True) == "group_gemm"  # grouped
     assert choose_kernel(_geometry(64, 64, 4), use_blas=False) == "direct"  # no BLAS library
-    assert choose_kernel(_geometry(64, 64, 1), use_blas=True) == "none"  # im2col + BLAS
-    assert choose_kernel(_geometry(16, 16, 1, size=32), use_blas=True) == "group_gemm"  # small weight
-    assert choose_kernel(_geometry(16, 16, 1, size=14), use_blas=True) == "none"  # ... but a small image
-    assert choose_kernel(_geometry(16, 16, 1, size=32), use_blas=False) == "none"
+    assert choose_kernel(_geometry(64, 64, 1), use_blas=True) == "microkernel"  # one group
+    assert choose_kernel(_geometry(16, 16, 1, size=32), use_blas=False) == "microkernel"  # needs no BLAS
+    # a 1x1 over too few input channels for the microkernel: the BLAS paths
+    small_weight = _geometry(16, 16, 1, kernel=1, size=32)
+    assert choose_kernel(small_weight, use_blas=True) == "group_gemm"
+    assert choose_kernel(_geometry(16, 16, 1, kernel=1, size=14), use_blas=True) == "none"  # a small image
+    assert choose_kernel(_geometry(16, 16, 1, kernel=1, size=32), use_blas=False) == "none"
     assert tile_mode(_geometry(64, 64, 64)) == CHANNEL_MODE
     assert tile_mode(_geometry(64, 64, 4)) == GROUP_MODE
 

@@ -11,6 +11,7 @@ from cg_gemm_support import statements
 
 import passinfra
 from passinfra import tir
+from passinfra.codegen.compute.conv_plan import CONV_KERNEL_CONFIG
 from passinfra.codegen.gemm import (
     BLAS_SYMBOL,
     GEMM_INTRINSIC,
@@ -69,12 +70,18 @@ CASES = [
 ]
 
 
+# the convolutions and matmuls among the cases go through BLAS only when the microkernels
+# (test_cg_conv_microkernel.py) are off
+BLAS_ONLY = {CONV_KERNEL_CONFIG: "none", "codegen.matmul_microkernel": False}
+
+
 @pytest.mark.parametrize("name, shapes, make", CASES, ids=[c[0] for c in CASES])
 def test_lowered_gemm_matches_interpreter(name, shapes, make):
     func = _func(shapes, make)
     args = _arrays(shapes)
     expected = evaluate(IRModule({"main": func}), *args)
-    lowered = lower_primitive_function(func, name, use_blas=True)
+    with PassContext(config=BLAS_ONLY):
+        lowered = lower_primitive_function(func, name, use_blas=True)
     assert lowered.attrs["uses_blas"] is True
     assert _gemm_calls(lowered.body) >= 1
     np.testing.assert_allclose(run_prim_func(lowered, *args), expected, rtol=RTOL, atol=ATOL)
@@ -84,7 +91,7 @@ def test_lowered_gemm_matches_interpreter(name, shapes, make):
 def test_built_gemm_matches_interpreter(name, shapes, make, tmp_path):
     mod = IRModule({"main": _func(shapes, make)})
     args = _arrays(shapes, seed=1)
-    with PassContext(config={"codegen.cache_dir": str(tmp_path)}):
+    with PassContext(config={"codegen.cache_dir": str(tmp_path), **BLAS_ONLY}):
         compiled = passinfra.build(mod)
     np.testing.assert_allclose(compiled(*args), evaluate(mod, *args), rtol=RTOL, atol=ATOL)
 

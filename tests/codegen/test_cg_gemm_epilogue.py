@@ -14,6 +14,7 @@ import passinfra
 from passinfra import tir
 from passinfra.build import compile_pipeline
 from passinfra.codegen import gemm
+from passinfra.codegen.compute.conv_plan import CONV_KERNEL_CONFIG
 from passinfra.codegen.gemm import blas_library, is_gemm
 from passinfra.codegen.lower import MAX_UNROLLED_REDUCTION_STEPS, lower_primitive_function
 from passinfra.ir import op
@@ -41,17 +42,23 @@ def _gemm_loops(stmt) -> list[int]:
     return extents
 
 
+# the convolutions here test the im2col + BLAS path: the microkernels
+# (test_cg_conv_microkernel.py) would take those with one group otherwise
+IM2COL = {CONV_KERNEL_CONFIG: "none"}
+
+
 def _check(func, shapes, seed=0):
     """The lowered function (BLAS on) and the built library both match the interpreter."""
     args = _arrays(shapes, seed)
     expected = evaluate(IRModule({"main": func}), *args)
-    lowered = lower_primitive_function(func, "kernel", use_blas=True)
+    with PassContext(config=IM2COL):
+        lowered = lower_primitive_function(func, "kernel", use_blas=True)
     np.testing.assert_allclose(run_prim_func(lowered, *args), expected, rtol=RTOL, atol=ATOL)
     return lowered, args, expected
 
 
 def _check_built(func, args, expected, tmp_path):
-    with PassContext(config={"codegen.cache_dir": str(tmp_path)}):
+    with PassContext(config={"codegen.cache_dir": str(tmp_path), **IM2COL}):
         compiled = passinfra.build(IRModule({"main": func}))
     np.testing.assert_allclose(compiled(*args), expected, rtol=RTOL, atol=ATOL)
 
@@ -98,7 +105,7 @@ def test_stride_one_windows_copy_a_row_of_taps_at_once(tmp_path, strides, paddin
     shapes = [(1, 9, 10, 8), (3, 3, 8, 16), (16,)]
     func = _func(shapes, nhwc_conv_bias_relu(strides, padding, dilation))
     _, args, expected = _check(func, shapes)
-    with PassContext(opt_level=3, config={"codegen.cache_dir": str(tmp_path)}):
+    with PassContext(opt_level=3, config={"codegen.cache_dir": str(tmp_path), **IM2COL}):
         compiled = passinfra.build(IRModule({"main": func}))
         lowered = compile_pipeline()(IRModule({"main": func}))
     np.testing.assert_allclose(compiled(*args), expected, rtol=RTOL, atol=ATOL)

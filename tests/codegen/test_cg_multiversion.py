@@ -148,7 +148,7 @@ def test_the_config_key_turns_clones_off():
         PassContext(config={"codegen.multiversion": "yes"})
 
 
-def test_gemm_kernels_get_no_clones_and_vector_math_ones_do():
+def test_gemm_kernels_get_clones_only_for_a_vector_math_epilogue():
     mod = ZOO_MODELS["onnx:transformer"]()
     sources = kernel_sources(mod, **{"codegen.multiversion_min_work": 1})
     cloned = [source for source in sources.values() if CLONED in source]
@@ -157,14 +157,32 @@ def test_gemm_kernels_get_no_clones_and_vector_math_ones_do():
     gemm_functions = [function_calling("rp_gemm(", source) for source in sources.values()
                       if "rp_gemm(&" in source]
     assert gemm_functions, "a transformer has GEMMs"
-    for header in gemm_functions:  # OpenBLAS dispatches by CPU itself
-        assert not header.startswith(multiversion.CLONE_MACRO), header
+    for source in sources.values():  # OpenBLAS dispatches by CPU itself: only an epilogue gains
+        if "rp_gemm(&" in source and not any(f"{name}(" in source for name in ("expf", "erff", "tanhf")):
+            assert not function_calling("rp_gemm(", source).startswith(multiversion.CLONE_MACRO)
     off = kernel_sources(mod, **{"codegen.multiversion": False})
     assert not any(multiversion.CLONE_MACRO in source for source in off.values())
     assert set(off) == set(sources)
     # a resnet computes no vector math: nothing to clone
     resnet = kernel_sources(ZOO_MODELS["onnx:resnet"](), **{"codegen.multiversion_min_work": 1})
     assert not any(CLONED in source for source in resnet.values())
+
+
+@pytest.mark.parametrize("kernel", ["microkernel", "group_gemm"])
+def test_a_convolution_with_a_swish_epilogue_is_cloned(kernel):
+    """EfficientNet's 1x1 convolutions end in x * sigmoid(x): the function that calls the
+    convolution (the microkernels or a GEMM) runs that epilogue, and gets the clones."""
+    x = ir.var("x", (1, 16, 16, 32))
+    weight = ir.const(np.random.default_rng(0).standard_normal((1, 1, 32, 64)).astype(np.float32))
+    bias = ir.const(np.random.default_rng(1).standard_normal(64).astype(np.float32))
+    y = ir.op.add(ir.op.nn.conv2d(x, weight, data_layout="NHWC", kernel_layout="HWIO"), bias)
+    mod = ir.IRModule.from_expr(ir.Function([x], ir.op.multiply(y, ir.op.sigmoid(y))))
+    sources = kernel_sources(mod, **{"codegen.multiversion_min_work": 1, "codegen.conv_kernel": kernel})
+    call = "rp_conv2d_f32(&" if kernel == "microkernel" else "rp_gemm(&"
+    (source,) = [source for source in sources.values() if call in source]
+    # the swish runs in place right after the call, in the same (cloned) function
+    assert function_calling(call, source) == function_calling("expf(", source)
+    assert function_calling("expf(", source).startswith(multiversion.CLONE_MACRO)
 
 
 def test_parallel_chunk_functions_get_the_clones():

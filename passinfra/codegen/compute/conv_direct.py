@@ -99,6 +99,11 @@ class ConvGeometry:
         return self.out_channels // self.groups
 
     @property
+    def reduction(self) -> int:
+        """Products summed into each output: taps times the group's input channels."""
+        return self.kernel[0] * self.kernel[1] * self.group_channels
+
+    @property
     def macs(self) -> int:
         kh, kw = self.kernel
         outputs = self.batch * self.out_height * self.out_width * self.out_channels

@@ -7,19 +7,30 @@ The lowering (:mod:`passinfra.codegen.lower`) asks :func:`plan_conv2d` first for
 * ``"direct"`` (:mod:`.conv_direct`) when each group reads one input channel
   (``Cg == 1``: depthwise, with or without a channel multiplier), and for every grouped
   convolution when there is no BLAS;
+* ``"microkernel"`` (:mod:`.conv_microkernel`, the C runtime
+  :mod:`passinfra.codegen.conv_runtime`) for a convolution with one group, unless it is
+  a 1x1 over fewer than :data:`MICROKERNEL_MIN_POINTWISE_CHANNELS` input channels;
 * ``"group_gemm"`` (:mod:`.conv_group_gemm`) for every other grouped convolution, and
-  for a convolution with one group whose weight is small over a large enough image
-  (:data:`SMALL_WEIGHT_BYTES`, :data:`MIN_BLOCKED_PIXELS`);
-* nothing otherwise (``groups == 1`` with a larger weight): the BLAS planner's im2col +
-  GEMM (:func:`passinfra.codegen.gemm.plan_contraction`), or the generic loop nest
-  below its size threshold, as before.
+  for a 1x1 convolution the microkernels leave whose weight is small over a large enough
+  image (:data:`SMALL_WEIGHT_BYTES`, :data:`MIN_BLOCKED_PIXELS`);
+* nothing otherwise: the BLAS planner's im2col + GEMM
+  (:func:`passinfra.codegen.gemm.plan_contraction`), or the generic loop nest below its
+  size threshold, as before.
 
 Below :data:`~passinfra.codegen.gemm.MIN_GEMM_MACS` multiply-adds no BLAS is called: a
 grouped convolution runs direct, one with one group the generic loop nest.
 
 Every other convolution (NCHW, other dtypes) keeps the generic paths. Config
 ``codegen.conv_kernel`` forces one kernel wherever it applies (``"direct"``,
-``"group_gemm"``) or turns both off (``"none"``); the default ``"auto"`` is this rule.
+``"group_gemm"``, ``"microkernel"``) or turns them all off (``"none"``); the default
+``"auto"`` is this rule.
+
+The microkernels against im2col + OpenBLAS (one Zen 4 core, AVX-512 on both sides; the
+kernels alone, GFLOP/s; module docstring of :mod:`passinfra.codegen.conv_runtime` for
+more): 3x3 256->256 at 14x14 104-111 vs 100, 3x3 64->64 at 56x56 103-107 vs 85-88, 3x3
+512->512 at 7x7 102 vs 81, 1x1 1024->256 at 14x14 102-108 vs 102, 7x7 stride-2 stem over
+3 channels 84 vs 50, 3x3 over 8 channels 89 vs 60. In ResNet-50 the convolutions' time
+went from 97.8 to 84.4 ms, one thread.
 
 The measurements behind it: one thread, the best of 10-15 calls of the kernel alone
 with its bias + ReLU epilogue, in GFLOP/s. The generated loops are compiled with the
@@ -79,6 +90,7 @@ from dataclasses import dataclass
 from passinfra import tir
 from passinfra.codegen.compute.conv_direct import ConvGeometry, Epilogue, direct_conv
 from passinfra.codegen.compute.conv_group_gemm import group_gemm_conv
+from passinfra.codegen.compute.conv_microkernel import microkernel_conv
 from passinfra.codegen.gemm import MIN_GEMM_MACS
 from passinfra.ir.attrs import Attrs
 from passinfra.transform.config import register_config
@@ -93,7 +105,7 @@ DTYPES = ("float32",)
 # convolution it can compute: "direct", "group_gemm", or "none" (neither: im2col + BLAS
 # for groups 1, the generic loop nest otherwise) -- for measurements and tests
 CONV_KERNEL_CONFIG = "codegen.conv_kernel"
-CONV_KERNELS = ("auto", "direct", "group_gemm", "none")
+CONV_KERNELS = ("auto", "direct", "group_gemm", "microkernel", "none")
 register_config(CONV_KERNEL_CONFIG, str)
 
 # a convolution with one group whose weight is at most this big, over at least this
@@ -102,19 +114,25 @@ register_config(CONV_KERNEL_CONFIG, str)
 # weight or a smaller image (module docstring)
 SMALL_WEIGHT_BYTES = 48 * 1024
 MIN_BLOCKED_PIXELS = 1024
+# a 1x1 convolution with one group runs on the microkernels from this many input
+# channels: with fewer, a tile's fixed cost (a pointer per pixel, storing its
+# accumulators) outweighs its multiply-adds (16 and 24 channels ran at 66-69 GFLOP/s
+# against 67-76 through BLAS). A larger kernel always does: im2col copies runs of C
+# floats, a memcpy call each, which for an RGB stem (C = 3) cost more than the GEMM
+# (MobileNetV3's 3x3 stem: 0.37 ms with its hard-swish, the microkernel alone 0.22)
+MICROKERNEL_MIN_POINTWISE_CHANNELS = 32
 
 
 @dataclass(frozen=True)
 class ConvPlan:
     """A kernel for one convolution, in the shape of :class:`passinfra.codegen.gemm.GemmPlan`
     (the lowering treats both alike): ``emit(inputs, out, new_buffer, epilogue=None)``
-    returns the statement and the scratch buffers it allocated; ``uses_blas`` says
-    whether the statement calls BLAS (the library is then linked with it)."""
+    returns the statement and the scratch buffers it allocated (the lowering finds the
+    BLAS and microkernel calls in the statement, which decide what the library links)."""
 
     op_name: str
-    kind: str  # "direct" or "group_gemm"
+    kind: str  # "direct", "group_gemm" or "microkernel"
     emit: Callable[..., tuple[tir.Stmt, list[tir.Buffer]]]
-    uses_blas: bool = False
 
 
 def _emit_direct(geometry: ConvGeometry, inputs: Sequence[tir.Buffer], out: tir.Buffer, new_buffer: Callable,
@@ -134,6 +152,15 @@ def _emit_group_gemm(geometry: ConvGeometry, inputs: Sequence[tir.Buffer], out: 
     return group_gemm_conv(geometry, data, weight, out, new_buffer, epilogue)
 
 
+def _emit_microkernel(geometry: ConvGeometry, inputs: Sequence[tir.Buffer], out: tir.Buffer,
+                      new_buffer: Callable,
+                      epilogue: Epilogue | None = None) -> tuple[tir.Stmt, list[tir.Buffer]]:
+    data, weight = inputs
+    if data.dtype != "float32" or weight.dtype != "float32":
+        return _emit_direct(geometry, inputs, out, new_buffer, epilogue)  # a 16-bit weight in place
+    return microkernel_conv(geometry, data, weight, out, epilogue), []
+
+
 def conv_kernel_setting(ctx: PassContext | None = None) -> str:
     """Config ``codegen.conv_kernel``, checked (default ``"auto"``)."""
     ctx = PassContext.current() if ctx is None else ctx
@@ -149,6 +176,8 @@ def choose_kernel(g: ConvGeometry, use_blas: bool) -> str:
     (the rule of the module docstring)."""
     if g.group_channels == 1 and g.groups > 1:
         return "direct"
+    if g.groups == 1 and (g.kernel != (1, 1) or g.channels >= MICROKERNEL_MIN_POINTWISE_CHANNELS):
+        return "microkernel"
     if not use_blas or g.macs < MIN_GEMM_MACS:  # no BLAS, or too little work to call it
         return "none" if g.groups == 1 else "direct"
     if g.groups == 1:
@@ -172,13 +201,18 @@ def plan_conv2d(attrs: Attrs, in_shapes: Sequence[tuple[int, ...]], dtype: str, 
     kind = choose_kernel(geometry, use_blas) if setting == "auto" else setting
     if kind == "group_gemm" and not use_blas:
         kind = "direct"  # no BLAS library (or codegen.blas off): the kernel needing none
+    if kind == "microkernel" and geometry.groups != 1:
+        kind = "direct"  # the microkernel computes one group
+    if kind == "microkernel":
+        emit = functools.partial(_emit_microkernel, geometry)
+        return ConvPlan("nn.conv2d", "microkernel", emit)
     if kind == "direct":
         return ConvPlan("nn.conv2d", "direct", functools.partial(_emit_direct, geometry))
     if kind == "group_gemm":
         emit = functools.partial(_emit_group_gemm, geometry)
-        return ConvPlan("nn.conv2d", "group_gemm", emit, uses_blas=True)
+        return ConvPlan("nn.conv2d", "group_gemm", emit)
     return None
 
 
-__all__ = ["CONV_KERNELS", "CONV_KERNEL_CONFIG", "ConvPlan", "DTYPES", "MIN_BLOCKED_PIXELS",
-           "SMALL_WEIGHT_BYTES", "choose_kernel", "conv_kernel_setting", "plan_conv2d"]
+__all__ = ["CONV_KERNELS", "CONV_KERNEL_CONFIG", "ConvPlan", "DTYPES", "MICROKERNEL_MIN_POINTWISE_CHANNELS",
+           "MIN_BLOCKED_PIXELS", "SMALL_WEIGHT_BYTES", "choose_kernel", "conv_kernel_setting", "plan_conv2d"]

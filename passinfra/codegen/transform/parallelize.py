@@ -46,7 +46,7 @@ from passinfra.codegen.prim_func_pass import create_prim_func_pass
 from passinfra.codegen.thread_pool import MIN_WORK_PER_THREAD, min_parallel_work
 from passinfra.tir.arith import RangeAnalyzer, affine_coefficient, const_int
 from passinfra.tir.functor import StmtExprVisitor, expr_children, iter_expr_post_order, substitute
-from passinfra.tir.intrinsics import is_gemm
+from passinfra.tir.intrinsics import CONV_FIRST_PIXEL, conv_regions, is_conv, is_gemm
 from passinfra.transform.context import PassContext
 from passinfra.transform.passes import FunctionPass
 from passinfra.transform.registry import register_pass
@@ -124,7 +124,9 @@ def _work(stmt: tir.Stmt) -> float:
     if isinstance(stmt, (tir.Allocate, tir.LetStmt)):
         return 1.0 + _work(stmt.body)
     if isinstance(stmt, tir.Evaluate):
-        return _gemm_work(stmt.value) if is_gemm(stmt.value) else _expr_work(stmt.value)
+        if is_gemm(stmt.value):
+            return _gemm_work(stmt.value)
+        return _conv_work(stmt.value) if is_conv(stmt.value) else _expr_work(stmt.value)
     return 1.0
 
 
@@ -152,6 +154,18 @@ def _gemm_work(call: tir.Intrinsic) -> float:
     if any(size is None for size in sizes):
         return 1.0
     return gemm_work(*sizes)  # type: ignore[arg-type]
+
+
+def _conv_work(call: tir.Intrinsic) -> float:
+    """A convolution call runs as a GEMM of its output pixels by its output channels over
+    the taps' input channels, without the packing: its operands are read about once."""
+    sizes = [_upper_bound(arg) for arg in call.args[3:]]
+    if any(size is None for i, size in enumerate(sizes) if i != CONV_FIRST_PIXEL):
+        return 1.0
+    _, _, channels, out_channels, kh, kw, *_rest, count = sizes
+    image, weight, out = conv_regions(tuple(size or 0 for size in sizes))
+    macs = count * out_channels * kh * kw * channels  # type: ignore[operator]
+    return macs / GEMM_MACS_PER_WORK + (weight + out) * COPY_WORK
 
 
 def _upper_bound(expr: tir.PrimExpr) -> int | None:
@@ -254,6 +268,8 @@ class _Accesses:
             self.stmt(stmt.body)
         elif isinstance(stmt, tir.Evaluate) and is_gemm(stmt.value):
             self.gemm(stmt.value)
+        elif isinstance(stmt, tir.Evaluate) and is_conv(stmt.value):
+            self.conv(stmt.value)
         elif isinstance(stmt, tir.Evaluate):
             self.expr(stmt.value)
         else:
@@ -275,6 +291,21 @@ class _Accesses:
             self.note(self.reads, load.buffer, self.access(load.buffer, load.indices, extent - 1))
         self.expr(c)
         self.note(self.writes, c.buffer, self.access(c.buffer, c.indices, (m - 1) * ldc + n - 1))
+
+    def conv(self, call: tir.Intrinsic) -> None:
+        image, weight, out, *sizes = call.args
+        for arg in sizes:
+            self.expr(arg)
+        # every size but the first pixel (which moves with the loop) bounds the regions
+        bounds = [self.analyzer.bound(arg) for arg in sizes]
+        if any(bound is None for i, bound in enumerate(bounds) if i != CONV_FIRST_PIXEL):
+            self.ok = False
+            return
+        extents = conv_regions(tuple(0 if bound is None else bound[1] for bound in bounds))
+        for load, extent, table in zip((image, weight, out), extents, (self.reads, self.reads, self.writes)):
+            for index in load.indices:
+                self.expr(index)
+            self.note(table, load.buffer, self.access(load.buffer, load.indices, extent - 1))
 
 
 def independent_iterations(loop_vars: Sequence[tir.TVar], extents: Sequence[int], body: tir.Stmt) -> bool:

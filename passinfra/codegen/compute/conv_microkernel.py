@@ -1,0 +1,93 @@
+"""A convolution with one group as calls of the C runtime's microkernels, per block of
+output rows (channels-last data, HWIO weight, float32).
+
+Each block is one ``rp_conv2d`` statement (:data:`passinfra.tir.intrinsics.CONV_INTRINSIC`;
+the kernels themselves: :mod:`passinfra.codegen.conv_runtime`) over the block's output
+pixels and every output channel, then the element-wise epilogue (bias, activation,
+residual add) over the block while it is in cache. Blocks write disjoint rows of the
+output, so the Parallelize pass runs them on different threads; every output element is
+summed by one call in one fixed order, whatever the thread count.
+
+A block is one output row, or as few rows as give :data:`MIN_BLOCK_PIXELS` pixels (an
+image a few pixels wide): one row keeps the blocks many (a 7x7 output still splits over
+seven threads), and a row of 7-14 pixels already fills a tile or two of the microkernel.
+"""
+
+from __future__ import annotations
+
+from passinfra import tir
+from passinfra.codegen.compute.base import seq
+from passinfra.codegen.compute.conv_direct import ConvGeometry, Epilogue
+from passinfra.tir.intrinsics import CONV_INTRINSIC
+
+# a block has at least this many output pixels where the image has them
+MIN_BLOCK_PIXELS = 4
+# a weight larger than this is not re-read per block of rows: it would come from memory
+# or the last-level cache each time (ResNet-50's 3x3 512->512 weight is 9 MiB). Such a
+# convolution is one call per image, which the runtime splits over the threads by
+# output-channel blocks, so each thread reads the weight once
+CACHED_WEIGHT_BYTES = 256 * 1024
+
+
+def rows_per_block(g: ConvGeometry) -> int:
+    """Output rows per call: the whole image when the weight is larger than
+    :data:`CACHED_WEIGHT_BYTES`, else the smallest divisor of the output height giving
+    :data:`MIN_BLOCK_PIXELS` pixels (else the whole height)."""
+    if g.reduction * g.out_channels * 4 > CACHED_WEIGHT_BYTES:
+        return g.out_height
+    divisors = [rows for rows in range(1, g.out_height + 1) if g.out_height % rows == 0]
+    return min((r for r in divisors if r * g.out_width >= MIN_BLOCK_PIXELS), default=g.out_height)
+
+
+def _int(value: int) -> tir.IntImm:
+    return tir.IntImm(int(value), tir.INDEX_DTYPE)
+
+
+def conv_call(g: ConvGeometry, data: tir.Buffer, weight: tir.Buffer, out: tir.Buffer, image: tir.PrimExpr,
+              first_row: tir.PrimExpr, rows: int) -> tir.Stmt:
+    """The ``rp_conv2d`` statement computing output rows ``first_row ..`` (``rows`` of
+    them) of image ``image``."""
+    zero = _int(0)
+    (kh, kw), (sh, sw), (dh, dw) = g.kernel, g.strides, g.dilation
+    top, left, _, _ = g.padding
+    first = first_row * _int(g.out_width) if g.out_width != 1 else first_row
+    sizes = (g.height, g.width, g.channels, g.out_channels, kh, kw, sh, sw, dh, dw, top, left, g.out_width)
+    args = (data.load(image, zero, zero, zero), weight.load(zero, zero, zero, zero),
+            out.load(image, first_row, zero, zero), *(_int(v) for v in sizes), first,
+            _int(rows * g.out_width))
+    return tir.Evaluate(tir.Intrinsic(CONV_INTRINSIC, args, "int32"))
+
+
+def matmul_call(lhs: tir.Buffer, rhs: tir.Buffer, out: tir.Buffer, rows: int, k: int, n: int) -> tir.Stmt:
+    """``out[rows, n] = lhs[rows, k] x rhs[k, n]`` (row-major, from each buffer's first
+    element) as one microkernel call: a 1x1 convolution of a ``1 x rows`` image of ``k``
+    channels, whose HWIO weight ``[1, 1, k, n]`` is ``rhs`` as it is. The runtime splits
+    the call over the threads."""
+    def first(buffer: tir.Buffer) -> tir.BufferLoad:
+        return tir.BufferLoad(buffer, tuple(_int(0) for _ in buffer.shape))
+    sizes = (1, rows, k, n, 1, 1, 1, 1, 1, 1, 0, 0, rows, 0, rows)
+    args = (first(lhs), first(rhs), first(out), *(_int(v) for v in sizes))
+    return tir.Evaluate(tir.Intrinsic(CONV_INTRINSIC, args, "int32"))
+
+
+def microkernel_conv(g: ConvGeometry, data: tir.Buffer, weight: tir.Buffer, out: tir.Buffer,
+                     epilogue: Epilogue | None = None) -> tir.Stmt:
+    """The statement computing ``out`` (NHWC) from ``data`` (NHWC) and ``weight`` (HWIO),
+    one call per image and block of output rows, each followed by ``epilogue``."""
+    if g.groups != 1:
+        raise ValueError(f"the convolution microkernel computes one group, got {g.groups}")
+    rows = rows_per_block(g)
+    image, block = tir.TVar("n"), tir.TVar("b")
+    first_row: tir.PrimExpr = block * _int(rows) if rows > 1 else block
+    if rows == g.out_height:
+        first_row = _int(0)
+    body = [conv_call(g, data, weight, out, image, first_row, rows)]
+    if epilogue is not None:
+        box = ((image, 1), (first_row, rows), (_int(0), g.out_width), (_int(0), g.out_channels))
+        body.append(epilogue(box))
+    blocks = tir.For(block, tir.IntImm(0), tir.IntImm(g.out_height // rows), tir.ForKind.SERIAL, seq(*body))
+    return tir.For(image, tir.IntImm(0), tir.IntImm(g.batch), tir.ForKind.SERIAL, blocks)
+
+
+__all__ = ["CACHED_WEIGHT_BYTES", "MIN_BLOCK_PIXELS", "conv_call", "matmul_call", "microkernel_conv",
+           "rows_per_block"]

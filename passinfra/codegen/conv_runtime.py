@@ -1,0 +1,341 @@
+"""The convolution microkernels: a C runtime object linked into libraries that need it.
+
+A float32 convolution with one group in the channels-last layout (NHWC data, HWIO
+weight) is the GEMM ``out[pixels, OC] = im2col(data)[pixels, KH*KW*C] x weight[KH*KW*C,
+OC]`` whose left operand is never built. Each call of ::
+
+    int rp_conv2d_f32(const float* image, const float* weight, float* out,
+                      int64_t H, int64_t W, int64_t C, int64_t OC, int64_t KH, int64_t KW,
+                      int64_t stride_h, int64_t stride_w, int64_t dilation_h, int64_t dilation_w,
+                      int64_t pad_top, int64_t pad_left, int64_t OW, int64_t first, int64_t count);
+
+computes output pixels ``first .. first+count`` (flat ``oy*OW + ox`` indices) of one
+image, every output channel, into ``out`` (the first of those pixels; pixel stride
+``OC``). The lowering (:mod:`passinfra.codegen.compute.conv_microkernel`) calls it per
+block of output rows, so the Parallelize pass runs blocks on different threads.
+
+How a call computes: per block of output channels (two vectors) and *tile* of output
+pixels, the tile's accumulators stay in vector registers while the loop runs over the
+input channels (in chunks of :data:`CHANNEL_CHUNK`, so one chunk's weight rows stay in
+cache), the tap rows and the tap columns; each step loads the weight row once (the
+output channel is HWIO's innermost axis) and broadcasts one input value per pixel
+against it. Each pixel of a tile reads the input through its own pointer per tap, so a
+tile may span output rows, and a tap outside the image reads a row of zeros (a tap row
+outside the image for every pixel of a tile is skipped): padding needs no copy. This
+is the blocking of a GEMM microkernel (MLAS's and BLIS's), without the packing: the
+weight is read in place and the input windows are never copied. Measured against
+im2col + OpenBLAS sgemm on one Zen 4 core (AVX-512), GFLOP/s: 3x3 256->256 at 14x14
+111 vs 100; 3x3 64->64 at 56x56 107 vs 85; 1x1 1024->256 at 14x14 108 vs 102; 3x3
+512->512 at 7x7 103 vs 81; 3x3 64->64 at 224x224 99 vs 59 (im2col of a large image
+leaves the cache).
+
+The instruction set is picked at run time, once, from what the CPU and OS support:
+AVX-512F (tiles of 8 pixels x 32 channels), AVX2 + FMA (6 x 16), or portable C (4 x 8;
+no fused multiply-add). The AVX-512 and AVX2 variants accumulate every output in the
+same order with the same fused multiply-adds, so they give identical bits; the portable
+variant rounds each product, as the generic loop nests do. ``raypass_conv_isa(level)``
+(exported; ``Module.conv_isa`` calls it) forces a level for tests and measurements
+(``-1``: only report; the level in effect is returned, capped at what the CPU supports),
+numbered as :data:`CONV_ISA_LEVELS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from passinfra.codegen.transform.parallelize import GEMM_MACS_PER_WORK
+from passinfra.runtime.module import CONV_ISA_LEVELS
+
+RUNTIME_SYMBOL = "raypass_conv_runtime"
+CONV_FUNCTION = "rp_conv2d_f32"
+# input channels per pass over the taps: a chunk's weight rows (CHANNEL_CHUNK * KH*KW
+# rows of the output-channel block) stay in the L1/L2 cache while a tile sums them
+CHANNEL_CHUNK = 256
+# zeros a tap outside the image reads: a chunk of channels, or a merged row of taps
+# (KW * C values) up to this many
+ZERO_RUN = 2048
+# output pixels per unit of work a thread takes (a multiple of every tile width: 8, 6, 4)
+UNIT_PIXELS = 48
+# multiply-adds per work unit of the thread pool (about a nanosecond of one core): the
+# Parallelize pass's estimate for a GEMM
+MACS_PER_WORK = GEMM_MACS_PER_WORK
+
+# what a kernel calling the runtime declares
+DECLARATION = f"""\
+extern int {CONV_FUNCTION}(const float* image, const float* weight, float* out, int64_t H, int64_t W,
+    int64_t C, int64_t OC, int64_t KH, int64_t KW, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
+    int64_t pt, int64_t pl, int64_t OW, int64_t first, int64_t count);"""
+
+_SOURCE = r"""/* raypass runtime: convolution microkernels (see passinfra/codegen/conv_runtime.py) */
+#include <stdint.h>
+#include <immintrin.h>
+
+#define CB @CHANNEL_CHUNK@
+
+typedef struct {
+  const float* image;
+  const float* weight;
+  int64_t H, W, C, OC, KH, KW, sh, sw, dh, dw, pt, pl, OW;
+} rp_conv;
+
+/* a tap outside the image reads these (a whole row of taps, when the row is merged) */
+#define RP_ZEROS @ZEROS@
+static const float rp_conv_zeros[RP_ZEROS] __attribute__((aligned(64)));
+
+/* The input position of tap (0, 0) of each pixel of the tile (flat output pixels q0 ..;
+   one division per tile: a tile of a small convolution is a few hundred cycles), and
+   whether every pixel's row of taps lies inside the image's columns. */
+#define RP_TAP_SETUP(PX) \
+  int64_t iy0[PX], ix0[PX]; \
+  int columns_inside = 1; \
+  { \
+    int64_t oy = q0 / g->OW, ox = q0 - oy * g->OW; \
+    for (int p = 0; p < PX; p++) { \
+      iy0[p] = oy * g->sh - g->pt; ix0[p] = ox * g->sw - g->pl; \
+      columns_inside &= ix0[p] >= 0 && ix0[p] + (g->KW - 1) * g->dw < g->W; \
+      if (++ox == g->OW) { ox = 0; oy++; } \
+    } \
+  }
+
+/* A row of taps is one run of KW*C input values per pixel when the taps are adjacent
+   (dilation 1), every pixel's row lies inside the image's columns and the channels are
+   one chunk: the tap columns and channels are then one loop (the same products in the
+   same order as tap by tap), which is what makes a stem of 3 channels fast. */
+#define RP_MERGED(g) ((g)->dw == 1 && (g)->C <= CB && (g)->KW * (g)->C <= RP_ZEROS)
+
+/* Sets rowp[p] (input row of pixel p at tap row ry, channel c0; NULL outside the image)
+   and skips the tap row (continue) when it lies outside for every pixel. */
+#define RP_TAP_ROW(PX) \
+  const float* rowp[PX]; int inside = 0; \
+  for (int p = 0; p < PX; p++) { \
+    int64_t iy = iy0[p] + ry * g->dh; \
+    rowp[p] = (iy >= 0 && iy < g->H) ? g->image + iy * g->W * g->C + c0 : 0; \
+    inside |= rowp[p] != 0; \
+  } \
+  if (!inside) continue;
+
+/* The sum over a tap row: STEP(ap, wp, n) accumulates n channels read through ap[p]
+   against the weight rows from wp. */
+#define RP_TAP_ROW_SUM(PX, STEP) \
+  if (merged) { \
+    const float* ap[PX]; \
+    for (int p = 0; p < PX; p++) ap[p] = rowp[p] ? rowp[p] + ix0[p] * g->C : rp_conv_zeros; \
+    const float* wp = g->weight + ry * g->KW * g->C * g->OC + ob; \
+    STEP(ap, wp, g->KW * g->C) \
+  } else { \
+    for (int64_t rx = 0; rx < g->KW; rx++) { \
+      const float* ap[PX]; \
+      for (int p = 0; p < PX; p++) { \
+        int64_t ix = ix0[p] + rx * g->dw; \
+        ap[p] = (rowp[p] && ix >= 0 && ix < g->W) ? rowp[p] + ix * g->C : rp_conv_zeros; \
+      } \
+      const float* wp = g->weight + ((ry * g->KW + rx) * g->C + c0) * g->OC + ob; \
+      STEP(ap, wp, cn) \
+    } \
+  }
+
+/* The loops of a tile around STEP: channel chunks, tap rows, the tap row's sum. */
+#define RP_TILE_LOOPS(PX, STEP) \
+  RP_TAP_SETUP(PX) \
+  const int merged = columns_inside && RP_MERGED(g); \
+  for (int64_t c0 = 0; c0 < g->C; c0 += CB) { \
+    int64_t cn = g->C - c0 < CB ? g->C - c0 : CB; \
+    for (int64_t ry = 0; ry < g->KH; ry++) { \
+      RP_TAP_ROW(PX) \
+      RP_TAP_ROW_SUM(PX, STEP) \
+    } \
+  }
+
+/* ---------------------------------------------------------------- AVX-512F: 8 x 32 */
+#define RP_STEP512_BODY(ap, wp, n) \
+  for (int64_t c = 0; c < (n); c++) { \
+    __m512 b[NV_]; \
+    _Pragma("GCC unroll 2") for (int v = 0; v < NV_; v++) \
+      b[v] = v == NV_ - 1 ? _mm512_maskz_loadu_ps(tail, (wp) + c * g->OC + 16 * v) \
+                          : _mm512_loadu_ps((wp) + c * g->OC + 16 * v); \
+    _Pragma("GCC unroll 8") for (int p = 0; p < PX_; p++) { \
+      __m512 x = _mm512_set1_ps((ap)[p][c]); \
+      _Pragma("GCC unroll 2") for (int v = 0; v < NV_; v++) acc[p][v] = _mm512_fmadd_ps(x, b[v], acc[p][v]); \
+    } \
+  }
+
+#define RP_TILE512(PX, NV) \
+__attribute__((target("avx512f"))) static void rp_tile512_##PX##_##NV( \
+    const rp_conv* g, int64_t q0, int64_t ob, float* out, __mmask16 tail) { \
+  enum { PX_ = PX, NV_ = NV }; \
+  __m512 acc[PX][NV]; \
+  _Pragma("GCC unroll 8") for (int p = 0; p < PX; p++) \
+    _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++) acc[p][v] = _mm512_setzero_ps(); \
+  RP_TILE_LOOPS(PX, RP_STEP512_BODY) \
+  _Pragma("GCC unroll 8") for (int p = 0; p < PX; p++) \
+    _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++) { \
+      if (v == NV - 1) _mm512_mask_storeu_ps(out + p * g->OC + 16 * v, tail, acc[p][v]); \
+      else _mm512_storeu_ps(out + p * g->OC + 16 * v, acc[p][v]); \
+    } \
+}
+
+/* ---------------------------------------------------------------- AVX2 + FMA: 6 x 16 */
+#define RP_STEP256_BODY(ap, wp, n) \
+  for (int64_t c = 0; c < (n); c++) { \
+    __m256 b[NV_]; \
+    _Pragma("GCC unroll 2") for (int v = 0; v < NV_; v++) \
+      b[v] = v == NV_ - 1 ? _mm256_maskload_ps((wp) + c * g->OC + 8 * v, tail) \
+                          : _mm256_loadu_ps((wp) + c * g->OC + 8 * v); \
+    _Pragma("GCC unroll 8") for (int p = 0; p < PX_; p++) { \
+      __m256 x = _mm256_broadcast_ss((ap)[p] + c); \
+      _Pragma("GCC unroll 2") for (int v = 0; v < NV_; v++) acc[p][v] = _mm256_fmadd_ps(x, b[v], acc[p][v]); \
+    } \
+  }
+
+#define RP_TILE256(PX, NV) \
+__attribute__((target("avx2,fma"))) static void rp_tile256_##PX##_##NV( \
+    const rp_conv* g, int64_t q0, int64_t ob, float* out, int lanes) { \
+  enum { PX_ = PX, NV_ = NV }; \
+  __m256 acc[PX][NV]; \
+  const __m256i tail = _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes), \
+                                          _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)); \
+  _Pragma("GCC unroll 8") for (int p = 0; p < PX; p++) \
+    _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++) acc[p][v] = _mm256_setzero_ps(); \
+  RP_TILE_LOOPS(PX, RP_STEP256_BODY) \
+  _Pragma("GCC unroll 8") for (int p = 0; p < PX; p++) \
+    _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++) { \
+      if (v == NV - 1) _mm256_maskstore_ps(out + p * g->OC + 8 * v, tail, acc[p][v]); \
+      else _mm256_storeu_ps(out + p * g->OC + 8 * v, acc[p][v]); \
+    } \
+}
+
+/* ---------------------------------------------------------------- portable C: 4 x 8 */
+#define RP_STEP_C_BODY(ap, wp, n) \
+  for (int64_t c = 0; c < (n); c++) \
+    for (int p = 0; p < PX_; p++) \
+      for (int v = 0; v < lanes; v++) acc[p][v] += (ap)[p][c] * (wp)[c * g->OC + v];
+
+#define RP_TILE_C(PX) \
+static void rp_tile_c_##PX(const rp_conv* g, int64_t q0, int64_t ob, float* out, int lanes) { \
+  enum { PX_ = PX }; \
+  float acc[PX][8] = {{0}}; \
+  RP_TILE_LOOPS(PX, RP_STEP_C_BODY) \
+  for (int p = 0; p < PX; p++) \
+    for (int v = 0; v < lanes; v++) out[p * g->OC + v] = acc[p][v]; \
+}
+
+RP_TILE512(1, 1) RP_TILE512(2, 1) RP_TILE512(3, 1) RP_TILE512(4, 1)
+RP_TILE512(5, 1) RP_TILE512(6, 1) RP_TILE512(7, 1) RP_TILE512(8, 1)
+RP_TILE512(1, 2) RP_TILE512(2, 2) RP_TILE512(3, 2) RP_TILE512(4, 2)
+RP_TILE512(5, 2) RP_TILE512(6, 2) RP_TILE512(7, 2) RP_TILE512(8, 2)
+RP_TILE256(1, 1) RP_TILE256(2, 1) RP_TILE256(3, 1) RP_TILE256(4, 1) RP_TILE256(5, 1) RP_TILE256(6, 1)
+RP_TILE256(1, 2) RP_TILE256(2, 2) RP_TILE256(3, 2) RP_TILE256(4, 2) RP_TILE256(5, 2) RP_TILE256(6, 2)
+RP_TILE_C(1) RP_TILE_C(2) RP_TILE_C(3) RP_TILE_C(4)
+
+/* [vectors - 1][pixels]. Wider tiles lose: each pixel of a tile keeps its input pointer
+   in a register (16 pixels of one vector of channels ran 30-40 GFLOP/s against 49-84
+   with 8, the pointers spilled) */
+typedef void (*rp_tile512_fn)(const rp_conv*, int64_t, int64_t, float*, __mmask16);
+typedef void (*rp_tile_fn)(const rp_conv*, int64_t, int64_t, float*, int);
+static const rp_tile512_fn rp_tiles512[2][9] = {
+  {0, rp_tile512_1_1, rp_tile512_2_1, rp_tile512_3_1, rp_tile512_4_1,
+   rp_tile512_5_1, rp_tile512_6_1, rp_tile512_7_1, rp_tile512_8_1},
+  {0, rp_tile512_1_2, rp_tile512_2_2, rp_tile512_3_2, rp_tile512_4_2,
+   rp_tile512_5_2, rp_tile512_6_2, rp_tile512_7_2, rp_tile512_8_2}};
+static const rp_tile_fn rp_tiles256[2][7] = {
+  {0, rp_tile256_1_1, rp_tile256_2_1, rp_tile256_3_1, rp_tile256_4_1, rp_tile256_5_1, rp_tile256_6_1},
+  {0, rp_tile256_1_2, rp_tile256_2_2, rp_tile256_3_2, rp_tile256_4_2, rp_tile256_5_2, rp_tile256_6_2}};
+static const rp_tile_fn rp_tiles_c[5] = {0, rp_tile_c_1, rp_tile_c_2, rp_tile_c_3, rp_tile_c_4};
+
+/* -1: not detected yet */
+static int rp_conv_level = -1;
+
+static int rp_conv_supported(void) {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f")) return 2;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return 1;
+  return 0;
+}
+
+int raypass_conv_isa(int level) {
+  int supported = rp_conv_supported();
+  if (level >= 0) __atomic_store_n(&rp_conv_level, level < supported ? level : supported, __ATOMIC_RELAXED);
+  else if (__atomic_load_n(&rp_conv_level, __ATOMIC_RELAXED) < 0)
+    __atomic_store_n(&rp_conv_level, supported, __ATOMIC_RELAXED);
+  return __atomic_load_n(&rp_conv_level, __ATOMIC_RELAXED);
+}
+
+/* Output pixels q0 .. q0+n (flat), channels ob .. ob+block of one block, into out (pixel q0). */
+static void rp_conv_span(const rp_conv* g, int level, int64_t ob, int64_t q0, int64_t n, float* out) {
+  int block = level == 2 ? 32 : level == 1 ? 16 : 8, half = block / 2;
+  int lanes = g->OC - ob < block ? (int)(g->OC - ob) : block, vectors = level && lanes > half ? 2 : 1;
+  int tile = level == 2 ? 8 : level == 1 ? 6 : 4;
+  for (int64_t q = 0; q < n; q += tile) {
+    int px = n - q < tile ? (int)(n - q) : tile;
+    float* at = out + q * g->OC + ob;
+    if (level == 2)
+      rp_tiles512[vectors - 1][px](g, q0 + q, ob, at, (__mmask16)((1u << (lanes - 16 * (vectors - 1))) - 1u));
+    else if (level == 1)
+      rp_tiles256[vectors - 1][px](g, q0 + q, ob, at, lanes - 8 * (vectors - 1));
+    else
+      rp_tiles_c[px](g, q0 + q, ob, at, lanes);
+  }
+}
+
+/* A call is cut into units of one channel block by UNIT_PIXELS output pixels, in
+   channel-block-major order: a thread's contiguous range of units reads few weight
+   panels, each from the cache after its first unit. The units do not depend on the
+   thread count, and every output sums its products in one order whatever unit computes
+   it, so the result does not either. */
+typedef struct {
+  rp_conv g;
+  float* out;
+  int64_t first, count, block, pixel_units;
+  int level;
+} rp_conv_job;
+
+#define UNIT_PIXELS @UNIT_PIXELS@
+
+static int rp_conv_units(void* ctx, int64_t begin, int64_t end) {
+  const rp_conv_job* job = (const rp_conv_job*)ctx;
+  for (int64_t u = begin; u < end; u++) {
+    int64_t ob = (u / job->pixel_units) * job->block, q = (u % job->pixel_units) * UNIT_PIXELS;
+    int64_t n = job->count - q < UNIT_PIXELS ? job->count - q : UNIT_PIXELS;
+    rp_conv_span(&job->g, job->level, ob, job->first + q, n, job->out + q * job->g.OC);
+  }
+  return 0;
+}
+
+typedef int (*rp_chunk_fn)(void* ctx, int64_t begin, int64_t end);
+extern int rp_parallel_for(rp_chunk_fn fn, void* ctx, int64_t extent, int64_t work_per_iteration);
+
+int rp_conv2d_f32(const float* image, const float* weight, float* out, int64_t H, int64_t W,
+    int64_t C, int64_t OC, int64_t KH, int64_t KW, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
+    int64_t pt, int64_t pl, int64_t OW, int64_t first, int64_t count) {
+  int level = __atomic_load_n(&rp_conv_level, __ATOMIC_RELAXED);
+  if (level < 0) level = raypass_conv_isa(-1);
+  rp_conv_job job = {{image, weight, H, W, C, OC, KH, KW, sh, sw, dh, dw, pt, pl, OW}, out, first, count,
+                     level == 2 ? 32 : level == 1 ? 16 : 8, (count + UNIT_PIXELS - 1) / UNIT_PIXELS, level};
+  int64_t units = (OC + job.block - 1) / job.block * job.pixel_units;
+  /* work per unit in the pool's units (about a nanosecond): @MACS_PER_WORK@ multiply-adds each */
+  int64_t work = job.block * UNIT_PIXELS * KH * KW * C / @MACS_PER_WORK@;
+  return rp_parallel_for(rp_conv_units, &job, units, work);
+}
+"""
+
+
+def runtime_source() -> str:
+    """The C source of the runtime object."""
+    values = {"CHANNEL_CHUNK": CHANNEL_CHUNK, "UNIT_PIXELS": UNIT_PIXELS, "MACS_PER_WORK": MACS_PER_WORK,
+              "ZEROS": ZERO_RUN}
+    source = _SOURCE
+    for name, value in values.items():
+        source = source.replace(f"@{name}@", str(value))
+    return source
+
+
+def render_conv_call(args: Sequence[str]) -> str:
+    """The C call of a ``rp_conv2d`` intrinsic whose rendered arguments are ``args``
+    (the three buffer loads first: their addresses are passed)."""
+    image, weight, out, *sizes = args
+    return f"{CONV_FUNCTION}(&{image}, &{weight}, &{out}, {', '.join(sizes)})"
+
+
+__all__ = ["CHANNEL_CHUNK", "CONV_FUNCTION", "CONV_ISA_LEVELS", "DECLARATION", "RUNTIME_SYMBOL",
+           "render_conv_call",
+           "runtime_source"]

@@ -1,0 +1,228 @@
+"""The convolution microkernels (passinfra/codegen/conv_runtime.py, the C runtime, and
+passinfra/codegen/compute/conv_microkernel.py, the calls): convolutions with one group,
+channels-last, against the reference interpreter.
+
+Shapes cover what the ONNX spec allows a Conv with one group: strides, dilations,
+explicit asymmetric pads, ``auto_pad``, even kernels, a window beyond the padding, 1-D
+and 2-D, batches; output channels that fill no vector, part of one or several (tails of
+the masked loads), input channels past one chunk of the runtime's channel loop; weights
+small enough for calls per row of output and large enough for one call per image that
+the runtime splits over the threads. Every case runs with each instruction set the CPU
+has. The AVX-512 and AVX2 kernels must give identical bits, any thread count must too.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import passinfra
+from passinfra import ir, tir
+from passinfra.codegen.compute.conv_direct import ConvGeometry
+from passinfra.codegen.compute.conv_microkernel import CACHED_WEIGHT_BYTES, rows_per_block
+from passinfra.codegen.compute.conv_plan import CONV_KERNEL_CONFIG, choose_kernel
+from passinfra.codegen.conv_runtime import CHANNEL_CHUNK
+from passinfra.codegen.link import uses_conv_runtime
+from passinfra.codegen.lower import lower_primitive_function
+from passinfra.errors import RaypassError
+from passinfra.frontend import from_onnx
+from passinfra.ir import op
+from passinfra.runtime.interpreter import evaluate
+from passinfra.runtime.module import CONV_ISA_LEVELS
+from passinfra.tir.evaluator import run_prim_func
+from passinfra.tir.intrinsics import is_conv, is_gemm
+from passinfra.transform import PassContext
+from tests.codegen.test_cg_conv_kernels import _compiled_functions, _nodes, assert_close, build, conv_model
+
+# (name, data shape, out channels, kernel, Conv attributes)
+CASES = [
+    ("3x3_pad1_small_channels", (1, 8, 9, 11), 8, (3, 3), {"pads": [1, 1, 1, 1]}),
+    ("strided_dilated_asymmetric_tail37_batch2", (2, 20, 11, 13), 37, (3, 2),
+     {"pads": [1, 0, 2, 1], "strides": [2, 1], "dilations": [1, 2]}),
+    ("pointwise_channels_past_one_chunk", (1, CHANNEL_CHUNK + 44, 5, 5), 40, (1, 1), {}),
+    ("tail17_same_upper_even_kernel", (1, 16, 7, 7), 17, (4, 4),
+     {"auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+    ("tail5_same_lower", (1, 24, 6, 7), 5, (2, 2), {"auto_pad": "SAME_LOWER"}),
+    ("valid_33_outputs", (1, 32, 8, 9), 33, (3, 3), {"auto_pad": "VALID"}),
+    ("window_beyond_the_padding", (1, 16, 3, 3), 16, (3, 3), {"pads": [2, 2, 2, 2], "strides": [3, 3]}),
+    ("one_pixel_wide", (1, 16, 9, 1), 24, (3, 1), {"pads": [1, 0, 1, 0]}),
+    ("conv1d_strided_dilated", (2, 16, 30), 48, (3,), {"strides": [2], "dilations": [3], "pads": [1, 2]}),
+    # weight above CACHED_WEIGHT_BYTES: one call per image, split by the runtime
+    ("large_weight_whole_image", (1, 128, 7, 7), 160, (3, 3), {"pads": [1, 1, 1, 1]}),
+]
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(tmp_path_factory.mktemp("codegen_cache_conv_microkernel"))
+
+
+def _case(name: str):
+    return next(case for case in CASES if case[0] == name)
+
+
+def _built(cache_dir: str, name: str, seed: int = 1):
+    _, data_shape, out_channels, kernel_shape, attrs = _case(name)
+    mod = from_onnx(conv_model(data_shape, out_channels, kernel_shape, **attrs))
+    x = np.random.default_rng(seed).standard_normal(data_shape).astype(np.float32)
+    return mod, x, build(mod, cache_dir, "microkernel")
+
+
+def _levels(lib) -> list[str]:
+    """The instruction sets this CPU runs: the one picked first, and every lower one."""
+    best = lib.conv_isa()
+    return list(CONV_ISA_LEVELS[:CONV_ISA_LEVELS.index(best) + 1])
+
+
+@pytest.mark.parametrize("name", [case[0] for case in CASES])
+def test_microkernel_matches_interpreter_on_every_isa(cache_dir, name):
+    mod, x, lib = _built(cache_dir, name)
+    expected = evaluate(mod, x)
+    try:
+        for level in _levels(lib):
+            assert lib.conv_isa(level) == level
+            assert_close(lib(x), expected)
+    finally:
+        lib.conv_isa(CONV_ISA_LEVELS[-1])  # back to the best the CPU has
+
+
+@pytest.mark.parametrize("name", ["strided_dilated_asymmetric_tail37_batch2", "large_weight_whole_image"])
+def test_avx512_and_avx2_give_identical_bits(cache_dir, name):
+    mod, x, lib = _built(cache_dir, name)
+    if lib.conv_isa() != "avx512":
+        pytest.skip("this CPU has no AVX-512: there is only one vector kernel to run")
+    try:
+        wide = lib(x)
+        assert lib.conv_isa("avx2") == "avx2"
+        np.testing.assert_array_equal(lib(x), wide)
+    finally:
+        lib.conv_isa("avx512")
+
+
+@pytest.mark.parametrize("name", ["3x3_pad1_small_channels", "large_weight_whole_image"])
+def test_bit_identical_for_any_thread_count(cache_dir, name):
+    mod, x, lib = _built(cache_dir, name)
+    results = {}
+    for threads in (1, 2, 3):
+        lib.set_num_threads(threads)
+        results[threads] = lib(x)
+    np.testing.assert_array_equal(results[2], results[1])
+    np.testing.assert_array_equal(results[3], results[1])
+
+
+def test_runtime_splits_a_large_weight_over_the_threads(cache_dir):
+    """One call per image; its units run on the library's pool (the pool's counters)."""
+    mod, x, lib = _built(cache_dir, "large_weight_whole_image")
+    lib.set_num_threads(2)
+    before = lib.thread_stats()
+    lib(x)
+    after = lib.thread_stats()
+    assert after["parallel_loops"] > before["parallel_loops"]
+
+
+def _conv_function(cache_dir: str, name: str) -> tir.PrimFunc:
+    _, data_shape, out_channels, kernel_shape, attrs = _case(name)
+    mod = from_onnx(conv_model(data_shape, out_channels, kernel_shape, **attrs))
+    functions = _compiled_functions(mod, "microkernel", cache_dir)
+    (conv,) = [f for f in functions if "nn.conv2d" in f.attrs["op_names"]]
+    return conv
+
+
+def test_calls_per_row_or_per_image(cache_dir):
+    per_row = _conv_function(cache_dir, "valid_33_outputs")
+    calls = [n for n in _nodes(per_row.body) if isinstance(n, tir.Evaluate) and is_conv(n.value)]
+    assert len(calls) == 1 and not [n for n in _nodes(per_row.body) if isinstance(n, tir.Evaluate)
+                                    and is_gemm(n.value)]
+    loops = [n for n in _nodes(per_row.body) if isinstance(n, tir.For)]
+    assert loops[0].extent.value == 6  # one call per output row (8 - 3 + 1)
+    assert per_row.attrs["uses_conv_runtime"] and not per_row.attrs.get("uses_blas", False)
+
+    whole = _conv_function(cache_dir, "large_weight_whole_image")
+    call = next(n for n in _nodes(whole.body) if isinstance(n, tir.Evaluate) and is_conv(n.value))
+    assert call.value.args[-1].value == 49  # every pixel of the 7x7 output in one call
+
+
+def test_rows_per_block_and_the_rule():
+    def geometry(channels, out_channels, kernel=3, size=14):
+        attrs = {"strides": (1, 1), "dilation": (1, 1), "padding": (1, 1, 1, 1), "groups": 1}
+        return ConvGeometry.of(attrs, (1, size, size, channels), (kernel, kernel, channels, out_channels),
+                               (1, size, size, out_channels))
+    assert rows_per_block(geometry(64, 64)) == 1
+    assert rows_per_block(geometry(64, 64, size=2)) == 2  # a block of at least 4 pixels
+    big = geometry(256, 256)
+    assert 9 * 256 * 256 * 4 > CACHED_WEIGHT_BYTES and rows_per_block(big) == 14
+    assert choose_kernel(geometry(64, 64), use_blas=True) == "microkernel"
+    assert choose_kernel(geometry(64, 64), use_blas=False) == "microkernel"  # needs no BLAS
+    assert choose_kernel(geometry(3, 16), use_blas=True) == "microkernel"  # an RGB stem: no im2col
+    assert choose_kernel(geometry(16, 96, kernel=1, size=112), use_blas=True) != "microkernel"  # 16 products
+    assert choose_kernel(geometry(32, 96, kernel=1, size=112), use_blas=True) == "microkernel"
+
+
+@pytest.mark.parametrize("strides, padding, dilation", [((1, 1), (1, 1, 1, 1), (1, 1)),
+                                                     ((2, 1), (2, 0, 1, 3), (1, 2))],
+                         ids=["same", "strided_dilated_asymmetric"])
+def test_lowered_call_runs_in_the_tir_interpreter(strides, padding, dilation):
+    """The intrinsic's reference meaning (passinfra.tir.intrinsics.evaluate_conv), run by
+    the loop-level interpreter, agrees with the graph interpreter."""
+    rng = np.random.default_rng(2)
+    shapes = ((2, 9, 10, 12), (3, 3, 12, 20), (20,))
+    arrays = [rng.standard_normal(shape).astype(np.float32) for shape in shapes]
+    x, w, b = (ir.var(name, shape) for name, shape in zip("xwb", shapes))
+    conv = op.nn.conv2d(x, w, strides=strides, padding=padding, dilation=dilation, data_layout="NHWC",
+                        kernel_layout="HWIO")
+    func = ir.Function([x, w, b], op.nn.relu(op.add(conv, b)))
+    expected = evaluate(ir.IRModule({"main": func}), *arrays)
+    with PassContext(config={CONV_KERNEL_CONFIG: "microkernel"}):
+        lowered = lower_primitive_function(func, "kernel")
+    assert any(isinstance(n, tir.Evaluate) and is_conv(n.value) for n in _nodes(lowered.body))
+    got = run_prim_func(lowered, *arrays)
+    np.testing.assert_allclose(got.reshape(expected.shape), expected, rtol=1e-5, atol=1e-5)
+
+
+def _matmul(shapes):
+    x, w, b = (ir.var(name, shape) for name, shape in zip("xwb", shapes))
+    return ir.Function([x, w, b], op.nn.relu(op.add(op.matmul(x, w), b)))
+
+
+@pytest.mark.parametrize("shapes, on_microkernel", [
+    (((2, 16, 64), (64, 40), (40,)), True),  # 32 rows: one call, the weight [k, n] as it is
+    (((3, 600), (600, 17), (17,)), False),  # too few rows: BLAS (sgemm)
+    (((40, 600), (600, 5), (5,)), False),  # too few columns
+], ids=["batched_rows", "three_rows", "five_columns"])
+def test_matmul_runs_on_the_microkernels(tmp_path, shapes, on_microkernel):
+    rng = np.random.default_rng(3)
+    arrays = [rng.standard_normal(shape).astype(np.float32) for shape in shapes]
+    func = _matmul(shapes)
+    mod = ir.IRModule({"main": func})
+    expected = evaluate(mod, *arrays)
+    lowered = lower_primitive_function(func, "kernel", use_blas=True)
+    calls = [n.value for n in _nodes(lowered.body) if isinstance(n, tir.Evaluate)]
+    assert any(is_conv(c) for c in calls) is on_microkernel
+    assert any(is_gemm(c) for c in calls) is not on_microkernel
+    np.testing.assert_allclose(run_prim_func(lowered, *arrays), expected, rtol=1e-5, atol=1e-5)
+    with PassContext(config={"codegen.matmul_microkernel": False}):
+        off = lower_primitive_function(func, "k", use_blas=True)
+    assert not any(is_conv(n.value) for n in _nodes(off.body) if isinstance(n, tir.Evaluate))
+    with PassContext(config={"codegen.cache_dir": str(tmp_path)}):
+        lib = passinfra.build(mod)
+    results = []
+    for threads in (1, 2, 3):
+        lib.set_num_threads(threads)
+        results.append(lib(*arrays))
+    assert_close(results[0], expected)
+    np.testing.assert_array_equal(results[1], results[0])
+    np.testing.assert_array_equal(results[2], results[0])
+
+
+def test_unknown_isa_is_one_clear_error(cache_dir):
+    _, _, lib = _built(cache_dir, "3x3_pad1_small_channels")
+    with pytest.raises(RaypassError, match="sse9"):
+        lib.conv_isa("sse9")
+
+
+def test_libraries_without_microkernels_do_not_link_them(cache_dir):
+    _, data_shape, out_channels, kernel_shape, attrs = _case("3x3_pad1_small_channels")
+    mod = from_onnx(conv_model(data_shape, out_channels, kernel_shape, group=8, **attrs))
+    lib = build(mod, cache_dir, "auto")  # depthwise: the direct kernel
+    assert lib.conv_isa() is None
+    assert not uses_conv_runtime(mod)
