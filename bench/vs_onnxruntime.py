@@ -365,8 +365,13 @@ KERNEL_SHAPES = [
     ("groups 1, 3x3, 8x8x64 (resnet20)", 64, 8, 64, 3, 1, 1),
     ("groups 1, 1x1, 112x112 16->96", 16, 112, 96, 1, 1, 1),
     ("groups 1, 3x3 s2, 224x224 3->16 (stem)", 3, 224, 16, 3, 2, 1),
+    ("groups 1, 7x7 s2, 224x224 3->64 (ResNet stem)", 3, 224, 64, 7, 2, 1),
+    ("groups 1, 3x3, 56x56x64 (ResNet-50)", 64, 56, 64, 3, 1, 1),
+    ("groups 1, 3x3, 14x14x256 (ResNet-50)", 256, 14, 256, 3, 1, 1),
+    ("groups 1, 3x3, 7x7x512 (ResNet-50)", 512, 7, 512, 3, 1, 1),
+    ("groups 1, 1x1, 14x14 1024->256 (ResNet-50)", 1024, 14, 256, 1, 1, 1),
 ]
-KERNEL_SETTINGS = ("none", "direct", "group_gemm")
+KERNEL_SETTINGS = ("none", "direct", "group_gemm", "microkernel")
 
 
 def conv_relu_model(channels: int, size: int, out_channels: int, kernel: int, stride: int,
@@ -393,6 +398,9 @@ def kernel_table(cache_dir: str, repeats: int) -> list[str]:
         flops = 2 * out_size * out_size * out_channels * (channels // groups) * kernel * kernel
         cells, best = [], {}
         for setting in KERNEL_SETTINGS:
+            if setting == "microkernel" and groups != 1:
+                cells.append("-")  # it computes one group
+                continue
             lib, compiled = build_library(model, cache_dir, {"codegen.conv_kernel": setting})
             lib.set_num_threads(1)
             (func,) = [f for f in compiled.functions.values()
@@ -409,7 +417,7 @@ def kernel_table(cache_dir: str, repeats: int) -> list[str]:
         fastest = min(best, key=best.get)
         rows.append([label, *cells, f"{rule}{'' if rule == fastest else f' (fastest: {fastest})'}"])
     header = ["convolution (+bias+ReLU, batch 1)", "none: im2col+BLAS (groups 1) / loop nest", "direct",
-              "group_gemm", "rule"]
+              "group_gemm", "microkernel", "rule"]
     return [markdown_table(header, rows), ""]
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from passinfra.codegen.artifacts import current_link_products, kernel_object_code
 from passinfra.codegen.c_renderer import sanitize_identifier
 from passinfra.codegen.cc_driver import CompilerSettings, compile_c_result, link_shared
-from passinfra.codegen.conv_runtime import RUNTIME_SYMBOL, runtime_source
+from passinfra.codegen.conv_runtime import RUNTIME_SYMBOL, runtime_object
 from passinfra.codegen.gemm import blas_library
 from passinfra.codegen.host import HOST_SYMBOL
 from passinfra.codegen.object_cache import count
@@ -75,9 +75,10 @@ def thread_pool_object(ctx: PassContext) -> bytes:
 
 
 def conv_runtime_object(ctx: PassContext) -> bytes:
-    """The convolution microkernels' object code for this build's settings (from the
-    object cache; counted as host code, as the thread pool is)."""
-    compiled = compile_c_result(runtime_source(), CompilerSettings.from_context(ctx), name=RUNTIME_SYMBOL)
+    """The convolution microkernels' object code for this build's settings (compiled in
+    the background since CompileC met the first kernel calling them, or from the object
+    cache; counted as host code, as the thread pool is)."""
+    compiled = runtime_object(CompilerSettings.from_context(ctx))
     if not compiled.cache_hit:
         count("host_compiles")
     return compiled.object_code

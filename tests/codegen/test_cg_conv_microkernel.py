@@ -18,6 +18,9 @@ import pytest
 
 import passinfra
 from passinfra import ir, tir
+from passinfra.build import COMPILE_PIPELINE
+from passinfra.codegen import conv_runtime
+from passinfra.codegen.cc_driver import CompilerSettings
 from passinfra.codegen.compute.conv_direct import ConvGeometry
 from passinfra.codegen.compute.conv_microkernel import CACHED_WEIGHT_BYTES, rows_per_block
 from passinfra.codegen.compute.conv_plan import CONV_KERNEL_CONFIG, choose_kernel
@@ -31,7 +34,7 @@ from passinfra.runtime.interpreter import evaluate
 from passinfra.runtime.module import CONV_ISA_LEVELS
 from passinfra.tir.evaluator import run_prim_func
 from passinfra.tir.intrinsics import is_conv, is_gemm
-from passinfra.transform import PassContext
+from passinfra.transform import PassContext, Sequential, get_pass
 from tests.codegen.test_cg_conv_kernels import _compiled_functions, _nodes, assert_close, build, conv_model
 
 # (name, data shape, out channels, kernel, Conv attributes)
@@ -212,6 +215,21 @@ def test_matmul_runs_on_the_microkernels(tmp_path, shapes, on_microkernel):
     assert_close(results[0], expected)
     np.testing.assert_array_equal(results[1], results[0])
     np.testing.assert_array_equal(results[2], results[0])
+
+
+def test_the_runtime_compiles_while_the_kernels_do(tmp_path):
+    """CompileC starts the runtime's object in the background at the first kernel that
+    calls it; LinkLibrary only waits for it."""
+    _, data_shape, out_channels, kernel_shape, attrs = _case("valid_33_outputs")
+    mod = from_onnx(conv_model(data_shape, out_channels, kernel_shape, **attrs))
+    names = COMPILE_PIPELINE  # up to CompileC; the link (LINK_PIPELINE) does not run
+    assert names[-1] == "CompileC"
+    config = {"codegen.cache_dir": str(tmp_path), "codegen.conv_kernel": "microkernel"}
+    with PassContext(opt_level=3, config=config) as ctx:
+        Sequential([get_pass(name) for name in names])(mod)
+        settings = CompilerSettings.from_context(ctx)
+    assert settings in conv_runtime._compiles  # started before any link
+    assert conv_runtime.runtime_object(settings).object_code
 
 
 def test_unknown_isa_is_one_clear_error(cache_dir):
