@@ -61,7 +61,7 @@ from passinfra.errors import IRError
 from passinfra.ir.types import is_float_dtype
 from passinfra.tir.arith import const_int
 from passinfra.tir.functor import stmt_children
-from passinfra.tir.intrinsics import CONV_INTRINSIC, REINTERPRET, is_kernel_call
+from passinfra.tir.intrinsics import CONV_INTRINSIC, DEPTHWISE_CONV_INTRINSIC, REINTERPRET, is_kernel_call
 
 # the C type a value of each dtype has in expressions (float16/bfloat16: float)
 C_TYPES: dict[str, str] = {
@@ -704,9 +704,9 @@ class CRenderer:
                               f"{packed[0]!r}; run WidenGemmOperands first")
             self._calls_blas = True
             return render_gemm(args)
-        if node.name == CONV_INTRINSIC:
+        if node.name in (CONV_INTRINSIC, DEPTHWISE_CONV_INTRINSIC):
             self._calls_conv = True
-            return render_conv_call(args)
+            return render_conv_call(args, depthwise=node.name == DEPTHWISE_CONV_INTRINSIC)
         if node.name == REINTERPRET:
             source, target = node.args[0].dtype, node.dtype
             from_type, to_type = (_BITS_TYPES.get(t, C_TYPES[t]) for t in (source, target))

@@ -61,7 +61,7 @@ from passinfra.ir.op.registry import Op
 from passinfra.ir.types import HALF_DTYPES, TensorType, TupleType, Type
 from passinfra.tir.arith import affine_coefficient
 from passinfra.tir.functor import iter_expr_post_order, stmt_children
-from passinfra.tir.intrinsics import CONV_INTRINSIC, GEMM_INTRINSIC, is_kernel_call
+from passinfra.tir.intrinsics import CONV_INTRINSIC, DEPTHWISE_CONV_INTRINSIC, GEMM_INTRINSIC, is_kernel_call
 from passinfra.transform.context import PassContext
 from passinfra.transform.pass_info import PassInfo
 from passinfra.transform.passes import FunctionPass, Pass
@@ -576,7 +576,8 @@ class _Lowerer:
         self.stmts.append(stmt)
         calls = _kernel_calls(stmt)
         self.uses_blas = self.uses_blas or GEMM_INTRINSIC in calls
-        self.uses_conv_runtime = self.uses_conv_runtime or CONV_INTRINSIC in calls
+        runtime_calls = {CONV_INTRINSIC, DEPTHWISE_CONV_INTRINSIC}
+        self.uses_conv_runtime = self.uses_conv_runtime or bool(calls & runtime_calls)
 
     def _emit_extern(self, group: _Extern) -> None:
         buffers = []

@@ -56,44 +56,58 @@ def evaluate_gemm(intrinsic: Intrinsic, flat_view: Callable[[BufferLoad], np.nda
 
 
 CONV_INTRINSIC = "rp_conv2d"
+# the same arguments, a depthwise convolution: one input channel per output channel
+# (OC == C, weight [KH, KW, 1, C]); ``first`` and ``count`` cover whole output rows
+DEPTHWISE_CONV_INTRINSIC = "rp_dwconv2d"
 # position of ``first`` among the size arguments (after the three loads)
 CONV_FIRST_PIXEL = 13
 
 
 def is_conv(expr: PrimExpr) -> bool:
-    return isinstance(expr, Intrinsic) and expr.name == CONV_INTRINSIC
+    """A convolution call (dense or depthwise)."""
+    return isinstance(expr, Intrinsic) and expr.name in (CONV_INTRINSIC, DEPTHWISE_CONV_INTRINSIC)
+
+
+_KERNEL_CALLS = (GEMM_INTRINSIC, CONV_INTRINSIC, DEPTHWISE_CONV_INTRINSIC)
 
 
 def is_kernel_call(expr: PrimExpr) -> bool:
     """A GEMM or a convolution call: a statement that reads and writes whole regions of
     its buffers through its first three arguments."""
-    return isinstance(expr, Intrinsic) and expr.name in (GEMM_INTRINSIC, CONV_INTRINSIC)
+    return isinstance(expr, Intrinsic) and expr.name in _KERNEL_CALLS
 
 
-def conv_regions(sizes: tuple[int, ...]) -> tuple[int, int, int]:
-    """Elements a ``rp_conv2d`` call with these size arguments may read from its image and
+def conv_regions(sizes: tuple[int, ...], depthwise: bool = False) -> tuple[int, int, int]:
+    """Elements a convolution call with these size arguments may read from its image and
     weight and write from its output pointer on."""
     height, width, channels, out_channels, kh, kw, *_rest, count = sizes
-    return height * width * channels, kh * kw * channels * out_channels, count * out_channels
+    weight = kh * kw * channels * (1 if depthwise else out_channels)
+    return height * width * channels, weight, count * out_channels
 
 
 def evaluate_conv(intrinsic: Intrinsic, flat_view: Callable[[BufferLoad], np.ndarray],
                   scalar: Callable[[PrimExpr], int]) -> None:
-    """Run a ``rp_conv2d`` in the TIR interpreter (arguments as :func:`evaluate_gemm`)."""
+    """Run a ``rp_conv2d`` or ``rp_dwconv2d`` in the TIR interpreter (arguments as
+    :func:`evaluate_gemm`)."""
     image_load, weight_load, out_load, *rest = intrinsic.args
     height, width, channels, out_channels, kh, kw, sh, sw, dh, dw, top, left, out_width, first, count = (
         int(scalar(x)) for x in rest)
     image = flat_view(image_load)[:height * width * channels].reshape(height, width, channels)
-    weight = flat_view(weight_load)[:kh * kw * channels * out_channels].reshape(kh * kw * channels,
-                                                                               out_channels)
     pixels = np.arange(first, first + count)
     oy, ox = pixels // out_width, pixels % out_width
     iy = oy[:, None, None] * sh + np.arange(kh)[None, :, None] * dh - top
     ix = ox[:, None, None] * sw + np.arange(kw)[None, None, :] * dw - left
     inside = (iy >= 0) & (iy < height) & (ix >= 0) & (ix < width)
     windows = image[np.clip(iy, 0, height - 1), np.clip(ix, 0, width - 1)]  # [count, kh, kw, C]
-    windows = np.where(inside[..., None], windows, 0).reshape(count, -1)
-    result = windows.astype(np.float64) @ weight.astype(np.float64)
+    windows = np.where(inside[..., None], windows, 0)
+    if intrinsic.name == DEPTHWISE_CONV_INTRINSIC:  # [count, kh, kw, C] * [kh, kw, C], summed over taps
+        weight = flat_view(weight_load)[:kh * kw * channels].reshape(kh, kw, channels)
+        result = (windows.astype(np.float64) * weight.astype(np.float64)).sum(axis=(1, 2))
+        flat_view(out_load)[:count * out_channels] = result.reshape(-1)
+        return
+    weight = flat_view(weight_load)[:kh * kw * channels * out_channels].reshape(kh * kw * channels,
+                                                                               out_channels)
+    result = windows.reshape(count, -1).astype(np.float64) @ weight.astype(np.float64)
     flat_view(out_load)[:count * out_channels] = result.reshape(-1)
 
 
@@ -137,7 +151,8 @@ def reinterpret(value: PrimExpr, dtype: str) -> Intrinsic:
     return Intrinsic(REINTERPRET, (value,), dtype)
 
 
-__all__ = ["BITWISE_INTRINSICS", "CONV_FIRST_PIXEL", "CONV_INTRINSIC", "GEMM_INTRINSIC", "REINTERPRET",
+__all__ = ["BITWISE_INTRINSICS", "CONV_FIRST_PIXEL", "CONV_INTRINSIC", "DEPTHWISE_CONV_INTRINSIC",
+           "GEMM_INTRINSIC", "REINTERPRET",
            "bitwise", "conv_regions", "evaluate_conv", "evaluate_gemm", "is_conv", "is_gemm",
            "is_kernel_call",
            "reinterpret"]

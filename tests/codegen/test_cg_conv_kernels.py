@@ -252,7 +252,7 @@ def _geometry(channels, out_channels, groups, kernel=3, size=14):
 
 
 def test_rule_chooses_per_shape():
-    assert choose_kernel(_geometry(64, 64, 64), use_blas=True) == "direct"  # depthwise
+    assert choose_kernel(_geometry(64, 64, 64), use_blas=True) == "microkernel"  # depthwise
     assert choose_kernel(_geometry(64, 128, 64), use_blas=True) == "direct"  # channel multiplier
     assert choose_kernel(_geometry(64, 64, 4), use_blas=True) == "group_gemm"  # grouped
     assert choose_kernel(_geometry(64, 64, 4), use_blas=False) == "direct"  # no BLAS library
@@ -282,7 +282,7 @@ def _conv_attrs(groups, layouts=("NHWC", "HWIO")):
 
 def test_plan_leaves_other_layouts_and_dtypes_alone():
     shapes = [(1, 8, 8, 16), (3, 3, 1, 16)]
-    assert plan_conv2d(_conv_attrs(16), shapes, "float32", (1, 8, 8, 16), True).kind == "direct"
+    assert plan_conv2d(_conv_attrs(16), shapes, "float32", (1, 8, 8, 16), True).kind == "microkernel"
     assert plan_conv2d(_conv_attrs(16), shapes, "float64", (1, 8, 8, 16), True) is None
     nchw = [(1, 16, 8, 8), (16, 1, 3, 3)]
     assert plan_conv2d(_conv_attrs(16, ("NCHW", "OIHW")), nchw, "float32", (1, 16, 8, 8), True) is None

@@ -52,6 +52,17 @@ CASES = [
     ("conv1d_strided_dilated", (2, 16, 30), 48, (3,), {"strides": [2], "dilations": [3], "pads": [1, 2]}),
     # weight above CACHED_WEIGHT_BYTES: one call per image, split by the runtime
     ("large_weight_whole_image", (1, 128, 7, 7), 160, (3, 3), {"pads": [1, 1, 1, 1]}),
+    # depthwise (rp_dwconv2d): rows of four-pixel tiles for widths 3, 5, 7 and strides 1, 2,
+    # one pixel at a time otherwise and past the last tile; channel tails
+    ("depthwise_3x3_tail40", (1, 40, 9, 11), 40, (3, 3), {"group": 40, "pads": [1, 1, 1, 1]}),
+    ("depthwise_5x5_stride2_batch2", (2, 24, 13, 12), 24, (5, 5), {"group": 24, "pads": [2, 2, 2, 2],
+                                                                    "strides": [2, 2]}),
+    ("depthwise_7x7_asymmetric", (1, 17, 10, 9), 17, (7, 7), {"group": 17, "pads": [3, 1, 2, 4]}),
+    ("depthwise_dilated_even_kernel", (1, 32, 11, 12), 32, (4, 3), {"group": 32, "dilations": [2, 2],
+                                                                     "pads": [3, 2, 3, 2]}),
+    ("depthwise_3x3_stride3_beyond_padding", (1, 16, 5, 5), 16, (3, 3), {"group": 16, "pads": [2, 2, 2, 2],
+                                                                          "strides": [3, 3]}),
+    ("conv1d_depthwise", (1, 48, 37), 48, (5,), {"group": 48, "pads": [2, 2]}),
 ]
 
 
@@ -89,7 +100,8 @@ def test_microkernel_matches_interpreter_on_every_isa(cache_dir, name):
         lib.conv_isa(CONV_ISA_LEVELS[-1])  # back to the best the CPU has
 
 
-@pytest.mark.parametrize("name", ["strided_dilated_asymmetric_tail37_batch2", "large_weight_whole_image"])
+@pytest.mark.parametrize("name", ["strided_dilated_asymmetric_tail37_batch2", "large_weight_whole_image",
+                                  "depthwise_3x3_tail40", "depthwise_7x7_asymmetric"])
 def test_avx512_and_avx2_give_identical_bits(cache_dir, name):
     mod, x, lib = _built(cache_dir, name)
     if lib.conv_isa() != "avx512":
@@ -102,7 +114,8 @@ def test_avx512_and_avx2_give_identical_bits(cache_dir, name):
         lib.conv_isa("avx512")
 
 
-@pytest.mark.parametrize("name", ["3x3_pad1_small_channels", "large_weight_whole_image"])
+@pytest.mark.parametrize("name", ["3x3_pad1_small_channels", "large_weight_whole_image",
+                                  "depthwise_5x5_stride2_batch2"])
 def test_bit_identical_for_any_thread_count(cache_dir, name):
     mod, x, lib = _built(cache_dir, name)
     results = {}
@@ -239,8 +252,8 @@ def test_unknown_isa_is_one_clear_error(cache_dir):
 
 
 def test_libraries_without_microkernels_do_not_link_them(cache_dir):
-    _, data_shape, out_channels, kernel_shape, attrs = _case("3x3_pad1_small_channels")
-    mod = from_onnx(conv_model(data_shape, out_channels, kernel_shape, group=8, **attrs))
-    lib = build(mod, cache_dir, "auto")  # depthwise: the direct kernel
+    _, data_shape, _, kernel_shape, attrs = _case("3x3_pad1_small_channels")
+    mod = from_onnx(conv_model(data_shape, 16, kernel_shape, group=8, **attrs))
+    lib = build(mod, cache_dir, "auto")  # a channel multiplier: the direct kernel
     assert lib.conv_isa() is None
     assert not uses_conv_runtime(mod)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from passinfra import tir
 from passinfra.codegen.compute.base import seq
 from passinfra.codegen.compute.conv_direct import ConvGeometry, Epilogue
-from passinfra.tir.intrinsics import CONV_INTRINSIC
+from passinfra.tir.intrinsics import CONV_INTRINSIC, DEPTHWISE_CONV_INTRINSIC
 
 # a block has at least this many output pixels where the image has them
 MIN_BLOCK_PIXELS = 4
@@ -55,7 +55,18 @@ def conv_call(g: ConvGeometry, data: tir.Buffer, weight: tir.Buffer, out: tir.Bu
     args = (data.load(image, zero, zero, zero), weight.load(zero, zero, zero, zero),
             out.load(image, first_row, zero, zero), *(_int(v) for v in sizes), first,
             _int(rows * g.out_width))
-    return tir.Evaluate(tir.Intrinsic(CONV_INTRINSIC, args, "int32"))
+    name = DEPTHWISE_CONV_INTRINSIC if is_depthwise(g) else CONV_INTRINSIC
+    return tir.Evaluate(tir.Intrinsic(name, args, "int32"))
+
+
+def is_depthwise(g: ConvGeometry) -> bool:
+    """One input channel and one output channel per group (no channel multiplier)."""
+    return g.groups > 1 and g.group_channels == 1 and g.group_outputs == 1
+
+
+def supports(g: ConvGeometry) -> bool:
+    """Convolutions the microkernels compute: one group, or depthwise."""
+    return g.groups == 1 or is_depthwise(g)
 
 
 def matmul_call(lhs: tir.Buffer, rhs: tir.Buffer, out: tir.Buffer, rows: int, k: int, n: int) -> tir.Stmt:
@@ -74,8 +85,9 @@ def microkernel_conv(g: ConvGeometry, data: tir.Buffer, weight: tir.Buffer, out:
                      epilogue: Epilogue | None = None) -> tir.Stmt:
     """The statement computing ``out`` (NHWC) from ``data`` (NHWC) and ``weight`` (HWIO),
     one call per image and block of output rows, each followed by ``epilogue``."""
-    if g.groups != 1:
-        raise ValueError(f"the convolution microkernel computes one group, got {g.groups}")
+    if not supports(g):
+        raise ValueError(f"the convolution microkernels compute one group or a depthwise convolution, got "
+                         f"{g.groups} groups of {g.group_channels} input channels")
     rows = rows_per_block(g)
     image, block = tir.TVar("n"), tir.TVar("b")
     first_row: tir.PrimExpr = block * _int(rows) if rows > 1 else block
@@ -89,5 +101,5 @@ def microkernel_conv(g: ConvGeometry, data: tir.Buffer, weight: tir.Buffer, out:
     return tir.For(image, tir.IntImm(0), tir.IntImm(g.batch), tir.ForKind.SERIAL, blocks)
 
 
-__all__ = ["CACHED_WEIGHT_BYTES", "MIN_BLOCK_PIXELS", "conv_call", "matmul_call", "microkernel_conv",
-           "rows_per_block"]
+__all__ = ["CACHED_WEIGHT_BYTES", "MIN_BLOCK_PIXELS", "conv_call", "is_depthwise", "matmul_call",
+           "microkernel_conv", "rows_per_block", "supports"]

@@ -90,7 +90,7 @@ from dataclasses import dataclass
 from passinfra import tir
 from passinfra.codegen.compute.conv_direct import ConvGeometry, Epilogue, direct_conv
 from passinfra.codegen.compute.conv_group_gemm import group_gemm_conv
-from passinfra.codegen.compute.conv_microkernel import microkernel_conv
+from passinfra.codegen.compute.conv_microkernel import is_depthwise, microkernel_conv, supports
 from passinfra.codegen.gemm import MIN_GEMM_MACS
 from passinfra.ir.attrs import Attrs
 from passinfra.transform.config import register_config
@@ -174,8 +174,10 @@ def conv_kernel_setting(ctx: PassContext | None = None) -> str:
 def choose_kernel(g: ConvGeometry, use_blas: bool) -> str:
     """``"direct"``, ``"group_gemm"`` or ``"none"`` for a float32 NHWC/HWIO convolution
     (the rule of the module docstring)."""
+    if is_depthwise(g):
+        return "microkernel"
     if g.group_channels == 1 and g.groups > 1:
-        return "direct"
+        return "direct"  # a channel multiplier
     if g.groups == 1 and (g.kernel != (1, 1) or g.channels >= MICROKERNEL_MIN_POINTWISE_CHANNELS):
         return "microkernel"
     if not use_blas or g.macs < MIN_GEMM_MACS:  # no BLAS, or too little work to call it
@@ -201,8 +203,8 @@ def plan_conv2d(attrs: Attrs, in_shapes: Sequence[tuple[int, ...]], dtype: str, 
     kind = choose_kernel(geometry, use_blas) if setting == "auto" else setting
     if kind == "group_gemm" and not use_blas:
         kind = "direct"  # no BLAS library (or codegen.blas off): the kernel needing none
-    if kind == "microkernel" and geometry.groups != 1:
-        kind = "direct"  # the microkernel computes one group
+    if kind == "microkernel" and not supports(geometry):
+        kind = "direct"  # the microkernels compute one group, or a depthwise convolution
     if kind == "microkernel":
         emit = functools.partial(_emit_microkernel, geometry)
         return ConvPlan("nn.conv2d", "microkernel", emit)

@@ -46,7 +46,13 @@ from passinfra.codegen.prim_func_pass import create_prim_func_pass
 from passinfra.codegen.thread_pool import MIN_WORK_PER_THREAD, min_parallel_work
 from passinfra.tir.arith import RangeAnalyzer, affine_coefficient, const_int
 from passinfra.tir.functor import StmtExprVisitor, expr_children, iter_expr_post_order, substitute
-from passinfra.tir.intrinsics import CONV_FIRST_PIXEL, conv_regions, is_conv, is_gemm
+from passinfra.tir.intrinsics import (
+    CONV_FIRST_PIXEL,
+    DEPTHWISE_CONV_INTRINSIC,
+    conv_regions,
+    is_conv,
+    is_gemm,
+)
 from passinfra.transform.context import PassContext
 from passinfra.transform.passes import FunctionPass
 from passinfra.transform.registry import register_pass
@@ -163,9 +169,11 @@ def _conv_work(call: tir.Intrinsic) -> float:
     if any(size is None for i, size in enumerate(sizes) if i != CONV_FIRST_PIXEL):
         return 1.0
     _, _, channels, out_channels, kh, kw, *_rest, count = sizes
-    image, weight, out = conv_regions(tuple(size or 0 for size in sizes))
-    macs = count * out_channels * kh * kw * channels  # type: ignore[operator]
-    return macs / GEMM_MACS_PER_WORK + (weight + out) * COPY_WORK
+    depthwise = call.name == DEPTHWISE_CONV_INTRINSIC
+    image, weight, out = conv_regions(tuple(size or 0 for size in sizes), depthwise)
+    # a depthwise output sums its taps only, at about half a GEMM's rate (30-80 GFLOP/s)
+    macs = count * out_channels * kh * kw * (1 if depthwise else channels)  # type: ignore[operator]
+    return macs / (GEMM_MACS_PER_WORK / (2 if depthwise else 1)) + (weight + out) * COPY_WORK
 
 
 def _upper_bound(expr: tir.PrimExpr) -> int | None:
@@ -301,7 +309,8 @@ class _Accesses:
         if any(bound is None for i, bound in enumerate(bounds) if i != CONV_FIRST_PIXEL):
             self.ok = False
             return
-        extents = conv_regions(tuple(0 if bound is None else bound[1] for bound in bounds))
+        extents = conv_regions(tuple(0 if bound is None else bound[1] for bound in bounds),
+                               call.name == DEPTHWISE_CONV_INTRINSIC)
         for load, extent, table in zip((image, weight, out), extents, (self.reads, self.reads, self.writes)):
             for index in load.indices:
                 self.expr(index)
