@@ -4,12 +4,13 @@ The lowering (:mod:`passinfra.codegen.lower`) asks :func:`plan_conv2d` first for
 ``nn.conv2d``; a float32 convolution in the channels-last layout AlterOpLayout produces
 (NHWC data, HWIO weight; 1-D convolutions arrive as 2-D ones over a unit height) gets
 
-* ``"direct"`` (:mod:`.conv_direct`) when each group reads one input channel
-  (``Cg == 1``: depthwise, with or without a channel multiplier), and for every grouped
-  convolution when there is no BLAS;
 * ``"microkernel"`` (:mod:`.conv_microkernel`, the C runtime
-  :mod:`passinfra.codegen.conv_runtime`) for a convolution with one group, unless it is
-  a 1x1 over fewer than :data:`MICROKERNEL_MIN_POINTWISE_CHANNELS` input channels;
+  :mod:`passinfra.codegen.conv_runtime`) for a depthwise convolution (one input and one
+  output channel per group) and for a convolution with one group, unless it is a 1x1
+  over fewer than :data:`MICROKERNEL_MIN_POINTWISE_CHANNELS` input channels;
+* ``"direct"`` (:mod:`.conv_direct`) when each group reads one input channel and has
+  several outputs (a channel multiplier), and for every grouped convolution when there
+  is no BLAS;
 * ``"group_gemm"`` (:mod:`.conv_group_gemm`) for every other grouped convolution, and
   for a 1x1 convolution the microkernels leave whose weight is small over a large enough
   image (:data:`SMALL_WEIGHT_BYTES`, :data:`MIN_BLOCKED_PIXELS`);
@@ -30,7 +31,9 @@ kernels alone, GFLOP/s; module docstring of :mod:`passinfra.codegen.conv_runtime
 more): 3x3 256->256 at 14x14 104-111 vs 100, 3x3 64->64 at 56x56 103-107 vs 85-88, 3x3
 512->512 at 7x7 102 vs 81, 1x1 1024->256 at 14x14 102-108 vs 102, 7x7 stride-2 stem over
 3 channels 84 vs 50, 3x3 over 8 channels 89 vs 60. In ResNet-50 the convolutions' time
-went from 97.8 to 84.4 ms, one thread.
+went from 97.8 to 84.4 ms, one thread. Depthwise, against the direct loop nest (the
+kernel table below): 3x3 at 56x56x128 50 vs 21, 5x5 at 28x28x240 71 vs 28, 7x7 at
+56x56x96 82 vs 29, 3x3 stride 2 at 112x112x32 39 vs 21.
 
 The measurements behind it: one thread, the best of 10-15 calls of the kernel alone
 with its bias + ReLU epilogue, in GFLOP/s. The generated loops are compiled with the
