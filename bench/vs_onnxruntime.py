@@ -63,6 +63,7 @@ from passinfra import tir  # noqa: E402
 from passinfra.build import compile_pipeline, run_link  # noqa: E402
 from passinfra.codegen import lower  # noqa: E402
 from passinfra.codegen.compute.conv_direct import ConvGeometry  # noqa: E402
+from passinfra.codegen.compute.conv_microkernel import supports as microkernel_supports  # noqa: E402
 from passinfra.codegen.compute.conv_plan import choose_kernel  # noqa: E402
 from passinfra.frontend import from_onnx, zoo  # noqa: E402
 from passinfra.ir.type_infer import infer_type  # noqa: E402
@@ -396,10 +397,15 @@ def kernel_table(cache_dir: str, repeats: int) -> list[str]:
         model = conv_relu_model(channels, size, out_channels, kernel, stride, groups)
         out_size = (size + 2 * (kernel // 2) - kernel) // stride + 1
         flops = 2 * out_size * out_size * out_channels * (channels // groups) * kernel * kernel
+        attrs = {"strides": (stride, stride), "dilation": (1, 1), "padding": (kernel // 2,) * 4,
+                 "groups": groups}
+        weight_shape = (kernel, kernel, channels // groups, out_channels)
+        geometry = ConvGeometry.of(attrs, (1, size, size, channels), weight_shape,
+                                   (1, out_size, out_size, out_channels))
         cells, best = [], {}
         for setting in KERNEL_SETTINGS:
-            if setting == "microkernel" and groups != 1:
-                cells.append("-")  # it computes one group
+            if setting == "microkernel" and not microkernel_supports(geometry):
+                cells.append("-")  # one group or depthwise only
                 continue
             lib, compiled = build_library(model, cache_dir, {"codegen.conv_kernel": setting})
             lib.set_num_threads(1)
@@ -408,11 +414,6 @@ def kernel_table(cache_dir: str, repeats: int) -> list[str]:
             seconds = _kernel_seconds(lib, func, repeats)
             best[setting] = seconds
             cells.append(f"{seconds * 1e3:.3f} ms, {flops / seconds / 1e9:.0f} GF/s")
-        attrs = {"strides": (stride, stride), "dilation": (1, 1), "padding": (kernel // 2,) * 4,
-                 "groups": groups}
-        weight_shape = (kernel, kernel, channels // groups, out_channels)
-        geometry = ConvGeometry.of(attrs, (1, size, size, channels), weight_shape,
-                                   (1, out_size, out_size, out_channels))
         rule = choose_kernel(geometry, use_blas=True)
         fastest = min(best, key=best.get)
         rows.append([label, *cells, f"{rule}{'' if rule == fastest else f' (fastest: {fastest})'}"])
