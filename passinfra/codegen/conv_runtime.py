@@ -7,12 +7,17 @@ OC]`` whose left operand is never built. Each call of ::
     int rp_conv2d_f32(const float* image, const float* weight, float* out,
                       int64_t H, int64_t W, int64_t C, int64_t OC, int64_t KH, int64_t KW,
                       int64_t stride_h, int64_t stride_w, int64_t dilation_h, int64_t dilation_w,
-                      int64_t pad_top, int64_t pad_left, int64_t OW, int64_t first, int64_t count);
+                      int64_t pad_top, int64_t pad_left, int64_t OW, int64_t first, int64_t count,
+                      int64_t groups);
 
 computes output pixels ``first .. first+count`` (flat ``oy*OW + ox`` indices) of one
 image, every output channel, into ``out`` (the first of those pixels; pixel stride
-``OC``). The lowering (:mod:`passinfra.codegen.compute.conv_microkernel`) calls it per
-block of output rows, so the Parallelize pass runs blocks on different threads.
+``OC``); with ``groups`` > 1, group ``g`` reads input channels ``g*C/groups ..`` and
+writes output channels ``g*OC/groups ..`` (HWIO: the weight's columns). The lowering
+(:mod:`passinfra.codegen.compute.conv_microkernel`) calls it per block of output rows,
+so the Parallelize pass runs blocks on different threads; a call with a large weight
+covers the image and the runtime splits it over the threads itself, by group, channel
+block and pixels.
 
 How a call computes: per block of output channels (two vectors) and *tile* of output
 pixels, the tile's accumulators stay in vector registers while the loop runs over the
@@ -69,7 +74,7 @@ MACS_PER_WORK = GEMM_MACS_PER_WORK
 DECLARATION = "\n".join(f"""\
 extern int {name}(const float* image, const float* weight, float* out, int64_t H, int64_t W,
     int64_t C, int64_t OC, int64_t KH, int64_t KW, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
-    int64_t pt, int64_t pl, int64_t OW, int64_t first, int64_t count);"""
+    int64_t pt, int64_t pl, int64_t OW, int64_t first, int64_t count, int64_t groups);"""
     for name in (CONV_FUNCTION, DEPTHWISE_FUNCTION))
 
 _SOURCE = r"""/* raypass runtime: convolution microkernels (see passinfra/codegen/conv_runtime.py) */
@@ -82,6 +87,8 @@ typedef struct {
   const float* image;
   const float* weight;
   int64_t H, W, C, OC, KH, KW, sh, sw, dh, dw, pt, pl, OW;
+  int64_t CS;  /* floats from one input pixel to the next: C, or every group's channels */
+  int64_t ON;  /* output channels of this call from the weight's and output's column 0 (OC, or a group's) */
 } rp_conv;
 
 /* a tap outside the image reads these (a whole row of taps, when the row is merged) */
@@ -107,7 +114,7 @@ static const float rp_conv_zeros[RP_ZEROS] __attribute__((aligned(64)));
    (dilation 1), every pixel's row lies inside the image's columns and the channels are
    one chunk: the tap columns and channels are then one loop (the same products in the
    same order as tap by tap), which is what makes a stem of 3 channels fast. */
-#define RP_MERGED(g) ((g)->dw == 1 && (g)->C <= CB && (g)->KW * (g)->C <= RP_ZEROS)
+#define RP_MERGED(g) ((g)->dw == 1 && (g)->CS == (g)->C && (g)->C <= CB && (g)->KW * (g)->C <= RP_ZEROS)
 
 /* Sets rowp[p] (input row of pixel p at tap row ry, channel c0; NULL outside the image)
    and skips the tap row (continue) when it lies outside for every pixel. */
@@ -115,7 +122,7 @@ static const float rp_conv_zeros[RP_ZEROS] __attribute__((aligned(64)));
   const float* rowp[PX]; int inside = 0; \
   for (int p = 0; p < PX; p++) { \
     int64_t iy = iy0[p] + ry * g->dh; \
-    rowp[p] = (iy >= 0 && iy < g->H) ? g->image + iy * g->W * g->C + c0 : 0; \
+    rowp[p] = (iy >= 0 && iy < g->H) ? g->image + iy * g->W * g->CS + c0 : 0; \
     inside |= rowp[p] != 0; \
   } \
   if (!inside) continue;
@@ -125,7 +132,7 @@ static const float rp_conv_zeros[RP_ZEROS] __attribute__((aligned(64)));
 #define RP_TAP_ROW_SUM(PX, STEP) \
   if (merged) { \
     const float* ap[PX]; \
-    for (int p = 0; p < PX; p++) ap[p] = rowp[p] ? rowp[p] + ix0[p] * g->C : rp_conv_zeros; \
+    for (int p = 0; p < PX; p++) ap[p] = rowp[p] ? rowp[p] + ix0[p] * g->CS : rp_conv_zeros; \
     const float* wp = g->weight + ry * g->KW * g->C * g->OC + ob; \
     STEP(ap, wp, g->KW * g->C) \
   } else { \
@@ -133,7 +140,7 @@ static const float rp_conv_zeros[RP_ZEROS] __attribute__((aligned(64)));
       const float* ap[PX]; \
       for (int p = 0; p < PX; p++) { \
         int64_t ix = ix0[p] + rx * g->dw; \
-        ap[p] = (rowp[p] && ix >= 0 && ix < g->W) ? rowp[p] + ix * g->C : rp_conv_zeros; \
+        ap[p] = (rowp[p] && ix >= 0 && ix < g->W) ? rowp[p] + ix * g->CS : rp_conv_zeros; \
       } \
       const float* wp = g->weight + ((ry * g->KW + rx) * g->C + c0) * g->OC + ob; \
       STEP(ap, wp, cn) \
@@ -269,7 +276,7 @@ int raypass_conv_isa(int level) {
 /* Output pixels q0 .. q0+n (flat), channels ob .. ob+block of one block, into out (pixel q0). */
 static void rp_conv_span(const rp_conv* g, int level, int64_t ob, int64_t q0, int64_t n, float* out) {
   int block = level == 2 ? 32 : level == 1 ? 16 : 8, half = block / 2;
-  int lanes = g->OC - ob < block ? (int)(g->OC - ob) : block, vectors = level && lanes > half ? 2 : 1;
+  int lanes = g->ON - ob < block ? (int)(g->ON - ob) : block, vectors = level && lanes > half ? 2 : 1;
   int tile = level == 2 ? 8 : level == 1 ? 6 : 4;
   for (int64_t q = 0; q < n; q += tile) {
     int px = n - q < tile ? (int)(n - q) : tile;
@@ -291,7 +298,7 @@ static void rp_conv_span(const rp_conv* g, int level, int64_t ob, int64_t q0, in
 typedef struct {
   rp_conv g;
   float* out;
-  int64_t first, count, block, pixel_units, unit_pixels;
+  int64_t first, count, block, pixel_units, unit_pixels, units_per_group;
   int level;
 } rp_conv_job;
 
@@ -300,9 +307,14 @@ typedef struct {
 static int rp_conv_units(void* ctx, int64_t begin, int64_t end) {
   const rp_conv_job* job = (const rp_conv_job*)ctx;
   for (int64_t u = begin; u < end; u++) {
-    int64_t ob = (u / job->pixel_units) * job->block, q = (u % job->pixel_units) * job->unit_pixels;
+    /* group-major: a group's image channels, weight columns and output columns */
+    const int64_t group = u / job->units_per_group, v = u % job->units_per_group;
+    rp_conv g = job->g;
+    g.image += group * g.C;
+    g.weight += group * g.ON;
+    int64_t ob = (v / job->pixel_units) * job->block, q = (v % job->pixel_units) * job->unit_pixels;
     int64_t n = job->count - q < job->unit_pixels ? job->count - q : job->unit_pixels;
-    rp_conv_span(&job->g, job->level, ob, job->first + q, n, job->out + q * job->g.OC);
+    rp_conv_span(&g, job->level, ob, job->first + q, n, job->out + q * g.OC + group * g.ON);
   }
   return 0;
 }
@@ -310,22 +322,26 @@ static int rp_conv_units(void* ctx, int64_t begin, int64_t end) {
 typedef int (*rp_chunk_fn)(void* ctx, int64_t begin, int64_t end);
 extern int rp_parallel_for(rp_chunk_fn fn, void* ctx, int64_t extent, int64_t work_per_iteration);
 
+/* C and OC count every group's channels; each group reads C/groups input channels and
+   writes OC/groups output channels */
 int rp_conv2d_f32(const float* image, const float* weight, float* out, int64_t H, int64_t W,
     int64_t C, int64_t OC, int64_t KH, int64_t KW, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
-    int64_t pt, int64_t pl, int64_t OW, int64_t first, int64_t count) {
+    int64_t pt, int64_t pl, int64_t OW, int64_t first, int64_t count, int64_t groups) {
   int level = __atomic_load_n(&rp_conv_level, __ATOMIC_RELAXED);
   if (level < 0) level = raypass_conv_isa(-1);
+  const int64_t cg = C / groups, og = OC / groups;
   /* at least UNIT_PIXELS pixels a unit (7x7 = 49 is one unit, not 48 and a lone pixel
      that reads a whole weight panel again), whole tiles of 8 but the last */
   int64_t pixel_units = count / UNIT_PIXELS > 1 ? count / UNIT_PIXELS : 1;
   int64_t unit_pixels = ((count + pixel_units - 1) / pixel_units + 7) / 8 * 8;
-  rp_conv_job job = {{image, weight, H, W, C, OC, KH, KW, sh, sw, dh, dw, pt, pl, OW}, out, first, count,
-                     level == 2 ? 32 : level == 1 ? 16 : 8, (count + unit_pixels - 1) / unit_pixels,
-                     unit_pixels, level};
-  int64_t units = (OC + job.block - 1) / job.block * job.pixel_units;
+  const int64_t block = level == 2 ? 32 : level == 1 ? 16 : 8;
+  pixel_units = (count + unit_pixels - 1) / unit_pixels;
+  rp_conv_job job = {{image, weight, H, W, cg, OC, KH, KW, sh, sw, dh, dw, pt, pl, OW, C, og}, out, first,
+                     count, block, pixel_units, unit_pixels, (og + block - 1) / block * pixel_units, level};
+  int64_t units = groups * job.units_per_group;
   /* work per unit in the pool's units (about a nanosecond): @MACS_PER_WORK@ multiply-adds each */
-  int64_t work = job.block * unit_pixels * KH * KW * C / @MACS_PER_WORK@;
-  return rp_parallel_for(rp_conv_units, &job, units, work);
+  int64_t work = block * unit_pixels * KH * KW * cg / @MACS_PER_WORK@;
+  return rp_parallel_for(rp_conv_units, &job, units, work > 0 ? work : 1);
 }
 
 /* ====================================================================== depthwise
@@ -468,8 +484,8 @@ static int rp_dw_rows(void* ctx, int64_t begin, int64_t end) {
 /* output rows first/OW .. (first+count)/OW (whole rows), every channel */
 int rp_dwconv2d_f32(const float* image, const float* weight, float* out, int64_t H, int64_t W,
     int64_t C, int64_t OC, int64_t KH, int64_t KW, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
-    int64_t pt, int64_t pl, int64_t OW, int64_t first, int64_t count) {
-  (void)OC;
+    int64_t pt, int64_t pl, int64_t OW, int64_t first, int64_t count, int64_t groups) {
+  (void)OC; (void)groups;
   int level = __atomic_load_n(&rp_conv_level, __ATOMIC_RELAXED);
   if (level < 0) level = raypass_conv_isa(-1);
   rp_dw_job job = {{image, weight, H, W, C, KH, KW, sh, sw, dh, dw, pt, pl, OW}, out, first / OW, level};
@@ -509,6 +525,24 @@ def _forget_in_child() -> None:
 os.register_at_fork(after_in_child=_forget_in_child)
 
 
+# False in a scheduler's worker process (workers.actor): the driver links, and a worker
+# killed at shutdown in the middle of the compile would leave the compiler's temporary
+# directory behind (and spend a core on it while the kernels compile)
+_prefetch = True
+
+
+def disable_prefetch() -> None:
+    """Never start the runtime's compile ahead of the link in this process."""
+    global _prefetch
+    _prefetch = False
+
+
+def prefetch_runtime_compile(settings: CompilerSettings) -> None:
+    """Start the runtime's compile in the background, unless this process is a worker."""
+    if _prefetch:
+        start_runtime_compile(settings)
+
+
 def start_runtime_compile(settings: CompilerSettings) -> Future:
     """Start compiling the runtime object for ``settings`` in the background (once per
     settings in this process; from the object cache when it is there)."""
@@ -542,5 +576,6 @@ def render_conv_call(args: Sequence[str], depthwise: bool = False) -> str:
 
 
 __all__ = ["CHANNEL_CHUNK", "CONV_FUNCTION", "CONV_ISA_LEVELS", "DECLARATION", "RUNTIME_SYMBOL",
-           "render_conv_call", "runtime_object", "start_runtime_compile",
+           "disable_prefetch", "prefetch_runtime_compile", "render_conv_call", "runtime_object",
+           "start_runtime_compile",
            "runtime_source"]

@@ -9,11 +9,12 @@ the call, planning contractions and rendering it as a BLAS call stay in
 :mod:`passinfra.codegen.gemm`.
 
 A convolution call is ``Evaluate(Intrinsic("rp_conv2d", (image, weight, out, H, W, C, OC,
-KH, KW, sh, sw, dh, dw, pad_top, pad_left, OW, first, count)))``: output pixels ``first
-.. first+count`` (flat ``oy*OW + ox``) of one channels-last image (``image``: its first
-element, ``[H, W, C]``) through an HWIO ``weight`` (``[KH, KW, C, OC]``), every output
-channel, written from ``out`` on (pixel stride ``OC``); stride, dilation and the top and
-left padding as in ``nn.conv2d``, reading zeros outside the image. The C runtime that
+KH, KW, sh, sw, dh, dw, pad_top, pad_left, OW, first, count, groups)))``: output pixels
+``first .. first+count`` (flat ``oy*OW + ox``) of one channels-last image (``image``: its
+first element, ``[H, W, C]``) through an HWIO ``weight`` (``[KH, KW, C/groups, OC]``),
+every output channel, written from ``out`` on (pixel stride ``OC``); stride, dilation,
+the top and left padding and the groups as in ``nn.conv2d``, reading zeros outside the
+image. The C runtime that
 computes it is :mod:`passinfra.codegen.conv_runtime`.
 
 The bitwise operations (``bitwise_and``, ``bitwise_or``, ``bitwise_xor`` of two integers
@@ -80,8 +81,8 @@ def is_kernel_call(expr: PrimExpr) -> bool:
 def conv_regions(sizes: tuple[int, ...], depthwise: bool = False) -> tuple[int, int, int]:
     """Elements a convolution call with these size arguments may read from its image and
     weight and write from its output pointer on."""
-    height, width, channels, out_channels, kh, kw, *_rest, count = sizes
-    weight = kh * kw * channels * (1 if depthwise else out_channels)
+    height, width, channels, out_channels, kh, kw, *_rest, count, groups = sizes
+    weight = kh * kw * channels * (1 if depthwise else out_channels // max(groups, 1))
     return height * width * channels, weight, count * out_channels
 
 
@@ -90,8 +91,8 @@ def evaluate_conv(intrinsic: Intrinsic, flat_view: Callable[[BufferLoad], np.nda
     """Run a ``rp_conv2d`` or ``rp_dwconv2d`` in the TIR interpreter (arguments as
     :func:`evaluate_gemm`)."""
     image_load, weight_load, out_load, *rest = intrinsic.args
-    height, width, channels, out_channels, kh, kw, sh, sw, dh, dw, top, left, out_width, first, count = (
-        int(scalar(x)) for x in rest)
+    (height, width, channels, out_channels, kh, kw, sh, sw, dh, dw, top, left, out_width, first, count,
+     groups) = (int(scalar(x)) for x in rest)
     image = flat_view(image_load)[:height * width * channels].reshape(height, width, channels)
     pixels = np.arange(first, first + count)
     oy, ox = pixels // out_width, pixels % out_width
@@ -105,9 +106,13 @@ def evaluate_conv(intrinsic: Intrinsic, flat_view: Callable[[BufferLoad], np.nda
         result = (windows.astype(np.float64) * weight.astype(np.float64)).sum(axis=(1, 2))
         flat_view(out_load)[:count * out_channels] = result.reshape(-1)
         return
-    weight = flat_view(weight_load)[:kh * kw * channels * out_channels].reshape(kh * kw * channels,
-                                                                               out_channels)
-    result = windows.reshape(count, -1).astype(np.float64) @ weight.astype(np.float64)
+    cg, og = channels // groups, out_channels // groups
+    weight = flat_view(weight_load)[:kh * kw * cg * out_channels].reshape(kh * kw * cg, out_channels)
+    result = np.empty((count, out_channels))
+    for group in range(groups):  # each group's channels of the windows meet its weight columns
+        columns = windows[..., group * cg:(group + 1) * cg].reshape(count, -1).astype(np.float64)
+        outputs = slice(group * og, (group + 1) * og)
+        result[:, outputs] = columns @ weight[:, outputs].astype(np.float64)
     flat_view(out_load)[:count * out_channels] = result.reshape(-1)
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+
 import numpy as np
 import pytest
 from cg_c_support import CompiledKernel, loop, prim_func
@@ -250,8 +253,11 @@ def test_compile_error_shows_stderr_and_keeps_the_c_file(settings):
     assert "undeclared_name" in message  # the compiler's own diagnostic
     path = message.split("C file kept at: ")[1].splitlines()[0]
     assert path.endswith("broken_kernel.c")
-    with open(path) as kept:
-        assert "undeclared_name" in kept.read()
+    try:
+        with open(path) as kept:
+            assert "undeclared_name" in kept.read()
+    finally:  # kept for a user to read; the test leaves no directory behind
+        shutil.rmtree(os.path.dirname(path), ignore_errors=True)
 
 
 def test_missing_compiler_is_a_compile_error(settings):

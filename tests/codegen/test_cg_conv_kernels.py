@@ -254,8 +254,13 @@ def _geometry(channels, out_channels, groups, kernel=3, size=14):
 def test_rule_chooses_per_shape():
     assert choose_kernel(_geometry(64, 64, 64), use_blas=True) == "microkernel"  # depthwise
     assert choose_kernel(_geometry(64, 128, 64), use_blas=True) == "direct"  # channel multiplier
-    assert choose_kernel(_geometry(64, 64, 4), use_blas=True) == "group_gemm"  # grouped
-    assert choose_kernel(_geometry(64, 64, 4), use_blas=False) == "direct"  # no BLAS library
+    assert choose_kernel(_geometry(64, 64, 4, size=28), use_blas=True) == "group_gemm"  # grouped
+    # a 14x14 output is one block of rows: per-group GEMMs would not split over threads
+    assert choose_kernel(_geometry(64, 64, 4), use_blas=True) == "microkernel"
+    assert choose_kernel(_geometry(32, 32, 4), use_blas=True) == "group_gemm"  # 8 channels per group
+    assert choose_kernel(_geometry(32, 32, 4), use_blas=False) == "direct"  # no BLAS library
+    assert choose_kernel(_geometry(64, 64, 4, size=28), use_blas=False) == "microkernel"
+    assert choose_kernel(_geometry(256, 256, 2, size=28), use_blas=True) == "microkernel"  # wide groups
     assert choose_kernel(_geometry(64, 64, 1), use_blas=True) == "microkernel"  # one group
     assert choose_kernel(_geometry(16, 16, 1, size=32), use_blas=False) == "microkernel"  # needs no BLAS
     # a 1x1 over too few input channels for the microkernel: the BLAS paths

@@ -63,6 +63,10 @@ CASES = [
     ("depthwise_3x3_stride3_beyond_padding", (1, 16, 5, 5), 16, (3, 3), {"group": 16, "pads": [2, 2, 2, 2],
                                                                           "strides": [3, 3]}),
     ("conv1d_depthwise", (1, 48, 37), 48, (5,), {"group": 48, "pads": [2, 2]}),
+    # grouped: each group's input channels, weight columns and output columns
+    ("grouped_16_per_group_tail", (1, 48, 9, 8), 72, (3, 3), {"group": 3, "pads": [1, 1, 1, 1],
+                                                               "strides": [2, 1]}),
+    ("channel_multiplier_as_groups", (1, 8, 7, 7), 24, (3, 3), {"group": 8, "pads": [1, 1, 1, 1]}),
 ]
 
 
@@ -101,7 +105,8 @@ def test_microkernel_matches_interpreter_on_every_isa(cache_dir, name):
 
 
 @pytest.mark.parametrize("name", ["strided_dilated_asymmetric_tail37_batch2", "large_weight_whole_image",
-                                  "depthwise_3x3_tail40", "depthwise_7x7_asymmetric"])
+                                  "depthwise_3x3_tail40", "depthwise_7x7_asymmetric",
+                                  "grouped_16_per_group_tail"])
 def test_avx512_and_avx2_give_identical_bits(cache_dir, name):
     mod, x, lib = _built(cache_dir, name)
     if lib.conv_isa() != "avx512":
@@ -115,7 +120,7 @@ def test_avx512_and_avx2_give_identical_bits(cache_dir, name):
 
 
 @pytest.mark.parametrize("name", ["3x3_pad1_small_channels", "large_weight_whole_image",
-                                  "depthwise_5x5_stride2_batch2"])
+                                  "depthwise_5x5_stride2_batch2", "grouped_16_per_group_tail"])
 def test_bit_identical_for_any_thread_count(cache_dir, name):
     mod, x, lib = _built(cache_dir, name)
     results = {}
@@ -155,7 +160,7 @@ def test_calls_per_row_or_per_image(cache_dir):
 
     whole = _conv_function(cache_dir, "large_weight_whole_image")
     call = next(n for n in _nodes(whole.body) if isinstance(n, tir.Evaluate) and is_conv(n.value))
-    assert call.value.args[-1].value == 49  # every pixel of the 7x7 output in one call
+    assert call.value.args[-2].value == 49  # every pixel of the 7x7 output in one call (then groups)
 
 
 def test_rows_per_block_and_the_rule():
@@ -243,6 +248,18 @@ def test_the_runtime_compiles_while_the_kernels_do(tmp_path):
         settings = CompilerSettings.from_context(ctx)
     assert settings in conv_runtime._compiles  # started before any link
     assert conv_runtime.runtime_object(settings).object_code
+
+
+def test_workers_never_compile_the_runtime_ahead_of_the_link(monkeypatch, tmp_path):
+    """A scheduler's Ray worker does not prefetch the runtime: the driver links, and a
+    worker killed at shutdown mid-compile would leave the compiler's directory behind."""
+    from workers.pool import RayFunctionWorker
+
+    monkeypatch.setattr(conv_runtime, "_prefetch", True)
+    RayFunctionWorker(0)
+    settings = CompilerSettings(cache_dir=str(tmp_path))
+    conv_runtime.prefetch_runtime_compile(settings)
+    assert settings not in conv_runtime._compiles
 
 
 def test_unknown_isa_is_one_clear_error(cache_dir):

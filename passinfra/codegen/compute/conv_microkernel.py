@@ -1,5 +1,6 @@
-"""A convolution with one group as calls of the C runtime's microkernels, per block of
-output rows (channels-last data, HWIO weight, float32).
+"""A convolution as calls of the C runtime's microkernels, per block of output rows
+(channels-last data, HWIO weight, float32): any number of groups, depthwise ones on the
+runtime's depthwise kernel.
 
 Each block is one ``rp_conv2d`` statement (:data:`passinfra.tir.intrinsics.CONV_INTRINSIC`;
 the kernels themselves: :mod:`passinfra.codegen.conv_runtime`) over the block's output
@@ -54,7 +55,7 @@ def conv_call(g: ConvGeometry, data: tir.Buffer, weight: tir.Buffer, out: tir.Bu
     sizes = (g.height, g.width, g.channels, g.out_channels, kh, kw, sh, sw, dh, dw, top, left, g.out_width)
     args = (data.load(image, zero, zero, zero), weight.load(zero, zero, zero, zero),
             out.load(image, first_row, zero, zero), *(_int(v) for v in sizes), first,
-            _int(rows * g.out_width))
+            _int(rows * g.out_width), _int(g.groups))
     name = DEPTHWISE_CONV_INTRINSIC if is_depthwise(g) else CONV_INTRINSIC
     return tir.Evaluate(tir.Intrinsic(name, args, "int32"))
 
@@ -64,11 +65,6 @@ def is_depthwise(g: ConvGeometry) -> bool:
     return g.groups > 1 and g.group_channels == 1 and g.group_outputs == 1
 
 
-def supports(g: ConvGeometry) -> bool:
-    """Convolutions the microkernels compute: one group, or depthwise."""
-    return g.groups == 1 or is_depthwise(g)
-
-
 def matmul_call(lhs: tir.Buffer, rhs: tir.Buffer, out: tir.Buffer, rows: int, k: int, n: int) -> tir.Stmt:
     """``out[rows, n] = lhs[rows, k] x rhs[k, n]`` (row-major, from each buffer's first
     element) as one microkernel call: a 1x1 convolution of a ``1 x rows`` image of ``k``
@@ -76,7 +72,7 @@ def matmul_call(lhs: tir.Buffer, rhs: tir.Buffer, out: tir.Buffer, rows: int, k:
     the call over the threads."""
     def first(buffer: tir.Buffer) -> tir.BufferLoad:
         return tir.BufferLoad(buffer, tuple(_int(0) for _ in buffer.shape))
-    sizes = (1, rows, k, n, 1, 1, 1, 1, 1, 1, 0, 0, rows, 0, rows)
+    sizes = (1, rows, k, n, 1, 1, 1, 1, 1, 1, 0, 0, rows, 0, rows, 1)
     args = (first(lhs), first(rhs), first(out), *(_int(v) for v in sizes))
     return tir.Evaluate(tir.Intrinsic(CONV_INTRINSIC, args, "int32"))
 
@@ -85,9 +81,6 @@ def microkernel_conv(g: ConvGeometry, data: tir.Buffer, weight: tir.Buffer, out:
                      epilogue: Epilogue | None = None) -> tir.Stmt:
     """The statement computing ``out`` (NHWC) from ``data`` (NHWC) and ``weight`` (HWIO),
     one call per image and block of output rows, each followed by ``epilogue``."""
-    if not supports(g):
-        raise ValueError(f"the convolution microkernels compute one group or a depthwise convolution, got "
-                         f"{g.groups} groups of {g.group_channels} input channels")
     rows = rows_per_block(g)
     image, block = tir.TVar("n"), tir.TVar("b")
     first_row: tir.PrimExpr = block * _int(rows) if rows > 1 else block
@@ -102,4 +95,4 @@ def microkernel_conv(g: ConvGeometry, data: tir.Buffer, weight: tir.Buffer, out:
 
 
 __all__ = ["CACHED_WEIGHT_BYTES", "MIN_BLOCK_PIXELS", "conv_call", "is_depthwise", "matmul_call",
-           "microkernel_conv", "rows_per_block", "supports"]
+           "microkernel_conv", "rows_per_block"]

@@ -93,7 +93,8 @@ from dataclasses import dataclass
 from passinfra import tir
 from passinfra.codegen.compute.conv_direct import ConvGeometry, Epilogue, direct_conv
 from passinfra.codegen.compute.conv_group_gemm import group_gemm_conv
-from passinfra.codegen.compute.conv_microkernel import is_depthwise, microkernel_conv, supports
+from passinfra.codegen.compute.conv_group_gemm import rows_per_block as group_gemm_rows
+from passinfra.codegen.compute.conv_microkernel import is_depthwise, microkernel_conv
 from passinfra.codegen.gemm import MIN_GEMM_MACS
 from passinfra.ir.attrs import Attrs
 from passinfra.transform.config import register_config
@@ -124,6 +125,15 @@ MIN_BLOCKED_PIXELS = 1024
 # floats, a memcpy call each, which for an RGB stem (C = 3) cost more than the GEMM
 # (MobileNetV3's 3x3 stem: 0.37 ms with its hard-swish, the microkernel alone 0.22)
 MICROKERNEL_MIN_POINTWISE_CHANNELS = 32
+# a grouped convolution runs on the microkernels when its groups have at least this many
+# input channels (4 per group ran at 11 GFLOP/s there against 21 as per-group GEMMs, 8 at
+# 30 against 48) and either the per-group GEMMs would be one block of rows (a 14x14 or
+# 7x7 output: one thread only, where the microkernels split the groups over the threads),
+# or the groups are wide: AlexNet's two groups of 128-192 outputs ran at 101-107 against
+# 92-95, RegNet's groups of 16 at 70 against 86 (one thread)
+MICROKERNEL_MIN_GROUP_CHANNELS = 16
+MICROKERNEL_MIN_GROUP_OUTPUTS = 64
+MICROKERNEL_MIN_GROUP_REDUCTION = 256
 
 
 @dataclass(frozen=True)
@@ -183,6 +193,14 @@ def choose_kernel(g: ConvGeometry, use_blas: bool) -> str:
         return "direct"  # a channel multiplier
     if g.groups == 1 and (g.kernel != (1, 1) or g.channels >= MICROKERNEL_MIN_POINTWISE_CHANNELS):
         return "microkernel"
+    if g.groups > 1 and g.group_channels >= MICROKERNEL_MIN_GROUP_CHANNELS:
+        # one block of rows per image: the per-group GEMMs would run on one thread, the
+        # microkernels split the groups over the threads; wide groups: they are faster
+        single_block = g.batch == 1 and group_gemm_rows(g) == g.out_height
+        wide = (g.group_outputs >= MICROKERNEL_MIN_GROUP_OUTPUTS
+                and g.reduction >= MICROKERNEL_MIN_GROUP_REDUCTION)
+        if single_block or wide or not use_blas:
+            return "microkernel"
     if not use_blas or g.macs < MIN_GEMM_MACS:  # no BLAS, or too little work to call it
         return "none" if g.groups == 1 else "direct"
     if g.groups == 1:
@@ -206,8 +224,6 @@ def plan_conv2d(attrs: Attrs, in_shapes: Sequence[tuple[int, ...]], dtype: str, 
     kind = choose_kernel(geometry, use_blas) if setting == "auto" else setting
     if kind == "group_gemm" and not use_blas:
         kind = "direct"  # no BLAS library (or codegen.blas off): the kernel needing none
-    if kind == "microkernel" and not supports(geometry):
-        kind = "direct"  # the microkernels compute one group, or a depthwise convolution
     if kind == "microkernel":
         emit = functools.partial(_emit_microkernel, geometry)
         return ConvPlan("nn.conv2d", "microkernel", emit)
