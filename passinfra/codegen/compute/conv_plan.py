@@ -6,12 +6,15 @@ The lowering (:mod:`passinfra.codegen.lower`) asks :func:`plan_conv2d` first for
 
 * ``"microkernel"`` (:mod:`.conv_microkernel`, the C runtime
   :mod:`passinfra.codegen.conv_runtime`) for a depthwise convolution (one input and one
-  output channel per group) and for a convolution with one group, unless it is a 1x1
-  over fewer than :data:`MICROKERNEL_MIN_POINTWISE_CHANNELS` input channels;
+  output channel per group); for a convolution with one group, unless it is a 1x1 over
+  fewer than :data:`MICROKERNEL_MIN_POINTWISE_CHANNELS` input channels; and for a
+  grouped one with at least :data:`MICROKERNEL_MIN_GROUP_CHANNELS` channels per group
+  whose per-group GEMMs would be one block of rows, or whose groups are wide (the
+  constants' comment has the measurements);
 * ``"direct"`` (:mod:`.conv_direct`) when each group reads one input channel and has
   several outputs (a channel multiplier), and for every grouped convolution when there
   is no BLAS;
-* ``"group_gemm"`` (:mod:`.conv_group_gemm`) for every other grouped convolution, and
+* ``"group_gemm"`` (:mod:`.conv_group_gemm`) for the other grouped convolutions, and
   for a 1x1 convolution the microkernels leave whose weight is small over a large enough
   image (:data:`SMALL_WEIGHT_BYTES`, :data:`MIN_BLOCKED_PIXELS`);
 * nothing otherwise: the BLAS planner's im2col + GEMM
@@ -235,5 +238,7 @@ def plan_conv2d(attrs: Attrs, in_shapes: Sequence[tuple[int, ...]], dtype: str, 
     return None
 
 
-__all__ = ["CONV_KERNELS", "CONV_KERNEL_CONFIG", "ConvPlan", "DTYPES", "MICROKERNEL_MIN_POINTWISE_CHANNELS",
-           "MIN_BLOCKED_PIXELS", "SMALL_WEIGHT_BYTES", "choose_kernel", "conv_kernel_setting", "plan_conv2d"]
+__all__ = ["CONV_KERNELS", "CONV_KERNEL_CONFIG", "ConvPlan", "DTYPES", "MICROKERNEL_MIN_GROUP_CHANNELS",
+           "MICROKERNEL_MIN_GROUP_OUTPUTS", "MICROKERNEL_MIN_GROUP_REDUCTION",
+           "MICROKERNEL_MIN_POINTWISE_CHANNELS", "MIN_BLOCKED_PIXELS", "SMALL_WEIGHT_BYTES", "choose_kernel",
+           "conv_kernel_setting", "plan_conv2d"]
