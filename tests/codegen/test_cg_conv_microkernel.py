@@ -250,6 +250,24 @@ def test_the_runtime_compiles_while_the_kernels_do(tmp_path):
     assert conv_runtime.runtime_object(settings).object_code
 
 
+def test_the_linking_process_starts_the_runtime_compile_before_the_kernels(monkeypatch, tmp_path):
+    """StreamWeights (a module pass: it runs where the library is linked) starts the
+    runtime's compile when the module has a convolution, even when the kernels compile
+    elsewhere (workers do not start it)."""
+    from passinfra.codegen import compile_c_pass
+    from passinfra.codegen.weights_stream import streaming_weights
+
+    monkeypatch.setattr(compile_c_pass, "prefetch_runtime_compile", lambda settings: None)  # as on workers
+    _, data_shape, out_channels, kernel_shape, attrs = _case("valid_33_outputs")
+    mod = from_onnx(conv_model(data_shape, out_channels, kernel_shape, **attrs))
+    names = COMPILE_PIPELINE[:COMPILE_PIPELINE.index("StreamWeights") + 1]
+    with PassContext(opt_level=3, config={"codegen.cache_dir": str(tmp_path)}) as ctx, streaming_weights():
+        Sequential([get_pass(name) for name in names])(mod)
+        settings = CompilerSettings.from_context(ctx)
+    assert settings in conv_runtime._compiles
+    assert conv_runtime.runtime_object(settings).object_code
+
+
 def test_workers_never_compile_the_runtime_ahead_of_the_link(monkeypatch, tmp_path):
     """A scheduler's Ray worker does not prefetch the runtime: the driver links, and a
     worker killed at shutdown mid-compile would leave the compiler's directory behind."""
