@@ -97,8 +97,24 @@ class _RunState:
     last_used: float = field(default_factory=time.monotonic)
 
 
+def _inside_ray_actor() -> bool:
+    """Whether this process is a Ray actor's (a worker), not a driver's."""
+    try:
+        import ray
+
+        return ray.is_initialized() and ray.get_runtime_context().get_actor_id() is not None
+    except Exception:  # no Ray, or no runtime context
+        return False
+
+
 class FunctionWorker:
     def __init__(self, slot: int) -> None:
+        if _inside_ray_actor():
+            from passinfra.codegen.conv_runtime import disable_prefetch
+
+            # the driver links and compiles the convolution runtime; a worker killed at
+            # shutdown in the middle of that compile would leave its directory behind
+            disable_prefetch()
         self.slot = slot
         self._runs: dict[str, _RunState] = {}
         # stages by object-store key, shared by the runs (keys are unique per stage)

@@ -28,18 +28,6 @@ from passinfra.errors import RaypassError
 from workers.actor import FunctionWorker
 
 
-class RayFunctionWorker(FunctionWorker):
-    """``FunctionWorker`` in a Ray worker process of its own. It never compiles the
-    convolution runtime ahead of the link: the driver links, and a worker killed at
-    shutdown in the middle of that compile would leave its temporary directory behind."""
-
-    def __init__(self, slot: int) -> None:
-        from passinfra.codegen.conv_runtime import disable_prefetch  # in the worker's process only
-
-        disable_prefetch()
-        super().__init__(slot)
-
-
 @dataclass
 class Slot:
     index: int
@@ -102,7 +90,7 @@ class WorkerPool:
     def __init__(self, num_workers: int, cpus_per_worker: float) -> None:
         # a thread of its own for questions about the worker (a pool's status), answered
         # while a batch runs; the batch calls keep the default group's single thread
-        self._remote_cls = ray.remote(concurrency_groups={CONTROL_GROUP: 1})(RayFunctionWorker)
+        self._remote_cls = ray.remote(concurrency_groups={CONTROL_GROUP: 1})(FunctionWorker)
         self._cpus = cpus_per_worker
         self.restarts = 0
         self.slots: list[Slot] = []

@@ -271,10 +271,13 @@ def test_the_linking_process_starts_the_runtime_compile_before_the_kernels(monke
 def test_workers_never_compile_the_runtime_ahead_of_the_link(monkeypatch, tmp_path):
     """A scheduler's Ray worker does not prefetch the runtime: the driver links, and a
     worker killed at shutdown mid-compile would leave the compiler's directory behind."""
-    from workers.pool import RayFunctionWorker
+    from workers import actor
 
     monkeypatch.setattr(conv_runtime, "_prefetch", True)
-    RayFunctionWorker(0)
+    actor.FunctionWorker(0)  # in the driver: prefetching stays on
+    assert conv_runtime._prefetch
+    monkeypatch.setattr(actor, "_inside_ray_actor", lambda: True)
+    actor.FunctionWorker(0)
     settings = CompilerSettings(cache_dir=str(tmp_path))
     conv_runtime.prefetch_runtime_compile(settings)
     assert settings not in conv_runtime._compiles
