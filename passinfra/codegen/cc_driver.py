@@ -7,7 +7,9 @@ Settings come from the PassContext config (registered here):
   ``-march=native`` unless the user puts it there);
 - ``codegen.cache_dir`` (str): the object cache, default
   :func:`~passinfra.codegen.object_cache.default_cache_dir`;
-- ``codegen.no_cache`` (bool): compile every time, neither reading nor writing the cache;
+- ``codegen.no_cache`` (bool): compile every kernel every time, neither reading nor
+  writing the cache (the convolution runtime, a part of raypass rather than of a model,
+  still comes from the cache: :func:`passinfra.codegen.conv_runtime.start_runtime_compile`);
 - ``codegen.vector_math`` (bool, default True): vectorized math calls through glibc's
   libmvec where the compiler can link it (:mod:`passinfra.codegen.vector_math`).
 
