@@ -351,8 +351,9 @@ int rp_conv2d_f32(const float* image, const float* weight, float* out, int64_t H
    row and one vector of channels; for the common kernel widths and strides (3, 5, 7;
    stride 1 or 2) the tile's window of a tap row is loaded into registers once and every
    tap reads it there (an input vector serves up to KW products, which is what makes a
-   depthwise convolution run at 30-84 GFLOP/s instead of 18-38). The pixels past the
-   last whole tile, and other widths, take one pixel at a time. A tap outside the image's
+   depthwise convolution run at 30-84 GFLOP/s instead of 18-38); a row's last tile ends
+   at the row's end, overlapping the one before. Rows narrower than a tile, and other
+   widths, take one pixel at a time. A tap outside the image's
    columns multiplies a zero in both, and a tap row outside is skipped in both, so a
    pixel's sum has the same operations in the same order whichever computes it. */
 typedef struct {
@@ -420,10 +421,16 @@ static rp_dw_fn_##ISA rp_dw_row4_for_##ISA(const rp_dw* g) { \
 TARGET static void rp_dw_rows_##ISA(const rp_dw* g, int64_t oy, float* out) { \
   rp_dw_fn_##ISA row4 = rp_dw_row4_for_##ISA(g); \
   int64_t ox = 0; \
-  if (row4) \
-    for (; ox + 4 <= g->OW; ox += 4) \
+  if (row4 && g->OW >= 4) { \
+    /* the last tile ends at the row's end, computing again pixels the previous tile \
+       wrote (the same bits: one order per pixel): a 7- or 14-pixel row runs no pixel \
+       on the single-pixel path, which is half as fast */ \
+    for (; ox < g->OW; ox += 4) { \
+      if (ox + 4 > g->OW) ox = g->OW - 4; \
       for (int64_t c = 0; c < g->C; c += LANES) \
         row4(g, oy, ox, c, RP_MASK_##ISA(g->C - c), out + ox * g->C + c); \
+    } \
+  } \
   for (; ox < g->OW; ox++) \
     for (int64_t c = 0; c < g->C; c += LANES) \
       rp_dw_pixel_##ISA(g, oy, ox, c, RP_MASK_##ISA(g->C - c), out + ox * g->C + c); \
