@@ -28,8 +28,13 @@ AVX2 variants do 8 lanes where the SSE ones do 4), with an estimated work of at 
 :data:`MIN_CLONE_WORK`. Plain arithmetic gains little (batch-norm + ReLU kernels ~3%:
 DenseNet-121's build took 1.09x the CPU time with them cloned for a 3% faster library).
 A function that calls a GEMM or the convolution microkernels is cloned for its epilogue
-(a swish after a 1x1 convolution); the call itself runs the same code from either clone
-(OpenBLAS and the microkernels dispatch by CPU themselves).
+when that does any float arithmetic (a bias, a ReLU, a hard-swish, a residual add), with
+the epilogue's work alone against the threshold: the epilogue reads what the call just
+wrote, from the L1/L2 cache, so unlike a batch-norm kernel reading memory it is bound by
+its arithmetic (MobileNetV3-like's 14x14x240 depthwise convolution + hard-swish: the
+epilogue took 17 us of 62 on SSE2 and 7.5 on AVX2; the model 0.90x on one thread). The
+call itself runs the same code from either clone (OpenBLAS and the microkernels dispatch
+by CPU themselves).
 Measured on one thread (the same library, clones on / off): EfficientNet-like
 (swish = x * sigmoid(x)) 0.67-0.77, the zoo transformer (softmax, GELU) 0.96,
 wav2vec2-like 0.96; DenseNet-121 has no such kernel, so its build does not change.
@@ -49,6 +54,7 @@ from passinfra.codegen.transform.parallelize import statement_work
 from passinfra.ir.types import is_float_dtype
 from passinfra.tir.arith import affine_coefficient, const_int
 from passinfra.tir.functor import iter_expr_post_order, stmt_children
+from passinfra.tir.intrinsics import is_kernel_call
 from passinfra.transform.config import register_config
 
 register_config("codegen.multiversion", bool)
@@ -101,14 +107,49 @@ def wants_clone(stmt: tir.Stmt, skip_parallel: bool, min_work: int = MIN_CLONE_W
     ``skip_parallel``: the function is a kernel whose PARALLEL loops are rendered as
     chunk functions of their own, so their bodies do not count here.
     """
+    if _calls_kernel(stmt, skip_parallel):
+        # the epilogue of a GEMM or convolution call: any float arithmetic pays, as it
+        # reads the call's output from the L1/L2 cache
+        return (_computes_floats(stmt, skip_parallel, any_arithmetic=True)
+                and _epilogue_work(stmt, skip_parallel) >= min_work)
     if not _computes_floats(stmt, skip_parallel):
         return False
     return _work(stmt, skip_parallel) >= min_work
 
 
-def _computes_floats(root: tir.Stmt, skip_parallel: bool) -> bool:
+def _calls_kernel(root: tir.Stmt, skip_parallel: bool) -> bool:
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, tir.Evaluate) and is_kernel_call(node.value):
+            return True
+        if not (skip_parallel and isinstance(node, tir.For) and node.kind is tir.ForKind.PARALLEL):
+            stack.extend(stmt_children(node))
+    return False
+
+
+def _epilogue_work(node: tir.Stmt, skip_parallel: bool) -> int:
+    """The work of ``node`` without its GEMM and convolution calls (their code is the
+    same in both clones)."""
+    if isinstance(node, tir.Evaluate) and is_kernel_call(node.value):
+        return 0
+    if isinstance(node, tir.For):
+        if skip_parallel and node.kind is tir.ForKind.PARALLEL:
+            return 0
+        return max(const_int(node.extent) or 1, 0) * _epilogue_work(node.body, skip_parallel)
+    if isinstance(node, tir.SeqStmt):
+        return sum(_epilogue_work(child, skip_parallel) for child in node.stmts)
+    if isinstance(node, (tir.Allocate, tir.LetStmt)):
+        return _epilogue_work(node.body, skip_parallel)
+    if isinstance(node, tir.IfThenElse):
+        return max(_epilogue_work(child, skip_parallel) for child in stmt_children(node))
+    return statement_work(node)
+
+
+def _computes_floats(root: tir.Stmt, skip_parallel: bool, any_arithmetic: bool = False) -> bool:
     """A vectorizable store (:func:`_vectorizable`) of a float computed with vector math
-    (:data:`VECTOR_MATH_INTRINSICS`)."""
+    (:data:`VECTOR_MATH_INTRINSICS`), or with any arithmetic (``any_arithmetic``: not
+    a plain copy)."""
     found = False
     # (statement, enclosing loops, innermost last)
     stack: list[tuple[tir.Stmt, tuple[tir.For, ...]]] = [(root, ())]
@@ -119,8 +160,9 @@ def _computes_floats(root: tir.Stmt, skip_parallel: bool) -> bool:
                 continue
             stack.append((node.body, (*loops, node)))
         elif isinstance(node, tir.BufferStore):
-            found = found or (is_float_dtype(node.buffer.dtype) and _calls_vector_math(node.value)
-                              and _vectorizable(node, loops))
+            computes = (not isinstance(node.value, (tir.BufferLoad, tir.FloatImm)) if any_arithmetic
+                        else _calls_vector_math(node.value))
+            found = found or (is_float_dtype(node.buffer.dtype) and computes and _vectorizable(node, loops))
         else:
             stack.extend((child, loops) for child in stmt_children(node))
     return found

@@ -148,24 +148,51 @@ def test_the_config_key_turns_clones_off():
         PassContext(config={"codegen.multiversion": "yes"})
 
 
-def test_gemm_kernels_get_clones_only_for_a_vector_math_epilogue():
+def test_gemm_kernels_get_clones_for_a_vector_math_or_arithmetic_epilogue():
     mod = ZOO_MODELS["onnx:transformer"]()
     sources = kernel_sources(mod, **{"codegen.multiversion_min_work": 1})
     cloned = [source for source in sources.values() if CLONED in source]
     assert cloned, "a transformer has softmax (expf) and GELU (erff) loops"
-    assert all("expf(" in source or "erff(" in source or "tanhf(" in source for source in cloned)
+    assert all("expf(" in source or "erff(" in source or "tanhf(" in source or "rp_gemm(&" in source
+               or "rp_conv2d_f32(&" in source for source in cloned)
     gemm_functions = [function_calling("rp_gemm(", source) for source in sources.values()
                       if "rp_gemm(&" in source]
     assert gemm_functions, "a transformer has GEMMs"
-    for source in sources.values():  # OpenBLAS dispatches by CPU itself: only an epilogue gains
-        if "rp_gemm(&" in source and not any(f"{name}(" in source for name in ("expf", "erff", "tanhf")):
-            assert not function_calling("rp_gemm(", source).startswith(multiversion.CLONE_MACRO)
     off = kernel_sources(mod, **{"codegen.multiversion": False})
     assert not any(multiversion.CLONE_MACRO in source for source in off.values())
     assert set(off) == set(sources)
-    # a resnet computes no vector math: nothing to clone
-    resnet = kernel_sources(ZOO_MODELS["onnx:resnet"](), **{"codegen.multiversion_min_work": 1})
-    assert not any(CLONED in source for source in resnet.values())
+
+
+def conv_kernel_body(epilogue: str) -> tir.Stmt:
+    """The lowered body of a microkernel convolution (8x8x32 -> 64 channels) whose
+    epilogue is ``epilogue``: "relu" (bias + ReLU) or "none"."""
+    x = ir.var("x", (1, 8, 8, 32))
+    weight = ir.const(np.random.default_rng(0).standard_normal((3, 3, 32, 64)).astype(np.float32))
+    y = ir.op.nn.conv2d(x, weight, padding=(1, 1), data_layout="NHWC", kernel_layout="HWIO")
+    if epilogue == "relu":
+        bias = ir.const(np.random.default_rng(1).standard_normal(64).astype(np.float32))
+        y = ir.op.nn.relu(ir.op.add(y, bias))
+    mod = ir.IRModule.from_expr(ir.Function([x], y))
+    with PassContext(opt_level=3, config={"codegen.no_cache": True, "codegen.conv_kernel": "microkernel",
+                                          "codegen.num_threads": 1}):
+        compiled = compile_pipeline()(mod)
+    (func,) = [f for f in compiled.functions.values()
+               if isinstance(f, tir.PrimFunc) and "nn.conv2d" in f.attrs.get("op_names", ())]
+    return func.body
+
+
+def test_a_kernel_calls_epilogue_alone_counts_towards_the_threshold():
+    """A function calling a GEMM or the convolution microkernels is cloned for its
+    epilogue's arithmetic (a bias and ReLU read from the L1/L2 cache gain from AVX2's
+    wider vectors), judged by the epilogue's work: the call's own work, however large,
+    runs the same code in both clones and does not count."""
+    body = conv_kernel_body("relu")
+    epilogue = multiversion._epilogue_work(body, skip_parallel=False)
+    assert 0 < epilogue < multiversion._work(body, skip_parallel=False) // 10
+    assert multiversion.wants_clone(body, False, min_work=epilogue)
+    assert not multiversion.wants_clone(body, False, min_work=epilogue + 1)
+    # a call with no epilogue has nothing to gain
+    assert not multiversion.wants_clone(conv_kernel_body("none"), False, min_work=1)
 
 
 @pytest.mark.parametrize("kernel", ["microkernel", "group_gemm"])
