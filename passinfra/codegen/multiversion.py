@@ -24,9 +24,10 @@ Which functions are cloned: a clone doubles a function's compile time, so only f
 (a kernel, or the chunk function of a parallel loop) that pay for it: a loop GCC's -O2
 vectorizer takes (contiguous stores, only short inner loops) storing floats computed
 with a math function libmvec vectorizes (exp, erf, tanh, log, sigmoid, pow, ...: the
-AVX2 variants do 8 lanes where the SSE ones do 4), with an estimated work of at least
-:data:`MIN_CLONE_WORK`. Plain arithmetic gains little (batch-norm + ReLU kernels ~3%:
-DenseNet-121's build took 1.09x the CPU time with them cloned for a 3% faster library).
+AVX2 variants do 8 lanes where the SSE ones do 4), or a min/max over a pooling window
+(:data:`MIN_WINDOW_SELECTS`), with an estimated work of at least :data:`MIN_CLONE_WORK`.
+Plain arithmetic gains little (batch-norm + ReLU kernels ~3%: DenseNet-121's build
+took 1.09x the CPU time with them cloned for a 3% faster library).
 A function that calls a GEMM or the convolution microkernels is cloned for its epilogue
 when that does any float arithmetic (a bias, a ReLU, a hard-swish, a residual add), with
 the epilogue's work alone against the threshold: the epilogue reads what the call just
@@ -68,6 +69,11 @@ CLONE_MACRO = "RP_CLONES"
 # work units (about a nanosecond of one core, see parallelize.statement_work): below
 # this a function's clone saves less than a microsecond a call
 MIN_CLONE_WORK = 20_000
+# float min/max in one stored value from which it is a pooling window's (a 2x2 window
+# has four): each is a NaN-propagating select, which AVX2 does in half the operations
+# and twice the lanes (SqueezeNet's 3x3 max pooling of 111x111x64: 0.32 ms on SSE2,
+# 0.11 on AVX2); a ReLU's single max reads memory and gains little
+MIN_WINDOW_SELECTS = 4
 # inner loops up to this constant extent are unrolled whole by GCC, so a loop around them
 # still vectorizes (c_renderer.MAX_LANE_INNER_EXTENT)
 SHORT_LOOP_EXTENT = 16
@@ -161,11 +167,20 @@ def _computes_floats(root: tir.Stmt, skip_parallel: bool, any_arithmetic: bool =
             stack.append((node.body, (*loops, node)))
         elif isinstance(node, tir.BufferStore):
             computes = (not isinstance(node.value, (tir.BufferLoad, tir.FloatImm)) if any_arithmetic
-                        else _calls_vector_math(node.value))
+                        else _calls_vector_math(node.value) or _is_window_select(node.value))
             found = found or (is_float_dtype(node.buffer.dtype) and computes and _vectorizable(node, loops))
         else:
             stack.extend((child, loops) for child in stmt_children(node))
     return found
+
+
+def _is_window_select(value: tir.PrimExpr) -> bool:
+    """A min or max over a window (max pooling): at least :data:`MIN_WINDOW_SELECTS`
+    float min/max in one value, each of which is six SSE2 operations (NaN-propagating
+    selects, see c_renderer) and three on AVX2."""
+    selects = sum(1 for node in iter_expr_post_order(value)
+                  if isinstance(node, (tir.Min, tir.Max)) and is_float_dtype(node.dtype))
+    return selects >= MIN_WINDOW_SELECTS
 
 
 def _calls_vector_math(value: tir.PrimExpr) -> bool:
@@ -234,5 +249,5 @@ def _has_parallel(root: tir.Stmt) -> bool:
 
 __all__ = [
     "CLONE_MACRO", "CLONE_TARGETS", "CONTRACT_FLAG", "DEFAULT_MULTIVERSION", "MIN_CLONE_WORK",
-    "VECTOR_MATH_INTRINSICS", "clone_macro_definition", "contract_flag", "wants_clone",
+    "MIN_WINDOW_SELECTS", "VECTOR_MATH_INTRINSICS", "clone_macro_definition", "contract_flag", "wants_clone",
 ]

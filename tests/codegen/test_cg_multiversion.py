@@ -195,6 +195,41 @@ def test_a_kernel_calls_epilogue_alone_counts_towards_the_threshold():
     assert not multiversion.wants_clone(conv_kernel_body("none"), False, min_work=1)
 
 
+def pool_module(pool: str) -> ir.IRModule:
+    """3x3 stride-2 pooling of a 1x33x33x64 NHWC tensor ("max" or "avg"), or a ReLU ("relu")."""
+    x = ir.var("x", (1, 33, 33, 64))
+    if pool == "relu":
+        return ir.IRModule.from_expr(ir.Function([x], ir.op.nn.relu(x)))
+    make = ir.op.nn.max_pool2d if pool == "max" else ir.op.nn.avg_pool2d
+    return ir.IRModule.from_expr(ir.Function([x], make(x, (3, 3), strides=(2, 2), padding=(1, 1),
+                                                      layout="NHWC")))
+
+
+def test_max_pooling_is_cloned_and_a_relu_is_not():
+    """A max over a window is a chain of NaN-propagating selects, which AVX2 does in half
+    the operations and twice the lanes; a ReLU's one max per element reads memory and
+    gains little."""
+    (pool,) = kernel_sources(pool_module("max"), **{"codegen.multiversion_min_work": 1}).values()
+    assert CLONED in pool
+    (relu,) = kernel_sources(pool_module("relu"), **{"codegen.multiversion_min_work": 1}).values()
+    assert CLONED not in relu
+
+
+def test_cloned_max_pooling_gives_the_portable_codes_bits_nans_included(cache_dir: str):
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 33, 33, 64)).astype(np.float32)
+    x[0, rng.integers(0, 33, 40), rng.integers(0, 33, 40), rng.integers(0, 64, 40)] = np.nan
+    x[0, 5, 5, :] = -0.0
+    x[0, 5, 6, :] = 0.0
+    mod = pool_module("max")
+    config = {"codegen.multiversion_min_work": 1}
+    with_clones = build(mod, cache_dir, **config)(x)
+    portable = build(mod, cache_dir, **config, **{"codegen.multiversion": False})(x)
+    assert np.isnan(with_clones).any()
+    bits = [np.asarray(result).view(np.uint32) for result in (with_clones, portable)]
+    np.testing.assert_array_equal(*bits)
+
+
 @pytest.mark.parametrize("kernel", ["microkernel", "group_gemm"])
 def test_a_convolution_with_a_swish_epilogue_is_cloned(kernel):
     """EfficientNet's 1x1 convolutions end in x * sigmoid(x): the function that calls the
