@@ -54,6 +54,7 @@ COMPILE_PIPELINE: tuple[str, ...] = (
     "DeduplicateFilters",
     "FuseOps",
     "ToMixedPrecision",
+    "PanelWeights",
     "StreamWeights",
     "LowerToPrimFunc",
     "Simplify",

@@ -13,13 +13,14 @@ The loop IR itself is :mod:`passinfra.tir`. This package, by stage:
   ``object_cache.py`` (compiled objects by content), ``compile_c_pass.py`` (the CompileC
   pass), ``build_cache.py`` (whole builds, consulted by ``passinfra.build``);
 - the host side: ``host.py`` (PlanMemory, HostCodegen), ``link.py`` (LinkLibrary),
-  ``stream_weights_pass.py`` + ``weights_stream.py`` (the weights file, written while the
-  kernels compile), and
+  ``panel_weights_pass.py`` (PanelWeights: the weights the microkernels read, stored in
+  panels of output channels), ``stream_weights_pass.py`` + ``weights_stream.py`` (the
+  weights file, written while the kernels compile), and
   ``artifacts.py``: what a build produces, typed (a kernel's C and object code through
   accessors; the link step's memory plan, host object, weights, metadata and library in
   ``LinkProducts``, then a ``BuildArtifact``), never IR attrs of the module.
 
-Importing the package registers its passes (StreamWeights, LowerToPrimFunc, the loop
+Importing the package registers its passes (PanelWeights, StreamWeights, LowerToPrimFunc, the loop
 passes, CodegenC, CompileC, PlanMemory, HostCodegen, LinkLibrary) and its config keys (codegen.*, tir.*).
 """
 
@@ -29,6 +30,7 @@ from passinfra.codegen.compile_c_pass import CompileC
 from passinfra.codegen.host import HostCodegen, PlanMemory
 from passinfra.codegen.link import LinkLibrary
 from passinfra.codegen.lower import LowerToPrimFunc
+from passinfra.codegen.panel_weights_pass import PanelWeights
 from passinfra.codegen.prim_func_pass import create_prim_func_pass, prim_func_pass
 from passinfra.codegen.stream_weights_pass import StreamWeights
 from passinfra.codegen.transform import RemoveNoOp, Simplify, StorageFlatten, UnrollLoop, VectorizeLoop
@@ -36,5 +38,5 @@ from passinfra.codegen.transform import RemoveNoOp, Simplify, StorageFlatten, Un
 __all__ = [
     "CodegenC", "CompileC", "HostCodegen", "PlanMemory", "LinkLibrary", "LowerToPrimFunc",
     "create_prim_func_pass", "prim_func_pass", "RemoveNoOp", "Simplify", "StorageFlatten",
-    "UnrollLoop", "VectorizeLoop", "StreamWeights",
+    "UnrollLoop", "VectorizeLoop", "StreamWeights", "PanelWeights",
 ]

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from passinfra import tir
 from passinfra.codegen.compute.base import imm, seq
-from passinfra.codegen.compute.conv_microkernel import matmul_call
+from passinfra.codegen.compute.conv_microkernel import PANEL_WIDTH, matmul_call, panel_width
 from passinfra.codegen.compute.nn import _window_index
 from passinfra.ir.attrs import Attrs
 from passinfra.tir.intrinsics import GEMM_INTRINSIC, evaluate_gemm, is_gemm
@@ -186,6 +186,9 @@ class GemmPlan:
 
     op_name: str
     emit: Callable[[Sequence[tir.Buffer], tir.Buffer, Callable], tuple[tir.Stmt, list[tir.Buffer]]]
+    # output channels per panel in which ``emit`` can read its weight (the second input)
+    # stored in panels (passinfra.ir.op.weight_panels; a matmul on the microkernels), 0: none
+    panels: int = 0
 
 
 def plan_contraction(op_name: str, attrs: Attrs, in_shapes: Sequence[tuple[int, ...]], dtype: str,
@@ -229,18 +232,18 @@ def _plan_matmul(attrs: Attrs, shapes: Sequence[tuple[int, ...]], out_shape: tup
     if len(rhs) == 2 and tuple(lhs[:-2]) == tuple(batch_shape):
         # every batch of the left operand meets the same matrix: one tall GEMM
         rows = math.prod(lhs[:-1])
+        microkernel = rows >= MIN_MICROKERNEL_ROWS and n >= MIN_MICROKERNEL_COLUMNS and matmul_microkernel()
 
         def emit_flat(inputs: Sequence[tir.Buffer], out: tir.Buffer, new_buffer: Callable,
                       epilogue: Epilogue | None = None):
             lhs, rhs = inputs
-            wide = rows >= MIN_MICROKERNEL_ROWS and n >= MIN_MICROKERNEL_COLUMNS
-            if wide and lhs.dtype == rhs.dtype == "float32" and matmul_microkernel():
-                call = matmul_call(lhs, rhs, out, rows, k, n)  # the weight [k, n] as it is
+            if panel_width(rhs) or (microkernel and lhs.dtype == rhs.dtype == "float32"):
+                call = matmul_call(lhs, rhs, out, rows, k, n)  # the weight [k, n], or its panels
             else:
                 call = gemm_call(_first(lhs), _first(rhs), _first(out), rows, n, k, trans_b=False)
             return _with_epilogue(call, out, epilogue), []
 
-        return GemmPlan("matmul", emit_flat)
+        return GemmPlan("matmul", emit_flat, PANEL_WIDTH if microkernel else 0)
 
     def emit(inputs: Sequence[tir.Buffer], out: tir.Buffer, new_buffer: Callable,
              epilogue: Epilogue | None = None):

@@ -48,7 +48,7 @@ from passinfra.codegen.compute import (
     missing_rule_reason,
 )
 from passinfra.codegen.compute.base import local_scalar, seq
-from passinfra.codegen.compute.conv_plan import plan_conv2d
+from passinfra.codegen.compute.conv_plan import ConvPlan, plan_conv2d
 from passinfra.codegen.gemm import Epilogue, GemmPlan, blas_library, plan_contraction
 from passinfra.codegen.loop_tiling import elementwise_nest
 from passinfra.codegen.transform.widen_gemm_operands import PANEL_ELEMENTS
@@ -58,6 +58,7 @@ from passinfra.ir.expr import BaseFunc, Call, Constant, Expr, Function, Tuple, T
 from passinfra.ir.functor import iter_post_order
 from passinfra.ir.module import IRModule
 from passinfra.ir.op.registry import Op
+from passinfra.ir.op.weight_panels import OP_NAME as UNPACK_PANELS
 from passinfra.ir.types import HALF_DTYPES, TensorType, TupleType, Type
 from passinfra.tir.arith import affine_coefficient
 from passinfra.tir.functor import iter_expr_post_order, stmt_children
@@ -115,6 +116,9 @@ class _Tensor:
     # a cast to float32 of a float16/bfloat16 parameter (ToMixedPrecision's weights): that
     # parameter, which a GEMM reads in place (WidenGemmOperands widens it panel by panel)
     widens: tir.Buffer | None = None
+    # a weight_panels.unpack of a parameter (the PanelWeights pass): the panels, which a
+    # kernel reading panels (a plan's ``panels``) takes in place
+    panels: tir.Buffer | None = None
 
     def load(self, *indices: Any) -> tir.PrimExpr:
         return self.lowerer.load(self, tuple(tir.as_prim(i) for i in indices))
@@ -315,6 +319,8 @@ class _Lowerer:
             tensor.producers = producers
         if isinstance(desc, ReduceOp):
             self._plan_gemm(result, op.name, attrs, args)
+        if op.name == UNPACK_PANELS and isinstance(result, _Tensor) and isinstance(args[0], BufferHandle):
+            result.panels = args[0].buffer
         if op.name == "cast" and isinstance(result, _Tensor) and result.dtype == "float32":
             source = args[0]
             if isinstance(source, BufferHandle) and source.buffer.dtype in HALF_DTYPES:
@@ -327,12 +333,7 @@ class _Lowerer:
         if not all(isinstance(a, (_Tensor, BufferHandle)) for a in args):
             return
         shapes = [tuple(a.shape) for a in args]
-        plan = None
-        if op_name == "nn.conv2d":  # the kernel per convolution shape (compute.conv_plan)
-            plan = plan_conv2d(attrs, shapes, tensor.dtype, tensor.shape, self.use_blas)
-        if plan is None and self.use_blas:
-            plan = plan_contraction(op_name, attrs, shapes, tensor.dtype, tensor.shape)
-        tensor.gemm = plan
+        tensor.gemm = plan_kernel(op_name, attrs, shapes, tensor.dtype, tensor.shape, self.use_blas)
         tensor.gemm_inputs = tuple(args)
 
     def _tensors_of(self, name: str, desc: Any, out_type: Type) -> Any:
@@ -568,6 +569,10 @@ class _Lowerer:
             if arg.widens is not None and arg.state == "inline":
                 inputs.append(arg.widens)  # the 16-bit weight itself: no float32 copy of it
                 continue
+            if (arg.panels is not None and arg.state == "inline"
+                    and tensor.gemm.panels == arg.panels.shape[-1]):
+                inputs.append(arg.panels)  # the weight's panels themselves
+                continue
             if arg.state != "materialized":  # BLAS needs the operand in memory
                 self._materialize(arg)
             inputs.append(arg.buffer)
@@ -643,6 +648,26 @@ def _kernel_calls(stmt: tir.Stmt) -> set[str]:
     return names
 
 
+def plan_kernel(op_name: str, attrs: Attrs, shapes: Sequence[tuple[int, ...]], dtype: str,
+                out_shape: tuple[int, ...], use_blas: bool) -> GemmPlan | ConvPlan | None:
+    """The kernel that computes a call of ``op_name`` (a convolution's per shape, then a
+    contraction's BLAS plan), or None for the generic loop nest. The PanelWeights pass
+    asks it too, to store in panels exactly the weights the lowering's kernels read so."""
+    plan = None
+    if op_name == "nn.conv2d":  # the kernel per convolution shape (compute.conv_plan)
+        plan = plan_conv2d(attrs, shapes, dtype, out_shape, use_blas)
+    if plan is None and use_blas:
+        plan = plan_contraction(op_name, attrs, shapes, dtype, out_shape)
+    return plan
+
+
+def uses_blas(ctx: PassContext | None = None) -> bool:
+    """Whether the lowering computes contractions with BLAS: config ``codegen.blas``
+    (default on) and the library installed."""
+    ctx = PassContext.current() if ctx is None else ctx
+    return bool(ctx.get_config("codegen.blas", True)) and blas_library() is not None
+
+
 def lower_primitive_function(func: Function, name: str, use_blas: bool | None = None) -> tir.PrimFunc:
     """Lower one primitive function (a fused group) to a PrimFunc whose C name is
     ``c_identifier(name)``. ``use_blas``: compute large float32 contractions with BLAS
@@ -650,9 +675,7 @@ def lower_primitive_function(func: Function, name: str, use_blas: bool | None = 
     on when the BLAS library is installed)."""
     if not isinstance(func, Function):
         raise IRError(f"LowerToPrimFunc: {name!r} is a {type(func).__name__}, not a graph-level Function")
-    if use_blas is None:
-        use_blas = bool(PassContext.current().get_config("codegen.blas", True))
-    use_blas = use_blas and blas_library() is not None
+    use_blas = uses_blas() if use_blas is None else use_blas and blas_library() is not None
     return _Lowerer(func, c_identifier(name), use_blas).run()
 
 

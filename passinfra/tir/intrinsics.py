@@ -9,12 +9,14 @@ the call, planning contractions and rendering it as a BLAS call stay in
 :mod:`passinfra.codegen.gemm`.
 
 A convolution call is ``Evaluate(Intrinsic("rp_conv2d", (image, weight, out, H, W, C, OC,
-KH, KW, sh, sw, dh, dw, pad_top, pad_left, OW, first, count, groups)))``: output pixels
-``first .. first+count`` (flat ``oy*OW + ox``) of one channels-last image (``image``: its
-first element, ``[H, W, C]``) through an HWIO ``weight`` (``[KH, KW, C/groups, OC]``),
-every output channel, written from ``out`` on (pixel stride ``OC``); stride, dilation,
-the top and left padding and the groups as in ``nn.conv2d``, reading zeros outside the
-image. The C runtime that
+KH, KW, sh, sw, dh, dw, pad_top, pad_left, OW, first, count, groups, panel)))``: output
+pixels ``first .. first+count`` (flat ``oy*OW + ox``) of one channels-last image
+(``image``: its first element, ``[H, W, C]``) through an HWIO ``weight`` (``[KH, KW,
+C/groups, OC]``), or with ``panel`` = B > 0 (one group) the same weight stored in panels
+of B output channels (``[ceil(OC/B), KH*KW*C, B]``, zeros past OC:
+:func:`passinfra.ir.op.weight_panels.to_panels`), every output channel, written from
+``out`` on (pixel stride ``OC``); stride, dilation, the top and left padding and the
+groups as in ``nn.conv2d``, reading zeros outside the image. The C runtime that
 computes it is :mod:`passinfra.codegen.conv_runtime`.
 
 The bitwise operations (``bitwise_and``, ``bitwise_or``, ``bitwise_xor`` of two integers
@@ -81,8 +83,10 @@ def is_kernel_call(expr: PrimExpr) -> bool:
 def conv_regions(sizes: tuple[int, ...], depthwise: bool = False) -> tuple[int, int, int]:
     """Elements a convolution call with these size arguments may read from its image and
     weight and write from its output pointer on."""
-    height, width, channels, out_channels, kh, kw, *_rest, count, groups = sizes
+    height, width, channels, out_channels, kh, kw, *_rest, count, groups, panel = sizes
     weight = kh * kw * channels * (1 if depthwise else out_channels // max(groups, 1))
+    if panel > 0 and not depthwise:
+        weight = kh * kw * channels * -(-out_channels // panel) * panel
     return height * width * channels, weight, count * out_channels
 
 
@@ -92,7 +96,7 @@ def evaluate_conv(intrinsic: Intrinsic, flat_view: Callable[[BufferLoad], np.nda
     :func:`evaluate_gemm`)."""
     image_load, weight_load, out_load, *rest = intrinsic.args
     (height, width, channels, out_channels, kh, kw, sh, sw, dh, dw, top, left, out_width, first, count,
-     groups) = (int(scalar(x)) for x in rest)
+     groups, panel) = (int(scalar(x)) for x in rest)
     image = flat_view(image_load)[:height * width * channels].reshape(height, width, channels)
     pixels = np.arange(first, first + count)
     oy, ox = pixels // out_width, pixels % out_width
@@ -107,7 +111,12 @@ def evaluate_conv(intrinsic: Intrinsic, flat_view: Callable[[BufferLoad], np.nda
         flat_view(out_load)[:count * out_channels] = result.reshape(-1)
         return
     cg, og = channels // groups, out_channels // groups
-    weight = flat_view(weight_load)[:kh * kw * cg * out_channels].reshape(kh * kw * cg, out_channels)
+    if panel > 0:  # [blocks, rows, panel] -> [rows, out_channels]
+        blocks = -(-out_channels // panel)
+        panels = flat_view(weight_load)[:blocks * kh * kw * cg * panel].reshape(blocks, kh * kw * cg, panel)
+        weight = panels.transpose(1, 0, 2).reshape(kh * kw * cg, blocks * panel)[:, :out_channels]
+    else:
+        weight = flat_view(weight_load)[:kh * kw * cg * out_channels].reshape(kh * kw * cg, out_channels)
     result = np.empty((count, out_channels))
     for group in range(groups):  # each group's channels of the windows meet its weight columns
         columns = windows[..., group * cg:(group + 1) * cg].reshape(count, -1).astype(np.float64)

@@ -46,13 +46,13 @@ rewritten in place when every site passes convertible constants in the same para
 otherwise the sites that do call a converted copy named ``<name>_bf16`` / ``<name>_f16``
 (added after the module's functions) and the others keep the original. Functions with
 ``SkipOptimization`` are neither rewritten nor have their calls rewritten. A constant
-passed to several sites is rounded once and shared.
+passed to several sites is rounded once and shared. (That machinery is
+:mod:`passinfra.transform.weight_parameters`, shared with PanelWeights.)
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -61,9 +61,8 @@ import numpy as np
 
 from passinfra.errors import OpNotFoundError
 from passinfra.ir import op
-from passinfra.ir.expr import Call, Constant, Expr, Function, GlobalVar, Var
-from passinfra.ir.functor import ExprMutator, expr_children, iter_post_order
-from passinfra.ir.graph import is_primitive
+from passinfra.ir.expr import Call, Constant, Expr, Function, Var
+from passinfra.ir.functor import expr_children, iter_post_order
 from passinfra.ir.module import IRModule
 from passinfra.ir.op.registry import Op
 from passinfra.ir.types import TensorType
@@ -73,6 +72,7 @@ from passinfra.transform.errors import PassArgumentError
 from passinfra.transform.pass_info import PassInfo
 from passinfra.transform.passes import ModulePass
 from passinfra.transform.registry import register_pass
+from passinfra.transform.weight_parameters import rewrite_weight_parameters
 
 WEIGHT_DTYPE_CONFIG = "codegen.weight_dtype"
 # float32 leaves every weight as it is (the pass is off)
@@ -124,10 +124,6 @@ def check_weight_dtype(weight_dtype: str, what: str = "weight_dtype") -> str:
 # --------------------------------------------------------------------------- analysis
 
 
-def _skipped(func: Function) -> bool:
-    return bool(func.attrs.get("SkipOptimization", False))
-
-
 def weight_parameters(func: Function, min_elements: int = MIN_WEIGHT_ELEMENTS) -> tuple[int, ...]:
     """Positions of the parameters of primitive ``func`` that may be stored in 16 bits:
     float32 tensors of at least ``min_elements`` elements used only as weight operands."""
@@ -165,125 +161,33 @@ def _representable(data: np.ndarray, weight_dtype: str) -> bool:
     return finite.size == 0 or float(finite.max()) <= FLOAT16_MAX
 
 
-@dataclass
-class _Site:
-    """One call of a primitive function with the parameters whose arguments may convert."""
+@dataclass(frozen=True)
+class _Rule:
+    """The weight rule (:class:`~passinfra.transform.weight_parameters.WeightRule`) of
+    16-bit storage: a parameter of ``weight_dtype`` read through one cast to float32."""
 
-    call: Call
-    callee: GlobalVar
-    positions: tuple[int, ...]
+    weight_dtype: str
+    min_elements: int
 
+    @property
+    def suffix(self) -> str:
+        return _SHORT_NAMES[self.weight_dtype]
 
-class _Plan:
-    """What the pass will change: the call sites, their final conversions, and the
-    converted primitive functions (in place, or copies for some sites)."""
+    def parameters(self, func: Function) -> tuple[int, ...]:
+        return weight_parameters(func, self.min_elements)
 
-    def __init__(self, mod: IRModule, weight_dtype: str, min_elements: int) -> None:
-        self.mod = mod
-        self.weight_dtype = weight_dtype
-        self.weights: dict[GlobalVar, tuple[int, ...]] = {}
-        for gv, func in mod.functions.items():
-            if isinstance(func, Function) and is_primitive(func) and not _skipped(func):
-                positions = weight_parameters(func, min_elements)
-                if positions:
-                    self.weights[gv] = positions
-        self.sites: list[_Site] = []
-        self._representable: dict[int, bool] = {}
-        self.other_references: set[GlobalVar] = set()  # callees referenced outside rewritable calls
-        self._find_sites()
+    def accepts(self, constant: Constant) -> bool:
+        return constant.dtype == _FLOAT32 and _representable(constant.data, self.weight_dtype)
 
-    def callers(self) -> Iterable[tuple[GlobalVar, Function]]:
-        for gv, func in self.mod.functions.items():
-            if isinstance(func, Function) and not is_primitive(func):
-                yield gv, func
-
-    def _find_sites(self) -> None:
-        constant_uses: Counter[int] = Counter()  # id(constant) -> every use in a caller
-        candidate_uses: Counter[int] = Counter()  # ... as a convertible argument
-        for _, func in self.callers():
-            rewritable = not _skipped(func)
-            for node in iter_post_order(func):
-                children = expr_children(node)
-                for child in children:
-                    if isinstance(child, Constant):
-                        constant_uses[id(child)] += 1
-                    elif isinstance(child, GlobalVar) and child in self.weights:
-                        if not (rewritable and isinstance(node, Call) and node.op is child):
-                            self.other_references.add(child)
-                if not (rewritable and isinstance(node, Call) and node.op in self.weights):
-                    continue
-                positions = tuple(
-                    p for p in self.weights[node.op]
-                    if p < len(node.args) and self._convertible(node.args[p])
-                )
-                for p in positions:
-                    candidate_uses[id(node.args[p])] += 1
-                self.sites.append(_Site(node, node.op, positions))
-        # a constant read anywhere else stays float32 everywhere (converting it would
-        # store it twice)
-        pinned = {key for key, count in constant_uses.items() if candidate_uses[key] != count}
-        for site in self.sites:
-            site.positions = tuple(p for p in site.positions if id(site.call.args[p]) not in pinned)
-
-    def _convertible(self, arg: Expr) -> bool:
-        if not isinstance(arg, Constant) or arg.dtype != _FLOAT32:
-            return False
-        known = self._representable.get(id(arg))
-        if known is None:  # a weight passed to many calls is scanned once
-            known = self._representable[id(arg)] = _representable(arg.data, self.weight_dtype)
-        return known
-
-
-def _converted_function(func: Function, positions: tuple[int, ...], weight_dtype: str) -> Function:
-    """``func`` with the parameters at ``positions`` in ``weight_dtype``, each read through
-    one ``cast`` to float32 shared by its uses."""
-    mutator = ExprMutator()
-    params = list(func.params)
-    for position in positions:
-        old = func.params[position]
+    def parameter(self, old: Var) -> tuple[Var, Expr]:
         ty = old.type_annotation
         assert isinstance(ty, TensorType)
-        new = Var(old.name_hint, TensorType(ty.shape, weight_dtype))
-        params[position] = new
-        mutator.memo[old] = op.cast(new, _FLOAT32)
-    return Function(params, mutator.visit(func.body), func.ret_type, func.attrs)
+        new = Var(old.name_hint, TensorType(ty.shape, self.weight_dtype))
+        return new, op.cast(new, _FLOAT32)
 
-
-def _fresh_name(base: str, taken: set[str]) -> str:
-    name, counter = base, 0
-    while name in taken:
-        counter += 1
-        name = f"{base}_{counter}"
-    taken.add(name)
-    return name
-
-
-class _CallRewriter(ExprMutator):
-    """Calls of converted primitive functions: the new callee, rounded weights."""
-
-    def __init__(self, targets: dict[int, tuple[GlobalVar, tuple[int, ...]]], weight_dtype: str,
-                 rounded: dict[int, Constant]) -> None:
-        self.targets = targets
-        self.weight_dtype = weight_dtype
-        self.rounded = rounded  # id(float32 constant) -> its 16-bit constant, shared
-
-    def visit_call(self, call: Call) -> Expr:
-        new = super().visit_call(call)
-        target = self.targets.get(id(call))
-        if target is None:
-            return new
-        callee, positions = target
-        args = list(new.args)
-        for position in positions:
-            args[position] = self._round(call.args[position])
-        return Call(callee, args, new.attrs)
-
-    def _round(self, constant: Constant) -> Constant:
-        hit = self.rounded.get(id(constant))
-        if hit is None:
-            # NumPy's and ml_dtypes' casts round to nearest-even, as the kernels' own casts do
-            hit = self.rounded[id(constant)] = Constant.owning(constant.data.astype(self.weight_dtype))
-        return hit
+    def constant(self, constant: Constant) -> Constant:
+        # NumPy's and ml_dtypes' casts round to nearest-even, as the kernels' own casts do
+        return Constant.owning(constant.data.astype(self.weight_dtype))
 
 
 def to_mixed_precision(mod: IRModule, weight_dtype: str,
@@ -293,47 +197,7 @@ def to_mixed_precision(mod: IRModule, weight_dtype: str,
     check_weight_dtype(weight_dtype)
     if weight_dtype == _FLOAT32:
         return mod
-    plan = _Plan(mod, weight_dtype, min_elements)
-    by_callee: dict[GlobalVar, set[tuple[int, ...]]] = {}
-    for site in plan.sites:
-        by_callee.setdefault(site.callee, set()).add(site.positions)
-    taken = {gv.name_hint for gv in mod.functions}
-    replaced: dict[GlobalVar, Function] = {}
-    added: list[tuple[GlobalVar, Function]] = []
-    callee_for: dict[tuple[GlobalVar, tuple[int, ...]], GlobalVar] = {}
-    targets: dict[int, tuple[GlobalVar, tuple[int, ...]]] = {}
-    for site in plan.sites:  # module order of the callers, evaluation order within each
-        if not site.positions:
-            continue
-        key = (site.callee, site.positions)
-        callee = callee_for.get(key)
-        if callee is None:
-            func = mod[site.callee]
-            converted = _converted_function(func, site.positions, weight_dtype)
-            in_place = by_callee[site.callee] == {site.positions} and site.callee not in plan.other_references
-            if in_place:
-                callee = site.callee
-                replaced[callee] = converted
-            else:
-                name = f"{site.callee.name_hint}_{_SHORT_NAMES[weight_dtype]}"
-                callee = GlobalVar(_fresh_name(name, taken))
-                added.append((callee, converted))
-            callee_for[key] = callee
-        targets[id(site.call)] = (callee, site.positions)
-    if not targets:
-        return mod
-    rewriter = _CallRewriter(targets, weight_dtype, {})
-    result = IRModule(attrs=mod.attrs)
-    for gv, func in mod.functions.items():
-        if gv in replaced:
-            result[gv] = replaced[gv]
-        elif isinstance(func, Function) and not is_primitive(func) and not _skipped(func):
-            result[gv] = rewriter.visit(func)
-        else:
-            result[gv] = func
-    for gv, func in added:
-        result[gv] = func
-    return result
+    return rewrite_weight_parameters(mod, _Rule(weight_dtype, min_elements))
 
 
 @register_pass("ToMixedPrecision")

@@ -160,7 +160,7 @@ def test_calls_per_row_or_per_image(cache_dir):
 
     whole = _conv_function(cache_dir, "large_weight_whole_image")
     call = next(n for n in _nodes(whole.body) if isinstance(n, tir.Evaluate) and is_conv(n.value))
-    assert call.value.args[-2].value == 49  # every pixel of the 7x7 output in one call (then groups)
+    assert call.value.args[-3].value == 49  # every pixel of the 7x7 output in one call (then groups, panel)
 
 
 def test_rows_per_block_and_the_rule():

@@ -46,6 +46,7 @@ from passinfra.ir.op import (
     signal,
     tfidf,
     tree_ensemble,
+    weight_panels,
 )
 from passinfra.ir.type_infer import infer_type
 from passinfra.transform import PassContext, Sequential, get_pass
@@ -489,6 +490,8 @@ case("bitcast", "u16-to-bf16", lambda x: bitcast.bitcast(x, "bfloat16"),
      ints(3, 4, dtype="uint16", low=0, high=32000))
 case("bitcast", "u8-to-bool", lambda x: bitcast.bitcast(x, "bool"), ints(3, 4, dtype="uint8", low=0, high=3))
 case("bitcast", "bool-to-i8", lambda x: bitcast.bitcast(x, "int8"), flags(3, 4))
+# weight_panels.unpack: a conv weight of 70 channels from three panels of 32 (zeros past 70)
+case("weight_panels.unpack", "hwio-70", lambda x: weight_panels.unpack(x, (3, 3, 5, 70)), f32(3, 45, 32))
 case("det", "batched-4x4", linalg.det, f32(2, 3, 4, 4))
 case("det", "f64-5x5", linalg.det, f64(5, 5))
 case("dft", "complex-onesided", lambda x: signal.dft(x, 8, "float32", axis=1, onesided=True), f32(2, 6, 3, 2))

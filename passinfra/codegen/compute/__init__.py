@@ -27,6 +27,7 @@ from passinfra.codegen.compute import (  # noqa: F401  (registers rules)
     tfidf,
     transform,
     tree_ensemble,
+    weight_panels,
     window,
 )
 from passinfra.codegen.compute.base import (

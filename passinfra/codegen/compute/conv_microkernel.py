@@ -28,6 +28,10 @@ MIN_BLOCK_PIXELS = 4
 # convolution is one call per image, which the runtime splits over the threads by
 # output-channel blocks, so each thread reads the weight once
 CACHED_WEIGHT_BYTES = 256 * 1024
+# output channels per panel of a weight stored in panels (passinfra.ir.op.weight_panels,
+# the PanelWeights pass): the AVX-512 tile's block, so a tile reads one panel; AVX2's
+# 16-channel tiles read half of each panel row, the portable ones a quarter
+PANEL_WIDTH = 32
 
 
 def rows_per_block(g: ConvGeometry) -> int:
@@ -53,11 +57,22 @@ def conv_call(g: ConvGeometry, data: tir.Buffer, weight: tir.Buffer, out: tir.Bu
     top, left, _, _ = g.padding
     first = first_row * _int(g.out_width) if g.out_width != 1 else first_row
     sizes = (g.height, g.width, g.channels, g.out_channels, kh, kw, sh, sw, dh, dw, top, left, g.out_width)
-    args = (data.load(image, zero, zero, zero), weight.load(zero, zero, zero, zero),
-            out.load(image, first_row, zero, zero), *(_int(v) for v in sizes), first,
-            _int(rows * g.out_width), _int(g.groups))
+    args = (data.load(image, zero, zero, zero), _first(weight), out.load(image, first_row, zero, zero),
+            *(_int(v) for v in sizes), first, _int(rows * g.out_width), _int(g.groups),
+            _int(panel_width(weight)))
     name = DEPTHWISE_CONV_INTRINSIC if is_depthwise(g) else CONV_INTRINSIC
     return tir.Evaluate(tir.Intrinsic(name, args, "int32"))
+
+
+def panel_width(weight: tir.Buffer) -> int:
+    """The output channels per panel of a weight stored in panels (``[blocks, rows,
+    width]``, :mod:`passinfra.ir.op.weight_panels`), 0 for one in place (HWIO, or a
+    matmul's ``[k, n]``)."""
+    return int(weight.shape[2]) if len(weight.shape) == 3 else 0
+
+
+def _first(buffer: tir.Buffer) -> tir.BufferLoad:
+    return tir.BufferLoad(buffer, tuple(_int(0) for _ in buffer.shape))
 
 
 def is_depthwise(g: ConvGeometry) -> bool:
@@ -68,12 +83,10 @@ def is_depthwise(g: ConvGeometry) -> bool:
 def matmul_call(lhs: tir.Buffer, rhs: tir.Buffer, out: tir.Buffer, rows: int, k: int, n: int) -> tir.Stmt:
     """``out[rows, n] = lhs[rows, k] x rhs[k, n]`` (row-major, from each buffer's first
     element) as one microkernel call: a 1x1 convolution of a ``1 x rows`` image of ``k``
-    channels, whose HWIO weight ``[1, 1, k, n]`` is ``rhs`` as it is. The runtime splits
-    the call over the threads."""
-    def first(buffer: tir.Buffer) -> tir.BufferLoad:
-        return tir.BufferLoad(buffer, tuple(_int(0) for _ in buffer.shape))
-    sizes = (1, rows, k, n, 1, 1, 1, 1, 1, 1, 0, 0, rows, 0, rows, 1)
-    args = (first(lhs), first(rhs), first(out), *(_int(v) for v in sizes))
+    channels, whose HWIO weight ``[1, 1, k, n]`` is ``rhs`` as it is (or ``rhs`` in panels:
+    ``[blocks, k, width]``). The runtime splits the call over the threads."""
+    sizes = (1, rows, k, n, 1, 1, 1, 1, 1, 1, 0, 0, rows, 0, rows, 1, panel_width(rhs))
+    args = (_first(lhs), _first(rhs), _first(out), *(_int(v) for v in sizes))
     return tir.Evaluate(tir.Intrinsic(CONV_INTRINSIC, args, "int32"))
 
 
@@ -94,5 +107,5 @@ def microkernel_conv(g: ConvGeometry, data: tir.Buffer, weight: tir.Buffer, out:
     return tir.For(image, tir.IntImm(0), tir.IntImm(g.batch), tir.ForKind.SERIAL, blocks)
 
 
-__all__ = ["CACHED_WEIGHT_BYTES", "MIN_BLOCK_PIXELS", "conv_call", "is_depthwise", "matmul_call",
-           "microkernel_conv", "rows_per_block"]
+__all__ = ["CACHED_WEIGHT_BYTES", "MIN_BLOCK_PIXELS", "PANEL_WIDTH", "conv_call", "is_depthwise",
+           "matmul_call", "microkernel_conv", "panel_width", "rows_per_block"]

@@ -97,7 +97,7 @@ from passinfra import tir
 from passinfra.codegen.compute.conv_direct import ConvGeometry, Epilogue, direct_conv
 from passinfra.codegen.compute.conv_group_gemm import group_gemm_conv
 from passinfra.codegen.compute.conv_group_gemm import rows_per_block as group_gemm_rows
-from passinfra.codegen.compute.conv_microkernel import is_depthwise, microkernel_conv
+from passinfra.codegen.compute.conv_microkernel import PANEL_WIDTH, is_depthwise, microkernel_conv
 from passinfra.codegen.gemm import MIN_GEMM_MACS
 from passinfra.ir.attrs import Attrs
 from passinfra.transform.config import register_config
@@ -149,6 +149,9 @@ class ConvPlan:
     op_name: str
     kind: str  # "direct", "group_gemm" or "microkernel"
     emit: Callable[..., tuple[tir.Stmt, list[tir.Buffer]]]
+    # output channels per panel in which the kernel can read a weight stored in panels
+    # (passinfra.ir.op.weight_panels; the microkernels with one group), 0: HWIO only
+    panels: int = 0
 
 
 def _emit_direct(geometry: ConvGeometry, inputs: Sequence[tir.Buffer], out: tir.Buffer, new_buffer: Callable,
@@ -229,7 +232,8 @@ def plan_conv2d(attrs: Attrs, in_shapes: Sequence[tuple[int, ...]], dtype: str, 
         kind = "direct"  # no BLAS library (or codegen.blas off): the kernel needing none
     if kind == "microkernel":
         emit = functools.partial(_emit_microkernel, geometry)
-        return ConvPlan("nn.conv2d", "microkernel", emit)
+        dense = geometry.groups == 1 and dtype == "float32"
+        return ConvPlan("nn.conv2d", "microkernel", emit, PANEL_WIDTH if dense else 0)
     if kind == "direct":
         return ConvPlan("nn.conv2d", "direct", functools.partial(_emit_direct, geometry))
     if kind == "group_gemm":

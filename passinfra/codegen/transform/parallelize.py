@@ -168,7 +168,7 @@ def _conv_work(call: tir.Intrinsic) -> float:
     sizes = [_upper_bound(arg) for arg in call.args[3:]]
     if any(size is None for i, size in enumerate(sizes) if i != CONV_FIRST_PIXEL):
         return 1.0
-    _, _, channels, out_channels, kh, kw, *_rest, count, groups = sizes
+    _, _, channels, out_channels, kh, kw, *_rest, count, groups, _panel = sizes
     depthwise = call.name == DEPTHWISE_CONV_INTRINSIC
     image, weight, out = conv_regions(tuple(size or 0 for size in sizes), depthwise)
     # a depthwise output sums its taps only, at about half a GEMM's rate (30-80 GFLOP/s)

@@ -26,5 +26,6 @@ from passinfra.ir.op import (  # noqa: E402,F401  (ops for model importers)
     signal,  # dft (ONNX DFT, STFT)
     tfidf,  # ONNX TfIdfVectorizer
     tree_ensemble,  # ONNX ai.onnx.ml TreeEnsemble
+    weight_panels,  # weights stored in panels of output channels (PanelWeights)
 )
 from passinfra.ir.op import quantize as qnn  # noqa: E402,F401  (qnn.*: quantization, integer kernels)

@@ -1,0 +1,211 @@
+"""Rewriting the weight parameters of primitive functions: the machinery that
+ToMixedPrecision (16-bit storage) and PanelWeights (weights in panels of output
+channels) share.
+
+Both change how a constant weight is *stored* and put an expression in front of the
+parameter that reads it, inside the primitive function, so the graph means what it
+meant: the call sites pass the converted constant, and the primitive function gets a
+parameter of the new type whose uses read ``rule.parameter(...)``'s expression. A
+:class:`WeightRule` says which parameters of a function may convert, which constants
+may, and how to convert each.
+
+The plan (the same for every rule):
+
+* a constant is converted only when every use of it in the module is an argument the
+  rule accepts in a parameter it accepts (a constant also read elsewhere stays as it is
+  everywhere: converting it would store it twice); it is converted once and shared;
+* a primitive function shared by several call sites is rewritten in place when every
+  site converts the same parameters; otherwise the sites that do call a converted copy
+  named ``<name>_<rule.suffix>`` (added after the module's functions) and the others
+  keep the original;
+* functions with ``SkipOptimization`` are neither rewritten nor have their calls rewritten.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+from passinfra.ir.expr import Call, Constant, Expr, Function, GlobalVar, Var
+from passinfra.ir.functor import ExprMutator, expr_children, iter_post_order
+from passinfra.ir.graph import is_primitive
+from passinfra.ir.module import IRModule
+
+__all__ = ["WeightRule", "rewrite_weight_parameters", "skipped"]
+
+
+class WeightRule(Protocol):
+    """How one pass converts weight parameters."""
+
+    suffix: str  # of a converted copy of a shared primitive function
+
+    def parameters(self, func: Function) -> tuple[int, ...]:
+        """Positions of the parameters of primitive ``func`` that may convert."""
+
+    def accepts(self, constant: Constant) -> bool:
+        """Whether ``constant``, passed in such a parameter, may convert."""
+
+    def parameter(self, old: Var) -> tuple[Var, Expr]:
+        """The converted parameter, and the expression of it that replaces ``old``."""
+
+    def constant(self, constant: Constant) -> Constant:
+        """The converted constant."""
+
+
+def skipped(func: Function) -> bool:
+    return bool(func.attrs.get("SkipOptimization", False))
+
+
+@dataclass
+class _Site:
+    """One call of a primitive function with the parameters whose arguments convert."""
+
+    call: Call
+    callee: GlobalVar
+    positions: tuple[int, ...]
+
+
+class _Plan:
+    """What the rewrite will change: the call sites and their final conversions."""
+
+    def __init__(self, mod: IRModule, rule: WeightRule) -> None:
+        self.mod = mod
+        self.rule = rule
+        self.weights: dict[GlobalVar, tuple[int, ...]] = {}
+        for gv, func in mod.functions.items():
+            if isinstance(func, Function) and is_primitive(func) and not skipped(func):
+                positions = rule.parameters(func)
+                if positions:
+                    self.weights[gv] = positions
+        self.sites: list[_Site] = []
+        self._accepted: dict[int, bool] = {}
+        self.other_references: set[GlobalVar] = set()  # callees referenced outside rewritable calls
+        self._find_sites()
+
+    def callers(self) -> Iterable[tuple[GlobalVar, Function]]:
+        for gv, func in self.mod.functions.items():
+            if isinstance(func, Function) and not is_primitive(func):
+                yield gv, func
+
+    def _find_sites(self) -> None:
+        constant_uses: Counter[int] = Counter()  # id(constant) -> every use in a caller
+        candidate_uses: Counter[int] = Counter()  # ... as a convertible argument
+        for _, func in self.callers():
+            rewritable = not skipped(func)
+            for node in iter_post_order(func):
+                for child in expr_children(node):
+                    if isinstance(child, Constant):
+                        constant_uses[id(child)] += 1
+                    elif isinstance(child, GlobalVar) and child in self.weights:
+                        if not (rewritable and isinstance(node, Call) and node.op is child):
+                            self.other_references.add(child)
+                if not (rewritable and isinstance(node, Call) and node.op in self.weights):
+                    continue
+                positions = tuple(p for p in self.weights[node.op]
+                                  if p < len(node.args) and self._convertible(node.args[p]))
+                for p in positions:
+                    candidate_uses[id(node.args[p])] += 1
+                self.sites.append(_Site(node, node.op, positions))
+        pinned = {key for key, count in constant_uses.items() if candidate_uses[key] != count}
+        for site in self.sites:
+            site.positions = tuple(p for p in site.positions if id(site.call.args[p]) not in pinned)
+
+    def _convertible(self, arg: Expr) -> bool:
+        if not isinstance(arg, Constant):
+            return False
+        known = self._accepted.get(id(arg))
+        if known is None:  # a weight passed to many calls is checked once
+            known = self._accepted[id(arg)] = self.rule.accepts(arg)
+        return known
+
+
+def _converted_function(func: Function, positions: tuple[int, ...], rule: WeightRule) -> Function:
+    """``func`` with the parameters at ``positions`` converted, each read through one
+    expression shared by its uses."""
+    mutator = ExprMutator()
+    params = list(func.params)
+    for position in positions:
+        old = func.params[position]
+        params[position], mutator.memo[old] = rule.parameter(old)
+    return Function(params, mutator.visit(func.body), func.ret_type, func.attrs)
+
+
+def _fresh_name(base: str, taken: set[str]) -> str:
+    name, counter = base, 0
+    while name in taken:
+        counter += 1
+        name = f"{base}_{counter}"
+    taken.add(name)
+    return name
+
+
+class _CallRewriter(ExprMutator):
+    """Calls of converted primitive functions: the new callee, converted weights."""
+
+    def __init__(self, targets: dict[int, tuple[GlobalVar, tuple[int, ...]]], rule: WeightRule) -> None:
+        self.targets = targets
+        self.rule = rule
+        self.converted: dict[int, Constant] = {}  # id(constant) -> its conversion, shared
+
+    def visit_call(self, call: Call) -> Expr:
+        new = super().visit_call(call)
+        target = self.targets.get(id(call))
+        if target is None:
+            return new
+        callee, positions = target
+        args = list(new.args)
+        for position in positions:
+            args[position] = self._convert(call.args[position])
+        return Call(callee, args, new.attrs)
+
+    def _convert(self, constant: Constant) -> Constant:
+        hit = self.converted.get(id(constant))
+        if hit is None:
+            hit = self.converted[id(constant)] = self.rule.constant(constant)
+        return hit
+
+
+def rewrite_weight_parameters(mod: IRModule, rule: WeightRule) -> IRModule:
+    """``mod`` (after FuseOps) with the weights ``rule`` converts converted (module
+    docstring); the same module when none does."""
+    plan = _Plan(mod, rule)
+    by_callee: dict[GlobalVar, set[tuple[int, ...]]] = {}
+    for site in plan.sites:
+        by_callee.setdefault(site.callee, set()).add(site.positions)
+    taken = {gv.name_hint for gv in mod.functions}
+    replaced: dict[GlobalVar, Function] = {}
+    added: list[tuple[GlobalVar, Function]] = []
+    callee_for: dict[tuple[GlobalVar, tuple[int, ...]], GlobalVar] = {}
+    targets: dict[int, tuple[GlobalVar, tuple[int, ...]]] = {}
+    for site in plan.sites:  # module order of the callers, evaluation order within each
+        if not site.positions:
+            continue
+        key = (site.callee, site.positions)
+        callee = callee_for.get(key)
+        if callee is None:
+            converted = _converted_function(mod[site.callee], site.positions, rule)
+            in_place = by_callee[site.callee] == {site.positions} and site.callee not in plan.other_references
+            if in_place:
+                callee = site.callee
+                replaced[callee] = converted
+            else:
+                callee = GlobalVar(_fresh_name(f"{site.callee.name_hint}_{rule.suffix}", taken))
+                added.append((callee, converted))
+            callee_for[key] = callee
+        targets[id(site.call)] = (callee, site.positions)
+    if not targets:
+        return mod
+    rewriter = _CallRewriter(targets, rule)
+    result = IRModule(attrs=mod.attrs)
+    for gv, func in mod.functions.items():
+        if gv in replaced:
+            result[gv] = replaced[gv]
+        elif isinstance(func, Function) and not is_primitive(func) and not skipped(func):
+            result[gv] = rewriter.visit(func)
+        else:
+            result[gv] = func
+    for gv, func in added:
+        result[gv] = func
+    return result

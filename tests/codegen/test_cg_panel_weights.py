@@ -1,0 +1,186 @@
+"""Weights stored in panels of output channels (passinfra.ir.op.weight_panels, the
+PanelWeights pass, the microkernels' ``panel`` argument): the layout and its op, which
+weights the pass converts, and what a library computes with them: the same bits as with
+the weights in place, for any thread count, and the graph interpreter's values.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import passinfra
+from passinfra import ir, tir
+from passinfra.build import COMPILE_PIPELINE
+from passinfra.codegen.compute.conv_microkernel import PANEL_WIDTH
+from passinfra.codegen.compute.conv_plan import CONV_KERNEL_CONFIG
+from passinfra.codegen.lower import lower_primitive_function
+from passinfra.codegen.panel_weights_pass import PANELS_CONFIG, panel_weights
+from passinfra.errors import IRTypeError
+from passinfra.ir import op
+from passinfra.ir.expr import Call, Constant
+from passinfra.ir.functor import iter_post_order
+from passinfra.ir.op import weight_panels
+from passinfra.ir.type_infer import infer_type
+from passinfra.runtime.interpreter import evaluate
+from passinfra.tir.evaluator import run_prim_func
+from passinfra.tir.intrinsics import is_conv
+from passinfra.transform import PassContext, Sequential, get_pass
+from tests.codegen.test_cg_conv_kernels import _nodes
+
+# the graph passes up to (and including) PanelWeights
+UP_TO_PANELS = COMPILE_PIPELINE[:COMPILE_PIPELINE.index("PanelWeights") + 1]
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(tmp_path_factory.mktemp("codegen_cache_panels"))
+
+
+def rng_array(shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+# --------------------------------------------------------------------------- the layout and its op
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=st.lists(st.integers(1, 4), min_size=1, max_size=3), channels=st.integers(1, 100),
+       width=st.sampled_from([8, 16, 32]))
+def test_panels_hold_the_weight_and_zeros_past_its_channels(rows, channels, width):
+    weight = np.arange(np.prod(rows) * channels, dtype=np.float32).reshape(*rows, channels) + 1
+    panels = weight_panels.to_panels(weight, width)
+    blocks = -(-channels // width)
+    assert panels.shape == (blocks, int(np.prod(rows)), width) and panels.flags.c_contiguous
+    np.testing.assert_array_equal(weight_panels.from_panels(panels, weight.shape), weight)
+    # channel o of row r is panels[o // width, r, o % width]; the padding is zeros
+    flat = weight.reshape(-1, channels)
+    assert panels[(channels - 1) // width, -1, (channels - 1) % width] == flat[-1, -1]
+    assert (panels.transpose(1, 0, 2).reshape(flat.shape[0], -1)[:, channels:] == 0).all()
+
+
+def test_the_unpack_op_type_checks_and_compiles_to_its_meaning(cache_dir):
+    panels = ir.var("p", (3, 45, 32))
+    func = ir.Function([panels], weight_panels.unpack(panels, (3, 3, 5, 70)))
+    mod = ir.IRModule({"main": func})
+    values = rng_array((3, 45, 32))
+    expected = weight_panels.from_panels(values, (3, 3, 5, 70))
+    np.testing.assert_array_equal(evaluate(mod, values), expected)
+    with PassContext(config={"codegen.cache_dir": cache_dir}):
+        lib = passinfra.build(mod)
+    np.testing.assert_array_equal(lib(values), expected)  # the compute rule: an index map
+    for shape in [(3, 3, 5, 100), (3, 3, 6, 70)]:  # 4 panels; 54 rows
+        bad = ir.IRModule({"main": ir.Function([panels], weight_panels.unpack(panels, shape))})
+        with pytest.raises(IRTypeError, match=r"do not hold a weight .*45 rows, 3 panels of 32"):
+            infer_type(bad)
+
+
+# --------------------------------------------------------------------------- the pass
+
+
+def conv_module(out_channels: int = 70, kernel: int = 3,
+                reuse_weight: bool = False) -> tuple[ir.IRModule, Constant]:
+    x = ir.var("x", (1, 9, 9, 48))
+    weight = ir.const(rng_array((kernel, kernel, 48, out_channels), 1))
+    bias = ir.const(rng_array((out_channels,), 2))
+    y = op.nn.relu(op.add(op.nn.conv2d(x, weight, padding=(kernel // 2,) * 2, data_layout="NHWC",
+                                       kernel_layout="HWIO"), bias))
+    if reuse_weight:  # the weight is also read as data: it must stay as it is
+        z = ir.var("z", tuple(weight.shape))
+        return ir.IRModule({"main": ir.Function([x, z], ir.Tuple([y, op.multiply(z, weight)]))}), weight
+    return ir.IRModule({"main": ir.Function([x], y)}), weight
+
+
+def graph_passes(mod: ir.IRModule, **config: object) -> ir.IRModule:
+    with PassContext(opt_level=3, config=dict(config)):
+        return Sequential([get_pass(name) for name in UP_TO_PANELS], opt_level=0)(mod)
+
+
+def main_constants(mod: ir.IRModule) -> list[Constant]:
+    return [n for n in iter_post_order(mod["main"].body) if isinstance(n, Constant)]
+
+
+def test_a_microkernel_convolutions_weight_is_stored_in_panels_and_means_the_same():
+    mod, weight = conv_module()
+    panelled = graph_passes(mod)
+    shapes = [c.shape for c in main_constants(panelled)]
+    assert (3, 9 * 48, PANEL_WIDTH) in shapes  # 70 channels: three panels, zeros past 70
+    assert tuple(weight.shape) not in shapes
+    unpacks = [n for _, f in panelled.functions.items() for n in iter_post_order(f)
+               if isinstance(n, Call) and getattr(n.op, "name", "") == weight_panels.OP_NAME]
+    assert len(unpacks) == 1
+    x = rng_array((1, 9, 9, 48), 5)
+    np.testing.assert_allclose(evaluate(panelled, x), evaluate(mod, x), rtol=1e-5, atol=1e-5)
+    off = graph_passes(mod, **{PANELS_CONFIG: False})
+    assert tuple(weight.shape) in [c.shape for c in main_constants(off)]
+
+
+def test_weights_read_elsewhere_or_by_other_kernels_stay_in_place():
+    shared, weight = conv_module(reuse_weight=True)
+    assert tuple(weight.shape) in [c.shape for c in main_constants(graph_passes(shared))]
+    # a grouped convolution's kernel reads HWIO only
+    x = ir.var("x", (1, 9, 9, 64))
+    w = ir.const(rng_array((3, 3, 16, 64), 3))
+    grouped = ir.IRModule({"main": ir.Function([x], op.nn.conv2d(
+        x, w, padding=(1, 1), groups=4, data_layout="NHWC", kernel_layout="HWIO"))})
+    assert (3, 3, 16, 64) in [c.shape for c in main_constants(graph_passes(grouped))]
+    # with the microkernels off, no weight is panelled
+    direct, weight = conv_module()
+    off = graph_passes(direct, **{CONV_KERNEL_CONFIG: "direct"})
+    assert tuple(weight.shape) in [c.shape for c in main_constants(off)]
+
+
+def test_the_pass_leaves_a_module_without_such_weights_unchanged():
+    x = ir.var("x", (4, 8))
+    mod = ir.IRModule({"main": ir.Function([x], op.nn.relu(x))})
+    fused = graph_passes(mod, **{PANELS_CONFIG: False})
+    assert panel_weights(fused, use_blas=True) is fused
+
+
+# --------------------------------------------------------------------------- the kernels
+
+
+def test_the_lowering_hands_the_panels_to_the_microkernels_and_the_tir_meaning_agrees():
+    shapes = ((1, 9, 9, 48), (3, 3, 48, 70), (70,))
+    x, w, b = (ir.var(name, shape) for name, shape in zip("xwb", shapes))
+    panels = ir.var("p", (3, 9 * 48, PANEL_WIDTH))
+    conv = op.nn.conv2d(x, weight_panels.unpack(panels, shapes[1]), padding=(1, 1), data_layout="NHWC",
+                        kernel_layout="HWIO")
+    func = ir.Function([x, panels, b], op.nn.relu(op.add(conv, b)))
+    arrays = [rng_array(shape, k) for k, shape in enumerate(shapes)]
+    packed = [arrays[0], weight_panels.to_panels(arrays[1], PANEL_WIDTH), arrays[2]]
+    expected = evaluate(ir.IRModule({"main": func}), *packed)
+    lowered = lower_primitive_function(func, "kernel")
+    calls = [n.value for n in _nodes(lowered.body) if isinstance(n, tir.Evaluate) and is_conv(n.value)]
+    assert calls and all(c.args[-1].value == PANEL_WIDTH for c in calls)  # the panel argument
+    assert all(c.args[1].buffer.name == lowered.params[1].name for c in calls)  # read in place
+    np.testing.assert_allclose(run_prim_func(lowered, *packed), expected, rtol=1e-5, atol=1e-5)
+
+
+def conv_and_matmul_module() -> ir.IRModule:
+    """A convolution whose output channels end mid-panel (70) with a large weight (one
+    call per image: the runtime splits it), then a matmul on the microkernels."""
+    x = ir.var("x", (2, 8, 8, 256))
+    w1 = ir.const(rng_array((3, 3, 256, 70), 1) * 0.05)
+    w2 = ir.const(rng_array((70, 40), 2) * 0.1)
+    y = op.nn.relu(op.nn.conv2d(x, w1, padding=(1, 1), data_layout="NHWC", kernel_layout="HWIO"))
+    return ir.IRModule({"main": ir.Function([x], op.matmul(op.reshape(y, (128, 70)), w2))})
+
+
+def test_libraries_with_panels_give_the_bits_of_weights_in_place_for_any_thread_count(cache_dir):
+    mod = conv_and_matmul_module()
+    shapes = [c.shape for c in main_constants(graph_passes(mod))]
+    assert (3, 9 * 256, PANEL_WIDTH) in shapes and (2, 70, PANEL_WIDTH) in shapes  # both weights
+    x = rng_array((2, 8, 8, 256), 4)
+    with PassContext(config={"codegen.cache_dir": cache_dir}):
+        lib = passinfra.build(mod)
+    with PassContext(config={"codegen.cache_dir": cache_dir, PANELS_CONFIG: False}):
+        in_place = passinfra.build(mod)
+    assert lib.metadata["weights_bytes"] > in_place.metadata["weights_bytes"]  # 70 -> 96 channels
+    want = in_place(x)
+    for threads in (1, 2, 3):
+        lib.set_num_threads(threads)
+        np.testing.assert_array_equal(lib(x), want)
+    np.testing.assert_allclose(want, evaluate(mod, x), rtol=1e-4, atol=1e-4)
