@@ -174,9 +174,13 @@ def test_rows_per_block_and_the_rule():
     assert 9 * 256 * 256 * 4 > CACHED_WEIGHT_BYTES and rows_per_block(big) == 14
     assert choose_kernel(geometry(64, 64), use_blas=True) == "microkernel"
     assert choose_kernel(geometry(64, 64), use_blas=False) == "microkernel"  # needs no BLAS
-    assert choose_kernel(geometry(3, 16), use_blas=True) == "microkernel"  # an RGB stem: no im2col
+    # fewer than MICROKERNEL_MIN_REDUCTION products per output: the blocked GEMM, with BLAS
+    assert choose_kernel(geometry(3, 16, size=112), use_blas=True) == "group_gemm"  # a 3x3 RGB stem
+    assert choose_kernel(geometry(3, 16, size=112), use_blas=False) == "microkernel"
+    assert choose_kernel(geometry(3, 64, kernel=7, size=112), use_blas=True) == "microkernel"  # 147
     assert choose_kernel(geometry(16, 96, kernel=1, size=112), use_blas=True) != "microkernel"  # 16 products
-    assert choose_kernel(geometry(32, 96, kernel=1, size=112), use_blas=True) == "microkernel"
+    assert choose_kernel(geometry(32, 96, kernel=1, size=112), use_blas=True) == "group_gemm"  # 32 products
+    assert choose_kernel(geometry(96, 96, kernel=1, size=112), use_blas=True) == "microkernel"
 
 
 @pytest.mark.parametrize("strides, padding, dilation", [((1, 1), (1, 1, 1, 1), (1, 1)),

@@ -7,7 +7,9 @@ The lowering (:mod:`passinfra.codegen.lower`) asks :func:`plan_conv2d` first for
 * ``"microkernel"`` (:mod:`.conv_microkernel`, the C runtime
   :mod:`passinfra.codegen.conv_runtime`) for a depthwise convolution (one input and one
   output channel per group); for a convolution with one group, unless it is a 1x1 over
-  fewer than :data:`MICROKERNEL_MIN_POINTWISE_CHANNELS` input channels; and for a
+  fewer than :data:`MICROKERNEL_MIN_POINTWISE_CHANNELS` input channels or (with BLAS)
+  sums fewer than :data:`MICROKERNEL_MIN_REDUCTION` products per output (a 3x3 RGB
+  stem); and for a
   grouped one with at least :data:`MICROKERNEL_MIN_GROUP_CHANNELS` channels per group
   whose per-group GEMMs would be one block of rows, or whose groups are wide (the
   constants' comment has the measurements);
@@ -15,8 +17,8 @@ The lowering (:mod:`passinfra.codegen.lower`) asks :func:`plan_conv2d` first for
   several outputs (a channel multiplier), and for every grouped convolution when there
   is no BLAS;
 * ``"group_gemm"`` (:mod:`.conv_group_gemm`) for the other grouped convolutions, and
-  for a 1x1 convolution the microkernels leave whose weight is small over a large enough
-  image (:data:`SMALL_WEIGHT_BYTES`, :data:`MIN_BLOCKED_PIXELS`);
+  for a convolution with one group the microkernels leave whose weight is small over a
+  large enough image (:data:`SMALL_WEIGHT_BYTES`, :data:`MIN_BLOCKED_PIXELS`);
 * nothing otherwise: the BLAS planner's im2col + GEMM
   (:func:`passinfra.codegen.gemm.plan_contraction`), or the generic loop nest below its
   size threshold, as before.
@@ -124,10 +126,18 @@ MIN_BLOCKED_PIXELS = 1024
 # a 1x1 convolution with one group runs on the microkernels from this many input
 # channels: with fewer, a tile's fixed cost (a pointer per pixel, storing its
 # accumulators) outweighs its multiply-adds (16 and 24 channels ran at 66-69 GFLOP/s
-# against 67-76 through BLAS). A larger kernel always does: im2col copies runs of C
-# floats, a memcpy call each, which for an RGB stem (C = 3) cost more than the GEMM
-# (MobileNetV3's 3x3 stem: 0.37 ms with its hard-swish, the microkernel alone 0.22)
+# against 67-76 through BLAS). A larger kernel does from MICROKERNEL_MIN_REDUCTION
+# products per output; below, the blocked per-row GEMM beats both the microkernels and
+# one im2col + GEMM per image, whose im2col copies runs of C floats, a memcpy call each
+# (MobileNetV3's 3x3 RGB stem: 0.25 ms im2col + GEMM, 0.23 microkernel, 0.20 blocked)
 MICROKERNEL_MIN_POINTWISE_CHANNELS = 32
+# with BLAS, a convolution with one group runs on the microkernels from this many
+# multiply-adds per output (KH*KW*C): below, a tile's fixed cost outweighs its sums and
+# the blocked per-row GEMM is faster. Kernel alone, one thread, GFLOP/s (microkernel vs
+# group_gemm): 3x3 stride-2 stems over 3 channels into 16, 32, 64: 48/55, 68/70, 67/82
+# (SqueezeNet's: 0.645 vs 0.527 ms); 3x3 over 8 channels: 84/91; 5x5 over 3 (75): 79/77;
+# the 7x7 stem (147): 88/81
+MICROKERNEL_MIN_REDUCTION = 75
 # a grouped convolution runs on the microkernels when its groups have at least this many
 # input channels (4 per group ran at 11 GFLOP/s there against 21 as per-group GEMMs, 8 at
 # 30 against 48) and either the per-group GEMMs would be one block of rows (a 14x14 or
@@ -197,7 +207,8 @@ def choose_kernel(g: ConvGeometry, use_blas: bool) -> str:
         return "microkernel"
     if g.group_channels == 1 and g.groups > 1:
         return "direct"  # a channel multiplier
-    if g.groups == 1 and (g.kernel != (1, 1) or g.channels >= MICROKERNEL_MIN_POINTWISE_CHANNELS):
+    if g.groups == 1 and (g.kernel != (1, 1) or g.channels >= MICROKERNEL_MIN_POINTWISE_CHANNELS) and (
+            g.reduction >= MICROKERNEL_MIN_REDUCTION or not use_blas):
         return "microkernel"
     if g.groups > 1 and g.group_channels >= MICROKERNEL_MIN_GROUP_CHANNELS:
         # one block of rows per image: the per-group GEMMs would run on one thread, the
@@ -244,5 +255,5 @@ def plan_conv2d(attrs: Attrs, in_shapes: Sequence[tuple[int, ...]], dtype: str, 
 
 __all__ = ["CONV_KERNELS", "CONV_KERNEL_CONFIG", "ConvPlan", "DTYPES", "MICROKERNEL_MIN_GROUP_CHANNELS",
            "MICROKERNEL_MIN_GROUP_OUTPUTS", "MICROKERNEL_MIN_GROUP_REDUCTION",
-           "MICROKERNEL_MIN_POINTWISE_CHANNELS", "MIN_BLOCKED_PIXELS", "SMALL_WEIGHT_BYTES", "choose_kernel",
-           "conv_kernel_setting", "plan_conv2d"]
+           "MICROKERNEL_MIN_POINTWISE_CHANNELS", "MICROKERNEL_MIN_REDUCTION", "MIN_BLOCKED_PIXELS",
+           "SMALL_WEIGHT_BYTES", "choose_kernel", "conv_kernel_setting", "plan_conv2d"]
