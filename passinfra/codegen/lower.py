@@ -82,6 +82,10 @@ MAX_UNROLLED_REDUCTION_STEPS = 16
 # MAX_CHANNEL_REDUCE_BLOCK per block, so blocks split over threads and stay in registers
 MIN_CHANNEL_REDUCE_BLOCK = 8
 MAX_CHANNEL_REDUCE_BLOCK = 64
+# at most this many inlined producers in a row: building an expression recurses through
+# them, so this keeps lowering far from Python's recursion limit (nodes like dropout add
+# nothing to the expression size, so the size bound alone does not limit the depth)
+MAX_INLINE_DEPTH = 48
 
 
 def channel_block(channels: int) -> int:
@@ -91,10 +95,6 @@ def channel_block(channels: int) -> int:
     divisors = [d for d in range(1, min(channels, MAX_CHANNEL_REDUCE_BLOCK) + 1) if channels % d == 0]
     whole = [d for d in divisors if d % 8 == 0]
     return max(whole or divisors)
-# at most this many inlined producers in a row: building an expression recurses through
-# them, so this keeps lowering far from Python's recursion limit (nodes like dropout add
-# nothing to the expression size, so the size bound alone does not limit the depth)
-MAX_INLINE_DEPTH = 48
 
 
 # --------------------------------------------------------------------------- tensors of the graph
