@@ -41,8 +41,9 @@ im2col + OpenBLAS sgemm on one Zen 4 core (AVX-512), GFLOP/s: 3x3 256->256 at 14
 leaves the cache).
 
 The instruction set is picked at run time, once, from what the CPU and OS support:
-AVX-512F (tiles of 8 pixels x 32 channels), AVX2 + FMA (6 x 16), or portable C (4 x 8;
-no fused multiply-add). The AVX-512 and AVX2 variants accumulate every output in the
+AVX-512F (tiles of 8 pixels x 32 channels; on pixels of one output row, 12 x 32 and
+16 x 16, whose pixels share their input pointers), AVX2 + FMA (6 x 16), or portable C
+(4 x 8; no fused multiply-add). The AVX-512 and AVX2 variants accumulate every output in the
 same order with the same fused multiply-adds, so they give identical bits; the portable
 variant rounds each product, as the generic loop nests do. ``raypass_conv_isa(level)``
 (exported; ``Module.conv_isa`` calls it) forces a level for tests and measurements
@@ -71,6 +72,8 @@ CHANNEL_CHUNK = 256
 # zeros a tap outside the image reads: a chunk of channels, or a merged row of taps
 # (KW * C values) up to this many
 ZERO_RUN = 2048
+# floats of the window copy a 16-pixel row tile at the image's border reads (32 KiB of stack)
+ROW_WINDOW = 8192
 # output pixels per unit of work a thread takes (a multiple of every tile width: 8, 6, 4)
 UNIT_PIXELS = 48
 # multiply-adds per work unit of the thread pool (about a nanosecond of one core): the
@@ -199,6 +202,126 @@ __attribute__((target("avx512f"))) static void rp_tile512_##PX##_##NV( \
     } \
 }
 
+/* ------------------------------------------- AVX-512F: row tiles, 16 x 16 and 12 x 32
+   The tiles above keep one input pointer per pixel, because a tile may span output rows;
+   with 8 pixels those pointers fill the general registers. On pixels of one output row,
+   pixel p reads the input at src + p*sw*(column stride): four pointers serve any number
+   of pixels, so a row tile has 16 pixels of one vector of channels (16 accumulators) or
+   12 of two (24), and pays the fixed cost of a tile (tap setup, pointers, stores) per
+   more multiply-adds. Kernel alone, one thread, GFLOP/s (8-pixel tiles -> row tiles):
+   3x3 16->16 at 32x32 88 -> 94, at 112x112 90 -> 102; 1x1 16->16 at 32x32 53 -> 78; 3x3
+   64->64 at 56x56 103 -> 111; 1x1 64->64 at 56x56 90 -> 103; 3x3 128->128 at 28x28 107
+   -> 112. A row tile whose taps reach past the image's columns reads a copy of its window
+   with zeros for the padding (RP_WINDOW floats at most; a larger window takes the
+   8-pixel tiles). Every output sums the same products in the same order as in the
+   8-pixel tiles: which tile computes a pixel changes no bit. */
+#define RP_WINDOW @WINDOW@
+
+/* the window columns a row tile of PX pixels reads per tap row */
+#define RP_ROW_SPAN(g, PX) (((PX) - 1) * (g)->sw + ((g)->KW - 1) * (g)->dw + 1)
+
+/* One pointer per quarter of the tile, each stepping one float: pixel 4i+j reads
+   q[i] + j*S, an address the instruction forms itself (base + S*1, S*2 or 3S*1), so the
+   loop keeps its accumulators without running out of general registers. */
+#define RP_ROW_SUM512(a, wp, n, S) { \
+    const int64_t S1 = (S), S3 = 3 * (S); \
+    const float* q_[4]; \
+    _Pragma("GCC unroll 4") for (int i = 0; i < PX_ / 4; i++) q_[i] = (a) + 4 * i * S1; \
+    const float* w_ = (wp); \
+    for (int64_t k = 0; k < (n); k++, w_ += g->LDW) { \
+      __m512 b[NV_]; \
+      _Pragma("GCC unroll 2") for (int v = 0; v < NV_; v++) \
+        b[v] = v == NV_ - 1 ? _mm512_maskz_loadu_ps(tail, w_ + 16 * v) : _mm512_loadu_ps(w_ + 16 * v); \
+      _Pragma("GCC unroll 4") for (int i = 0; i < PX_ / 4; i++) { \
+        const float* q = q_[i] + k; \
+        const __m512 x0 = _mm512_set1_ps(q[0]), x1 = _mm512_set1_ps(q[S1]); \
+        const __m512 x2 = _mm512_set1_ps(q[2 * S1]), x3 = _mm512_set1_ps(q[S3]); \
+        _Pragma("GCC unroll 2") for (int v = 0; v < NV_; v++) { \
+          acc[4 * i][v] = _mm512_fmadd_ps(x0, b[v], acc[4 * i][v]); \
+          acc[4 * i + 1][v] = _mm512_fmadd_ps(x1, b[v], acc[4 * i + 1][v]); \
+          acc[4 * i + 2][v] = _mm512_fmadd_ps(x2, b[v], acc[4 * i + 2][v]); \
+          acc[4 * i + 3][v] = _mm512_fmadd_ps(x3, b[v], acc[4 * i + 3][v]); \
+        } \
+      } \
+    } \
+  }
+
+/* A row tile's window of one tap row, packed: image columns ix0 .. ix0+span of row (cn
+   channels each, from the row's channel c0), zeros outside the image. */
+__attribute__((target("avx512f"))) static void rp_row_window512(
+    const rp_conv* g, const float* row, int64_t ix0, int64_t span, int64_t cn, float* window) {
+  /* the window's columns jlo .. jhi are inside the image */
+  const int64_t jlo = ix0 < 0 ? (-ix0 < span ? -ix0 : span) : 0;
+  const int64_t jhi = g->W - ix0 < jlo ? jlo : g->W - ix0 < span ? g->W - ix0 : span;
+  for (int64_t i = 0; i < jlo * cn; i += 16) _mm512_storeu_ps(window + i, _mm512_setzero_ps());
+  for (int64_t i = jhi * cn; i < span * cn; i += 16) _mm512_storeu_ps(window + i, _mm512_setzero_ps());
+  if (g->CS == cn) {  /* the columns are one run */
+    __builtin_memcpy(window + jlo * cn, row + (ix0 + jlo) * cn, (size_t)((jhi - jlo) * cn) * sizeof(float));
+    return;
+  }
+  for (int64_t j = jlo; j < jhi; j++)
+    for (int64_t c = 0; c < cn; c += 16) {
+      const __mmask16 m = cn - c >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (cn - c)) - 1u);
+      _mm512_mask_storeu_ps(window + j * cn + c, m, _mm512_maskz_loadu_ps(m, row + (ix0 + j) * g->CS + c));
+    }
+}
+
+#define RP_ROW512(PX, NV) \
+__attribute__((target("avx512f"))) static void rp_row512_##PX##_##NV( \
+    const rp_conv* g, int64_t q0, int64_t ob, float* out, __mmask16 tail) { \
+  enum { PX_ = PX, NV_ = NV }; \
+  __m512 acc[PX][NV]; \
+  _Pragma("GCC unroll 16") for (int p = 0; p < PX; p++) \
+    _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++) acc[p][v] = _mm512_setzero_ps(); \
+  const int64_t oy = q0 / g->OW, ix0 = (q0 - oy * g->OW) * g->sw - g->pl, span = RP_ROW_SPAN(g, PX); \
+  const int inside = ix0 >= 0 && ix0 + span <= g->W; \
+  const int64_t wo = (ob / g->PB) * g->PBS + ob % g->PB; \
+  float window[RP_WINDOW + 16] __attribute__((aligned(64))); /* zeros go in whole vectors */ \
+  for (int64_t c0 = 0; c0 < g->C; c0 += CB) { \
+    const int64_t cn = g->C - c0 < CB ? g->C - c0 : CB; \
+    for (int64_t ry = 0; ry < g->KH; ry++) { \
+      const int64_t iy = oy * g->sh - g->pt + ry * g->dh; \
+      if (iy < 0 || iy >= g->H) continue; \
+      const float* row = g->image + iy * g->W * g->CS + c0; \
+      const float* src = row + ix0 * g->CS; \
+      int64_t cs = g->CS; /* floats from one input column to the next */ \
+      if (!inside) { \
+        rp_row_window512(g, row, ix0, span, cn, window); \
+        src = window, cs = cn; \
+      } \
+      const int64_t S = g->sw * cs; \
+      if (g->dw == 1 && cs == cn && cn == g->C) { /* the row's taps and channels: one run */ \
+        const float* wp = g->weight + ry * g->KW * g->C * g->LDW + wo; \
+        RP_ROW_SUM512(src, wp, g->KW * cn, S) \
+      } else { \
+        for (int64_t rx = 0; rx < g->KW; rx++) { \
+          const float* wp = g->weight + ((ry * g->KW + rx) * g->C + c0) * g->LDW + wo; \
+          RP_ROW_SUM512(src + rx * g->dw * cs, wp, cn, S) \
+        } \
+      } \
+    } \
+  } \
+  _Pragma("GCC unroll 16") for (int p = 0; p < PX; p++) \
+    _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++) { \
+      if (v == NV - 1) _mm512_mask_storeu_ps(out + p * g->OC + 16 * v, tail, acc[p][v]); \
+      else _mm512_storeu_ps(out + p * g->OC + 16 * v, acc[p][v]); \
+    } \
+}
+
+RP_ROW512(16, 1) RP_ROW512(12, 2)
+/* [vectors - 1]: the row tile's pixels, and its kernel */
+static const int rp_row_px512[2] = {16, 12};
+typedef void (*rp_row512_fn)(const rp_conv*, int64_t, int64_t, float*, __mmask16);
+static const rp_row512_fn rp_rows512[2] = {rp_row512_16_1, rp_row512_12_2};
+
+/* whether output pixels q .. q+px (flat) can be a row tile: one output row, and a window
+   that fits RP_WINDOW unless the taps stay inside the image */
+static int rp_row_tile_fits(const rp_conv* g, int64_t q, int64_t px) {
+  const int64_t ox = q % g->OW, ix0 = ox * g->sw - g->pl, span = RP_ROW_SPAN(g, px);
+  if (g->OW - ox < px) return 0;
+  return (ix0 >= 0 && ix0 + span <= g->W) || span * (g->C < CB ? g->C : CB) <= RP_WINDOW;
+}
+
 /* ---------------------------------------------------------------- AVX2 + FMA: 6 x 16 */
 #define RP_STEP256_BODY(ap, wp, n) \
   for (int64_t c = 0; c < (n); c++) { \
@@ -293,7 +416,11 @@ static void rp_conv_span(const rp_conv* g, int level, int64_t ob, int64_t q0, in
   for (int64_t q = 0; q < n; q += tile) {
     int px = n - q < tile ? (int)(n - q) : tile;
     float* at = out + q * g->OC + ob;
-    if (level == 2)
+    const int64_t row_px = level == 2 ? rp_row_px512[vectors - 1] : 0;
+    if (row_px && n - q >= row_px && rp_row_tile_fits(g, q0 + q, row_px)) {
+      rp_rows512[vectors - 1](g, q0 + q, ob, at, (__mmask16)((1u << (lanes - 16 * (vectors - 1))) - 1u));
+      q += row_px - tile;
+    } else if (level == 2)
       rp_tiles512[vectors - 1][px](g, q0 + q, ob, at, (__mmask16)((1u << (lanes - 16 * (vectors - 1))) - 1u));
     else if (level == 1)
       rp_tiles256[vectors - 1][px](g, q0 + q, ob, at, lanes - 8 * (vectors - 1));
@@ -310,7 +437,7 @@ static void rp_conv_span(const rp_conv* g, int level, int64_t ob, int64_t q0, in
 typedef struct {
   rp_conv g;
   float* out;
-  int64_t first, count, block, pixel_units, unit_pixels, units_per_group;
+  int64_t first, count, block, pixel_units, unit_pixels, units_per_group, groups;
   int level;
 } rp_conv_job;
 
@@ -319,12 +446,20 @@ typedef struct {
 static int rp_conv_units(void* ctx, int64_t begin, int64_t end) {
   const rp_conv_job* job = (const rp_conv_job*)ctx;
   for (int64_t u = begin; u < end; u++) {
-    /* group-major: a group's image channels, weight columns and output columns */
-    const int64_t group = u / job->units_per_group, v = u % job->units_per_group;
+    /* one group: channel-block-major (a thread's units read few weight panels); several:
+       pixel-major, every group of a unit of pixels while its image rows are in cache */
+    const int64_t blocks = job->units_per_group / job->pixel_units;
+    int64_t group, ob, q;
+    if (job->groups == 1) {
+      group = 0, ob = (u / job->pixel_units) * job->block, q = (u % job->pixel_units) * job->unit_pixels;
+    } else {
+      const int64_t per_pixels = blocks * job->groups;
+      q = (u / per_pixels) * job->unit_pixels, group = (u % per_pixels) / blocks;
+      ob = (u % blocks) * job->block;
+    }
     rp_conv g = job->g;
-    g.image += group * g.C;
+    g.image += group * g.C;  /* a group's image channels, weight columns and output columns */
     g.weight += group * g.ON;
-    int64_t ob = (v / job->pixel_units) * job->block, q = (v % job->pixel_units) * job->unit_pixels;
     int64_t n = job->count - q < job->unit_pixels ? job->count - q : job->unit_pixels;
     rp_conv_span(&g, job->level, ob, job->first + q, n, job->out + q * g.OC + group * g.ON);
   }
@@ -351,8 +486,8 @@ int rp_conv2d_f32(const float* image, const float* weight, float* out, int64_t H
   /* panels (one group only): every block of output channels reads one contiguous panel */
   const int64_t ldw = panel > 0 ? panel : OC, pbs = panel > 0 ? KH * KW * cg * panel : 0;
   rp_conv_job job = {{image, weight, H, W, cg, OC, KH, KW, sh, sw, dh, dw, pt, pl, OW, C, og, ldw, ldw, pbs},
-                     out, first,
-                     count, block, pixel_units, unit_pixels, (og + block - 1) / block * pixel_units, level};
+                     out, first, count, block, pixel_units, unit_pixels,
+                     (og + block - 1) / block * pixel_units, groups, level};
   int64_t units = groups * job.units_per_group;
   /* work per unit in the pool's units (about a nanosecond): @MACS_PER_WORK@ multiply-adds each */
   int64_t work = block * unit_pixels * KH * KW * cg / @MACS_PER_WORK@;
@@ -520,7 +655,7 @@ int rp_dwconv2d_f32(const float* image, const float* weight, float* out, int64_t
 def runtime_source() -> str:
     """The C source of the runtime object."""
     values = {"CHANNEL_CHUNK": CHANNEL_CHUNK, "UNIT_PIXELS": UNIT_PIXELS, "MACS_PER_WORK": MACS_PER_WORK,
-              "ZEROS": ZERO_RUN}
+              "ZEROS": ZERO_RUN, "WINDOW": ROW_WINDOW}
     source = _SOURCE
     for name, value in values.items():
         source = source.replace(f"@{name}@", str(value))

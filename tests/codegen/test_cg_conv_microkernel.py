@@ -52,6 +52,20 @@ CASES = [
     ("conv1d_strided_dilated", (2, 16, 30), 48, (3,), {"strides": [2], "dilations": [3], "pads": [1, 2]}),
     # weight above CACHED_WEIGHT_BYTES: one call per image, split by the runtime
     ("large_weight_whole_image", (1, 128, 7, 7), 160, (3, 3), {"pads": [1, 1, 1, 1]}),
+    # AVX-512 row tiles (16 pixels of one vector of channels, 12 of two) on rows of 16+
+    # output pixels: at the borders (a copy of the window with zeros), inside, strided and
+    # dilated (one tap at a time), grouped (the columns of a group's channels are apart),
+    # past one chunk of channels, a window past the copy's limit (the 8-pixel tiles), a
+    # window wholly in the padding; 8-pixel tiles for the rest of a row
+    ("row_tiles_one_vector_borders", (1, 16, 5, 40), 16, (3, 3), {"pads": [1, 1, 1, 1]}),
+    ("row_tiles_two_vectors_and_a_tail_strided_dilated", (1, 24, 7, 53), 40, (3, 3),
+     {"pads": [1, 3, 1, 2], "strides": [1, 2], "dilations": [1, 2]}),
+    ("row_tiles_grouped", (2, 32, 4, 37), 32, (3, 3), {"group": 2, "pads": [1, 1, 1, 1]}),
+    ("row_tiles_channels_past_one_chunk", (1, CHANNEL_CHUNK + 20, 3, 20), 16, (3, 3), {"pads": [1, 1, 1, 1]}),
+    ("row_tiles_window_past_the_copy", (1, CHANNEL_CHUNK + 8, 2, 100), 40, (1, 7),
+     {"pads": [0, 3, 0, 3], "strides": [1, 4]}),
+    ("row_tiles_window_in_the_padding", (1, 16, 3, 3), 12, (3, 3), {"pads": [2, 20, 2, 20]}),
+    ("row_tiles_conv1d", (1, 20, 100), 24, (5,), {"pads": [2, 2]}),
     # depthwise (rp_dwconv2d): rows of four-pixel tiles for widths 3, 5, 7 and strides 1, 2,
     # one pixel at a time otherwise and past the last tile; channel tails
     ("depthwise_3x3_tail40", (1, 40, 9, 11), 40, (3, 3), {"group": 40, "pads": [1, 1, 1, 1]}),
@@ -106,7 +120,9 @@ def test_microkernel_matches_interpreter_on_every_isa(cache_dir, name):
 
 @pytest.mark.parametrize("name", ["strided_dilated_asymmetric_tail37_batch2", "large_weight_whole_image",
                                   "depthwise_3x3_tail40", "depthwise_7x7_asymmetric",
-                                  "grouped_16_per_group_tail"])
+                                  "grouped_16_per_group_tail", "row_tiles_one_vector_borders",
+                                  "row_tiles_two_vectors_and_a_tail_strided_dilated", "row_tiles_grouped",
+                                  "row_tiles_channels_past_one_chunk", "row_tiles_window_past_the_copy"])
 def test_avx512_and_avx2_give_identical_bits(cache_dir, name):
     mod, x, lib = _built(cache_dir, name)
     if lib.conv_isa() != "avx512":
@@ -120,7 +136,8 @@ def test_avx512_and_avx2_give_identical_bits(cache_dir, name):
 
 
 @pytest.mark.parametrize("name", ["3x3_pad1_small_channels", "large_weight_whole_image",
-                                  "depthwise_5x5_stride2_batch2", "grouped_16_per_group_tail"])
+                                  "depthwise_5x5_stride2_batch2", "grouped_16_per_group_tail",
+                                  "row_tiles_two_vectors_and_a_tail_strided_dilated", "row_tiles_grouped"])
 def test_bit_identical_for_any_thread_count(cache_dir, name):
     mod, x, lib = _built(cache_dir, name)
     results = {}
