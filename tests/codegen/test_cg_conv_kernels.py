@@ -263,10 +263,12 @@ def test_rule_chooses_per_shape():
     assert choose_kernel(_geometry(256, 256, 2, size=28), use_blas=True) == "microkernel"  # wide groups
     assert choose_kernel(_geometry(64, 64, 1), use_blas=True) == "microkernel"  # one group
     assert choose_kernel(_geometry(16, 16, 1, size=32), use_blas=False) == "microkernel"  # needs no BLAS
-    # a 1x1 over too few input channels for the microkernel: the BLAS paths
+    # a 1x1 over too few input channels for the microkernel: the BLAS paths, the blocked
+    # GEMM for a small weight at any image size, one im2col + GEMM per image for a large one
     small_weight = _geometry(16, 16, 1, kernel=1, size=32)
     assert choose_kernel(small_weight, use_blas=True) == "group_gemm"
-    assert choose_kernel(_geometry(16, 16, 1, kernel=1, size=14), use_blas=True) == "none"  # a small image
+    assert choose_kernel(_geometry(16, 16, 1, kernel=1, size=14), use_blas=True) == "group_gemm"
+    assert choose_kernel(_geometry(96, 576, 1, kernel=1, size=14), use_blas=True) == "none"
     assert choose_kernel(_geometry(16, 16, 1, kernel=1, size=32), use_blas=False) == "none"
     assert tile_mode(_geometry(64, 64, 64)) == CHANNEL_MODE
     assert tile_mode(_geometry(64, 64, 4)) == GROUP_MODE

@@ -191,13 +191,22 @@ def test_rows_per_block_and_the_rule():
     assert 9 * 256 * 256 * 4 > CACHED_WEIGHT_BYTES and rows_per_block(big) == 14
     assert choose_kernel(geometry(64, 64), use_blas=True) == "microkernel"
     assert choose_kernel(geometry(64, 64), use_blas=False) == "microkernel"  # needs no BLAS
-    # fewer than MICROKERNEL_MIN_REDUCTION products per output: the blocked GEMM, with BLAS
-    assert choose_kernel(geometry(3, 16, size=112), use_blas=True) == "group_gemm"  # a 3x3 RGB stem
-    assert choose_kernel(geometry(3, 16, size=112), use_blas=False) == "microkernel"
+    # fewer than MICROKERNEL_MIN_REDUCTION products per output (a 3x3 RGB stem): the
+    # microkernels into one row tile's channels, else the blocked GEMM (with BLAS)
+    assert choose_kernel(geometry(3, 16, size=112), use_blas=True) == "microkernel"
+    assert choose_kernel(geometry(3, 32, size=112), use_blas=True) == "microkernel"
+    assert choose_kernel(geometry(3, 64, size=112), use_blas=True) == "group_gemm"
+    assert choose_kernel(geometry(3, 64, size=112), use_blas=False) == "microkernel"
     assert choose_kernel(geometry(3, 64, kernel=7, size=112), use_blas=True) == "microkernel"  # 147
-    assert choose_kernel(geometry(16, 96, kernel=1, size=112), use_blas=True) != "microkernel"  # 16 products
-    assert choose_kernel(geometry(32, 96, kernel=1, size=112), use_blas=True) == "group_gemm"  # 32 products
-    assert choose_kernel(geometry(96, 96, kernel=1, size=112), use_blas=True) == "microkernel"
+    # a 1x1: the microkernels from 128 input channels into 32+ outputs without a short tail
+    assert choose_kernel(geometry(128, 96, kernel=1, size=56), use_blas=True) == "microkernel"
+    assert choose_kernel(geometry(512, 1000, kernel=1, size=13), use_blas=True) == "microkernel"  # 8 of 1008
+    assert choose_kernel(geometry(144, 24, kernel=1, size=56), use_blas=True) == "group_gemm"  # 8 of 32
+    assert choose_kernel(geometry(128, 16, kernel=1, size=56), use_blas=True) == "group_gemm"
+    assert choose_kernel(geometry(96, 96, kernel=1, size=56), use_blas=True) == "group_gemm"
+    assert choose_kernel(geometry(96, 576, kernel=1, size=7), use_blas=True) == "none"  # a large weight
+    assert choose_kernel(geometry(96, 96, kernel=1, size=56), use_blas=False) == "microkernel"
+    assert choose_kernel(geometry(16, 96, kernel=1, size=112), use_blas=False) == "none"
 
 
 @pytest.mark.parametrize("strides, padding, dilation", [((1, 1), (1, 1, 1, 1), (1, 1)),

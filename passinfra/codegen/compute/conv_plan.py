@@ -6,19 +6,21 @@ The lowering (:mod:`passinfra.codegen.lower`) asks :func:`plan_conv2d` first for
 
 * ``"microkernel"`` (:mod:`.conv_microkernel`, the C runtime
   :mod:`passinfra.codegen.conv_runtime`) for a depthwise convolution (one input and one
-  output channel per group); for a convolution with one group, unless it is a 1x1 over
-  fewer than :data:`MICROKERNEL_MIN_POINTWISE_CHANNELS` input channels or (with BLAS)
-  sums fewer than :data:`MICROKERNEL_MIN_REDUCTION` products per output (a 3x3 RGB
-  stem); and for a
+  output channel per group); for a convolution with one group and a kernel wider than
+  1x1, unless (with BLAS) it sums fewer than :data:`MICROKERNEL_MIN_REDUCTION` products
+  per output into more than :data:`MICROKERNEL_SHORT_SUM_MAX_OUTPUTS` channels (a 3x3
+  RGB stem into 64); for a 1x1 with BLAS from :data:`MICROKERNEL_MIN_POINTWISE_CHANNELS`
+  input channels into enough output channels (without BLAS, from
+  :data:`MICROKERNEL_MIN_POINTWISE_CHANNELS_NO_BLAS`); and for a
   grouped one with at least :data:`MICROKERNEL_MIN_GROUP_CHANNELS` channels per group
   whose per-group GEMMs would be one block of rows, or whose groups are wide (the
-  constants' comment has the measurements);
+  constants' comments have the measurements);
 * ``"direct"`` (:mod:`.conv_direct`) when each group reads one input channel and has
   several outputs (a channel multiplier), and for every grouped convolution when there
   is no BLAS;
 * ``"group_gemm"`` (:mod:`.conv_group_gemm`) for the other grouped convolutions, and
-  for a convolution with one group the microkernels leave whose weight is small over a
-  large enough image (:data:`SMALL_WEIGHT_BYTES`, :data:`MIN_BLOCKED_PIXELS`);
+  for a convolution with one group the microkernels leave whose weight is at most
+  :data:`SMALL_WEIGHT_BYTES`;
 * nothing otherwise: the BLAS planner's im2col + GEMM
   (:func:`passinfra.codegen.gemm.plan_contraction`), or the generic loop nest below its
   size threshold, as before.
@@ -81,12 +83,12 @@ is never chosen there. The blocked per-group GEMM with one group (blocks of 128 
 pixels, each GEMM's epilogue while its block is in cache) against im2col + BLAS, time
 ratio: 0.79 (3x3 16 channels, 9 KiB weight), 0.96 (3x3 32, 36 KiB), 0.83 (1x1 16->96,
 6 KiB), 0.76 (1x1 96->24, 9 KiB), 0.79 (3->16 stem, 2 KiB), 0.98 (7x7 3->64 stem, 37
-KiB); 0.98-1.04 from 64 KiB to 9 MiB (3x3 at 64-512 channels, ResNet-50's 1x1s). The
-clear gains were all on images of 1024 output pixels or more (the 0.96 was on 16x16):
-hence :data:`SMALL_WEIGHT_BYTES` and :data:`MIN_BLOCKED_PIXELS`; a smaller image keeps
-the im2col + BLAS path. With wider vectors in the generated code (``-mavx2`` in
-``codegen.cflags``) the direct depthwise kernel ran 1.5-2x faster (25-56 GFLOP/s); the
-portable default flags do not assume them.
+KiB); 0.98-1.04 from 64 KiB to 9 MiB (3x3 at 64-512 channels, ResNet-50's 1x1s). Since
+the AVX-512 row tiles, only 1x1 convolutions and short sums into many channels leave the
+microkernels, and the blocked GEMM serves them with a small weight at any image size
+(1x1 24->144 at 28x28: 93 vs 63 GFLOP/s): :data:`SMALL_WEIGHT_BYTES`. With wider
+vectors in the generated code (``-mavx2`` in ``codegen.cflags``) the direct depthwise
+kernel ran 1.5-2x faster (25-56 GFLOP/s); the portable default flags do not assume them.
 """
 
 from __future__ import annotations
@@ -117,27 +119,38 @@ CONV_KERNEL_CONFIG = "codegen.conv_kernel"
 CONV_KERNELS = ("auto", "direct", "group_gemm", "microkernel", "none")
 register_config(CONV_KERNEL_CONFIG, str)
 
-# a convolution with one group whose weight is at most this big, over at least this
-# many output pixels per image, runs as the blocked per-group GEMM (one group): 17-24%
-# faster than one im2col + GEMM per image on such shapes, level (+-4%) with a larger
-# weight or a smaller image (module docstring)
-SMALL_WEIGHT_BYTES = 48 * 1024
-MIN_BLOCKED_PIXELS = 1024
-# a 1x1 convolution with one group runs on the microkernels from this many input
-# channels: with fewer, a tile's fixed cost (a pointer per pixel, storing its
-# accumulators) outweighs its multiply-adds (16 and 24 channels ran at 66-69 GFLOP/s
-# against 67-76 through BLAS). A larger kernel does from MICROKERNEL_MIN_REDUCTION
-# products per output; below, the blocked per-row GEMM beats both the microkernels and
-# one im2col + GEMM per image, whose im2col copies runs of C floats, a memcpy call each
-# (MobileNetV3's 3x3 RGB stem: 0.25 ms im2col + GEMM, 0.23 microkernel, 0.20 blocked)
-MICROKERNEL_MIN_POINTWISE_CHANNELS = 32
-# with BLAS, a convolution with one group runs on the microkernels from this many
-# multiply-adds per output (KH*KW*C): below, a tile's fixed cost outweighs its sums and
-# the blocked per-row GEMM is faster. Kernel alone, one thread, GFLOP/s (microkernel vs
-# group_gemm): 3x3 stride-2 stems over 3 channels into 16, 32, 64: 48/55, 68/70, 67/82
-# (SqueezeNet's: 0.645 vs 0.527 ms); 3x3 over 8 channels: 84/91; 5x5 over 3 (75): 79/77;
-# the 7x7 stem (147): 88/81
+# A convolution with one group and a kernel wider than 1x1 runs on the microkernels,
+# with BLAS unless it sums fewer than MICROKERNEL_MIN_REDUCTION products per output into
+# more than MICROKERNEL_SHORT_SUM_MAX_OUTPUTS channels. The AVX-512 row tiles
+# (passinfra.codegen.conv_runtime) made short sums fast into one row tile's channels.
+# Kernel alone with bias + ReLU, one thread, GFLOP/s, microkernel vs group_gemm: 3x3
+# stride-2 stems at 224x224 into 16, 32, 64 channels: 69/55, 82/57, 81/82 (SqueezeNet's
+# into 64: 0.52 vs 0.47 ms); 3x3 over 8 channels into 32 at 56x56: 94/91; 3x3 stride 2
+# 16->16 at 112x112: 94/88; the 7x7 stem (147 products): 88/81.
 MICROKERNEL_MIN_REDUCTION = 75
+MICROKERNEL_SHORT_SUM_MAX_OUTPUTS = 32
+# A 1x1 one sums only C products per output; with BLAS it runs on the microkernels from
+# MICROKERNEL_MIN_POINTWISE_CHANNELS input channels into at least
+# MICROKERNEL_MIN_POINTWISE_OUTPUTS output channels whose last vector of 16 is at least
+# 7/8 full (a masked tail costs a whole vector), else as the blocked per-row GEMM (a
+# weight up to SMALL_WEIGHT_BYTES) or one im2col + GEMM per image. Microkernel /
+# group_gemm / im2col + BLAS, GFLOP/s: 256->64 at 56x56 107/95/94, 256->32 at 27x27
+# 107/91/89, 384->48 at 13x13 99/92/92, 128->512 at 28x28 103/99/92, 512->128 105/101/95,
+# 576->96 at 7x7 105/86/88, 480->80 at 14x14 104/95/95, SqueezeNet's classifier 512->1000
+# at 13x13 1.65/2.23/- ms; against, fewer input channels: 64->256 at 56x56 97/93/87,
+# 64->64 96/108/102, 96->576 at 7x7 93/102/105, 80->480 at 14x14 92/97/97, 40->120 at
+# 28x28 75/96/78, 24->144 62/93/63, 16->64 at 56x56 74/84/72; a tail or one vector:
+# 144->24 at 56x56 78/104/100, 96->24 69/97/93, 240->40 at 14x14 83/105/107, 128->16 at
+# 55x55 97/109/107. Without BLAS a 1x1 runs on the microkernels from
+# MICROKERNEL_MIN_POINTWISE_CHANNELS_NO_BLAS input channels (else the loop nest)
+MICROKERNEL_MIN_POINTWISE_CHANNELS = 128
+MICROKERNEL_MIN_POINTWISE_OUTPUTS = 32
+MICROKERNEL_MIN_POINTWISE_CHANNELS_NO_BLAS = 32
+# the blocked per-row GEMM repacks the weight per block of rows: up to this size it is
+# faster than one im2col + GEMM per image (up to 1.5x: 24->144 at 28x28, 93 vs 63
+# GFLOP/s), beyond it level or slower (64->256 at 56x56 93 vs 87, 96->576 at 7x7 102 vs
+# 105, 512->1000 at 13x13 2.23 ms against 1.65 on the microkernels)
+SMALL_WEIGHT_BYTES = 48 * 1024
 # a grouped convolution runs on the microkernels when its groups have at least this many
 # input channels (4 per group ran at 11 GFLOP/s there against 21 as per-group GEMMs, 8 at
 # 30 against 48) and either the per-group GEMMs would be one block of rows (a 14x14 or
@@ -200,6 +213,19 @@ def conv_kernel_setting(ctx: PassContext | None = None) -> str:
     return value
 
 
+def _one_group_on_microkernels(g: ConvGeometry, use_blas: bool) -> bool:
+    """Whether a convolution with one group runs on the microkernels (the constants'
+    comment has the measurements)."""
+    if g.kernel != (1, 1):
+        return (not use_blas or g.reduction >= MICROKERNEL_MIN_REDUCTION
+                or g.out_channels <= MICROKERNEL_SHORT_SUM_MAX_OUTPUTS)
+    if not use_blas:
+        return g.channels >= MICROKERNEL_MIN_POINTWISE_CHANNELS_NO_BLAS
+    unused_lanes = -g.out_channels % 16  # of the last vector of 16 channels
+    return (g.channels >= MICROKERNEL_MIN_POINTWISE_CHANNELS
+            and g.out_channels >= MICROKERNEL_MIN_POINTWISE_OUTPUTS and 8 * unused_lanes <= g.out_channels)
+
+
 def choose_kernel(g: ConvGeometry, use_blas: bool) -> str:
     """``"direct"``, ``"group_gemm"`` or ``"none"`` for a float32 NHWC/HWIO convolution
     (the rule of the module docstring)."""
@@ -207,8 +233,7 @@ def choose_kernel(g: ConvGeometry, use_blas: bool) -> str:
         return "microkernel"
     if g.group_channels == 1 and g.groups > 1:
         return "direct"  # a channel multiplier
-    if g.groups == 1 and (g.kernel != (1, 1) or g.channels >= MICROKERNEL_MIN_POINTWISE_CHANNELS) and (
-            g.reduction >= MICROKERNEL_MIN_REDUCTION or not use_blas):
+    if g.groups == 1 and _one_group_on_microkernels(g, use_blas):
         return "microkernel"
     if g.groups > 1 and g.group_channels >= MICROKERNEL_MIN_GROUP_CHANNELS:
         # one block of rows per image: the per-group GEMMs would run on one thread, the
@@ -222,9 +247,7 @@ def choose_kernel(g: ConvGeometry, use_blas: bool) -> str:
         return "none" if g.groups == 1 else "direct"
     if g.groups == 1:
         kh, kw = g.kernel
-        weight_bytes = kh * kw * g.channels * g.out_channels * 4
-        small = weight_bytes <= SMALL_WEIGHT_BYTES and g.out_height * g.out_width >= MIN_BLOCKED_PIXELS
-        return "group_gemm" if small else "none"
+        return "group_gemm" if kh * kw * g.channels * g.out_channels * 4 <= SMALL_WEIGHT_BYTES else "none"
     return "group_gemm"
 
 
@@ -255,5 +278,7 @@ def plan_conv2d(attrs: Attrs, in_shapes: Sequence[tuple[int, ...]], dtype: str, 
 
 __all__ = ["CONV_KERNELS", "CONV_KERNEL_CONFIG", "ConvPlan", "DTYPES", "MICROKERNEL_MIN_GROUP_CHANNELS",
            "MICROKERNEL_MIN_GROUP_OUTPUTS", "MICROKERNEL_MIN_GROUP_REDUCTION",
-           "MICROKERNEL_MIN_POINTWISE_CHANNELS", "MICROKERNEL_MIN_REDUCTION", "MIN_BLOCKED_PIXELS",
-           "SMALL_WEIGHT_BYTES", "choose_kernel", "conv_kernel_setting", "plan_conv2d"]
+           "MICROKERNEL_MIN_POINTWISE_CHANNELS", "MICROKERNEL_MIN_POINTWISE_CHANNELS_NO_BLAS",
+           "MICROKERNEL_MIN_POINTWISE_OUTPUTS", "MICROKERNEL_MIN_REDUCTION",
+           "MICROKERNEL_SHORT_SUM_MAX_OUTPUTS", "SMALL_WEIGHT_BYTES", "choose_kernel", "conv_kernel_setting",
+           "plan_conv2d"]
