@@ -1,5 +1,6 @@
-"""Element-wise stores that read an input transposed get a tiled loop nest
-(passinfra/codegen/loop_tiling.py); values stay those of the interpreter."""
+"""Element-wise stores that read an input transposed get a tiled loop nest, and a
+channel shuffle a channel loop split by its groups (passinfra/codegen/loop_tiling.py);
+values stay those of the interpreter."""
 
 from __future__ import annotations
 
@@ -109,3 +110,30 @@ def test_concatenate_splits_into_select_free_pieces(tmp_path, axis):
     with PassContext(config={"codegen.cache_dir": str(tmp_path)}):
         compiled = passinfra.build(IRModule({"main": func}))
     np.testing.assert_allclose(compiled(*args), expected, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape, groups", [((1, 5, 6, 12), 3), ((2, 3, 4, 32), 4), ((1, 7, 3, 10), 2)])
+def test_channel_shuffle_splits_the_channel_loop_by_the_groups(tmp_path, shape, groups):
+    """Per pixel, out[c] = in[(c % g) * (C/g) + c // g]: the channel loop is split into
+    (C/g, g), so the index has no division or modulo left, and the copy is exact."""
+    grouped = (*shape[:3], groups, shape[3] // groups)
+    func = _func([shape], lambda x: op.reshape(op.transpose(op.reshape(x, grouped), (0, 1, 2, 4, 3)), shape))
+    x = np.random.default_rng(2).standard_normal(shape).astype("float32")
+    expected = evaluate(IRModule({"main": func}), x)
+    lowered = lower_primitive_function(func, "kernel")
+    inner = [(loop.loop_var.name, loop.extent.value) for loop in _loops(lowered.body)][-2:]
+    assert inner == [("i3_o", shape[3] // groups), ("i3_i", groups)], inner
+    np.testing.assert_array_equal(run_prim_func(lowered, x).reshape(shape), expected)
+    with PassContext(config={"codegen.cache_dir": str(tmp_path)}):
+        compiled = passinfra.build(IRModule({"main": func}))
+    np.testing.assert_array_equal(compiled(x), expected)
+
+
+def test_a_divisor_that_does_not_divide_the_extent_leaves_the_loop_whole():
+    src = tir.Buffer("src", (10,), "float32")
+    dst = tir.Buffer("dst", (10,), "float32")
+    i = tir.TVar("i")
+    nest = elementwise_nest((i,), (10,), tir.BufferStore(dst, src.load(tir.FloorMod(i, tir.IntImm(4))), (i,)))
+    assert [(loop.loop_var.name, loop.extent.value) for loop in _loops(nest)] == [("i", 10)]
+    nest = elementwise_nest((i,), (12,), tir.BufferStore(dst, src.load(tir.FloorMod(i, tir.IntImm(4))), (i,)))
+    assert [(loop.loop_var.name, loop.extent.value) for loop in _loops(nest)] == [("i_o", 3), ("i_i", 4)]
