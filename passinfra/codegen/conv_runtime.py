@@ -187,20 +187,25 @@ static const float rp_conv_zeros[RP_ZEROS] __attribute__((aligned(64)));
     } \
   }
 
-#define RP_TILE512(PX, NV) \
-__attribute__((target("avx512f"))) static void rp_tile512_##PX##_##NV( \
+/* An AVX-512 tile function of PX pixels x NV vectors: zeroed accumulators, BODY, then
+   the stores (the last vector masked to the block's channels). */
+#define RP_TILE512_FUNCTION(NAME, PX, NV, BODY) \
+__attribute__((target("avx512f"))) static void NAME( \
     const rp_conv* g, int64_t q0, int64_t ob, float* out, __mmask16 tail) { \
   enum { PX_ = PX, NV_ = NV }; \
   __m512 acc[PX][NV]; \
-  _Pragma("GCC unroll 8") for (int p = 0; p < PX; p++) \
+  _Pragma("GCC unroll 16") for (int p = 0; p < PX; p++) \
     _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++) acc[p][v] = _mm512_setzero_ps(); \
-  RP_TILE_LOOPS(PX, RP_STEP512_BODY) \
-  _Pragma("GCC unroll 8") for (int p = 0; p < PX; p++) \
+  BODY \
+  _Pragma("GCC unroll 16") for (int p = 0; p < PX; p++) \
     _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++) { \
       if (v == NV - 1) _mm512_mask_storeu_ps(out + p * g->OC + 16 * v, tail, acc[p][v]); \
       else _mm512_storeu_ps(out + p * g->OC + 16 * v, acc[p][v]); \
     } \
 }
+
+#define RP_TILE512(PX, NV) \
+  RP_TILE512_FUNCTION(rp_tile512_##PX##_##NV, PX, NV, RP_TILE_LOOPS(PX, RP_STEP512_BODY))
 
 /* ------------------------------------------- AVX-512F: row tiles, 16 x 16 and 12 x 32
    The tiles above keep one input pointer per pixel, because a tile may span output rows;
@@ -266,13 +271,8 @@ __attribute__((target("avx512f"))) static void rp_row_window512(
     }
 }
 
-#define RP_ROW512(PX, NV) \
-__attribute__((target("avx512f"))) static void rp_row512_##PX##_##NV( \
-    const rp_conv* g, int64_t q0, int64_t ob, float* out, __mmask16 tail) { \
-  enum { PX_ = PX, NV_ = NV }; \
-  __m512 acc[PX][NV]; \
-  _Pragma("GCC unroll 16") for (int p = 0; p < PX; p++) \
-    _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++) acc[p][v] = _mm512_setzero_ps(); \
+/* the sums of a row tile of PX pixels (its window and tap loops) */
+#define RP_ROW512_BODY(PX) \
   const int64_t oy = q0 / g->OW, ix0 = (q0 - oy * g->OW) * g->sw - g->pl, span = RP_ROW_SPAN(g, PX); \
   const int inside = ix0 >= 0 && ix0 + span <= g->W; \
   const int64_t wo = (ob / g->PB) * g->PBS + ob % g->PB; \
@@ -300,13 +300,9 @@ __attribute__((target("avx512f"))) static void rp_row512_##PX##_##NV( \
         } \
       } \
     } \
-  } \
-  _Pragma("GCC unroll 16") for (int p = 0; p < PX; p++) \
-    _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++) { \
-      if (v == NV - 1) _mm512_mask_storeu_ps(out + p * g->OC + 16 * v, tail, acc[p][v]); \
-      else _mm512_storeu_ps(out + p * g->OC + 16 * v, acc[p][v]); \
-    } \
-}
+  }
+
+#define RP_ROW512(PX, NV) RP_TILE512_FUNCTION(rp_row512_##PX##_##NV, PX, NV, RP_ROW512_BODY(PX))
 
 RP_ROW512(16, 1) RP_ROW512(12, 2)
 /* [vectors - 1]: the row tile's pixels, and its kernel */
