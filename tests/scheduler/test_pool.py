@@ -186,6 +186,7 @@ def test_a_pool_is_found_through_the_address_of_a_two_node_cluster(ray_tmpdir):
     assert result["found"].startswith("warm pool") and result["identical"]
     assert len(result["worker_nodes"]) == 2  # the pool's workers spread over both nodes
     assert result["remote_calls"] > 0 and result["runs_served"] == 1
+    assert not any(os.path.exists(directory) for directory in result["temp_dirs"])  # nothing left behind
 
 
 def test_a_pool_running_other_sources_is_not_used_and_the_reason_is_given(monkeypatch):

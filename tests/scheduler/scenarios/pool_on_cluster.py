@@ -4,6 +4,7 @@ record on this machine). Prints one JSON line."""
 
 import json
 import os
+import shutil
 import tempfile
 
 import ray
@@ -21,7 +22,7 @@ def main() -> None:
     cluster.wait_for_nodes()
     started_in = tempfile.mkdtemp(prefix="rp-pool-a-")
     driver_sees = tempfile.mkdtemp(prefix="rp-pool-b-")
-    result = {}
+    result = {"temp_dirs": [started_in, driver_sees]}
     try:
         os.environ["RAYPASS_POOL_DIR"] = started_in
         pool.start(workers=2, address=cluster.address, idle_timeout_minutes=10)
@@ -43,6 +44,8 @@ def main() -> None:
         pool.stop()  # a no-op when the pool is gone
         ray.shutdown()
         cluster.shutdown()
+        for directory in (started_in, driver_sees):  # the machine as the test found it
+            shutil.rmtree(directory, ignore_errors=True)
     print(json.dumps(result))
 
 
