@@ -1,4 +1,4 @@
-"""Loop nests for element-wise stores: split at select boundaries, tiled for transposes.
+"""Loop nests for element-wise stores: split at select boundaries and by divisors, tiled for transposes.
 
 The lowering asks :func:`elementwise_nest` for the loop nest of one store per output
 index (an injective group). Two rewrites make such nests cheaper; both only reorder or
@@ -18,10 +18,11 @@ partition independent iterations (no reduction), so they cannot change a value:
   both buffers stay in cache (the classic blocked transpose).
 * Divisor splitting. A channel shuffle in the channels-last layout reads, per pixel,
   ``in[.., (c % g) * (C/g) + c // g]``: a floor division and a modulo per element (2.7
-  cycles an element, 3-5x onnxruntime's shuffle). When a load's index takes the
-  innermost variable only through ``v // k`` or ``v % k`` for a constant ``k`` dividing
-  its extent, the loop is split into ``v = o*k + i`` (``i`` innermost, so the store stays
-  contiguous), and Simplify turns ``v // k`` into ``o`` and ``v % k`` into ``i``.
+  cycles an element, 3-5x onnxruntime's shuffle). When the stored value, its index
+  arithmetic simplified with the loops' ranges, divides the innermost variable by a
+  constant ``k`` that divides its extent (``v // k`` or ``v % k``), the loop is split into
+  ``v = o*k + i`` (``i`` innermost, so the store stays contiguous), and Simplify turns
+  ``v // k`` into ``o`` and ``v % k`` into ``i``.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ Loop = tuple[tir.TVar, int, int]
 def elementwise_nest(loop_vars: Sequence[tir.TVar], extents: Sequence[int],
                      store: tir.BufferStore) -> tir.Stmt:
     """The loop nests running ``store`` (indexed by ``loop_vars``) over ``extents``,
-    split at select boundaries and tiled when a load is transposed (module docstring)."""
+    split at select boundaries, split by a divisor of the innermost variable, and tiled
+    when a load is transposed (module docstring)."""
     loops = [(var, 0, int(extent)) for var, extent in zip(loop_vars, extents)]
     return seq(*(_tiled(*_divisor_split(piece_loops, piece)) for piece_loops, piece in _pieces(loops, store)))
 
