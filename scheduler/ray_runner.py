@@ -18,8 +18,9 @@ run later calls, and applied in module order, never completion order; the error
 reported is the one an in-process run raises first (lowest pass, then first function in
 module order), with the worker it came from.
 
-A stage runs in the driver instead when it is too small to ship (fewer functions than
-config ``scheduler.min_stage_functions``), or when a pass that needs types (it requires
+Only the functions some pass of the stage works on travel (``accepts``); a stage runs in
+the driver instead when it is too small to ship (fewer such functions than config
+``scheduler.min_stage_functions``), or when a pass that needs types (it requires
 InferType) would be handed an untyped function: inferring them needs the callees'
 types, which a worker holding a shard cannot see
 (``passinfra.transform.module_view.typing_scope``). That happens only when such a pass
@@ -114,12 +115,13 @@ class RayStageRunner:
         self.stats.stages.append(stats)
         records: list[CallRecord] = []  # filled even when the stage raises
         try:
-            too_small = len(mod) < ctx.get_config("scheduler.min_stage_functions", MIN_STAGE_FUNCTIONS)
+            working = _working_functions(stage, mod)
+            too_small = len(working) < ctx.get_config("scheduler.min_stage_functions", MIN_STAGE_FUNCTIONS)
             # too_small: nothing to spread, shipping the function out and back would only cost time
             if too_small or _types_missing(stage, mod):
                 stats.ran_in_driver = True
                 return self._run_in_driver(stage, mod, ctx, records)
-            return self._run_on_workers(stage, mod, ctx, stats, records)
+            return self._run_on_workers(stage, mod, working, ctx, stats, records)
         finally:
             self.stats.add_records(records, {leaf.leaf_index: leaf.name for leaf in stage.leaves})
             stats.wall_seconds = time.perf_counter() - started
@@ -143,13 +145,13 @@ class RayStageRunner:
         return StageOutcome(new_mod, error, worker, _timings(records))
 
     def _run_on_workers(
-        self, stage: FunctionStage, mod: IRModule, ctx: PassContext, stats: StageStats,
-        records: list[CallRecord],
+        self, stage: FunctionStage, mod: IRModule, working: list[str], ctx: PassContext,
+        stats: StageStats, records: list[CallRecord],
     ) -> StageOutcome:
         transport = self.transport  # may wait for the workers to start
         send_start, t0 = time.time(), time.perf_counter()
         self._adopt_restarts()
-        placement = self.residency.sync(mod, [leaf.pass_ for leaf in stage.leaves])
+        placement = self.residency.sync(mod, working)
         stats.functions_moved = placement.moved
         dispatch = Dispatcher(
             transport, stage.index, self._spec(stage, mod, ctx),
@@ -245,6 +247,13 @@ def _timings(records: list[CallRecord]) -> Timings:
             seconds, count = timings.setdefault(run.key, {}).get(record.slot, (0.0, 0))
             timings[run.key][record.slot] = (seconds + run.seconds, count + 1)
     return timings
+
+
+def _working_functions(stage: FunctionStage, mod: IRModule) -> list[str]:
+    """The functions some pass of ``stage`` works on, in module order: only these are
+    shipped (a pass skips the others wherever it runs)."""
+    passes = [leaf.pass_ for leaf in stage.leaves]
+    return [gv.name_hint for gv, func in mod.items() if any(p.accepts(func) for p in passes)]
 
 
 def _types_missing(stage: FunctionStage, mod: IRModule) -> bool:

@@ -7,7 +7,8 @@ one last sent to or received from that slot. Only new or changed functions are s
 
 Placement: a new function goes to the least loaded slot, largest first (LPT,
 ``scheduler.assign``), by the measured seconds of the last stage that ran it, else by an
-estimate from its node count. When the measured costs make the current placement
+estimate from its node count. Only the functions some pass of the stage works on
+take part (see ``sync``). When the measured costs make the current placement
 clearly worse than LPT's (``REBALANCE_THRESHOLD``), functions move; a moved or removed
 function is dropped by the slot that held it.
 """
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from passinfra.ir.expr import BaseFunc
 from passinfra.ir.module import IRModule
@@ -43,31 +43,28 @@ class Residency:
         # name -> (slot, the driver object the worker holds; None: it needs a new copy)
         self._resident: dict[str, tuple[int, BaseFunc | None]] = {}
         self._cost: dict[str, float] = {}  # measured seconds per function, last stage it ran
-        self._relevant: set[str] = set()  # functions some pass of the current stage accepts
 
-    def sync(self, mod: IRModule, passes: Sequence[Any] | None = None) -> Placement:
-        """Place new functions, rebalance by measured cost, and say what each slot must
+    def sync(self, mod: IRModule, working: Sequence[str]) -> Placement:
+        """Place the functions ``working`` (those some pass of the stage works on, in
+        module order), rebalance them by measured cost, and say what each slot must
         load (new/changed functions) and drop (removed or moved ones). The functions are
-        recorded as resident now; they reach the workers with the stage's calls."""
-        names = [gv.name_hint for gv in mod.functions]
-        present = set(names)
+        recorded as resident now; they reach the workers with the stage's calls.
+
+        Only ``working`` functions travel: the others stay where they are, or in the
+        driver alone. After FuseOps the host ``main`` holds every weight of the model
+        and no kernel pass reads it; shipping it cost more than the kernels' work."""
+        present = {gv.name_hint for gv in mod.functions}
         drops: dict[int, list[str]] = {}
         for name in list(self._resident):
             if name not in present:
                 slot, _ = self._resident.pop(name)
                 drops.setdefault(slot, []).append(name)
-        placement = {name: slot for name, (slot, _) in self._resident.items()}
+        placement = {name: self._resident[name][0] for name in working if name in self._resident}
         moved = 0
         if self.workers == 1:  # nothing to balance: spare the cost estimates (a walk of every function)
-            placement.update({name: 0 for name in names if name not in placement})
+            placement.update({name: 0 for name in working if name not in placement})
         else:
-            # a function no pass of this stage works on costs (next to) nothing here: the host
-            # `main` after FuseOps is large but untouched by codegen, and must not take a
-            # worker for itself while the kernels pile up on the other
-            self._relevant = {
-                name for name in names if passes is None or any(p.accepts(mod[name]) for p in passes)
-            }
-            newcomers = {name: self._cost_of(name, mod) for name in names if name not in placement}
+            newcomers = {name: self._cost_of(name, mod) for name in working if name not in placement}
             if newcomers:
                 loads = [0.0] * self.workers
                 for name, slot in placement.items():
@@ -75,21 +72,18 @@ class Residency:
                 placement.update(lpt(newcomers, loads))
             placement, moved = self._rebalance(placement, mod, drops)
         sends: dict[int, dict[str, BaseFunc]] = {}
-        for name in names:
+        for name in working:
             func = mod[name]
             slot = placement[name]
             resident = self._resident.get(name)
             if resident is None or resident[0] != slot or resident[1] is not func:
                 sends.setdefault(slot, {})[name] = func
                 self._resident[name] = (slot, func)
-        return Placement({name: placement[name] for name in names}, sends, drops, moved)
+        return Placement({name: placement[name] for name in working}, sends, drops, moved)
 
     def _cost_of(self, name: str, mod: IRModule) -> float:
         """Measured seconds of the last stage that ran the function, else an estimate
-        from its node count (about a microsecond per node and pass); tiny when no pass
-        of the current stage accepts it."""
-        if name not in self._relevant:
-            return 1e-9
+        from its node count (about a microsecond per node and pass)."""
         return self._cost.get(name) or estimated_cost(mod[name]) * 1e-6
 
     def _rebalance(

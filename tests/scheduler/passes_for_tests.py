@@ -12,7 +12,7 @@ from pathlib import Path
 
 from passinfra import ir
 from passinfra.ir import op
-from passinfra.transform import function_pass, module_pass, register_pass
+from passinfra.transform import FunctionPass, PassInfo, function_pass, module_pass, register_pass
 
 
 class AddToMultiply(ir.ExprMutator):
@@ -129,4 +129,37 @@ def calling_module(num_callers: int) -> ir.IRModule:
         y = ir.var("y", (4,))
         body = op.add(ir.Call(mod.get_global_var("helper"), [y]), ir.const(float(i)))
         mod[f"caller{i}"] = ir.Function([y], body).with_attr("tag", f"caller{i}")
+    return mod
+
+
+class _TagKernels(FunctionPass):
+    """Works on functions with a truthy ``Primitive`` attr only, as the kernel passes do."""
+
+    reads_module = False
+
+    def __init__(self) -> None:
+        super().__init__(lambda func, mod, ctx: func.with_attr("kernel_seen", True), PassInfo(0, "TagKernels"))
+
+    def accepts(self, func):
+        return isinstance(func, ir.Function) and bool(func.attrs.get("Primitive", 0))
+
+
+tag_kernels = _TagKernels()
+
+
+def host_and_kernels_module(num_kernels: int, weight_bytes: int) -> ir.IRModule:
+    """A ``main`` holding ``weight_bytes`` of constants and calling ``num_kernels``
+    Primitive functions, the shape of a module after FuseOps."""
+    import numpy as np
+
+    mod = ir.IRModule()
+    for i in range(num_kernels):
+        x = ir.var("x", (4,))
+        mod[f"kernel{i}"] = ir.Function([x], op.exp(op.add(x, ir.const(float(i))))).with_attr("Primitive", 1)
+    weight = np.arange(weight_bytes // 4, dtype="float32")
+    x = ir.var("x", (4,))
+    body = op.add(x, op.sum(ir.const(weight)))
+    for i in range(num_kernels):
+        body = ir.Call(mod.get_global_var(f"kernel{i}"), [body])
+    mod["main"] = ir.Function([x], body)
     return mod

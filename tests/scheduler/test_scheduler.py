@@ -88,6 +88,21 @@ def test_a_stage_that_changes_nothing_receives_almost_nothing(ray_scheduler):
     assert sched.last_run.bytes_sent > 10_000  # the functions went out once
 
 
+def test_functions_no_pass_of_the_stage_works_on_stay_in_the_driver(ray_scheduler):
+    """After FuseOps the host ``main`` holds every weight; the kernel passes skip it, so
+    it must not travel: the stage ships the kernels and nothing else."""
+    weights = 2_000_000
+    mod = P.host_and_kernels_module(6, weights)
+    pipeline = Sequential([P.tag_kernels], opt_level=0)
+    sched = ray_scheduler(2)
+    out = sched.run(pipeline, mod)
+    assert out.astext() == pipeline(mod).astext()
+    (stage,) = sched.last_run.stages
+    assert not stage.ran_in_driver and stage.remote_calls >= 1
+    assert 0 < sched.last_run.bytes_sent < weights // 10  # the kernels' bytes, not main's
+    assert all(out[f"kernel{i}"].attrs["kernel_seen"] for i in range(6))
+
+
 def test_timing_merges_worker_time(ray_scheduler):
     timing = PassTimingInstrument()
     mod = P.chain_module(40, length=2)
