@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 import runpy
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -226,6 +227,18 @@ def make_scheduler(args: argparse.Namespace) -> Any:
     if args.workers is not None and args.workers < 1:
         raise CliUserError(f"--workers must be at least 1, got {args.workers}")
     return Scheduler(backend=args.backend, num_workers=args.workers, address=args.address)
+
+
+@contextmanager
+def command_scheduler(args: argparse.Namespace) -> Iterator[Any]:
+    """The command's scheduler, made at once (the ray backend starts its workers in the
+    background while the model loads) and shut down without waiting for a private pool
+    to finish stopping: the command is about to exit, and the pool stops on its own."""
+    scheduler = make_scheduler(args)
+    try:
+        yield scheduler
+    finally:
+        scheduler.shutdown(wait=False)
 
 
 # ----- plugins -----------------------------------------------------------------------------

@@ -21,9 +21,9 @@ from raypass_cli.common import (
     CliUserError,
     add_context_options,
     add_scheduler_options,
+    command_scheduler,
     context_kwargs,
     load_model,
-    make_scheduler,
     parse_shapes,
     split_names,
 )
@@ -117,7 +117,9 @@ def compile_model(
 def backend_summary(stats: RunStats) -> str:
     """"ray backend (warm pool at ..., 2 workers)", "local backend (auto: ...)"."""
     details = []
-    if stats.backend == "ray":
+    if stats.backend == "ray" and not stats.num_workers:
+        details.append("every stage ran in the driver: none was worth shipping before the workers were up")
+    elif stats.backend == "ray":
         details.append(f"{stats.workers}, {stats.num_workers} workers")
         if stats.startup_seconds:
             hidden = stats.startup_hidden_seconds
@@ -147,9 +149,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     load_plugins(args.plugin)
     if args.emit is None and not args.output:
         raise CliUserError("compile needs -o LIB (or --emit c|ir to write source instead)")
-    # made first: the ray backend starts its workers in the background while the model loads
-    scheduler = make_scheduler(args)
-    with scheduler:
+    with command_scheduler(args) as scheduler:
         mod = load_model(args.model, parse_shapes(args.shapes))
         outcome = compile_model(mod, args, scheduler, emit=args.emit)
     for note in outcome.stats.notes:

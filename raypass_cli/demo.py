@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from raypass_cli.common import load_model, load_plugins, make_scheduler
+from raypass_cli.common import command_scheduler, load_model, load_plugins
 from raypass_cli.compile import add_build_options, compile_model
 from raypass_cli.report import print_timing
 from raypass_cli.run import random_input
@@ -46,9 +46,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
         f"raypass demo: compiling {args.model} with the {args.backend} backend "
         f"({args.workers or os.cpu_count()} workers), opt_level {args.opt_level}"
     )
-    # made first: the ray backend starts its workers in the background while the model loads
-    scheduler = make_scheduler(args)
-    with scheduler:
+    # the demo shows the workers at work: the driver waits for them instead of compiling
+    # the small model itself while they start (a --config of the user's comes later and wins)
+    args.config = ["scheduler.head_start=false", *(args.config or [])]
+    with command_scheduler(args) as scheduler:
         mod = load_model(args.model)
         outcome = compile_model(mod, args, scheduler)
     stats = outcome.stats

@@ -125,8 +125,58 @@ def read_record(path: str | os.PathLike[str] | None = None) -> PoolRecord | None
         return None
     if not _alive(record.pid):
         path.unlink(missing_ok=True)
+        reap_session(record.pid)
         return None
     return record
+
+
+def reap_session(pid: int) -> list[int]:
+    """End what is left of a dead daemon ``pid``: the processes of its session (the
+    daemon starts one of its own). Killed with SIGKILL, the daemon takes its Ray's
+    GCS and raylet with it, but Ray's agents (``ray::DashboardAgent``,
+    ``ray::RuntimeEnvAgent``) keep running; they are still in the session. Only a
+    dead daemon's session is reaped: no new process can take its id while its leader's
+    pid is free, so every member is a leftover. Returns the pids signalled."""
+    if _alive(pid):
+        return []
+    members = [other for other in _session_members(pid) if other != os.getpid()]
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for member in members:
+            try:
+                os.kill(member, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        if all(_wait_gone(member, 2.0) for member in members):
+            break
+    return members
+
+
+def kill_session(pid: int) -> None:
+    """End daemon ``pid`` (a child of this process, still starting) and its session at once."""
+    try:
+        os.killpg(pid, signal.SIGKILL)  # the daemon, and its Ray's GCS, raylet and agents
+    except (ProcessLookupError, PermissionError):
+        pass
+    _wait_gone(pid, 5.0)
+    reap_session(pid)  # the worker processes, in process groups of their own
+
+
+def _session_members(sid: int) -> list[int]:
+    members: list[int] = []
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return members
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(") ", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        # after the command: state, ppid, pgrp, session, ...; a zombie is already dead
+        if int(fields[3]) == sid and fields[0] != "Z":
+            members.append(int(entry.name))
+    return members
 
 
 def write_record(record: PoolRecord, path: str | os.PathLike[str] | None = None) -> None:
@@ -309,14 +359,19 @@ def stop(address: str | None = None) -> bool:
     return True
 
 
-def stop_daemon(record: PoolRecord, record_path: Path | None = None) -> None:
-    """Ask the daemon of ``record`` to stop and wait until it has (else end it)."""
+def ask_to_stop(record: PoolRecord) -> None:
+    """Ask the daemon of ``record`` to stop (it may be gone already), without waiting."""
     from workers.gateway import GatewayError, query
 
     try:
         query(record.endpoint, bytes.fromhex(record.authkey), "stop")
     except (GatewayError, OSError):
-        pass  # it may be gone already; the pid check below decides
+        pass
+
+
+def stop_daemon(record: PoolRecord, record_path: Path | None = None) -> None:
+    """Ask the daemon of ``record`` to stop and wait until it has (else end it)."""
+    ask_to_stop(record)  # it may be gone already; the pid check below decides
     if _alive(record.pid) and not _wait_gone(record.pid, STOP_TIMEOUT):
         terminate(record.pid)
     remove_record(record.pid, record_path)
@@ -356,6 +411,7 @@ def _last_error(log_path: Path) -> str:
 
 __all__ = [
     "DEFAULT_IDLE_TIMEOUT_MINUTES", "POOL_ACTOR_NAME", "POOL_NAMESPACE", "FoundPool", "PoolError",
-    "PoolRecord", "PoolStatus", "check", "code_version", "find", "pool_dir", "registered_pool",
-    "spawn_daemon", "start", "status", "stop", "stop_daemon", "terminate", "wait_ready",
+    "PoolRecord", "ask_to_stop", "PoolStatus", "check", "code_version", "find", "kill_session", "pool_dir",
+    "reap_session", "registered_pool", "spawn_daemon", "start", "status", "stop", "stop_daemon",
+    "terminate", "wait_ready",
 ]

@@ -44,8 +44,9 @@ from typing import Any
 from passinfra.ir.expr import BaseFunc, Function
 from passinfra.ir.module import IRModule
 from passinfra.transform import PassContext
-from passinfra.transform.config import config_type, register_config
-from passinfra.transform.function_stage import run_stage_over
+from passinfra.transform.config import config_type
+from passinfra.transform.function_stage import PassRun, run_stage_over
+from scheduler.assign import estimated_cost
 from scheduler.chunking import pack_load, plan_calls
 from scheduler.plan import TYPE_INFERENCE_PASS, FunctionStage, reads_module
 from scheduler.residency import Residency
@@ -53,6 +54,7 @@ from scheduler.stats import DriverEvent, RunStats, StageStats
 from workers.actor import BatchError, BatchResult, StageSpec
 from workers.calls import DRIVER_SLOT, Call, CallKind, CallRecord
 from workers.dispatch import Dispatcher
+from workers.gateway import GatewayError
 from workers.transport import Transport
 from workers.wire import pack_module, unpack_functions
 
@@ -60,7 +62,6 @@ from workers.wire import pack_module, unpack_functions
 # scheduler.min_stage_functions): one function cannot be spread over workers
 MIN_STAGE_FUNCTIONS = 2
 
-register_config("scheduler.min_stage_functions", int)
 
 # leaf index -> slot -> (seconds, functions): what the timing instruments are given
 Timings = dict[int, dict[int, tuple[float, int]]]
@@ -85,13 +86,20 @@ class _Arrival:
 
 
 class RayStageRunner:
+    """Runs the function stages of one run. ``open_transport`` reaches the workers
+    (waiting for them to start, if they are starting); ``workers_ready`` says, without
+    waiting, whether it would return at once (None: always)."""
+
     def __init__(
-        self, open_transport: Callable[[], Transport], stats: RunStats, batch_size: int | None = None
+        self, open_transport: Callable[[], Transport], stats: RunStats, batch_size: int | None = None,
+        workers_ready: Callable[[], bool] | None = None,
     ) -> None:
         self.stats = stats
         self.batch_size = batch_size
         self._open_transport = open_transport
+        self._workers_ready = workers_ready
         self._transport: Transport | None = None
+        self._workers_lost = False  # the pool went away mid-run: the rest runs here
         self._stage_ids = 0
 
     @property
@@ -118,10 +126,20 @@ class RayStageRunner:
             working = _working_functions(stage, mod)
             too_small = len(working) < ctx.get_config("scheduler.min_stage_functions", MIN_STAGE_FUNCTIONS)
             # too_small: nothing to spread, shipping the function out and back would only cost time
-            if too_small or _types_missing(stage, mod):
+            if too_small or self._workers_lost or _types_missing(stage, mod):
                 stats.ran_in_driver = True
                 return self._run_in_driver(stage, mod, ctx, records)
-            return self._run_on_workers(stage, mod, working, ctx, stats, records)
+            try:
+                return self._run_on_workers(stage, mod, working, ctx, stats, records)
+            except GatewayError as error:
+                # the pool (its daemon, its gateway) is gone: the driver holds the stage's
+                # input, so it runs the stage, and every later one, itself
+                self._workers_lost = True
+                self.stats.notes.append(f"{error}; finishing the build in this process")
+                stats.ran_in_driver = True
+                # what the driver ran while the workers started runs again with the rest
+                records[:] = [record for record in records if record.kind is not CallKind.DRIVER]
+                return self._run_in_driver(stage, mod, ctx, records)
         finally:
             self.stats.add_records(records, {leaf.leaf_index: leaf.name for leaf in stage.leaves})
             stats.wall_seconds = time.perf_counter() - started
@@ -141,13 +159,51 @@ class RayStageRunner:
         if run.error is None:
             return StageOutcome(new_mod, None, None, _timings(records))
         error = BatchError(run.error.key, run.error.function, run.error.error, "")
-        worker = {"slot": "driver", "pid": os.getpid(), "host": socket.gethostname(), "node_id": None}
-        return StageOutcome(new_mod, error, worker, _timings(records))
+        return StageOutcome(new_mod, error, _driver_worker(), _timings(records))
+
+    def _head_start(
+        self, stage: FunctionStage, mod: IRModule, working: list[str], ctx: PassContext,
+        records: list[CallRecord],
+    ) -> tuple[list[_Arrival], list[str]]:
+        """While the workers are still starting (a private pool, before the run's first
+        shipped stage), the driver runs the stage's functions itself, the largest first,
+        one at a time, until the workers are ready: start-up then holds the build only as
+        long as the work it replaces. Returns what the driver ran (as an arrival, merged
+        like a worker's) and the functions left for the workers, in module order."""
+        if self._transport is not None or self._workers_ready is None or self._workers_ready():
+            return [], working
+        if not ctx.get_config("scheduler.head_start", True):
+            return [], working
+        passes = [(leaf.leaf_index, leaf.pass_) for leaf in stage.leaves]
+        by_size = sorted(working, key=lambda name: -estimated_cost(mod[name]))  # stable: ties in module order
+        done: set[str] = set()
+        changed: dict[str, BaseFunc] = {}
+        runs: list[PassRun] = []
+        errors: list[BatchError] = []
+        for name in by_size:
+            if done and self._workers_ready():
+                break
+            run = run_stage_over(passes, [(name, mod[name])], mod, ctx)
+            changed.update(run.changed)
+            runs.extend(run.runs)
+            if run.error is not None:
+                errors.append(BatchError(run.error.key, name, run.error.error, ""))
+            done.add(name)
+        order = {name: i for i, name in enumerate(working)}
+        first_error = min(errors, key=lambda e: (e.leaf, order[e.function]), default=None)
+        records.append(CallRecord(CallKind.DRIVER, stage.index, DRIVER_SLOT, functions=len(done),
+                                  pid=os.getpid(), runs=tuple(runs)))
+        result = BatchResult(DRIVER_SLOT, os.getpid(), None, runs, first_error)
+        arrival = _Arrival(Call(DRIVER_SLOT, sorted(done, key=order.__getitem__), 0), result, changed, False)
+        return [arrival], [name for name in working if name not in done]
 
     def _run_on_workers(
         self, stage: FunctionStage, mod: IRModule, working: list[str], ctx: PassContext,
         stats: StageStats, records: list[CallRecord],
     ) -> StageOutcome:
+        arrivals, working = self._head_start(stage, mod, working, ctx, records)
+        if not working:  # the driver ran it all before the workers were up
+            return self._merge(arrivals, mod, records)
         transport = self.transport  # may wait for the workers to start
         send_start, t0 = time.time(), time.perf_counter()
         self._adopt_restarts()
@@ -169,7 +225,6 @@ class RayStageRunner:
             self.stats.driver_events.append(
                 DriverEvent(f"send functions (stage {stage.index})", send_start, time.perf_counter() - t0)
             )
-            arrivals: list[_Arrival] = []
             merge_start, merge_seconds = None, 0.0
             while dispatch:
                 call, result = dispatch.next_result()
@@ -181,7 +236,7 @@ class RayStageRunner:
                 arrivals.append(_Arrival(call, result, changed, dispatch.is_current(call)))
                 merge_seconds += time.perf_counter() - t0
             t0 = time.perf_counter()
-            outcome = self._merge(arrivals, mod, dispatch.records)
+            outcome = self._merge(arrivals, mod, [*records, *dispatch.records])
             merge_seconds += time.perf_counter() - t0
             self.stats.driver_events.append(
                 DriverEvent(f"merge results (stage {stage.index})", merge_start or time.time(), merge_seconds)
@@ -218,17 +273,20 @@ class RayStageRunner:
             call, result = arrival.call, arrival.result
             changed.update(arrival.changed)
             # a late result of an actor that died since: its restarted successor holds the
-            # stage's inputs, which the next stage replaces
+            # stage's inputs, which the next stage replaces (and what the driver ran
+            # itself is on no worker)
             if arrival.current:
                 self.residency.received(call.slot, arrival.changed, result.untyped)
             seconds: dict[str, float] = {}
             for run in result.runs:
                 seconds[run.function] = seconds.get(run.function, 0.0) + run.seconds
-            self.residency.learn(seconds)
+            if self._transport is not None:
+                self.residency.learn(seconds)
             if result.error is not None:
                 key = (result.error.leaf, order[result.error.function])
                 if first_error is None or key < first_error[0]:
-                    worker = dict(self.transport.slots[call.slot].info, slot=call.slot, pid=result.pid)
+                    worker = (_driver_worker() if call.slot == DRIVER_SLOT else
+                              dict(self.transport.slots[call.slot].info, slot=call.slot, pid=result.pid))
                     first_error = (key, result.error, worker)
         new_mod = mod.copy()
         for gv in mod.functions:  # module order, never completion order
@@ -237,6 +295,11 @@ class RayStageRunner:
         if first_error is None:
             return StageOutcome(new_mod, None, None, _timings(records))
         return StageOutcome(new_mod, first_error[1], first_error[2], _timings(records))
+
+
+def _driver_worker() -> dict[str, Any]:
+    """Where work run in the driver ran, as errors name a worker."""
+    return {"slot": "driver", "pid": os.getpid(), "host": socket.gethostname(), "node_id": None}
 
 
 def _timings(records: list[CallRecord]) -> Timings:

@@ -41,6 +41,11 @@ if TYPE_CHECKING:  # Ray is imported only when a Ray backend is used
 
 register_config("scheduler.reproducer_dir", str)
 register_config("scheduler.batch_size", int)
+# registered here, not where they are read (scheduler.ray_runner, imported once a run
+# ships), so that a command line's --config knows them
+register_config("scheduler.min_stage_functions", int)
+# the driver runs a stage's functions itself while the workers start (ray_runner._head_start)
+register_config("scheduler.head_start", bool)
 
 BACKENDS = ("local", "ray", "auto")
 
@@ -80,13 +85,14 @@ class Scheduler:
     def __exit__(self, *exc: Any) -> None:
         self.shutdown()
 
-    def shutdown(self) -> None:
+    def shutdown(self, wait: bool = True) -> None:
         """Stop the workers, and Ray too if this scheduler started it (a warm pool is
         left running). On a Ray this scheduler did not start, it returns once Ray reports
         the workers' CPUs free: the cluster is left as the scheduler found it, and a
-        scheduler made next can start."""
+        scheduler made next can start. ``wait=False`` (a command about to exit): a
+        private pool is asked to stop and finishes stopping on its own."""
         if self._workers is not None:
-            self._workers.shutdown()
+            self._workers.shutdown(wait)
 
     def start_workers(self) -> None:
         """Start the workers now and return once they are ready (a benchmark's untimed
@@ -160,7 +166,7 @@ class Scheduler:
             return transport
 
         batch_size = ctx.get_config("scheduler.batch_size", None) or self.options.get("batch_size")
-        runner = RayStageRunner(open_transport, stats, batch_size)
+        runner = RayStageRunner(open_transport, stats, batch_size, workers.ready_now)
         executor = PlanExecutor(
             runner.run_stage,
             ctx,

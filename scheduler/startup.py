@@ -78,6 +78,16 @@ class WorkerSource:
             return
         self._private = _PrivatePool(self.num_workers, self.options)
 
+    def ready_now(self) -> bool:
+        """Whether ``open_run`` would return without waiting for workers to start. A
+        private pool not started yet is started now; Ray in this process starts in
+        ``open_run`` itself (it cannot start in the background), so it counts as ready."""
+        if self.has_warm_pool or self._in_process():
+            return True
+        self.start_in_background()
+        assert self._private is not None
+        return self._private.poll()
+
     def open_run(self) -> tuple[Opened, str]:
         """A transport for one run, and what it runs on (for ``backend_reason``)."""
         if self.has_warm_pool:
@@ -149,18 +159,19 @@ class WorkerSource:
     def ray_handle(self) -> Any:
         return self._ray
 
-    def stop_workers(self) -> None:
-        """Stop the workers this source started (a failed run: the next one starts fresh)."""
+    def stop_workers(self, wait: bool = True) -> None:
+        """Stop the workers this source started (a failed run: the next one starts fresh).
+        ``wait=False``: a private pool is asked to stop and finishes stopping by itself."""
         if self._private is not None:
-            self._private.stop()
+            self._private.stop(wait)
             self._private = None
         if self._pool is not None:
             # a private instance is stopped right after: waiting for its CPUs is pointless
             self._pool.shutdown(wait=not (self._ray is not None and self._ray.private))
             self._pool = None
 
-    def shutdown(self) -> None:
-        self.stop_workers()
+    def shutdown(self, wait: bool = True) -> None:
+        self.stop_workers(wait)
         if self._ray is not None:
             from scheduler import ray_runtime
 
@@ -195,12 +206,32 @@ class _PrivatePool:
             self.startup_seconds = max(0.0, self.record_path.stat().st_mtime - self._spawned)
         return self._record
 
-    def stop(self) -> None:
+    def poll(self) -> bool:
+        """Whether ``ready`` would return at once: the daemon wrote its record (its
+        workers are up) or it exited (``ready`` then raises its error)."""
+        if self._record is not None or self.daemon.poll() is not None:
+            return True
+        return self.record_path.exists()
+
+    def stop(self, wait: bool = True) -> None:
+        if self.daemon.poll() is not None:  # it died (killed): end what its Ray left running
+            pool_api.reap_session(self.daemon.pid)
+            self._cleanup()
+            return
         record = self._record or pool_api.read_record(self.record_path)
+        if record is not None and not wait:
+            # asked to stop, the daemon stops its workers and its Ray by itself (about
+            # 1.5 s that a command line need not wait for: the user has the result)
+            pool_api.ask_to_stop(record)
+            self._cleanup()
+            return
         if record is not None:
             pool_api.stop_daemon(record, self.record_path)
-        elif self.daemon.poll() is None:  # still starting: it stops on SIGTERM
-            self.daemon.terminate()
+        else:
+            # still starting (the driver finished first) or failed: nothing of it is in
+            # use and a stop it would only answer once its workers were up, so its session
+            # ends at once (the daemon, its Ray, the workers starting)
+            pool_api.kill_session(self.daemon.pid)
         try:
             self.daemon.wait(timeout=pool_api.STOP_TIMEOUT)
         except Exception:  # noqa: BLE001  (it ignored SIGTERM: end its whole group)

@@ -47,7 +47,10 @@ class GatewayTransport(Transport):
     """One run on a warm pool, through its gateway (see the module docstring)."""
 
     def __init__(self, endpoint: Endpoint, authkey: bytes, workers: int | None = None) -> None:
-        self._conn = Client(endpoint, authkey=authkey)
+        try:
+            self._conn = Client(endpoint, authkey=authkey)
+        except (OSError, EOFError) as error:  # a record whose gateway is gone
+            raise GatewayError(f"no warm pool answers at {endpoint[0]}:{endpoint[1]}: {error}") from error
         self._ids = itertools.count()
         self._done: deque[tuple[int, bytes | None]] = deque()
         self.endpoint = endpoint

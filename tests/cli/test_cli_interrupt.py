@@ -80,8 +80,9 @@ def test_ctrl_c_during_a_ray_compile_exits_130_and_leaves_no_ray_process(target,
     marker = uuid.uuid4().hex
     env = dict(os.environ, COLUMNS="200", RAY_TMPDIR=str(ray_tmpdir), **{MARKER: marker})
     env.pop("RAY_ADDRESS", None)
+    # the driver waits for the workers (no head start), so the codegen stage runs on them
     command = [str(RAYPASS), "compile", MODEL, "--backend", "ray", "--workers", "2", "--no-cache",
-               "-o", "model.so"]
+               "--config", "scheduler.head_start=false", "-o", "model.so"]
     with open(tmp_path / "out", "w") as out, open(tmp_path / "err", "w") as err:
         # a process group of its own, as a shell gives a foreground job, with a foreground
         # job's SIGINT: a shell starts background jobs with it ignored (so would a CI runner

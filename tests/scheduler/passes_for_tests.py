@@ -138,7 +138,8 @@ class _TagKernels(FunctionPass):
     reads_module = False
 
     def __init__(self) -> None:
-        super().__init__(lambda func, mod, ctx: func.with_attr("kernel_seen", True), PassInfo(0, "TagKernels"))
+        super().__init__(lambda func, mod, ctx: func.with_attr("kernel_seen", True),
+                         PassInfo(0, "TagKernels"))
 
     def accepts(self, func):
         return isinstance(func, ir.Function) and bool(func.attrs.get("Primitive", 0))

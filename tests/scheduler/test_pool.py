@@ -210,3 +210,65 @@ def test_the_pool_record_of_a_dead_daemon_is_ignored_and_removed(tmp_path):
     pool.write_record(record, path)
     assert path.stat().st_mode & 0o777 == 0o600  # it holds the gateway's key
     assert pool.read_record(path) is None and not path.exists()
+
+
+def _session_of(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[3])
+    except (OSError, IndexError):
+        return None
+
+
+def _live_in_session(sid: int) -> list[int]:
+    return [int(entry) for entry in os.listdir("/proc")
+            if entry.isdigit() and _session_of(int(entry)) == sid and not _gone(int(entry))]
+
+
+def test_a_pool_killed_mid_run_the_build_finishes_here_and_nothing_of_it_stays(tmp_path):
+    """SIGKILL of the pool's daemon mid-stage: the driver runs the stage (and the rest)
+    itself, with the in-process result and one note; the next raypass command finds
+    the dead pool's record and ends what its Ray left running (the agents)."""
+    plugin = tmp_path / "slow.py"
+    plugin.write_text(SLOW_PLUGIN)
+    out = tmp_path / "out.txt"
+    script = tmp_path / "driver.py"
+    script.write_text(
+        "import runpy, sys\n"
+        f"slow_down = runpy.run_path({str(plugin)!r})['slow_down']\n"
+        "from passinfra.transform import Sequential\n"
+        "from scheduler import Scheduler\n"
+        "from tests.scheduler import passes_for_tests as P\n"
+        "with Scheduler(backend='ray') as sched:\n"
+        "    pipeline = Sequential([slow_down, P.add_to_multiply], opt_level=0)\n"
+        "    result = sched.run(pipeline, P.chain_module(24))\n"
+        f"open({str(out)!r}, 'w').write(result.astext())\n"
+        "print(sched.last_run.workers)\n"
+        "print('\\n'.join(sched.last_run.notes), file=sys.stderr)\n"
+    )
+    status = pool.start(workers=2, idle_timeout_minutes=10)
+    daemon = status.record.pid
+    driver = subprocess.Popen([sys.executable, str(script)], cwd=ROOT, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    try:
+        _wait(lambda: pool.status().runs_on_workers != [], what="the run's functions on the workers")
+        os.kill(daemon, signal.SIGKILL)
+        stdout, stderr = driver.communicate(timeout=600)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+        if not _gone(daemon):
+            pool.stop()
+    assert driver.returncode == 0, stderr[-3000:]
+    from passinfra.transform import Sequential
+    from tests.scheduler import passes_for_tests as P
+
+    expected = Sequential([P.identity, P.add_to_multiply], opt_level=0)(P.chain_module(24)).astext()
+    assert out.read_text() == expected
+    assert stdout.startswith("warm pool")
+    notes = [line for line in stderr.splitlines() if "finishing the build in this process" in line]
+    assert len(notes) == 1 and "went away" in notes[0], stderr[-3000:]
+    assert _live_in_session(daemon)  # Ray's agents outlived the daemon...
+    after = _raypass("pool", "status")  # ...until the next command finds the dead pool
+    assert after.returncode == 1 and "no pool is running" in after.stdout
+    assert _live_in_session(daemon) == []
+    assert pool.read_record() is None

@@ -148,12 +148,14 @@ def test_a_failed_run_frees_its_cpus_before_the_error_reaches_the_caller(all_cpu
 
 # a program of its own: a Scheduler that starts (and stops) its own local Ray (in its private pool)
 OWN_RAY_PROGRAM = """
-from passinfra.transform import Sequential
+from passinfra.transform import PassContext, Sequential
 from scheduler import Scheduler
 from tests.scheduler import passes_for_tests as P
 
 mod = P.chain_module(4)
-with Scheduler(backend="ray", num_workers=2, cpus_per_worker=0.5) as sched:
+# no head start: the driver waits for its workers instead of running the four functions
+with Scheduler(backend="ray", num_workers=2, cpus_per_worker=0.5) as sched, \\
+        PassContext(config={"scheduler.head_start": False}):
     out = sched.run(Sequential([P.add_to_multiply], opt_level=0), mod)
     # its own Ray, in a private pool (never a user's cluster it might find on the machine)
     assert sched.last_run.workers == "private pool", sched.last_run.workers

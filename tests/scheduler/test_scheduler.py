@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 
@@ -165,6 +166,52 @@ def test_custom_exception_reaches_the_caller_with_notes(ray_scheduler, tmp_path)
     repro = next(tmp_path.glob("repro-*.txt"))
     with pytest.raises(P.MyPassError, match="not welcome"):
         replay(repro)
+
+
+def _late_workers(sched, monkeypatch, polls_before_ready: int) -> None:
+    """The scheduler's workers report themselves ready only from the given poll on, as a
+    private pool does once it has started (here they start when the first stage ships)."""
+    polls = itertools.count()
+    monkeypatch.setattr(sched._workers, "ready_now", lambda: next(polls) >= polls_before_ready)
+
+
+def test_the_driver_works_while_the_workers_start_and_they_get_the_rest(ray_scheduler, monkeypatch):
+    sched = ray_scheduler(2)
+    _late_workers(sched, monkeypatch, 4)  # the driver polls before each function
+    pipeline = Sequential([P.add_to_multiply, P.tag_opt_level], opt_level=0)
+    mod = P.chain_module(30)
+    with PassContext(opt_level=3):
+        expected = pipeline(mod).astext()
+        out = sched.run(pipeline, mod)
+    assert out.astext() == expected
+    stats = sched.last_run
+    (driver,) = [call for call in stats.calls if call.kind.value == "driver"]
+    assert driver.functions == 4  # until the workers were up...
+    assert sum(stats.worker_functions.values()) == 26 and len(stats.worker_functions) == 2  # ...then they
+    assert stats.bytes_sent > 0 and not stats.stages[0].ran_in_driver
+    # what the driver ran is on no worker: a later stage ships it, once
+    again = sched.run(Sequential([P.identity], opt_level=0), out)
+    assert again.astext() == out.astext()
+    assert sum(sched.last_run.worker_functions.values()) == 30
+
+
+def test_no_head_start_when_config_says_so(ray_scheduler, monkeypatch):
+    sched = ray_scheduler(2)
+    _late_workers(sched, monkeypatch, 10**9)
+    with PassContext(config={"scheduler.head_start": False}):
+        sched.run(Sequential([P.identity], opt_level=0), P.chain_module(8))
+    assert not [call for call in sched.last_run.calls if call.kind.value == "driver"]
+    assert sum(sched.last_run.worker_functions.values()) == 8
+
+
+def test_an_error_in_the_head_start_is_the_in_process_error(ray_scheduler, monkeypatch):
+    sched = ray_scheduler(2)
+    _late_workers(sched, monkeypatch, 5)  # the driver runs f0..f4, f3 fails there
+    pipeline = Sequential([P.add_to_multiply, P.fail_on_f3_factory()], opt_level=0)
+    with pytest.raises(P.MyPassError, match="not welcome") as info:
+        sched.run(pipeline, P.chain_module(12))
+    notes = "\n".join(info.value.__notes__)
+    assert "FailOnF3" in notes and "'f3'" in notes and "driver" in notes
 
 
 def test_worker_death_loses_nothing(ray_scheduler, tmp_path):
