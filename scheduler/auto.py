@@ -106,8 +106,11 @@ def estimate(plan: Plan, mod: IRModule, workers: int, startup_seconds: float, mo
         graph_passes = sum(1 for stage in stages for leaf in stage.leaves if leaf.name not in KERNEL_PASSES)
         work += nodes * graph_passes * model.seconds_per_node_pass
     functions = max(kernels, len(mod))
-    # each stage cuts each worker's share into a few calls (scheduler.chunking)
-    calls = len(stages) * min(functions, workers * 8)
+    # each stage that ships cuts each worker's share into a few calls (scheduler.chunking);
+    # a single function's graph stages run in the driver, only the kernel stage ships
+    shipped = stages if len(mod) >= 2 else [
+        stage for stage in stages if any(leaf.name in KERNEL_PASSES for leaf in stage.leaves)]
+    calls = len(shipped) * min(functions, workers * 8)
     return Estimate(work, kernels, calls, workers, startup_seconds)
 
 

@@ -70,3 +70,19 @@ def test_enough_kernels_pay_for_starting_ray():
 def test_no_function_stage_means_local():
     backend, reason = _decide(Sequential([], opt_level=0), P.chain_module(4), warm=True)
     assert backend == "local" and "no function passes" in reason
+
+
+def test_calls_are_counted_for_the_stages_that_ship():
+    """A single function's graph stages run in the driver: of a build of one function
+    only the kernel stage ships, so only its calls cost anything."""
+    from scheduler.auto import estimate
+
+    single = _typed(transformer_block(seq=8, hidden=32))
+    with PassContext(opt_level=3) as ctx:
+        plan = build_plan(compile_pipeline(), ctx)
+        one = estimate(plan, single, 2, 0.0, CostModel())
+        two = estimate(plan, IRModule({"a": single["main"], "b": single["main"]}), 2, 0.0, CostModel())
+    function_stages = sum(1 for stage in plan.stages if stage.kind == "function")
+    assert function_stages > 1
+    assert one.calls == min(one.kernels, 2 * 8)  # the kernel stage alone
+    assert two.calls == function_stages * min(max(two.kernels, 2), 2 * 8)

@@ -1,0 +1,182 @@
+"""Whole ``raypass compile`` processes of two source trees, interleaved (issue 28).
+
+What a user waits for: ``raypass compile MODEL --no-cache -o LIB`` from the start of
+the process to its exit, with the code of the tree ``--before`` (a checkout of an earlier
+commit, e.g. ``git worktree add /tmp/before <commit>``) and of this checkout, side by
+side: every round runs every (tree, backend) once, in the same order, after one warm-up
+round that is not counted. Backends:
+
+* ``local``: in-process (this checkout only: the baseline of the ratios);
+* ``no pool``: ``--backend ray --workers N`` with no pool running: the compile starts a
+  private pool of its own;
+* ``warm pool``: ``--backend ray --workers N`` on a pool of that tree's code, started
+  with ``raypass pool start --workers N`` before the rounds (each tree has its own pool
+  directory: a pool serves only drivers of its own sources).
+
+Each run's library is compared with the local one (bytes of the .so and of the weights):
+parallel equals sequential. Writes a markdown table (medians, min-max, ratios to local).
+
+    python bench/before_after.py --before /tmp/before [--models densenet121,resnet50,transformer]
+                                 [--repeats 3] [--workers 2] [--output bench/results_before_after.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.common import machine_notes, markdown_table  # noqa: E402
+
+ZOO = {"mlp": "zoo:mlp", "transformer": "zoo:transformer?layers=24&hidden=512"}
+LIGHT = ("densenet121", "resnet50")
+BACKENDS = ("local", "no pool", "warm pool")
+TIMEOUT_S = 1800.0
+
+
+def model_arg(name: str) -> str:
+    if name in ZOO:
+        return ZOO[name]
+    import onnx
+
+    path = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / f"light_{name}.onnx"
+    if not path.exists():
+        raise SystemExit(f"unknown model {name!r}: one of {', '.join((*LIGHT, *ZOO))}")
+    return str(path)
+
+
+@dataclass
+class Variant:
+    tree: str  # "before" or "after"
+    backend: str
+    times: list[float] = field(default_factory=list)
+    builds: list[float] = field(default_factory=list)
+    identical: list[bool] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return f"{self.backend}, {self.tree}"
+
+
+class Trees:
+    def __init__(self, before: Path, workers: int, space: Path) -> None:
+        self.roots = {"before": before.resolve(), "after": ROOT}
+        self.workers = workers
+        self.space = space
+
+    def env(self, tree: str, pool: bool) -> dict[str, str]:
+        env = dict(os.environ, PYTHONPATH=str(self.roots[tree]), COLUMNS="200")
+        env.pop("RAY_ADDRESS", None)
+        # a pool is found only through its own directory; a no-pool run gets an empty one
+        env["RAYPASS_POOL_DIR"] = str(self.space / (f"pool-{tree}" if pool else f"nopool-{tree}"))
+        env["RAY_TMPDIR"] = str(self.space / f"ray-{tree}")
+        return env
+
+    def raypass(self, tree: str, args: list[str], pool: bool) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-m", "raypass_cli.main", *args]
+        return subprocess.run(command, cwd=self.space, env=self.env(tree, pool), capture_output=True,
+                              text=True, timeout=TIMEOUT_S)
+
+
+def built_seconds(stdout: str) -> float:
+    for line in stdout.splitlines():
+        if " built in " in line:
+            return float(line.split(" built in ")[1].split("s")[0])
+    return float("nan")
+
+
+def run_round(trees: Trees, model: str, variants: list[Variant], counted: bool) -> None:
+    out = trees.space / "out"
+    out.mkdir(exist_ok=True)
+    reference = out / f"{model}-after-local.so"
+    for variant in variants:
+        args = ["compile", model_arg(model), "--no-cache", "-o"]
+        lib = out / f"{model}-{variant.tree}-{variant.backend.replace(' ', '_')}.so"
+        backend = ["--backend", "local"] if variant.backend == "local" else [
+            "--backend", "ray", "--workers", str(trees.workers)]
+        started = time.perf_counter()
+        done = trees.raypass(variant.tree, [*args, str(lib), *backend], variant.backend == "warm pool")
+        seconds = time.perf_counter() - started
+        if done.returncode != 0:
+            raise SystemExit(f"{model} {variant.label} failed:\n{done.stderr[-3000:]}")
+        last = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+        print(f"[before_after] {model} {variant.label}: {seconds:.2f} s  {last[-100:]}", file=sys.stderr,
+              flush=True)
+        if counted:
+            variant.times.append(seconds)
+            variant.builds.append(built_seconds(done.stdout))
+            if variant.backend != "local":
+                same = all((Path(f"{lib}{ext}").read_bytes() == Path(f"{reference}{ext}").read_bytes())
+                           for ext in ("", ".weights.bin"))
+                variant.identical.append(same)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--before", required=True, type=Path, help="the source tree to compare against")
+    parser.add_argument("--models", default="densenet121,resnet50,transformer")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--output", type=Path, default=ROOT / "bench" / "results_before_after.md")
+    args = parser.parse_args(argv)
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    space = Path(tempfile.mkdtemp(prefix="rp-ab-"))
+    trees = Trees(args.before, args.workers, space)
+    started = time.time()
+    results: dict[str, list[Variant]] = {}
+    try:
+        for tree in ("before", "after"):
+            done = trees.raypass(tree, ["pool", "start", "--workers", str(args.workers)], pool=True)
+            if done.returncode != 0:
+                raise SystemExit(f"pool start ({tree}) failed: {done.stderr[-2000:]}")
+        for model in models:
+            variants = [Variant("after", "local")] + [
+                Variant(tree, backend) for backend in BACKENDS[1:] for tree in ("before", "after")]
+            results[model] = variants
+            for round_index in range(args.repeats + 1):
+                run_round(trees, model, variants, counted=round_index > 0)
+    finally:
+        for tree in ("before", "after"):
+            trees.raypass(tree, ["pool", "stop"], pool=True)
+        shutil.rmtree(space, ignore_errors=True)
+    rows = []
+    for model, variants in results.items():
+        base = statistics.median(variants[0].times)
+        for variant in variants:
+            median = statistics.median(variant.times)
+            build = statistics.median(variant.builds)
+            rows.append([
+                model, variant.label, f"{median:.2f}", f"{min(variant.times):.2f}-{max(variant.times):.2f}",
+                f"{median / base:.2f}", f"{build:.2f}", f"{median - build:.2f}",
+                "-" if variant.backend == "local" else ("yes" if all(variant.identical) else "NO"),
+            ])
+    header = ["model", "variant", "median s", "range s", "/ local", "build s (reported)",
+              "rest s (outside the build)", "library identical to local"]
+    notes = machine_notes()
+    text = "\n".join([
+        "# Whole compiles before and after (issue 28)", "",
+        f"`python bench/before_after.py --before {args.before} --models {args.models} --repeats "
+        f"{args.repeats} --workers {args.workers}`: {time.time() - started:.0f} s; whole `raypass compile "
+        "MODEL --no-cache` processes, interleaved rounds after one warm-up round, medians and min-max. "
+        "`before` is the tree given, `after` this checkout; both warm pools ran during all rounds "
+        f"(idle unless used). Machine: {notes.get('machine', '?')}.", "",
+        markdown_table(header, rows), "",
+    ])
+    args.output.write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
