@@ -111,10 +111,13 @@ class FunctionWorker:
     def __init__(self, slot: int) -> None:
         if _inside_ray_actor():
             from passinfra.codegen.conv_runtime import disable_prefetch
+            from workers.kernel_store import install_if_multinode
 
             # the driver links and compiles the convolution runtime; a worker killed at
             # shutdown in the middle of that compile would leave its directory behind
             disable_prefetch()
+            # on a cluster of several nodes, kernels one node compiled serve the others
+            install_if_multinode()
         self.slot = slot
         self._runs: dict[str, _RunState] = {}
         # stages by object-store key, shared by the runs (keys are unique per stage)

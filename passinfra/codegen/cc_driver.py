@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from passinfra.codegen import multiversion, vector_math
-from passinfra.codegen.object_cache import ObjectCache, cache_key, count, default_cache_dir
+from passinfra.codegen.object_cache import ObjectCache, cache_key, count, default_cache_dir, shared_tier
 from passinfra.errors import RaypassError
 from passinfra.transform.config import register_config
 from passinfra.transform.context import PassContext
@@ -139,10 +139,18 @@ def compile_c_result(source: str, settings: CompilerSettings | None = None,
     cached, corrupted = cache.lookup(key)
     if cached is not None:
         return CompileResult(cached, cache_hit=True)
+    tier = shared_tier()  # another node of the cluster may have compiled it
+    shared = tier.get(key) if tier is not None else None
+    if shared is not None:
+        count("shared_hits")
+        cache.put(key, shared)
+        return CompileResult(shared, cache_hit=True)
     data = _run_compiler(source, settings, name)
     if corrupted:
         count("rebuilds")
     cache.put(key, data)
+    if tier is not None:
+        tier.put(key, data)
     return CompileResult(data, cache_hit=False)
 
 

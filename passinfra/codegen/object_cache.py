@@ -28,6 +28,7 @@ import logging
 import os
 import threading
 from pathlib import Path
+from typing import Protocol
 
 from passinfra.atomic_io import atomic_write
 
@@ -37,7 +38,7 @@ _LOG = logging.getLogger(__name__)
 
 _STATS_LOCK = threading.Lock()
 _STATS: dict[str, int] = {}
-STAT_NAMES = ("hits", "misses", "corrupted", "rebuilds", "compiles", "writes", "host_compiles",
+STAT_NAMES = ("hits", "misses", "corrupted", "rebuilds", "compiles", "writes", "host_compiles", "shared_hits",
               "build_hits", "build_misses", "build_corrupted", "build_writes")
 
 
@@ -60,10 +61,36 @@ def compile_stats() -> dict[str, int]:
     """This process's counters: cache ``hits``, ``misses``, ``corrupted`` entries found,
     ``rebuilds`` (a corrupted entry compiled again), ``compiles`` (compiler runs) and
     ``writes`` (entries stored); ``host_compiles`` (of the compiles, the host entry's);
+    ``shared_hits`` (objects another node compiled, from the :class:`SharedTier`);
     and the whole-build cache's ``build_hits``, ``build_misses``, ``build_corrupted``,
     ``build_writes`` (:mod:`passinfra.codegen.build_cache`)."""
     with _STATS_LOCK:
         return dict(_STATS)
+
+
+class SharedTier(Protocol):
+    """A store of compiled objects that more than this machine sees (a cluster's): what
+    one node compiled, another finds there instead of compiling it again. Keys are
+    :func:`cache_key`'s; a tier may forget entries (it is a cache)."""
+
+    def get(self, key: str) -> bytes | None: ...
+
+    def put(self, key: str, data: bytes) -> None: ...
+
+
+_SHARED_TIER: SharedTier | None = None
+
+
+def set_shared_tier(tier: SharedTier | None) -> None:
+    """Install (or remove) this process's shared tier. passinfra knows none itself: a
+    Ray worker on a cluster of several nodes installs the cluster's
+    (``workers.kernel_store``)."""
+    global _SHARED_TIER
+    _SHARED_TIER = tier
+
+
+def shared_tier() -> SharedTier | None:
+    return _SHARED_TIER
 
 
 def default_cache_dir() -> str:

@@ -38,6 +38,29 @@ def test_multinode_spread_and_node_loss():
     assert result["victim"] not in result["nodes_after"]
 
 
+def test_kernels_compiled_on_one_node_are_not_compiled_again_on_another():
+    result = _run_scenario("shared_kernels")
+    assert result["first_nodes"] == [result["node_a"]] and result["second_nodes"] == [result["node_b"]]
+    assert result["first_hits"] and not any(result["first_hits"])  # node A compiled every kernel
+    # node B, its own disk empty, took every one from the cluster's store, and kept them
+    assert len(result["second_hits"]) == len(result["first_hits"]) and all(result["second_hits"])
+    assert result["b_cached"] == len(result["second_hits"])
+    assert result["identical"]  # both libraries byte-identical to the in-process build
+    assert result["removed"]
+
+
+def test_the_kernel_store_forgets_the_least_recently_used_past_its_size():
+    from workers.kernel_store import KernelStore
+
+    store = KernelStore(max_bytes=10)
+    store.put("a", b"1234")
+    store.put("b", b"5678")
+    assert store.get("a") == b"1234"  # now the most recently used
+    store.put("c", b"9012")  # 12 bytes: "b" goes
+    assert store.get("b") is None and store.get("a") == b"1234" and store.get("c") == b"9012"
+    assert store.stats() == {"objects": 2, "bytes": 8, "hits": 3, "misses": 1}
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
