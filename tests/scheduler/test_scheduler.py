@@ -104,6 +104,28 @@ def test_functions_no_pass_of_the_stage_works_on_stay_in_the_driver(ray_schedule
     assert all(out[f"kernel{i}"].attrs["kernel_seen"] for i in range(6))
 
 
+def test_no_function_travels_twice_to_a_worker_in_one_run(ray_scheduler):
+    """Stage 1 sends every function once; after a module pass adds one function, stage 2
+    sends that one alone: the workers kept what they returned in stage 1."""
+    from workers.wire import pack_functions, packed_size
+
+    mod = P.chain_module(12)
+    pipeline = Sequential([P.add_to_multiply, P.add_helper_function, P.tag_opt_level], opt_level=0)
+    sched = ray_scheduler(2)
+    out = sched.run(pipeline, mod)
+    assert out.astext() == pipeline(mod).astext()
+    first, second = [stage for stage in sched.last_run.stages if stage.kind == "function"]
+    one = packed_size(pack_functions({"f0": mod["f0"]}))
+    each = [packed_size(pack_functions({gv.name_hint: func})) for gv, func in mod.items()]
+    loads = [call.bytes_sent for call in sched.last_run.calls
+             if call.kind.value == "answered" and call.stage == first.index]
+    assert sum(each) * 0.8 <= sum(loads) <= sum(each)  # each function once, batched
+    helper = packed_size(pack_functions({"helper": out["helper"]}))
+    sent_second = [call.bytes_sent for call in sched.last_run.calls
+                   if call.kind.value == "answered" and call.stage == second.index]
+    assert sum(sent_second) <= helper < one  # the new helper, and nothing sent before
+
+
 def test_timing_merges_worker_time(ray_scheduler):
     timing = PassTimingInstrument()
     mod = P.chain_module(40, length=2)
