@@ -162,21 +162,26 @@ def _run_compiler(source: str, settings: CompilerSettings, name: str) -> bytes:
     c_path.write_text(source, encoding="utf-8")
     command = [resolve_compiler(settings.cc), *shlex.split(settings.effective_cflags), "-c", c_path.name,
                "-o", obj_path.name]
+    kept = False  # the C file of a failed compile stays for the user to look at
     try:
-        # run inside the temp dir with relative names, so no absolute path ends up in the object
-        result = subprocess.run(command, capture_output=True, text=True, cwd=workdir, timeout=600)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        raise CompileError(f"running the C compiler failed: {error}\n  command: {shlex.join(command)}\n"
-                           f"  C file kept at: {c_path}") from error
-    if result.returncode != 0:
-        raise CompileError(
-            f"C compilation of {name!r} failed (exit code {result.returncode})\n"
-            f"  command: {shlex.join(command)}\n  C file kept at: {c_path}\n"
-            f"--- compiler stderr ---\n{result.stderr.strip()}"
-        )
-    data = obj_path.read_bytes()
-    shutil.rmtree(workdir, ignore_errors=True)
-    return data
+        try:
+            # run inside the temp dir with relative names, so no absolute path ends up in the object
+            result = subprocess.run(command, capture_output=True, text=True, cwd=workdir, timeout=600)
+        except (OSError, subprocess.TimeoutExpired) as error:
+            kept = True
+            raise CompileError(f"running the C compiler failed: {error}\n  command: {shlex.join(command)}\n"
+                               f"  C file kept at: {c_path}") from error
+        if result.returncode != 0:
+            kept = True
+            raise CompileError(
+                f"C compilation of {name!r} failed (exit code {result.returncode})\n"
+                f"  command: {shlex.join(command)}\n  C file kept at: {c_path}\n"
+                f"--- compiler stderr ---\n{result.stderr.strip()}"
+            )
+        return obj_path.read_bytes()
+    finally:
+        if not kept:  # also when interrupted (Ctrl-C) mid-compile: nothing left in the temp dir
+            shutil.rmtree(workdir, ignore_errors=True)
 
 
 def link_shared(objects: list[tuple[str, bytes]], settings: CompilerSettings | None = None,

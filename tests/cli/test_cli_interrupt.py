@@ -143,7 +143,9 @@ def test_ctrl_c_while_the_driver_compiles_and_the_pool_still_starts_leaves_nothi
 
     model = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / "light_densenet121.onnx"
     marker = uuid.uuid4().hex
-    env = dict(os.environ, COLUMNS="200", RAY_TMPDIR=str(ray_tmpdir), **{MARKER: marker})
+    temp = tmp_path / "tmp"  # the command's temporary files (the C compiler's directories)
+    temp.mkdir()
+    env = dict(os.environ, COLUMNS="200", RAY_TMPDIR=str(ray_tmpdir), TMPDIR=str(temp), **{MARKER: marker})
     env.pop("RAY_ADDRESS", None)
     command = [str(RAYPASS), "compile", str(model), "--backend", "ray", "--workers", "2", "--no-cache",
                "-o", "model.so"]
@@ -174,5 +176,7 @@ def test_ctrl_c_while_the_driver_compiles_and_the_pool_still_starts_leaves_nothi
         wait_for(lambda: not marked_processes(marker), GRACE)
         left = marked_processes(marker)
         assert not left, f"left running after the interrupted compile: {left}"
+        # the compile it interrupted left no directory behind (nor did the pool's start)
+        assert not [path.name for path in temp.iterdir() if path.name.startswith("raypass-")]
     finally:
         _kill_what_is_left(proc, marker)
