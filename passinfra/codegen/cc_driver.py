@@ -156,14 +156,16 @@ def compile_c_result(source: str, settings: CompilerSettings | None = None,
 
 def _run_compiler(source: str, settings: CompilerSettings, name: str) -> bytes:
     count("compiles")
+    # the command first: the flags may probe the system (vector_math runs the compiler),
+    # and nothing of this compile exists on disk until the try below owns it
+    c_name, obj_name = f"{name}.c", f"{name}.o"
+    command = [resolve_compiler(settings.cc), *shlex.split(settings.effective_cflags), "-c", c_name,
+               "-o", obj_name]
     workdir = tempfile.mkdtemp(prefix="raypass-cc-")
-    c_path = Path(workdir) / f"{name}.c"
-    obj_path = Path(workdir) / f"{name}.o"
-    c_path.write_text(source, encoding="utf-8")
-    command = [resolve_compiler(settings.cc), *shlex.split(settings.effective_cflags), "-c", c_path.name,
-               "-o", obj_path.name]
+    c_path, obj_path = Path(workdir) / c_name, Path(workdir) / obj_name
     kept = False  # the C file of a failed compile stays for the user to look at
     try:
+        c_path.write_text(source, encoding="utf-8")
         try:
             # run inside the temp dir with relative names, so no absolute path ends up in the object
             result = subprocess.run(command, capture_output=True, text=True, cwd=workdir, timeout=600)
@@ -171,6 +173,9 @@ def _run_compiler(source: str, settings: CompilerSettings, name: str) -> bytes:
             kept = True
             raise CompileError(f"running the C compiler failed: {error}\n  command: {shlex.join(command)}\n"
                                f"  C file kept at: {c_path}") from error
+        if result.returncode < 0:  # a signal (Ctrl-C reaches the compiler too), not the C's fault
+            raise CompileError(f"the C compiler was stopped by signal {-result.returncode} while compiling "
+                               f"{name!r}\n  command: {shlex.join(command)}")
         if result.returncode != 0:
             kept = True
             raise CompileError(
