@@ -411,7 +411,7 @@ def _last_error(log_path: Path) -> str:
 
 __all__ = [
     "DEFAULT_IDLE_TIMEOUT_MINUTES", "POOL_ACTOR_NAME", "POOL_NAMESPACE", "FoundPool", "PoolError",
-    "PoolRecord", "ask_to_stop", "PoolStatus", "check", "code_version", "find", "kill_session", "pool_dir",
+    "PoolRecord", "PoolStatus", "ask_to_stop", "check", "code_version", "find", "kill_session", "pool_dir",
     "reap_session", "registered_pool", "spawn_daemon", "start", "status", "stop", "stop_daemon",
     "terminate", "wait_ready",
 ]

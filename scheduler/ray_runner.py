@@ -62,7 +62,6 @@ from workers.wire import pack_module, unpack_functions
 # scheduler.min_stage_functions): one function cannot be spread over workers
 MIN_STAGE_FUNCTIONS = 2
 
-
 # leaf index -> slot -> (seconds, functions): what the timing instruments are given
 Timings = dict[int, dict[int, tuple[float, int]]]
 

@@ -108,19 +108,23 @@ def test_ctrl_c_during_a_ray_compile_exits_130_and_leaves_no_ray_process(target,
             os.killpg(proc.pid, signal.SIGINT)
         else:
             proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=EXIT_TIMEOUT) == 130, (tmp_path / "err").read_text()[-3000:]
-        assert "raypass: interrupted" in (tmp_path / "err").read_text()
-        assert not (tmp_path / "model.so").exists()
-
-        # every process the command started is gone: those seen running, and any other
-        wait_for(lambda: not marked_processes(marker), GRACE)
-        left = marked_processes(marker)
-        assert not left, f"left running after the interrupted compile: {left}"
+        assert_interrupted_leaving_nothing(proc, tmp_path, marker)
         assert len(started) >= 5  # driver, GCS, raylet, two workers at least: the scan saw them
         # the private Ray it started registered nowhere
         assert not (ray_tmpdir / "ray" / "ray_current_cluster").exists()
     finally:
         _kill_what_is_left(proc, marker)
+
+
+def assert_interrupted_leaving_nothing(proc: subprocess.Popen, tmp_path: Path, marker: str) -> None:
+    """The command exits 130 saying so, writes no library, and every process it started
+    (those seen running, and any other) is gone."""
+    assert proc.wait(timeout=EXIT_TIMEOUT) == 130, (tmp_path / "err").read_text()[-3000:]
+    assert "raypass: interrupted" in (tmp_path / "err").read_text()
+    assert not (tmp_path / "model.so").exists()
+    wait_for(lambda: not marked_processes(marker), GRACE)
+    left = marked_processes(marker)
+    assert not left, f"left running after the interrupted compile: {left}"
 
 
 def _kill_what_is_left(proc: subprocess.Popen, marker: str) -> None:
@@ -170,12 +174,7 @@ def test_ctrl_c_while_the_driver_compiles_and_the_pool_still_starts_leaves_nothi
         stderr = (tmp_path / "err").read_text()[-3000:]
         assert caught and proc.poll() is None, f"the driver never compiled while the pool started:\n{stderr}"
         os.killpg(proc.pid, signal.SIGINT)
-        assert proc.wait(timeout=EXIT_TIMEOUT) == 130, (tmp_path / "err").read_text()[-3000:]
-        assert "raypass: interrupted" in (tmp_path / "err").read_text()
-        assert not (tmp_path / "model.so").exists()
-        wait_for(lambda: not marked_processes(marker), GRACE)
-        left = marked_processes(marker)
-        assert not left, f"left running after the interrupted compile: {left}"
+        assert_interrupted_leaving_nothing(proc, tmp_path, marker)
         # the compile it interrupted left no directory behind (nor did the pool's start)
         assert not [path.name for path in temp.iterdir() if path.name.startswith("raypass-")]
     finally:

@@ -106,7 +106,8 @@ def test_functions_no_pass_of_the_stage_works_on_stay_in_the_driver(ray_schedule
 
 def test_no_function_travels_twice_to_a_worker_in_one_run(ray_scheduler):
     """Stage 1 sends every function once; after a module pass adds one function, stage 2
-    sends that one alone: the workers kept what they returned in stage 1."""
+    sends that one, and only those rebalancing moves to another worker: the workers kept
+    what they returned in stage 1."""
     from workers.wire import pack_functions, packed_size
 
     mod = P.chain_module(12)
@@ -123,7 +124,8 @@ def test_no_function_travels_twice_to_a_worker_in_one_run(ray_scheduler):
     helper = packed_size(pack_functions({"helper": out["helper"]}))
     sent_second = [call.bytes_sent for call in sched.last_run.calls
                    if call.kind.value == "answered" and call.stage == second.index]
-    assert sum(sent_second) <= helper < one  # the new helper, and nothing sent before
+    # the new helper, and a function again only when rebalancing moved it to another slot
+    assert helper < one and sum(sent_second) <= helper + second.functions_moved * max(each)
 
 
 def test_timing_merges_worker_time(ray_scheduler):
