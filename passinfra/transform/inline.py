@@ -72,41 +72,61 @@ def _is_inline(func: object) -> bool:
 class _CallInliner(ExprMutator):
     def __init__(self, bodies: Mapping[GlobalVar, Function]) -> None:
         self._bodies = bodies
+        # the Let chains floated out of an argument so far, by identity (kept alive here):
+        # a chain shared by two calls binds its vars at the first, fresh ones at the others
+        self._floated: dict[int, Expr] = {}
 
     def visit_call(self, call: Call) -> Expr:
         new = super().visit_call(call)
         callee = self._bodies.get(new.op) if type(new.op) is GlobalVar else None
         if callee is None:
             return new
-        return _inline_call(callee, new.args)
+        return _inline_call(callee, new.args, self._floated)
 
 
-def _inline_call(callee: Function, args: tuple) -> Expr:
+def _inline_call(callee: Function, args: tuple, floated: dict[int, Expr]) -> Expr:
     if len(args) != len(callee.params):
         raise IRError(
             f"Inline: a call passes {len(args)} arguments to a function of {len(callee.params)} parameters"
         )
     mapping: dict[Var, Expr] = {}
     bindings: list[tuple[Var, Expr]] = []
+    bound_here: dict[int, Var] = {}  # an argument passed twice to this call is bound once
     for param, arg in zip(callee.params, args):
         if isinstance(arg, (Var, GlobalVar, Constant)):
             mapping[param] = arg
+        elif id(arg) in bound_here:
+            mapping[param] = bound_here[id(arg)]
         else:
-            fresh = Var(param.name_hint, param.type_annotation)
+            fresh = bound_here[id(arg)] = Var(param.name_hint, param.type_annotation)
             mapping[param] = fresh
-            # float the bindings of an argument that is itself a Let out in front (its
-            # vars are unique, so nothing is captured); only when short, since the
-            # chain is rebuilt: floating every level of a deep nest of inlined calls
-            # would be quadratic
+            # float the bindings of an argument that is itself a Let out in front; only
+            # when short, since the chain is rebuilt: floating every level of a deep nest
+            # of inlined calls would be quadratic
             if _let_chain_length(arg, FLOAT_LIMIT) < FLOAT_LIMIT:
-                while type(arg) is Let:
-                    bindings.append((arg.var, arg.value))
-                    arg = arg.body
+                arg = _float_chain(arg, bindings, floated)
             bindings.append((fresh, arg))
     body = substitute(callee.body, mapping, rename_bound=True)
     for var, value in reversed(bindings):
         body = Let(var, value, body)
     return body
+
+
+def _float_chain(chain: Expr, bindings: list[tuple[Var, Expr]], floated: dict[int, Expr]) -> Expr:
+    """Append the bindings of the Let chain ``chain`` to ``bindings``; returns its body.
+    The first call site a chain is floated to binds its own vars (unique: nothing is
+    captured); a chain already floated at another call site (a shared argument) binds
+    fresh vars, since its own are bound there."""
+    renamed: dict[Var, Expr] | None = {} if id(chain) in floated else None
+    floated[id(chain)] = chain
+    while type(chain) is Let:
+        var, value = chain.var, chain.value
+        if renamed is not None:
+            value = substitute(value, renamed, rename_bound=True)
+            renamed[var] = var = Var(var.name_hint, var.type_annotation)
+        bindings.append((var, value))
+        chain = chain.body
+    return substitute(chain, renamed, rename_bound=True) if renamed else chain
 
 
 def _let_chain_length(expr: Expr, limit: int) -> int:

@@ -50,6 +50,34 @@ def test_nested_inline_functions_and_non_inline_callees():
     ir.verify_well_formed(after)  # each inlining bound fresh vars
 
 
+def _three_params_with_a_let() -> ir.Function:
+    a, b, c, v = ir.var("a", (2,)), ir.var("b", (2,)), ir.var("c", (2,)), ir.var("v", (2,))
+    body = ir.Let(v, op.negative(c), op.add(op.multiply(v, a), b))
+    return ir.Function([a, b, c], body).with_attr("Inline", True)
+
+
+def test_an_inlined_argument_passed_twice_binds_its_vars_once():
+    """f(x, g, g) with g an inlined call (a Let chain): found by the property test,
+    which bound g's vars once per argument position."""
+    x = ir.var("x", (2,))
+    f = ir.GlobalVar("f")
+    inner = ir.Call(f, [op.exp(x), op.tanh(x), op.negative(x)])
+    main = ir.Function([x], ir.Call(f, [op.exp(x), inner, inner]))
+    mod = ir.IRModule({"f": _three_params_with_a_let(), "main": main})
+    after = assert_pass_preserves_semantics(Inline, mod)
+    assert [gv.name_hint for gv in after.functions] == ["main"]
+
+
+def test_an_inlined_argument_shared_by_two_calls_binds_fresh_vars_at_the_second():
+    x = ir.var("x", (2,))
+    f = ir.GlobalVar("f")
+    inner = ir.Call(f, [op.exp(x), op.tanh(x), op.negative(x)])
+    first = ir.Call(f, [inner, op.exp(x), x])
+    second = ir.Call(f, [op.tanh(x), x, inner])
+    main = ir.Function([x], ir.Tuple([first, second]))
+    assert_pass_preserves_semantics(Inline, ir.IRModule({"f": _three_params_with_a_let(), "main": main}))
+
+
 def test_function_used_as_a_value_is_kept():
     x, sq = ir.var("x", (2,)), ir.GlobalVar("sq")
     mod = ir.IRModule({"sq": square_plus_one(), "main": ir.Function([x], ir.Tuple([ir.Call(sq, [x]), sq]))})
