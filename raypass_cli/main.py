@@ -92,6 +92,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("raypass: run again with --debug for the traceback", file=sys.stderr)
         return EXIT_USER_ERROR if user_error else EXIT_FAILURE
     except KeyboardInterrupt:
+        from passinfra.codegen.cc_driver import stop_compiles
+
+        stop_compiles()  # a compile in a background thread would hold the exit
         print("raypass: interrupted", file=sys.stderr)
         return 130
 

@@ -30,6 +30,7 @@ import shlex
 import shutil
 import subprocess
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -107,6 +108,8 @@ def compiler_identity(cc: str) -> str:
         result = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
     except OSError as error:
         raise CompileError(f"cannot run C compiler {cc!r} ({path}): {error}") from error
+    if result.returncode < 0:  # stopped by a signal (Ctrl-C): no answer, and none to cache
+        raise CompileError(f"`{path} --version` was stopped by signal {-result.returncode}")
     first_line = (result.stdout or result.stderr).splitlines()[:1]
     return f"{path}|{first_line[0] if first_line else 'unknown version'}"
 
@@ -168,7 +171,7 @@ def _run_compiler(source: str, settings: CompilerSettings, name: str) -> bytes:
         c_path.write_text(source, encoding="utf-8")
         try:
             # run inside the temp dir with relative names, so no absolute path ends up in the object
-            result = subprocess.run(command, capture_output=True, text=True, cwd=workdir, timeout=600)
+            result = _run_tracked(command, workdir)
         except (OSError, subprocess.TimeoutExpired) as error:
             kept = True
             raise CompileError(f"running the C compiler failed: {error}\n  command: {shlex.join(command)}\n"
@@ -187,6 +190,45 @@ def _run_compiler(source: str, settings: CompilerSettings, name: str) -> bytes:
     finally:
         if not kept:  # also when interrupted (Ctrl-C) mid-compile: nothing left in the temp dir
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+# the compilers this process runs now (kernels in the main thread, the convolution
+# runtime in a background one), so that Ctrl-C can end them all: a compile left running
+# in a background thread would hold the interpreter's exit until it finished
+_running: set[subprocess.Popen] = set()
+_running_lock = threading.Lock()
+_stopped = False
+
+
+def stop_compiles() -> None:
+    """End every compiler this process runs and start no other (the command was
+    interrupted: what they would produce is not wanted)."""
+    global _stopped
+    with _running_lock:
+        _stopped = True
+        for proc in _running:
+            proc.kill()
+
+
+def _run_tracked(command: list[str], workdir: str) -> subprocess.CompletedProcess:
+    """``subprocess.run(command)`` in ``workdir`` (output captured, 600 s at most), as one
+    of the compiles ``stop_compiles`` ends."""
+    with _running_lock:
+        if _stopped:
+            raise CompileError("compiling was stopped: the command was interrupted")
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                cwd=workdir)
+        _running.add(proc)
+    try:
+        stdout, stderr = proc.communicate(timeout=600)
+    except BaseException:  # a timeout, or Ctrl-C in this thread
+        proc.kill()
+        proc.communicate()
+        raise
+    finally:
+        with _running_lock:
+            _running.discard(proc)
+    return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
 
 
 def link_shared(objects: list[tuple[str, bytes]], settings: CompilerSettings | None = None,

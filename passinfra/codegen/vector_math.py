@@ -101,6 +101,10 @@ def vector_math_available(cc: str, cflags: str) -> bool:
             result = subprocess.run(command, capture_output=True, cwd=workdir, timeout=120)
         except (OSError, subprocess.TimeoutExpired):
             return False
+        if result.returncode < 0:
+            # stopped by a signal (Ctrl-C reaches the probe too): no answer, and a cached
+            # False would change every later kernel's C in this process
+            raise RuntimeError(f"the vector-math probe ({path}) was stopped by signal {-result.returncode}")
         return result.returncode == 0
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
