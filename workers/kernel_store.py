@@ -96,9 +96,12 @@ def install_if_multinode() -> bool:
 
     from passinfra.codegen.object_cache import set_shared_tier
 
-    if sum(1 for node in ray.nodes() if node.get("Alive")) < 2:
+    try:  # an optimization: a worker that cannot reach the store compiles on its own
+        if not ray.is_initialized() or sum(1 for node in ray.nodes() if node.get("Alive")) < 2:
+            return False
+        set_shared_tier(StoreTier(cluster_store()))
+    except Exception:  # noqa: BLE001
         return False
-    set_shared_tier(StoreTier(cluster_store()))
     return True
 
 

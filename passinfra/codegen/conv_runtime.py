@@ -57,7 +57,7 @@ import dataclasses
 import os
 import threading
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 
 from passinfra.codegen.cc_driver import CompileResult, CompilerSettings, compile_c_result
 from passinfra.codegen.transform.parallelize import GEMM_MACS_PER_WORK
@@ -664,15 +664,31 @@ def runtime_source() -> str:
 # instead of adding to the link at the end (DenseNet-121's cold build: 8.7 s without it)
 _compiles: dict[CompilerSettings, Future] = {}
 _compiles_lock = threading.Lock()
-_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raypass-conv-runtime")
 
 
 def _forget_in_child() -> None:
     """A forked child has no compile thread: a future of the parent's would never finish."""
-    global _compiles_lock, _executor
+    global _compiles_lock
     _compiles.clear()
     _compiles_lock = threading.Lock()
-    _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raypass-conv-runtime")
+
+
+def _compile_in_background(settings: CompilerSettings) -> Future:
+    """The runtime's compile on a thread of its own, which ends with the compile. Not a
+    ThreadPoolExecutor: a Ctrl-C that lands inside ``submit`` can leave the pool's thread
+    started but unregistered, waiting for work forever, and the interpreter's exit waits
+    for it (seen as an interrupted ``raypass compile`` that never exited)."""
+    future: Future = Future()
+
+    def compile_runtime() -> None:
+        future.set_running_or_notify_cancel()
+        try:
+            future.set_result(compile_c_result(runtime_source(), settings, RUNTIME_SYMBOL))
+        except BaseException as error:  # noqa: BLE001  (handed to whoever waits for it)
+            future.set_exception(error)
+
+    threading.Thread(target=compile_runtime, name="raypass-conv-runtime").start()
+    return future
 
 
 os.register_at_fork(after_in_child=_forget_in_child)
@@ -709,7 +725,7 @@ def start_runtime_compile(settings: CompilerSettings) -> Future:
     with _compiles_lock:
         future = _compiles.get(settings)
         if future is None:
-            future = _executor.submit(compile_c_result, runtime_source(), settings, RUNTIME_SYMBOL)
+            future = _compile_in_background(settings)
             _compiles[settings] = future
         return future
 

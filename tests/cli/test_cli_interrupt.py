@@ -138,3 +138,44 @@ def _kill_what_is_left(proc: subprocess.Popen, marker: str) -> None:
         except ProcessLookupError:
             pass
 
+
+def test_ctrl_c_while_the_driver_compiles_and_the_pool_still_starts_leaves_nothing(tmp_path, ray_tmpdir):
+    """The head start: the driver compiles kernels itself while its private pool is
+    still starting; Ctrl-C then ends the command, and the pool in the middle of its
+    start-up with it (its daemon, its Ray, its workers)."""
+    import onnx
+
+    model = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / "light_densenet121.onnx"
+    marker = uuid.uuid4().hex
+    temp = tmp_path / "tmp"  # the command's temporary files (the C compiler's directories)
+    temp.mkdir()
+    env = dict(os.environ, COLUMNS="200", RAY_TMPDIR=str(ray_tmpdir), TMPDIR=str(temp), **{MARKER: marker})
+    env.pop("RAY_ADDRESS", None)
+    command = [str(RAYPASS), "compile", str(model), "--backend", "ray", "--workers", "2", "--no-cache",
+               "-o", "model.so"]
+    with open(tmp_path / "out", "w") as out, open(tmp_path / "err", "w") as err:
+        proc = subprocess.Popen(
+            command, cwd=tmp_path, env=env, stdout=out, stderr=err, start_new_session=True,
+            preexec_fn=_foreground_sigint,
+        )
+
+    def driver_compiles_before_workers() -> bool:
+        if proc.poll() is not None:
+            return True  # it ended before: the assertion below says how
+        now = marked_processes(marker)
+        starting = any("scheduler.pool_daemon" in command for command in now.values())
+        workers = any(command.startswith("ray::FunctionWorker") for command in now.values())
+        # a child of the driver other than the pool's daemon: the C compiler it runs
+        return starting and not workers and any(_parent(pid) == proc.pid and "pool_daemon" not in command
+                                                for pid, command in now.items())
+
+    try:
+        caught = wait_for(driver_compiles_before_workers, STAGE_TIMEOUT)
+        stderr = (tmp_path / "err").read_text()[-3000:]
+        assert caught and proc.poll() is None, f"the driver never compiled while the pool started:\n{stderr}"
+        os.killpg(proc.pid, signal.SIGINT)
+        assert_interrupted_leaving_nothing(proc, tmp_path, marker)
+        # the compile it interrupted left no directory behind (nor did the pool's start)
+        assert not [path.name for path in temp.iterdir() if path.name.startswith("raypass-")]
+    finally:
+        _kill_what_is_left(proc, marker)
