@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test test-avx2 lint bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +18,10 @@ demo: $(VENV)/.installed
 test: $(VENV)/.installed
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q
+
+# the suite as a CPU without AVX-512 runs it, on a machine that has it (tests/avx2_only.py)
+test-avx2: $(VENV)/.installed
+	$(PY) -m tests.avx2_only $(PY) -m pytest -q
 
 bench: $(VENV)/.installed
 	$(PY) bench/ir_scaling.py

@@ -203,3 +203,17 @@ def ray_scheduler(ray_session):
     yield make
     for sched in made.values():
         sched.shutdown()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """A suite asked to run as an AVX2-only CPU (RAYPASS_MAX_ISA=avx2, `make test-avx2`)
+    runs so wholly, or not at all: NumPy's and OpenBLAS's switches must be set before
+    they load, which only tests/avx2_only.py does (a bare RAYPASS_MAX_ISA caps only the
+    microkernels, and the suite would pass while NumPy's reference still ran AVX-512)."""
+    if os.environ.get("RAYPASS_MAX_ISA") != "avx2":
+        return
+    from tests.avx2_only import numpy_runs_avx512
+
+    if numpy_runs_avx512() or os.environ.get("OPENBLAS_CORETYPE") != "Haswell":
+        raise pytest.UsageError("RAYPASS_MAX_ISA=avx2 alone does not make an AVX2-only run: "
+                                "start the suite with `python -m tests.avx2_only python -m pytest`")

@@ -48,7 +48,10 @@ same order with the same fused multiply-adds, so they give identical bits; the p
 variant rounds each product, as the generic loop nests do. ``raypass_conv_isa(level)``
 (exported; ``Module.conv_isa`` calls it) forces a level for tests and measurements
 (``-1``: only report; the level in effect is returned, capped at what the CPU supports),
-numbered as :data:`CONV_ISA_LEVELS`.
+numbered as :data:`CONV_ISA_LEVELS`. The environment variable ``RAYPASS_MAX_ISA``
+(``portable`` or ``avx2``; :data:`passinfra.runtime.module.MAX_ISA_ENV`) caps what the CPU
+supports, read once per library at its first convolution: an AVX-512 machine then runs
+exactly the code a CPU without AVX-512 runs (the suite's AVX2-only mode).
 """
 
 from __future__ import annotations
@@ -89,6 +92,8 @@ extern int {name}(const float* image, const float* weight, float* out, int64_t H
 
 _SOURCE = r"""/* raypass runtime: convolution microkernels (see passinfra/codegen/conv_runtime.py) */
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 #include <immintrin.h>
 
 #define CB @CHANNEL_CHUNK@
@@ -389,11 +394,20 @@ static const rp_tile_fn rp_tiles_c[5] = {0, rp_tile_c_1, rp_tile_c_2, rp_tile_c_
 /* -1: not detected yet */
 static int rp_conv_level = -1;
 
+/* RAYPASS_MAX_ISA caps the level: the machine runs as a CPU without the higher ones would */
+static int rp_conv_cap(void) {
+  const char* cap = getenv("RAYPASS_MAX_ISA");
+  if (cap && !strcmp(cap, "portable")) return 0;
+  if (cap && !strcmp(cap, "avx2")) return 1;
+  return 2;
+}
+
 static int rp_conv_supported(void) {
+  int cap = rp_conv_cap(), cpu = 0;
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) return 2;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return 1;
-  return 0;
+  if (__builtin_cpu_supports("avx512f")) cpu = 2;
+  else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) cpu = 1;
+  return cpu < cap ? cpu : cap;
 }
 
 int raypass_conv_isa(int level) {

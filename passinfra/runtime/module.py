@@ -34,6 +34,22 @@ from passinfra.runtime.weights import PackedWeights, WrittenWeights, aligned_emp
 # the convolution microkernels' instruction sets, by the level the C runtime numbers them
 # (passinfra.codegen.conv_runtime)
 CONV_ISA_LEVELS = ("portable", "avx2", "avx512")
+# An environment variable naming the highest of those levels any library may pick, read by
+# the C runtime when it first looks at the CPU: ``avx2`` runs an AVX-512 machine's
+# libraries as a CPU without AVX-512 would (the suite's AVX2-only mode, `make test-avx2`)
+MAX_ISA_ENV = "RAYPASS_MAX_ISA"
+
+
+def max_isa() -> str | None:
+    """The cap ``RAYPASS_MAX_ISA`` sets (None: none); an unknown value is an error, since
+    the C runtime would ignore it and run what the CPU has, unlike what was asked."""
+    value = os.environ.get(MAX_ISA_ENV)
+    if value is None or value == "":
+        return None
+    if value not in CONV_ISA_LEVELS:
+        known = ", ".join(CONV_ISA_LEVELS)
+        raise RaypassError(f"{MAX_ISA_ENV}={value!r} is not an instruction set; expected one of {known}")
+    return value
 
 METADATA_SUFFIX = ".raypass.json"
 WEIGHTS_SUFFIX = ".weights.bin"
@@ -50,6 +66,7 @@ class Module:
     ) -> None:
         self.metadata = dict(metadata)
         self._library = bytes(library)
+        max_isa()  # a misspelt cap fails here, before the library runs without it
         # ctypes loads from a file; it lives in a private temp dir removed with the module,
         # next to the weights file when the module writes one
         self._dir = tempfile.mkdtemp(prefix="raypass-lib-")
@@ -130,8 +147,8 @@ class Module:
         """The instruction set the convolution microkernels run with (``"avx512"``,
         ``"avx2"`` or ``"portable"``; :mod:`passinfra.codegen.conv_runtime`), picked from
         the CPU at the first call; None when no kernel of this library uses them.
-        ``level`` forces one for every later call (capped at what the CPU supports), for
-        tests and measurements. The AVX-512 and AVX2 kernels give identical bits."""
+        ``level`` forces one for every later call (capped at what the CPU supports, and at
+        ``RAYPASS_MAX_ISA``), for tests and measurements. The AVX-512 and AVX2 kernels give identical bits."""
         try:
             entry = self._cdll.raypass_conv_isa
         except AttributeError:

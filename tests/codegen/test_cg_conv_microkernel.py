@@ -31,11 +31,13 @@ from passinfra.errors import RaypassError
 from passinfra.frontend import from_onnx
 from passinfra.ir import op
 from passinfra.runtime.interpreter import evaluate
-from passinfra.runtime.module import CONV_ISA_LEVELS
+from passinfra.runtime.module import CONV_ISA_LEVELS, MAX_ISA_ENV, load_module
 from passinfra.tir.evaluator import run_prim_func
 from passinfra.tir.intrinsics import is_conv, is_gemm
 from passinfra.transform import PassContext, Sequential, get_pass
 from tests.codegen.test_cg_conv_kernels import _compiled_functions, _nodes, assert_close, build, conv_model
+from tests.graph_sums import graph_sums
+from tests.numerics import assert_sums_close
 
 # (name, data shape, out channels, kernel, Conv attributes)
 CASES = [
@@ -110,10 +112,11 @@ def _levels(lib) -> list[str]:
 def test_microkernel_matches_interpreter_on_every_isa(cache_dir, name):
     mod, x, lib = _built(cache_dir, name)
     expected = evaluate(mod, x)
+    sums = graph_sums(mod, x)  # the microkernels sum in their own order, per instruction set
     try:
         for level in _levels(lib):
             assert lib.conv_isa(level) == level
-            assert_close(lib(x), expected)
+            assert_close(lib(x), expected, *sums)
     finally:
         lib.conv_isa(CONV_ISA_LEVELS[-1])  # back to the best the CPU has
 
@@ -227,7 +230,8 @@ def test_lowered_call_runs_in_the_tir_interpreter(strides, padding, dilation):
         lowered = lower_primitive_function(func, "kernel")
     assert any(isinstance(n, tir.Evaluate) and is_conv(n.value) for n in _nodes(lowered.body))
     got = run_prim_func(lowered, *arrays)
-    np.testing.assert_allclose(got.reshape(expected.shape), expected, rtol=1e-5, atol=1e-5)
+    sums = graph_sums(ir.IRModule({"main": func}), *arrays)
+    assert_sums_close(got.reshape(expected.shape), expected, *sums)
 
 
 def _matmul(shapes):
@@ -250,7 +254,8 @@ def test_matmul_runs_on_the_microkernels(tmp_path, shapes, on_microkernel):
     calls = [n.value for n in _nodes(lowered.body) if isinstance(n, tir.Evaluate)]
     assert any(is_conv(c) for c in calls) is on_microkernel
     assert any(is_gemm(c) for c in calls) is not on_microkernel
-    np.testing.assert_allclose(run_prim_func(lowered, *arrays), expected, rtol=1e-5, atol=1e-5)
+    sums = graph_sums(mod, *arrays)  # up to 600 products, summed in each path's own order
+    assert_sums_close(run_prim_func(lowered, *arrays), expected, *sums)
     with PassContext(config={"codegen.matmul_microkernel": False}):
         off = lower_primitive_function(func, "k", use_blas=True)
     assert not any(is_conv(n.value) for n in _nodes(off.body) if isinstance(n, tir.Evaluate))
@@ -260,7 +265,7 @@ def test_matmul_runs_on_the_microkernels(tmp_path, shapes, on_microkernel):
     for threads in (1, 2, 3):
         lib.set_num_threads(threads)
         results.append(lib(*arrays))
-    assert_close(results[0], expected)
+    assert_close(results[0], expected, *sums)
     np.testing.assert_array_equal(results[1], results[0])
     np.testing.assert_array_equal(results[2], results[0])
 
@@ -317,6 +322,24 @@ def test_unknown_isa_is_one_clear_error(cache_dir):
     _, _, lib = _built(cache_dir, "3x3_pad1_small_channels")
     with pytest.raises(RaypassError, match="sse9"):
         lib.conv_isa("sse9")
+
+
+def test_the_environment_caps_the_instruction_set_a_library_picks(cache_dir, tmp_path, monkeypatch):
+    """RAYPASS_MAX_ISA makes a library pick what a CPU without the higher sets picks (the
+    suite's AVX2-only mode, tests/avx2_only.py), read when the library first looks."""
+    mod, x, lib = _built(cache_dir, "row_tiles_one_vector_borders")
+    best = lib.conv_isa()  # what this CPU has (or a cap already in force: an AVX2-only run)
+    path = str(tmp_path / "conv.so")
+    lib.export_library(path)
+    for cap in CONV_ISA_LEVELS[:CONV_ISA_LEVELS.index(best) + 1]:
+        monkeypatch.setenv(MAX_ISA_ENV, cap)
+        capped = load_module(path)  # a fresh copy of the library: it has not looked yet
+        assert capped.conv_isa() == cap
+        assert capped.conv_isa("avx512") == cap  # forcing a level stays under the cap too
+        assert_close(capped(x), evaluate(mod, x), *graph_sums(mod, x))
+    monkeypatch.setenv(MAX_ISA_ENV, "avx3")
+    with pytest.raises(RaypassError, match="RAYPASS_MAX_ISA='avx3'"):
+        load_module(path)
 
 
 def test_libraries_without_microkernels_do_not_link_them(cache_dir):

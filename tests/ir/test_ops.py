@@ -20,6 +20,7 @@ from passinfra.ir import op
 from passinfra.ir.op import _impl
 from passinfra.ir.op.registry import Op, OpPattern, register_op
 from passinfra.ir.types import TensorType, TupleType
+from tests.numerics import assert_sums_close
 
 RNG = np.random.default_rng(0)
 
@@ -38,9 +39,12 @@ def infer(call: ir.Call, *arg_types):
     return call.op.infer_type(arg_types, call.attrs)
 
 
-def check(call: ir.Call, args, expected, rtol=1e-6, atol=1e-6):
+def check(call: ir.Call, args, expected, rtol=1e-6, atol=1e-6, terms=None, magnitude=None):
     """The relation gives the type of ``expected``, and the implementation its values,
-    with exactly its dtype and shape."""
+    with exactly its dtype and shape. Results that are sums of ``terms`` terms, which the
+    implementation may add in another order than the reference, are compared within the
+    bound for any order (tests/numerics.py) given the sums of the terms' absolute values
+    ``magnitude``, instead of ``rtol``/``atol``."""
     out_type = infer(call, *[value_type(a) for a in args])
     result = call.op.compute(args, call.attrs)
     if isinstance(expected, tuple):
@@ -53,7 +57,10 @@ def check(call: ir.Call, args, expected, rtol=1e-6, atol=1e-6):
     for got, want in pairs:
         assert isinstance(got, np.ndarray)
         assert got.dtype == want.dtype and got.shape == want.shape
-        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+        if terms is not None:
+            assert_sums_close(got, want, terms, magnitude, dtype=str(want.dtype))
+        else:
+            np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
     return result
 
 
@@ -509,7 +516,13 @@ def test_reductions_over_each_axis(name, axis, keepdims):
     call = builder_for(name)(X, axis=axis, keepdims=keepdims)
     numpy_axis = axis if axis is None or isinstance(axis, tuple) else (axis,)
     expected = np.asarray(REDUCTIONS[name](data, axis=numpy_axis, keepdims=keepdims)).astype("float32")
-    check(call, [data], expected, rtol=1e-5)
+    if name in ("max", "min"):  # no rounding: any order gives the same element
+        check(call, [data], expected, rtol=0, atol=0)
+        return
+    # sum and mean add in whatever order NumPy's SIMD loops take (mean: the sum, then / n)
+    terms = data.size // expected.size
+    magnitude = np.asarray(REDUCTIONS[name](np.abs(data), axis=numpy_axis, keepdims=keepdims))
+    check(call, [data], expected, terms=terms, magnitude=magnitude)
 
 
 def test_integer_sum_and_max_keep_dtype():
@@ -541,7 +554,9 @@ def test_reduction_errors():
 ])
 def test_matmul_follows_numpy(lhs_shape, rhs_shape):
     lhs, rhs = rand(*lhs_shape), rand(*rhs_shape)
-    check(op.matmul(X, Y), [lhs, rhs], np.matmul(lhs, rhs), rtol=1e-5, atol=1e-5)
+    # the implementation may block the dot products of 4 terms as it likes (BLAS)
+    check(op.matmul(X, Y), [lhs, rhs], np.matmul(lhs, rhs), terms=4,
+          magnitude=np.matmul(np.abs(lhs), np.abs(rhs)))
 
 
 def test_matmul_int_and_errors():
@@ -607,7 +622,11 @@ def test_conv2d(channels, out_channels, kernel, strides, padding, dilation, grou
     weight = rand(out_channels, channels // groups, *kernel)
     call = op.nn.conv2d(X, Y, strides=strides, padding=padding, dilation=dilation, groups=groups)
     expected = reference_conv2d(data, weight, strides, call.attrs["padding"], dilation, groups)
-    check(call, [data, weight], expected, rtol=1e-5, atol=1e-5)
+    # a sum of (channels / groups) * kh * kw products, in the reference tap by tap, in the
+    # implementation as one einsum (BLAS)
+    magnitude = reference_conv2d(np.abs(data), np.abs(weight), strides, call.attrs["padding"], dilation,
+                                 groups)
+    check(call, [data, weight], expected, terms=weight[0].size, magnitude=magnitude)
 
 
 def test_conv2d_padding_forms():
@@ -621,9 +640,10 @@ def test_conv2d_int_and_nhwc():
     check(op.nn.conv2d(X, Y), [data, weight], reference_conv2d(data, weight, (1, 1), (0,) * 4, (1, 1), 1))
     data, weight = rand(2, 3, 6, 6), rand(4, 3, 3, 3)
     nchw = reference_conv2d(data, weight, (2, 2), (1, 1, 1, 1), (1, 1), 1)
+    magnitude = reference_conv2d(np.abs(data), np.abs(weight), (2, 2), (1, 1, 1, 1), (1, 1), 1)
     call = op.nn.conv2d(X, Y, strides=2, padding=1, data_layout="NHWC", kernel_layout="HWIO")
     check(call, [data.transpose(0, 2, 3, 1), weight.transpose(2, 3, 1, 0)], nchw.transpose(0, 2, 3, 1),
-          rtol=1e-5, atol=1e-5)
+          terms=3 * 3 * 3, magnitude=magnitude.transpose(0, 2, 3, 1))
 
 
 def test_conv2d_errors():
@@ -644,9 +664,12 @@ def test_conv2d_errors():
 
 def test_dense_and_bias_add():
     data, weight = rand(5, 4), rand(3, 4)
-    check(op.nn.dense(X, Y), [data, weight], data @ weight.T, rtol=1e-5)
+    # dot products of 4 terms, blocked as BLAS likes
+    check(op.nn.dense(X, Y), [data, weight], data @ weight.T, terms=4,
+          magnitude=np.abs(data) @ np.abs(weight).T)
     batched = rand(2, 5, 4)
-    check(op.nn.dense(X, Y), [batched, weight], batched @ weight.T, rtol=1e-5)
+    check(op.nn.dense(X, Y), [batched, weight], batched @ weight.T, terms=4,
+          magnitude=np.abs(batched) @ np.abs(weight).T)
     bias = rand(3)
     image = rand(2, 3, 4, 5)
     check(op.nn.bias_add(X, Y), [image, bias], image + bias.reshape(1, 3, 1, 1))
@@ -741,9 +764,13 @@ def test_pools(pool_size, strides, padding):
     ones = np.ones_like(data)
     counts = reference_pool(ones, pool_size, strides, pad4, lambda w: w.sum(axis=(2, 3)), 0)
     sums = reference_pool(data, pool_size, strides, pad4, lambda w: w.sum(axis=(2, 3)), 0)
-    check(op.nn.avg_pool2d(X, pool_size, strides, padding), [data], sums / counts, rtol=1e-5)
+    # averages of at most pool_h * pool_w cells, each summed in its own order, then divided
+    abs_sums = reference_pool(np.abs(data), pool_size, strides, pad4, lambda w: w.sum(axis=(2, 3)), 0)
+    terms = pool_size[0] * pool_size[1]
+    check(op.nn.avg_pool2d(X, pool_size, strides, padding), [data], sums / counts, terms=terms,
+          magnitude=abs_sums / counts)
     including = op.nn.avg_pool2d(X, pool_size, strides, padding, count_include_pad=True)
-    check(including, [data], sums / (pool_size[0] * pool_size[1]), rtol=1e-5)
+    check(including, [data], sums / terms, terms=terms, magnitude=abs_sums / terms)
 
 
 def test_pool_int_nhwc_and_errors():

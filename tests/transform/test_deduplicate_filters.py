@@ -11,6 +11,8 @@ from passinfra import evaluate, ir
 from passinfra.ir import op
 from passinfra.transform import DeduplicateFilters
 from passinfra.transform.deduplicate_filters import distinct_filters
+from tests.graph_sums import graph_sums
+from tests.numerics import assert_sums_close
 
 
 def run(func: ir.Function) -> ir.Function:
@@ -84,7 +86,10 @@ def test_values_are_unchanged(rows: list[int], layout: str) -> None:
     func = ir.Function([x], op.nn.conv2d(x, ir.const(weight), padding=(1, 1), data_layout=layout,
                                          kernel_layout=kernel))
     data = np.random.default_rng(3).standard_normal(shape).astype("float32")
-    np.testing.assert_allclose(evaluate(run(func), data), evaluate(func, data), rtol=1e-5, atol=1e-6)
+    # fewer filters: another einsum, which BLAS may block otherwise; a filter mapped to the
+    # wrong output moves it by whole terms, far past the bound for any order
+    sums = graph_sums(ir.IRModule({"main": func}), data)
+    assert_sums_close(evaluate(run(func), data), evaluate(func, data), *sums)
 
 
 @pytest.mark.parametrize("axis", [0, 1, 3])
