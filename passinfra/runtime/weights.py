@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from passinfra.file_pages import release_file_pages
+
 ALIGNMENT = 64  # every weight starts on a cache line; the blob itself too
 
 
@@ -80,21 +82,30 @@ class PackedWeights:
             size = offsets[-1] + array.nbytes
         return PackedWeights(arrays, tuple(offsets), size)
 
-    def chunks(self) -> Iterator[bytes | memoryview]:
-        """The blob's bytes in order: views of the arrays and the zero padding."""
+    def _pieces(self) -> Iterator[tuple[bytes | memoryview, np.ndarray | None]]:
+        """The blob's bytes in order, each with the array it views (None: padding)."""
         position = 0
         for array, offset in zip(self.arrays, self.offsets):
             if offset > position:
-                yield bytes(offset - position)
+                yield bytes(offset - position), None
             data = array.reshape(-1).view(np.uint8)
             if data.size:
-                yield memoryview(data)
+                yield memoryview(data), array
             position = offset + data.size
 
+    def chunks(self) -> Iterator[bytes | memoryview]:
+        """The blob's bytes in order: views of the arrays and the zero padding."""
+        return (chunk for chunk, _ in self._pieces())
+
     def write(self, handle: Any) -> None:
-        """Write the blob to the open binary file ``handle``."""
-        for chunk in self.chunks():
+        """Write the blob to the open binary file ``handle``. A weight read from a map of
+        the model's file is dropped from this process's resident set once written: the
+        write reads every page of it, and they would otherwise stay counted in RSS (the
+        whole model's bytes, for a model whose weights are written as they are)."""
+        for chunk, array in self._pieces():
             handle.write(chunk)
+            if array is not None:
+                release_file_pages(array)
 
     def tobytes(self) -> bytes:
         return b"".join(self.chunks())

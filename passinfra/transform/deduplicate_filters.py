@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from passinfra import ir
+from passinfra.file_pages import release_file_pages
 from passinfra.ir import op
 from passinfra.ir.expr import Call, Constant, Expr, Function
 from passinfra.ir.op.registry import Op
@@ -96,6 +97,9 @@ class _FilterDeduplicator(ir.ExprMutator):
         if not isinstance(weight, Constant):
             return new
         found = distinct_filters(weight.data, axes[0])
+        # the check reads a few values of every filter, which for a weight mapped from
+        # the model's file faults in (about) every page of it; they need not stay resident
+        release_file_pages(weight.data)
         if found is None:
             return new
         first, channel_to_filter = found

@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from passinfra.file_pages import release_file_pages
 from passinfra.ir.expr import Call, Constant, Expr, Function, Let, Tuple, TupleGetItem
 from passinfra.ir.functor import ExprMutator
 from passinfra.ir.module import IRModule
@@ -122,7 +123,13 @@ class ConstantFolder(ExprMutator):
                 result = compute_op(op, args, call.attrs)
         except Exception:
             return None  # leave the call; it fails at run time, if it ever runs
-        return _to_expr(result)
+        folded = _to_expr(result)  # (a result that views an argument is copied here)
+        # a weight mapped from the model's file (a transposed or reshaped initializer) was
+        # read whole: its pages need not stay in this process next to the folded result
+        for arg in call.args:
+            if type(arg) is Constant:
+                release_file_pages(arg.data)
+        return folded
 
 
 def fold_constant(func: Function, mod: IRModule | None = None) -> Function:
