@@ -21,10 +21,11 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from passinfra.errors import EvaluationError, IRError, RaypassError
+from passinfra.file_pages import release_file_pages
 from passinfra.frontend.onnx_dtypes import UnsupportedDtypesError, listing, unsupported_dtypes
 from passinfra.frontend.onnx_functions import ModelFunctions, convert_function_node
 from passinfra.frontend.onnx_ops import lookup
-from passinfra.frontend.onnx_ops.context import NodeContext, OnnxImportError, TypeTracker
+from passinfra.frontend.onnx_ops.context import NodeContext, OnnxImportError, OnnxImportWarning, TypeTracker
 from passinfra.frontend.onnx_ops.registry import DEFAULT_DOMAINS, op_key
 from passinfra.frontend.onnx_ops.tensor import onnx_dtype
 from passinfra.frontend.onnx_reader import read_mapped
@@ -40,8 +41,8 @@ from passinfra.ir.module import IRModule
 from passinfra.ir.types import TensorType, normalize_dtype
 from passinfra.runtime import evaluate
 
-__all__ = ["from_onnx", "UnsupportedOpsError", "UnsupportedDtypesError", "OnnxImportError", "unsupported_ops",
-           "unsupported_dtypes"]
+__all__ = ["from_onnx", "UnsupportedOpsError", "UnsupportedDtypesError", "OnnxImportError",
+           "OnnxImportWarning", "unsupported_ops", "unsupported_dtypes"]
 
 
 # each initializer's raw_data left in the mapped model file, in graph order (None: the
@@ -295,11 +296,21 @@ class _Importer:
         """Evaluate an expression of known inputs with the ops' NumPy implementations
         (one semantics with the interpreter and FoldConstant). The inputs are the model's
         own constants, so a value the op rejects (an index out of range) is the model's
-        mistake."""
+        mistake. NumPy's floating-point warnings are silenced, as FoldConstant silences them:
+        the ops' results (inf - inf = NaN in a sum, 0 * inf in Gelu) are IEEE's, as in the
+        compiled code; a value ONNX leaves undefined is reported by its converter
+        (``cast_known``), naming the node."""
         try:
-            return np.asarray(evaluate(expr))
+            with np.errstate(all="ignore"):
+                value = np.asarray(evaluate(expr))
         except EvaluationError as err:
             raise context.fail(f"cannot be computed from its constant inputs: {err}") from err
+        # an initializer mapped from the model's file (a tied embedding transposed for the
+        # head) was read whole: its pages need not stay resident next to the result
+        for known in context.inputs:
+            if isinstance(known, np.ndarray):
+                release_file_pages(known)
+        return value
 
     def _check(self, expr: Expr, context: NodeContext) -> None:
         """Type the new expression now, so an error names the ONNX node that made it."""

@@ -26,6 +26,11 @@ class OnnxImportError(RaypassError, ValueError):
     """An ONNX model the importer cannot represent (names the node or input at fault)."""
 
 
+class OnnxImportWarning(UserWarning):
+    """A model the importer can represent, but with a value ONNX leaves undefined (a float
+    cast to an integer type it does not fit); names the node and says what value it got."""
+
+
 class TypeTracker:
     """Static types of the expressions the importer builds, computed with the ops' type
     relations as the expressions are made (memoized; iterative over fresh sub-terms)."""

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 
 import numpy as np
 
-from passinfra.frontend.onnx_ops.context import NodeContext
+from passinfra.frontend.onnx_ops.context import NodeContext, OnnxImportWarning
 from passinfra.frontend.onnx_ops.registry import converter
 from passinfra.ir import op
 from passinfra.ir.expr import Expr
 from passinfra.ir.op import extra
+from passinfra.ir.op.precision import compute_op
+from passinfra.ir.op.registry import Op
 from passinfra.ir.op.tensor import call_op
+from passinfra.ir.types import is_float_dtype, is_int_dtype, normalize_dtype
 
 # ONNX op type -> registered IR op, for ops that map one to one on all their inputs
 _BINARY = {
@@ -113,7 +117,8 @@ def _pow(node: NodeContext) -> Expr:
     dtype = node.dtype(node.input(0))
     # ONNX lets the exponent have another dtype; the IR op needs one dtype
     if node.dtype(exponent) != dtype:
-        exponent = node.expr(exponent.astype(dtype)) if node.is_known(exponent) else op.cast(exponent, dtype)
+        known = node.is_known(exponent)
+        exponent = node.expr(cast_known(node, exponent, dtype)) if known else op.cast(exponent, dtype)
     return op.power(base, node.expr(exponent))
 
 
@@ -211,6 +216,53 @@ converter("Min")(_variadic("minimum"))
 converter("Mean")(_variadic("add", mean=True))
 
 
+def cast_known(node: NodeContext, value: np.ndarray, dtype: str | np.dtype) -> np.ndarray:
+    """``value`` (known at import) cast to ``dtype`` by the ``cast`` op's own implementation,
+    the one the interpreter and FoldConstant run, so a cast folded here and the same cast
+    at run time agree, and without NumPy's warnings.
+
+    ONNX's Cast leaves one numeric conversion undefined: "Casting from floating point to
+    fixed point: undefined if OOR (out of range)". Every other is defined, and NumPy's
+    warnings about them are noise: a float past a float type's range is "+/- infinity",
+    an integer past a float type's is "+/- infinity", one past an integer type's keeps its
+    low bits ("discard higher bits and reinterpret"), and to bool "+/- 0.0 to False; all
+    else to True" (NaN too). The undefined elements (NaN, infinities, floats whose integer
+    part the type cannot hold: a T5 export casts log(0) = -inf to int64, then drops it with
+    a Where) keep the op's value (what the interpreter and FoldConstant compute; on x86-64
+    INT_MIN, the "integer indefinite", for int32/int64, as compiled code gives) and get an
+    OnnxImportWarning naming the node: a model whose output depends on them has no
+    meaning that compiled code or other runtimes must agree with.
+    """
+    source, target = normalize_dtype(value.dtype), normalize_dtype(dtype)
+    result = np.asarray(compute_op(Op.get("cast"), [value], {"dtype": target}))  # silences NumPy itself
+    if is_float_dtype(source) and is_int_dtype(target):
+        undefined = _outside_integer_range(value, target)
+        if undefined.any():
+            first = int(np.flatnonzero(undefined)[0])
+            example, got = value.reshape(-1)[first], result.reshape(-1)[first]
+            warnings.warn(
+                f"{node.where()}: {int(undefined.sum())} of {value.size} value(s) cast from {source} to "
+                f"{target} are NaN, infinite or out of {target}'s range (e.g. {example}), which ONNX leaves "
+                f"undefined; they get the reference interpreter's value (here {got}), which compiled code "
+                "and other runtimes need not match",
+                OnnxImportWarning,
+                stacklevel=2,
+            )
+    return result
+
+
+def _outside_integer_range(value: np.ndarray, dtype: str) -> np.ndarray:
+    """Where ``value`` (floats) has no integer part that ``dtype`` holds: NaN, infinities,
+    out-of-range values (a fraction is truncated toward zero, as C does: -0.5 -> 0 fits
+    uint8)."""
+    info = np.iinfo(dtype)
+    whole = np.trunc(value.astype(np.float64)).reshape(-1)  # float64 holds every float the IR has
+    # the bounds are powers of two (the least value, one past the greatest): exact floats,
+    # where float(info.max) of a 64-bit type would round up into the range's outside
+    low, past_high = float(info.min), float(int(info.max) + 1)
+    return ~((whole >= low) & (whole < past_high))  # NaN compares false: outside
+
+
 @converter("Cast")
 def _cast(node: NodeContext):
     from passinfra.frontend.onnx_ops.tensor import onnx_dtype
@@ -218,7 +270,7 @@ def _cast(node: NodeContext):
     dtype = onnx_dtype(node.attr("to"), node)
     value = node.input(0)
     if node.is_known(value):
-        return value.astype(dtype)
+        return cast_known(node, value, dtype)
     return op.cast(value, dtype)
 
 
@@ -227,7 +279,7 @@ def _cast_like(node: NodeContext):
     value = node.input(0)
     dtype = node.dtype(node.input(1))
     if node.is_known(value):
-        return value.astype(dtype)
+        return cast_known(node, value, dtype)
     return op.cast(value, dtype)
 
 
