@@ -483,15 +483,19 @@ def _assert_outputs_match(got, expected) -> None:
         np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-5 * float(np.abs(e).max()))
 
 
-requires_light = pytest.mark.skipif(
-    not os.path.isdir(LIGHT_DIR), reason="the onnx package ships no light models"
-)
+@pytest.fixture(scope="module", params=LIGHT_SMALL + LIGHT_LARGE)
+def light_case(request: pytest.FixtureRequest) -> tuple[onnx.ModelProto, dict, list[np.ndarray]]:
+    """One light model's case, shared by the interpreted and the compiled test: pytest runs
+    the tests of one parameter of a module-scoped fixture together, so each model's random
+    weights (VGG-19: 9 s of filling 140 M floats) and onnxruntime's run happen once, and
+    one model at a time is held."""
+    if not os.path.isdir(LIGHT_DIR):
+        pytest.skip("the onnx package ships no light models")
+    return _light_case(request.param)
 
 
-@requires_light
-@pytest.mark.parametrize("name", LIGHT_SMALL + LIGHT_LARGE)
-def test_light_model_with_random_weights_matches_onnxruntime(name):
-    model, feeds, expected = _light_case(name)
+def test_light_model_with_random_weights_matches_onnxruntime(light_case):
+    model, feeds, expected = light_case
     mod = from_onnx(model)
     names = [p.name_hint for p in mod["main"].params]
     _assert_outputs_match(evaluate(mod, *(feeds[n] for n in names)), expected)
@@ -502,9 +506,7 @@ def object_cache(tmp_path_factory):
     return str(tmp_path_factory.mktemp("light-objects"))
 
 
-@requires_light
-@pytest.mark.parametrize("name", LIGHT_SMALL + LIGHT_LARGE)
-def test_light_model_with_random_weights_compiled_matches_onnxruntime(name, object_cache):
-    model, feeds, expected = _light_case(name)
+def test_light_model_with_random_weights_compiled_matches_onnxruntime(light_case, object_cache):
+    model, feeds, expected = light_case
     rep = RaypassBackend.prepare(model, config={"codegen.cache_dir": object_cache})
     _assert_outputs_match(rep.run(feeds), expected)
