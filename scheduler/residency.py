@@ -9,8 +9,9 @@ Placement: a new function goes to the least loaded slot, largest first (LPT,
 ``scheduler.assign``), by the measured seconds of the last stage that ran it, else by an
 estimate from its node count. Only the functions some pass of the stage works on
 take part (see ``sync``). When the measured costs make the current placement
-clearly worse than LPT's (``REBALANCE_THRESHOLD``), functions move; a moved or removed
-function is dropped by the slot that held it.
+clearly worse than LPT's (``REBALANCE_THRESHOLD``) and moving saves more than sending
+costs (``REBALANCE_MIN_GAIN``), functions move; a moved or removed function is dropped
+by the slot that held it.
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ from passinfra.ir.module import IRModule
 from scheduler.assign import estimated_cost, lpt, makespan
 
 REBALANCE_THRESHOLD = 1.25  # move functions when the measured makespan is this much over LPT's
+# ... and over it by at least this many seconds: re-sending a moved function costs about a
+# millisecond of packing and transfer, and the costs of sub-millisecond functions are mostly
+# noise (a busy test run moved 7 of 12 functions of 0.1 ms each, for nothing)
+REBALANCE_MIN_GAIN = 0.005
 
 
 @dataclass
@@ -96,7 +101,7 @@ class Residency:
         costs = {name: self._cost_of(name, mod) for name in placement}
         better = lpt(costs, [0.0] * self.workers)
         now, best = makespan(placement, costs, self.workers), makespan(better, costs, self.workers)
-        if now <= REBALANCE_THRESHOLD * best:
+        if now <= REBALANCE_THRESHOLD * best or now - best < REBALANCE_MIN_GAIN:
             return placement, 0
         moved = 0
         for name, slot in better.items():
@@ -135,4 +140,4 @@ class Residency:
         self._cost.update(seconds)
 
 
-__all__ = ["REBALANCE_THRESHOLD", "Placement", "Residency"]
+__all__ = ["REBALANCE_MIN_GAIN", "REBALANCE_THRESHOLD", "Placement", "Residency"]

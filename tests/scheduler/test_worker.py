@@ -82,3 +82,24 @@ def test_small_constants_travel_in_the_payload_large_ones_beside_it():
     back = unpack_functions(packed)
     assert back["f"] is back["g"]
     ir.assert_structural_equal(back["f"], func)
+
+
+def test_rebalancing_moves_functions_only_when_it_saves_more_than_sending_costs():
+    """Measured costs that make the placement 3x worse than LPT's move functions when the
+    gain is real (seconds), not when the functions take a tenth of a millisecond (noise)."""
+    from scheduler.assign import lpt, makespan
+    from scheduler.residency import REBALANCE_THRESHOLD, Residency
+
+    mod = P.chain_module(12)
+    names = [gv.name_hint for gv in mod.functions if gv.name_hint != "main"]
+    for unit, expect_moves in [(1e-4, False), (1.0, True)]:
+        residency = Residency(2)
+        first = residency.sync(mod, names).slots
+        # the first slot's functions turn out to cost 5x the other's
+        costs = {name: unit * (5 if first[name] == 0 else 1) for name in names}
+        residency.learn(costs)
+        # the ratio alone says move, in both cases
+        assert makespan(first, costs, 2) > REBALANCE_THRESHOLD * makespan(lpt(costs, [0.0, 0.0]), costs, 2)
+        placement = residency.sync(mod, names)
+        assert (placement.moved > 0) is expect_moves, (unit, placement.moved)
+        assert sum(len(sent) for sent in placement.sends.values()) == placement.moved
