@@ -86,7 +86,18 @@ def ray_head():
         os.killpg(proc.pid, signal.SIGTERM)
         pytest.fail("ray start --head did not come up within 60 s")
     yield f"127.0.0.1:{port}", proc
+    # Ray's graceful stop of a --block head waited on its processes for ~30 s; the head is
+    # the test's own (a session of its own, in the session's private RAY_TMPDIR), so after
+    # a moment to stop cleanly, every process of it is ended at once
     os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=2)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
     proc.wait(timeout=60)
 
 
