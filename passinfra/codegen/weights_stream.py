@@ -76,11 +76,14 @@ class WeightsStream:
 
     def close(self) -> None:
         """Wait for the writer; remove its directory unless a module adopted the file
-        (the module moves it into its own directory, and the directory left is empty)."""
-        if self._written is not None:
-            try:
+        (the module moves it into its own directory, and the directory left is empty).
+        The directory goes even when ``start`` was interrupted (a Ctrl-C) between making
+        it and handing over the writer, which left it behind in /tmp."""
+        try:
+            if self._written is not None:
                 self._written.done.exception()  # waits; an error was (or is) reported by the claimer
-            finally:
+        finally:
+            if self._dir is not None:
                 shutil.rmtree(self._dir, ignore_errors=True)
 
 

@@ -98,3 +98,22 @@ def test_stream_weights_outside_a_build_changes_nothing(ctx):
     mod = compile_pipeline()(model())
     assert current_stream() is None
     assert get_pass("StreamWeights")(mod).astext() == mod.astext()
+
+
+def test_a_ctrl_c_while_the_writer_starts_leaves_no_directory(monkeypatch, tmp_path):
+    """An interrupt between making the stream's directory and handing over its writer
+    (here: in the thread's start) still removes the directory."""
+    from passinfra.codegen import weights_stream
+
+    class Interrupted:
+        def __init__(self, **kwargs: object) -> None:
+            pass
+
+        def start(self) -> None:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(weights_stream.threading, "Thread", Interrupted)
+    with pytest.raises(KeyboardInterrupt), streaming_weights() as stream:
+        stream.start([np.ones(16, np.float32)])
+    assert os.listdir(tmp_path) == []
