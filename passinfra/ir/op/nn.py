@@ -222,8 +222,11 @@ def _gelu_impl(args: Sequence[Any], attrs: Attrs) -> np.ndarray:
 def _softmax_impl(args: Sequence[Any], attrs: Attrs) -> np.ndarray:
     data = np.asarray(args[0])
     axis = normalize_axis(attrs["axis"], data.ndim)
-    # subtracting the max keeps exp from overflowing; the result is unchanged
-    shifted = np.exp(data - data.max(axis=axis, keepdims=True))
+    # subtracting the max keeps exp from overflowing; the result is unchanged. A row whose
+    # max is infinite (a fully masked attention row: all -inf) gives NaN, as ONNX's
+    # reference does; NumPy's warning about it would only reach the user as noise
+    with np.errstate(invalid="ignore"):
+        shifted = np.exp(data - data.max(axis=axis, keepdims=True))
     return (shifted / shifted.sum(axis=axis, keepdims=True)).astype(data.dtype, copy=False)
 
 
