@@ -14,8 +14,9 @@ For every Function literal inside a global function (innermost first):
   construct the IR does not have. Its body is still processed.
 
 Captured variables become fresh, type-annotated parameters of the lifted global (types
-come from type inference, which the pass runs first), so no var is bound in two
-functions. Names are deterministic: ``<global>_lifted_<k>``, numbered in post-order per
+come from type inference, which the pass runs first), and the vars bound inside the
+lifted body are fresh too (the body may share nodes with the function it leaves), so no
+var is bound in two functions. Names are deterministic: ``<global>_lifted_<k>``, numbered in post-order per
 global function, skipping names the module already uses.
 """
 
@@ -175,7 +176,9 @@ class _Lifter(ExprMutator):
             params.append(fresh)
         if decision.self_var is not None:
             mapping[decision.self_var] = decision.gv
-        body = substitute(func.body, mapping)
+        # fresh binders too: the literal's body may share a subexpression with the
+        # function it came from (a DAG), and a let bound there must not be bound again here
+        body = substitute(func.body, mapping, rename_bound=True)
         return Function(params, body, decision.ret_type, func.attrs)
 
 

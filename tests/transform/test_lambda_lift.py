@@ -72,6 +72,17 @@ def test_nested_and_recursive_literals():
         )
 
 
+def test_a_body_sharing_a_let_with_its_function_binds_fresh_vars_when_lifted():
+    """The literal's body uses a node of main's (the IR is a DAG) that binds a let: lifted,
+    the global must bind a var of its own (found by hypothesis: "bound twice")."""
+    x, b, p, v = (ir.var(name, (), "float64") for name in "xbpv")
+    shared = ir.If(op.cast(x, dtype="bool"), ir.Let(b, op.negative(x), op.add(b, x)), x)
+    literal = ir.Function([p], op.add(shared, p))
+    after = lifted(ir.Function([x], ir.Let(v, op.negative(shared), ir.Call(literal, [v]))))
+    lifted_let = next(node for node in ir.iter_post_order(after["main_lifted_0"]) if isinstance(node, ir.Let))
+    assert lifted_let.var is not b
+
+
 def test_registered_with_opt_level_zero_requiring_infer_type():
     info = get_pass("LambdaLift").info
     assert info.opt_level == 0 and "InferType" in info.required
