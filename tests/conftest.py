@@ -155,6 +155,27 @@ def private_pool_dir() -> Iterator[Path]:
             pytest.fail("a test left a warm pool running (stopped now)")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def shared_runtime_cache() -> Iterator[Path]:
+    """The convolution runtime's object compiled once for the session, not once for each
+    test's fresh kernel cache (75 compiles of ~2.5 s of CPU each): RAYPASS_RUNTIME_CACHE_DIR
+    reaches the builds of this process and of every process it starts. Tests of the
+    runtime's own compile set it aside (tests/codegen/test_cg_conv_microkernel.py)."""
+    from passinfra.codegen.conv_runtime import RUNTIME_CACHE_ENV
+
+    directory = Path(tempfile.mkdtemp(prefix="rp-runtime-"))
+    previous = os.environ.get(RUNTIME_CACHE_ENV)
+    os.environ[RUNTIME_CACHE_ENV] = str(directory)
+    try:
+        yield directory
+    finally:
+        if previous is None:
+            del os.environ[RUNTIME_CACHE_ENV]
+        else:
+            os.environ[RUNTIME_CACHE_ENV] = previous
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def ray_session(private_ray_temp_dir):
     """One private Ray instance for the whole test session (starting Ray costs seconds).

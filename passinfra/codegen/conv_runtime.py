@@ -726,16 +726,29 @@ def prefetch_runtime_compile(settings: CompilerSettings) -> None:
         start_runtime_compile(settings)
 
 
-def start_runtime_compile(settings: CompilerSettings) -> Future:
-    """Start compiling the runtime object for ``settings`` in the background (once per
-    settings in this process; from the object cache when it is there).
+# where the runtime's object is cached when set (else in the build's own cache): a machine
+# that builds into many cache directories (CI jobs, a test run's fresh directory per test)
+# compiles the runtime once instead of once per directory
+RUNTIME_CACHE_ENV = "RAYPASS_RUNTIME_CACHE_DIR"
+
+
+def runtime_settings(settings: CompilerSettings) -> CompilerSettings:
+    """The settings the runtime compiles under for a build with ``settings``.
 
     The object cache is used even under ``codegen.no_cache``: that switch makes a build
     compile every kernel of its model again, and the runtime is no kernel of a model but
     a part of raypass, the same for every model (as OpenBLAS is). Compiling it again on
     every ``--no-cache`` build cost 2.5 s of CPU, which on two cores shared with the pool's
     workers made a warm-pool compile of DenseNet-121 1.6 s slower."""
-    settings = dataclasses.replace(settings, use_cache=True)
+    cache_dir = os.environ.get(RUNTIME_CACHE_ENV) or settings.cache_dir
+    return dataclasses.replace(settings, use_cache=True, cache_dir=cache_dir)
+
+
+def start_runtime_compile(settings: CompilerSettings) -> Future:
+    """Start compiling the runtime object for a build with ``settings`` in the background
+    (once per :func:`runtime_settings` in this process; from the object cache when it is
+    there)."""
+    settings = runtime_settings(settings)
     with _compiles_lock:
         future = _compiles.get(settings)
         if future is None:
@@ -752,8 +765,9 @@ def runtime_object(settings: CompilerSettings) -> CompileResult:
         return future.result()
     except BaseException:
         with _compiles_lock:
-            if _compiles.get(settings) is future:
-                del _compiles[settings]
+            key = runtime_settings(settings)
+            if _compiles.get(key) is future:
+                del _compiles[key]
         raise
 
 
@@ -765,7 +779,6 @@ def render_conv_call(args: Sequence[str], depthwise: bool = False) -> str:
     return f"{function}(&{image}, &{weight}, &{out}, {', '.join(sizes)})"
 
 
-__all__ = ["CHANNEL_CHUNK", "CONV_FUNCTION", "CONV_ISA_LEVELS", "DECLARATION", "RUNTIME_SYMBOL",
-           "disable_prefetch", "prefetch_runtime_compile", "render_conv_call", "runtime_object",
-           "start_runtime_compile",
-           "runtime_source"]
+__all__ = ["CHANNEL_CHUNK", "CONV_FUNCTION", "CONV_ISA_LEVELS", "DECLARATION", "RUNTIME_CACHE_ENV",
+           "RUNTIME_SYMBOL", "disable_prefetch", "prefetch_runtime_compile", "render_conv_call",
+           "runtime_object", "runtime_settings", "runtime_source", "start_runtime_compile"]

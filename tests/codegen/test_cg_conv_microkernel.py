@@ -270,7 +270,14 @@ def test_matmul_runs_on_the_microkernels(tmp_path, shapes, on_microkernel):
     np.testing.assert_array_equal(results[2], results[0])
 
 
-def test_the_runtime_compiles_while_the_kernels_do(tmp_path):
+@pytest.fixture
+def runtime_cache_per_build(monkeypatch):
+    """The runtime cached in each build's own cache directory (the test session shares one
+    across builds: RAYPASS_RUNTIME_CACHE_DIR), so a test sees its own build start it."""
+    monkeypatch.delenv(conv_runtime.RUNTIME_CACHE_ENV, raising=False)
+
+
+def test_the_runtime_compiles_while_the_kernels_do(tmp_path, runtime_cache_per_build):
     """CompileC starts the runtime's object in the background at the first kernel that
     calls it; LinkLibrary only waits for it."""
     _, data_shape, out_channels, kernel_shape, attrs = _case("valid_33_outputs")
@@ -281,11 +288,12 @@ def test_the_runtime_compiles_while_the_kernels_do(tmp_path):
     with PassContext(opt_level=3, config=config) as ctx:
         Sequential([get_pass(name) for name in names])(mod)
         settings = CompilerSettings.from_context(ctx)
-    assert settings in conv_runtime._compiles  # started before any link
+    assert conv_runtime.runtime_settings(settings) in conv_runtime._compiles  # started before any link
     assert conv_runtime.runtime_object(settings).object_code
 
 
-def test_the_linking_process_starts_the_runtime_compile_before_the_kernels(monkeypatch, tmp_path):
+def test_the_linking_process_starts_the_runtime_compile_before_the_kernels(monkeypatch, tmp_path,
+                                                                           runtime_cache_per_build):
     """StreamWeights (a module pass: it runs where the library is linked) starts the
     runtime's compile when the module has a convolution, even when the kernels compile
     elsewhere (workers do not start it)."""
@@ -299,11 +307,11 @@ def test_the_linking_process_starts_the_runtime_compile_before_the_kernels(monke
     with PassContext(opt_level=3, config={"codegen.cache_dir": str(tmp_path)}) as ctx, streaming_weights():
         Sequential([get_pass(name) for name in names])(mod)
         settings = CompilerSettings.from_context(ctx)
-    assert settings in conv_runtime._compiles
+    assert conv_runtime.runtime_settings(settings) in conv_runtime._compiles
     assert conv_runtime.runtime_object(settings).object_code
 
 
-def test_workers_never_compile_the_runtime_ahead_of_the_link(monkeypatch, tmp_path):
+def test_workers_never_compile_the_runtime_ahead_of_the_link(monkeypatch, tmp_path, runtime_cache_per_build):
     """A scheduler's Ray worker does not prefetch the runtime: the driver links, and a
     worker killed at shutdown mid-compile would leave the compiler's directory behind."""
     from workers import actor
@@ -315,7 +323,7 @@ def test_workers_never_compile_the_runtime_ahead_of_the_link(monkeypatch, tmp_pa
     actor.FunctionWorker(0)
     settings = CompilerSettings(cache_dir=str(tmp_path))
     conv_runtime.prefetch_runtime_compile(settings)
-    assert settings not in conv_runtime._compiles
+    assert conv_runtime.runtime_settings(settings) not in conv_runtime._compiles
 
 
 def test_unknown_isa_is_one_clear_error(cache_dir):
@@ -348,3 +356,17 @@ def test_libraries_without_microkernels_do_not_link_them(cache_dir):
     lib = build(mod, cache_dir, "auto")  # a channel multiplier: the direct kernel
     assert lib.conv_isa() is None
     assert not uses_conv_runtime(mod)
+
+
+def test_builds_with_different_cache_dirs_share_the_runtime_in_its_own_cache(monkeypatch, tmp_path):
+    """RAYPASS_RUNTIME_CACHE_DIR: the runtime compiled for one build's cache directory is a
+    cache hit for a build with another, and neither directory holds it."""
+    runtime_dir, first, second = tmp_path / "runtime", tmp_path / "first", tmp_path / "second"
+    monkeypatch.setenv(conv_runtime.RUNTIME_CACHE_ENV, str(runtime_dir))
+    monkeypatch.setattr(conv_runtime, "_compiles", {})  # nothing started in this process yet
+    compiled = conv_runtime.runtime_object(CompilerSettings(cache_dir=str(first)))
+    monkeypatch.setattr(conv_runtime, "_compiles", {})  # as another process would start
+    found = conv_runtime.runtime_object(CompilerSettings(cache_dir=str(second), use_cache=False))
+    assert not compiled.cache_hit and found.cache_hit
+    assert found.object_code == compiled.object_code
+    assert list(runtime_dir.rglob("*.o")) and not first.exists() and not second.exists()
