@@ -232,7 +232,7 @@ def start_ray_scheduler():
 
     from passinfra.frontend.zoo.ir_models import mlp
     from scheduler import Scheduler
-    from scheduler.ray_runtime import local_worker_env
+    from scheduler.pool.ray_runtime import local_worker_env
 
     ray.init(address="local", num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1",
              runtime_env=local_worker_env(), log_to_driver=False, logging_level="ERROR")

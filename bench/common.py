@@ -241,7 +241,7 @@ CPUS_PER_WORKER = 0.5
 def ensure_ray() -> Any:
     import ray
 
-    from scheduler.ray_runtime import local_worker_env
+    from scheduler.pool.ray_runtime import local_worker_env
 
     if not ray.is_initialized():
         ray.init(

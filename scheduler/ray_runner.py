@@ -7,7 +7,7 @@ each piece lives in its own module:
   placement of new functions, rebalancing by measured cost;
 * ``scheduler.chunking``: the stage cut into batch calls per slot, and what each call
   loads;
-* ``workers.dispatch``: submitting the calls, collecting results as they complete, and
+* ``scheduler.dispatch``: submitting the calls, collecting results as they complete, and
   recovery when an actor dies (its slot restarted and refilled, its calls re-sent);
 * ``passinfra.transform.function_stage``: the per-function pass loop, the same on the
   workers, here in the driver and in-process;
@@ -48,14 +48,14 @@ from passinfra.transform.config import config_type
 from passinfra.transform.function_stage import PassRun, run_stage_over
 from scheduler.assign import estimated_cost
 from scheduler.chunking import pack_load, plan_calls
+from scheduler.dispatch import Dispatcher
 from scheduler.plan import TYPE_INFERENCE_PASS, FunctionStage, reads_module
+from scheduler.pool.gateway import GatewayError
+from scheduler.pool.transport import Transport
 from scheduler.residency import Residency
 from scheduler.stats import DriverEvent, RunStats, StageStats
 from workers.actor import BatchError, BatchResult, StageSpec
 from workers.calls import DRIVER_SLOT, Call, CallKind, CallRecord
-from workers.dispatch import Dispatcher
-from workers.gateway import GatewayError
-from workers.transport import Transport
 from workers.wire import pack_module, unpack_functions
 
 # a stage over fewer functions than this runs in the driver (config

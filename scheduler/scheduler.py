@@ -9,7 +9,7 @@ plans the pipeline, runs module passes here and function-pass stages on worker a
 ``"auto"`` estimates both and picks the faster (``scheduler.auto``; the numbers are in
 ``last_run.backend_reason``).
 
-Workers (``scheduler.startup``): a warm pool (``scheduler.pool``, ``raypass pool
+Workers (``scheduler.pool.startup``): a warm pool (``scheduler.pool``, ``raypass pool
 start``) when one runs on this machine or is registered at ``address``; otherwise the
 ``ray`` backend starts Ray and its actors in the background as soon as the scheduler is
 made, and only the first function stage waits for them. Those actors are kept across
@@ -31,13 +31,13 @@ from passinfra.transform.run_facts import collect_facts
 from scheduler import auto
 from scheduler.executor import ErrorHook, PlanExecutor
 from scheduler.plan import FunctionStage, Plan, build_plan
+from scheduler.pool.startup import WorkerSource
 from scheduler.reproducer import write_reproducer
-from scheduler.startup import WorkerSource
 from scheduler.stats import DriverEvent, RunStats
 
 if TYPE_CHECKING:  # Ray is imported only when a Ray backend is used
+    from scheduler.pool.transport import Transport
     from scheduler.ray_runner import StageOutcome
-    from workers.transport import Transport
 
 register_config("scheduler.reproducer_dir", str)
 register_config("scheduler.batch_size", int)
@@ -102,12 +102,12 @@ class Scheduler:
 
     @property
     def worker_pool(self) -> Any:
-        """The ``workers.pool.WorkerPool`` this scheduler started (None: none, or a warm pool)."""
+        """The ``scheduler.pool.slots.WorkerPool`` this scheduler started (None: none, or a warm pool)."""
         return self._workers.pool if self._workers is not None else None
 
     @property
     def ray_handle(self) -> Any:
-        """How this scheduler holds Ray (``scheduler.ray_runtime.RayHandle``), if it connected."""
+        """How this scheduler holds Ray (``scheduler.pool.ray_runtime.RayHandle``), if it connected."""
         return self._workers.ray_handle if self._workers is not None else None
 
     @property

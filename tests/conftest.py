@@ -187,7 +187,7 @@ def ray_session(private_ray_temp_dir):
     """
     import ray
 
-    from scheduler.ray_runtime import local_worker_env
+    from scheduler.pool.ray_runtime import local_worker_env
 
     started = False
     if not ray.is_initialized():

@@ -1,6 +1,6 @@
 """The worker: holds a shard of the module's functions and runs function passes on them.
 
-``FunctionWorker`` is a plain class (testable without Ray); ``workers.pool`` turns it
+``FunctionWorker`` is a plain class (testable without Ray); ``scheduler.pool.slots`` turns it
 into a Ray actor. Functions stay resident between stages: the driver sends a function
 once (with the first batch call that needs it, so the worker starts on the first batch
 while the driver still packs the next) and afterwards only names it. A batch call runs a

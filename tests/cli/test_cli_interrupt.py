@@ -163,7 +163,7 @@ def test_ctrl_c_while_the_driver_compiles_and_the_pool_still_starts_leaves_nothi
         if proc.poll() is not None:
             return True  # it ended before: the assertion below says how
         now = marked_processes(marker)
-        starting = any("scheduler.pool_daemon" in command for command in now.values())
+        starting = any("scheduler.pool.daemon" in command for command in now.values())
         workers = any(command.startswith("ray::FunctionWorker") for command in now.values())
         # a child of the driver other than the pool's daemon: the C compiler it runs
         return starting and not workers and any(_parent(pid) == proc.pid and "pool_daemon" not in command

@@ -52,9 +52,9 @@ def test_counters_are_sums_over_the_records():
 def test_a_dead_actors_calls_are_re_sent_to_its_restarted_actor(ray_session):
     import ray
 
-    from workers.dispatch import Dispatcher
-    from workers.pool import WorkerPool
-    from workers.transport import RayTransport
+    from scheduler.dispatch import Dispatcher
+    from scheduler.pool.slots import WorkerPool
+    from scheduler.pool.transport import RayTransport
 
     mod = P.chain_module(8)
     functions = {gv.name_hint: func for gv, func in mod.items()}

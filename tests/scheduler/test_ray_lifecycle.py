@@ -16,9 +16,9 @@ import pytest
 
 from passinfra.transform import Sequential
 from scheduler import Scheduler
+from scheduler.pool import slots as pool_module
+from scheduler.pool.slots import WorkerStartError
 from tests.scheduler import passes_for_tests as P
-from workers import pool as pool_module
-from workers.pool import WorkerStartError
 
 ROOT = Path(__file__).resolve().parents[2]
 JOIN_TIMEOUT = 300  # seconds: a bound for a thread's build, never expected to be reached

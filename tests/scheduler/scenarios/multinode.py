@@ -12,7 +12,7 @@ from ray.cluster_utils import Cluster
 
 from passinfra.transform import Sequential
 from scheduler import Scheduler
-from scheduler.ray_runtime import local_worker_env
+from scheduler.pool.ray_runtime import local_worker_env
 from tests.scheduler import passes_for_tests as P
 
 

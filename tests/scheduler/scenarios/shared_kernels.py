@@ -17,7 +17,7 @@ import passinfra
 from passinfra.frontend.zoo.ir_models import demo_cnn
 from passinfra.transform import PassContext
 from scheduler import Scheduler
-from scheduler.ray_runtime import local_worker_env
+from scheduler.pool.ray_runtime import local_worker_env
 
 # the whole-build cache would skip the second build's kernel stage altogether
 CONFIG = {"codegen.build_cache": False}

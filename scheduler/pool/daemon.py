@@ -1,4 +1,4 @@
-"""The warm pool's process: ``python -m scheduler.pool_daemon`` (started by ``pool.start``).
+"""The warm pool's process: ``python -m scheduler.pool.daemon`` (started by ``pool.start``).
 
 It connects to Ray (a private local instance, or the cluster at ``--address``), starts
 the worker actors and warms them up, registers the named actor ``raypass-pool`` (its
@@ -72,7 +72,7 @@ class PoolDaemon:
     def status(self) -> dict[str, Any]:
         import ray
 
-        from workers.pool import CONTROL_GROUP
+        from scheduler.pool.slots import CONTROL_GROUP
 
         # what the workers still hold (a run's state is evicted when it ends), answered
         # by each worker's control thread even while it runs a batch
@@ -105,9 +105,9 @@ class PoolDaemon:
         import ray
 
         from scheduler import pool as pool_api
-        from scheduler import ray_runtime
-        from workers.gateway import GatewayServer
-        from workers.pool import WorkerPool
+        from scheduler.pool import ray_runtime
+        from scheduler.pool.gateway import GatewayServer
+        from scheduler.pool.slots import WorkerPool
 
         handle = ray_runtime.connect(self.address, self.num_cpus, namespace=pool_api.POOL_NAMESPACE)
         named = None
@@ -155,7 +155,7 @@ class PoolDaemon:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m scheduler.pool_daemon")
+    parser = argparse.ArgumentParser(prog="python -m scheduler.pool.daemon")
     parser.add_argument("--workers", type=int, default=None)
     parser.add_argument("--address", default=None)
     parser.add_argument("--idle-timeout", type=float, required=True, help="minutes")

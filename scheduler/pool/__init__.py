@@ -8,11 +8,11 @@
 
 ``raypass pool start|status|stop`` are the same from the command line.
 
-The pool is a small daemon process (``scheduler.pool_daemon``) that starts or attaches
+The pool is a small daemon process (``scheduler.pool.daemon``) that starts or attaches
 to Ray, creates the worker actors, imports the passes and the code generator in them
 (``FunctionWorker.warm_up``), registers a named actor ``raypass-pool`` in the
 ``raypass`` namespace (so a driver given a cluster's address finds it), and serves
-drivers through its gateway socket (``workers.gateway``): a driver on this machine
+drivers through its gateway socket (``scheduler.pool.gateway``): a driver on this machine
 needs no Ray at all, which keeps a warm compile's fixed cost to milliseconds. The
 daemon owns the actors, so they live exactly as long as the pool; it stops after
 ``idle_timeout_minutes`` without a driver, and stops the Ray instance it started.
@@ -22,6 +22,13 @@ Where the pool is recorded: ``$RAYPASS_POOL_DIR/pool.json`` (default
 record (its daemon gone) is ignored and removed. A pool running other raypass code than
 the driver's (the sources changed since it started) is not used: results must be the
 ones this code computes; the scheduler says so in ``last_run.backend_reason``.
+
+This package is everything about getting workers and reaching them, whoever runs them:
+``startup`` (where a Scheduler's workers come from: this pool, a private pool started at
+once, or Ray in the driver), ``daemon`` (the pool's process), ``ray_runtime`` (starting
+and attaching to Ray), ``slots`` (the worker actors, restarted when they die),
+``transport`` and ``gateway`` (how a run's calls reach the slots: Ray futures, or the
+pool's socket). What runs inside a worker is in ``workers``.
 """
 
 from __future__ import annotations
@@ -259,7 +266,7 @@ def _find_in_cluster(address: str) -> FoundPool | None:
     import ray
 
     if not ray.is_initialized():
-        from scheduler import ray_runtime
+        from scheduler.pool import ray_runtime
 
         ray_runtime.connect(address, None, namespace=POOL_NAMESPACE)
     return registered_pool()
@@ -303,14 +310,16 @@ def start(
 
 
 def spawn_daemon(log_path: Path, idle_timeout_minutes: float, **options: Any) -> subprocess.Popen:
-    """Start ``scheduler.pool_daemon`` with ``options`` (workers, address,
+    """Start ``scheduler.pool.daemon`` with ``options`` (workers, address,
     cpus_per_worker, num_cpus, record, parent; None: left out), logging to ``log_path``.
     Returns at once: the daemon writes its record when its workers are ready."""
-    command = [sys.executable, "-m", "scheduler.pool_daemon", "--idle-timeout", str(idle_timeout_minutes)]
+    command = [sys.executable, "-m", "scheduler.pool.daemon", "--idle-timeout", str(idle_timeout_minutes)]
     for name, value in options.items():
         if value is not None:
             command += [f"--{name.replace('_', '-')}", str(value)]
-    root = str(Path(__file__).resolve().parents[1])
+    import scheduler
+
+    root = str(Path(scheduler.__file__).resolve().parents[1])  # the directory holding the package
     env = dict(os.environ)
     # the daemon imports raypass from where this driver did, and passes of the driver's
     # own modules (the current directory) unpickle on its workers
@@ -344,7 +353,7 @@ def status(address: str | None = None) -> PoolStatus | None:
 
 
 def status_of(record: PoolRecord) -> PoolStatus:
-    from workers.gateway import query
+    from scheduler.pool.gateway import query
 
     report = query(record.endpoint, bytes.fromhex(record.authkey), "status")
     return PoolStatus(record, **report)
@@ -361,7 +370,7 @@ def stop(address: str | None = None) -> bool:
 
 def ask_to_stop(record: PoolRecord) -> None:
     """Ask the daemon of ``record`` to stop (it may be gone already), without waiting."""
-    from workers.gateway import GatewayError, query
+    from scheduler.pool.gateway import GatewayError, query
 
     try:
         query(record.endpoint, bytes.fromhex(record.authkey), "stop")

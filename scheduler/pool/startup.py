@@ -5,7 +5,7 @@
 * a **warm pool** (``scheduler.pool``) on this machine, or registered at ``address``:
   nothing to start; each run opens a gateway connection (milliseconds);
 * a **private pool**, when this process has no Ray and no address is given: the same
-  daemon as a warm pool (``scheduler.pool_daemon``), started as a child *the moment
+  daemon as a warm pool (``scheduler.pool.daemon``), started as a child *the moment
   the scheduler is made* (``start_in_background``), so Ray and the workers start while
   the driver loads the model and runs the serial passes; only the first function stage
   waits for it, and the run's statistics say how much of the start-up that hid
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from scheduler import pool as pool_api
-from workers.transport import Transport
+from scheduler.pool.transport import Transport
 
 # minutes a private pool stays up without a run (the scheduler normally stops it first)
 PRIVATE_POOL_IDLE_MINUTES = 60.0
@@ -47,7 +47,7 @@ class WorkerSource:
         self.options = options
         self.warm = pool_api.find(address) if address is None else _local_pool_for(address)
         self._ray: Any = None  # ray_runtime.RayHandle, when this process connected
-        self._pool: Any = None  # workers.pool.WorkerPool, when this process made actors
+        self._pool: Any = None  # scheduler.pool.slots.WorkerPool, when this process made actors
         self._cluster_pool: pool_api.FoundPool | None = None
         self._private: _PrivatePool | None = None
         self._startup_reported = False
@@ -121,8 +121,8 @@ class WorkerSource:
     def _connect_here(self) -> None:
         if self._pool is not None:
             return
-        from scheduler import ray_runtime
-        from workers.pool import WorkerPool
+        from scheduler.pool import ray_runtime
+        from scheduler.pool.slots import WorkerPool
 
         if self._ray is None:
             self._ray = ray_runtime.connect(self.address, self.options.get("num_cpus"))
@@ -136,7 +136,7 @@ class WorkerSource:
         self._pool = WorkerPool(workers, per_worker)
 
     def _open_gateway(self, found: pool_api.FoundPool) -> Opened:
-        from workers.gateway import GatewayTransport
+        from scheduler.pool.gateway import GatewayTransport
 
         return Opened(GatewayTransport(found.endpoint, found.authkey, self.num_workers), 0.0, 0.0)
 
@@ -173,7 +173,7 @@ class WorkerSource:
     def shutdown(self, wait: bool = True) -> None:
         self.stop_workers(wait)
         if self._ray is not None:
-            from scheduler import ray_runtime
+            from scheduler.pool import ray_runtime
 
             ray_runtime.disconnect(self._ray)
             self._ray = None
@@ -245,7 +245,7 @@ class _PrivatePool:
 
 
 def _ray_transport(pool: Any, description: str) -> Transport:
-    from workers.transport import RayTransport
+    from scheduler.pool.transport import RayTransport
 
     return RayTransport(pool, f"run-{uuid.uuid4().hex[:12]}", description)
 

@@ -30,9 +30,9 @@ from collections.abc import Callable
 from multiprocessing.connection import Client, Connection, Listener
 from typing import Any
 
+from scheduler.pool.transport import SlotView, Transport
 from workers.actor import BatchResult, StageSpec
 from workers.calls import Call
-from workers.transport import SlotView, Transport
 from workers.wire import Packed, dumps
 
 Endpoint = tuple[str, int]
@@ -131,7 +131,7 @@ class GatewayTransport(Transport):
 # ----- the pool's side -----------------------------------------------------------------------
 class GatewayServer:
     """Serves drivers on ``host`` (a free port) for the worker slots of ``pool`` (a
-    ``workers.pool.WorkerPool`` of the pool's daemon). ``on_activity`` is called on
+    ``scheduler.pool.slots.WorkerPool`` of the pool's daemon). ``on_activity`` is called on
     every request and ``on_run`` when a run begins or ends (the daemon's idle clock and
     counters); ``status`` answers a status request and ``stop`` a stop request."""
 

@@ -6,11 +6,11 @@ finish, restart a dead slot, load or drop functions, and end the run. Two exist:
 
 * :class:`RayTransport` (here): actors in this process's Ray (a private instance, the
   caller's own ``ray.init``, or a cluster at an address), futures and all;
-* ``workers.gateway.GatewayTransport``: a warm pool's actors, reached through the
+* ``scheduler.pool.gateway.GatewayTransport``: a warm pool's actors, reached through the
   pool's gateway socket, so the driver needs no Ray at all (``import ray`` and
   connecting cost more than a small build).
 
-The dispatcher (``workers.dispatch``) holds the policy (what to re-send, when to give
+The dispatcher (``scheduler.dispatch``) holds the policy (what to re-send, when to give
 up); a transport only moves calls and reports a call lost with its actor as ``None``.
 """
 
@@ -79,7 +79,7 @@ class Transport(ABC):
 
 
 class RayTransport(Transport):
-    """The actors of a ``workers.pool.WorkerPool`` in this process's Ray."""
+    """The actors of a ``scheduler.pool.slots.WorkerPool`` in this process's Ray."""
 
     def __init__(self, pool: Any, run_id: str, description: str = "Ray") -> None:
         self.pool = pool

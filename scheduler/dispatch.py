@@ -12,7 +12,7 @@ dead actor. A call lost ``MAX_ATTEMPTS`` times raises :class:`WorkerLostError`.
 
 Every piece of work ends in one :class:`~workers.calls.CallRecord` (``records``):
 statistics are derived from them, not counted here. How calls travel (Ray futures, or a
-warm pool's gateway) is the :class:`~workers.transport.Transport`'s business.
+warm pool's gateway) is the :class:`~scheduler.pool.transport.Transport`'s business.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from passinfra.ir.expr import BaseFunc
+from scheduler.pool.transport import Transport
 from workers.actor import BatchResult, StageSpec
 from workers.calls import DRIVER_SLOT, Call, CallKind, CallRecord
-from workers.transport import Transport
 from workers.wire import pack_functions, packed_size
 
 MAX_ATTEMPTS = 3  # per batch call; an actor dying this often is a bug, not bad luck
