@@ -29,7 +29,7 @@ from raypass_cli.common import (
 )
 from raypass_cli.progress import BuildProgress
 from raypass_cli.report import print_timing
-from raypass_cli.trace import PassSpanRecorder, Span, write_trace
+from raypass_cli.trace import LOAD_SPAN, WRITE_SPAN, PassSpanRecorder, ProcessSpans, Span, write_trace
 from scheduler.stats import RunStats
 
 EMIT_KINDS = ("c", "ir")
@@ -146,14 +146,28 @@ def _emit(kind: str, compiled: IRModule, link: Any) -> str:
 def cmd_compile(args: argparse.Namespace) -> int:
     from raypass_cli.common import load_plugins
 
+    process = ProcessSpans()  # from the process's start to here: interpreter and imports
     load_plugins(args.plugin)
     if args.emit is None and not args.output:
         raise CliUserError("compile needs -o LIB (or --emit c|ir to write source instead)")
     with command_scheduler(args) as scheduler:
-        mod = load_model(args.model, parse_shapes(args.shapes))
+        with process.measure(LOAD_SPAN):
+            mod = load_model(args.model, parse_shapes(args.shapes))
         outcome = compile_model(mod, args, scheduler, emit=args.emit)
     for note in outcome.stats.notes:
         print(f"raypass: note: {note}", file=sys.stderr)
+    with process.measure(WRITE_SPAN):
+        _write_outputs(args, outcome)
+    if args.timing:
+        print_timing(outcome.timings, outcome.stats)
+        print(process.summary())
+    if args.trace:
+        path = write_trace(args.trace, [*process.spans, *outcome.spans], outcome.stats)
+        print(f"wrote the trace to {path} (open it in https://ui.perfetto.dev)")
+    return 0
+
+
+def _write_outputs(args: argparse.Namespace, outcome: BuildOutcome) -> None:
     if args.emit is not None:
         if args.output and args.output != "-":
             Path(args.output).write_text(outcome.emitted)
@@ -161,19 +175,13 @@ def cmd_compile(args: argparse.Namespace) -> int:
             print(f"wrote the {what} to {args.output} (built on the {backend_summary(outcome.stats)})")
         else:
             sys.stdout.write(outcome.emitted)
-    else:
-        outcome.library.export_library(args.output)
-        kernels = len(set(outcome.library.metadata.get("kernels", [])))
-        print(
-            f"wrote {args.output} (+ .raypass.json, .weights.bin): {kernels} kernels, "
-            f"built in {outcome.seconds:.2f}s on the {backend_summary(outcome.stats)}"
-        )
-    if args.timing:
-        print_timing(outcome.timings, outcome.stats)
-    if args.trace:
-        path = write_trace(args.trace, outcome.spans, outcome.stats)
-        print(f"wrote the trace to {path} (open it in https://ui.perfetto.dev)")
-    return 0
+        return
+    outcome.library.export_library(args.output)
+    kernels = len(set(outcome.library.metadata.get("kernels", [])))
+    print(
+        f"wrote {args.output} (+ .raypass.json, .weights.bin): {kernels} kernels, "
+        f"built in {outcome.seconds:.2f}s on the {backend_summary(outcome.stats)}"
+    )
 
 
 def add_parser(sub: Any) -> None:

@@ -10,6 +10,7 @@ carry the facts the pass reported about that run (CompileC: ``cache_hit``).
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +57,60 @@ class PassSpanRecorder(PassInstrument):
         if self._open and self._open[-1][0] == name:
             _, wall, started = self._open.pop()
             self.spans.append(Span(name, wall, time.perf_counter() - started, "pass"))
+
+
+# ----- the process around the build ----------------------------------------------------------
+# what the user waits for besides the build: interpreter start and imports, loading the
+# model, writing the outputs; on the driver's lane (they never overlap its passes)
+PROCESS_CATEGORY = "process"
+STARTUP_SPAN = "start-up (interpreter, imports)"
+LOAD_SPAN = "load the model"
+WRITE_SPAN = "write the outputs"
+_IMPORTED = time.time()  # the fallback start: when the command line's modules were loading
+
+
+def process_start_time() -> float:
+    """When this process began, as ``time.time()`` (Linux: its start time in /proc, in
+    clock ticks since boot, set against the boot clock now; elsewhere: when this module
+    was imported, which misses the interpreter's own start)."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rpartition(")")[2].split()
+        since_boot = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # starttime, field 22 of proc(5)
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - since_boot
+        return min(time.time() - age, _IMPORTED)
+    except (OSError, ValueError, IndexError, AttributeError):
+        return _IMPORTED
+
+
+class ProcessSpans:
+    """Spans of the process outside the build: ``with spans.measure(LOAD_SPAN): ...``."""
+
+    def __init__(self) -> None:
+        started = process_start_time()
+        self.spans: list[Span] = [Span(STARTUP_SPAN, started, time.time() - started, PROCESS_CATEGORY)]
+
+    def measure(self, name: str) -> _Measured:
+        return _Measured(self, name)
+
+    def seconds(self, name: str) -> float:
+        return sum(span.seconds for span in self.spans if span.name == name)
+
+    def summary(self) -> str:
+        """"outside the build: start-up 0.31 s, loading the model 0.12 s, ..." """
+        parts = [f"{span.name} {span.seconds:.2f}s" for span in self.spans]
+        return "outside the build: " + ", ".join(parts)
+
+
+class _Measured:
+    def __init__(self, owner: ProcessSpans, name: str) -> None:
+        self._owner, self._name = owner, name
+
+    def __enter__(self) -> None:
+        self._wall, self._started = time.time(), time.perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        seconds = time.perf_counter() - self._started
+        self._owner.spans.append(Span(self._name, self._wall, seconds, PROCESS_CATEGORY))
 
 
 def worker_tid(slot: int) -> int:

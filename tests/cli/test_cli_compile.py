@@ -49,6 +49,17 @@ def test_compile_then_run(raypass, tmp_path):
         traced_ms = sum(e["dur"] for e in events if e["name"] == name and e["cat"] == "pass") / 1e3
         table_ms = float(rows[name][1])
         assert abs(traced_ms - table_ms) <= 0.05 + 0.02 * table_ms, (name, traced_ms, table_ms)
+    # the process around the build, on the same lane: start-up (from the process's start,
+    # the trace's first moment), loading the model, then the passes, then writing
+    process = {e["name"]: e for e in events if e.get("cat") == "process"}
+    startup, load, write = (process[name] for name in ("start-up (interpreter, imports)", "load the model",
+                                                       "write the outputs"))
+    passes = [e for e in events if e.get("cat") == "pass"]
+    assert startup["ts"] == min(e["ts"] for e in events if e["ph"] == "X") and startup["dur"] > 0
+    assert startup["ts"] + startup["dur"] <= load["ts"]
+    assert load["ts"] + load["dur"] <= min(e["ts"] for e in passes)
+    assert max(e["ts"] + e["dur"] for e in passes) <= write["ts"]
+    assert "outside the build: start-up (interpreter, imports) " in result.stdout
 
     np.save(tmp_path / "x.npy", np.ones((2, 32), np.float32))
     ran = raypass("run", "mlp.so", "--input", "input=x.npy", "--output", "out")
