@@ -60,7 +60,7 @@ TARGET_DEPTH_RATIO = 1.5
 SIMULATED_WORKERS = (16, 64)
 CACHE_MODES = {"fresh cache dir": "fresh", "--no-cache": "none"}
 _JSON_MARK = "SERIAL_PATH_JSON:"
-_CLI = "import sys; from raypass_cli.main import main; sys.exit(main(sys.argv[1:]))"
+_CLI = "from raypass_cli.main import cli; cli()"  # the `raypass` command's own entry
 
 
 # ----- summaries -----------------------------------------------------------------------------

@@ -122,7 +122,7 @@ SAVE_CALL = (
     "size_threshold=1024)"
 )
 _JSON_MARK = "WEIGHTS_MEMORY_JSON:"
-_CLI = "import sys; from raypass_cli.main import main; sys.exit(main(sys.argv[1:]))"
+_CLI = "from raypass_cli.main import cli; cli()"  # the `raypass` command's own entry
 BUILT_LINE = re.compile(r"built in ([0-9.]+)s on the")
 
 

@@ -99,5 +99,43 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def cli() -> None:
+    """The ``raypass`` command: :func:`main`, then a quick exit.
+
+    Tearing the interpreter down frees every object of the build one at a time (0.11 s
+    after a DenseNet-121 compile), time the user waits for with nothing left to do. What
+    an exit must still do is done first: non-daemon threads finish, the atexit handlers
+    run (the finalizers that remove temporary directories, Ray's shutdown, logging), and
+    the output is flushed. An exception that escapes :func:`main` (``--debug``) takes the
+    ordinary way out, with its traceback."""
+    try:
+        code = main()
+    except SystemExit as stop:
+        code = stop.code
+    if code is None:
+        code = 0
+    elif not isinstance(code, int):
+        print(code, file=sys.stderr)
+        code = EXIT_FAILURE
+    exit_quickly(code)
+
+
+def exit_quickly(code: int) -> None:
+    import atexit
+    import os
+    import threading
+
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe or stream: nothing more can reach it
+            code = code or EXIT_FAILURE
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    cli()

@@ -16,10 +16,11 @@ RAYPASS = Path(sys.executable).with_name("raypass")
 def raypass(tmp_path):
     """``raypass(*args, cwd=None)`` -> CompletedProcess with text stdout/stderr."""
 
-    def run(*args: str, cwd: str | Path | None = None, timeout: float = 240) -> subprocess.CompletedProcess:
+    def run(*args: str, cwd: str | Path | None = None, timeout: float = 240,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
         # RAY_ADDRESS=local: a private Ray instance, never one another process left running
         # (ray.init without an address attaches to any Ray found on the machine)
-        env = dict(os.environ, COLUMNS="200", RAY_ADDRESS="local")
+        env = dict(os.environ, COLUMNS="200", RAY_ADDRESS="local", **(env or {}))
         return subprocess.run(
             [str(RAYPASS), *map(str, args)],
             capture_output=True,

@@ -114,3 +114,26 @@ def test_run_with_random_inputs(raypass_inprocess, tmp_path):
     assert "output 0: (2, 3) float32 min " in out
     status, _, err = raypass_inprocess("run", "m.so", "--input", "z=random")
     assert status == 2 and "no input named 'z'" in err
+
+
+def test_the_command_exits_quickly_and_still_does_what_an_exit_must(raypass, tmp_path):
+    """``raypass`` skips the interpreter's teardown (raypass_cli.main.cli) but not what an
+    exit must do: atexit handlers run (a plugin's here; the library's temporary directory
+    is removed), the output arrives whole, and the exit status is the command's."""
+    private_tmp = tmp_path / "tmp"
+    private_tmp.mkdir()
+    (tmp_path / "at_exit.py").write_text(
+        "import atexit, pathlib\n"
+        "atexit.register(pathlib.Path('exited.txt').write_text, 'the handler ran')\n"
+    )
+    env = {"TMPDIR": str(private_tmp)}
+    compiled = raypass("compile", "zoo:mlp?batch=2", "-o", "mlp.so", "--backend", "local", "--timing",
+                       "--plugin", "at_exit.py", env=env)
+    assert compiled.returncode == 0, compiled.stderr
+    assert compiled.stdout.startswith("wrote mlp.so") and "outside the build: " in compiled.stdout
+    assert (tmp_path / "exited.txt").read_text() == "the handler ran"
+    ran = raypass("run", "mlp.so", "--input", "input=random", env=env)
+    assert ran.returncode == 0 and "output 0: (2, 10) float32" in ran.stdout, ran.stderr
+    assert list(private_tmp.iterdir()) == []  # both processes removed what they made there
+    wrong = raypass("run", "mlp.so", "--input", "nothing=random", env=env)
+    assert wrong.returncode == 2 and wrong.stderr.startswith("raypass: error: ")
