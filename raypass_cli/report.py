@@ -11,13 +11,14 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass
-from typing import Any
-
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from passinfra.codegen.compile_c_pass import compile_counts
 from scheduler.stats import RunStats
+
+if TYPE_CHECKING:  # rich is imported when a table is printed: a plain compile prints none
+    from rich.console import Console
+    from rich.table import Table
 
 # the Sequentials of passinfra.build: their time is the sum of their passes
 _PIPELINE_NAMES = frozenset({"build_compile", "build_link"})
@@ -25,6 +26,8 @@ _PIPELINE_NAMES = frozenset({"build_compile", "build_link"})
 
 def console() -> Console:
     """A console for stdout; off a terminal a fixed wide width keeps rows on one line."""
+    from rich.console import Console
+
     if sys.stdout.isatty():
         return Console()
     return Console(width=160, no_color=True, highlight=False)
@@ -65,6 +68,8 @@ def timing_rows(timings: list[dict[str, Any]], stats: RunStats | None) -> list[P
 
 
 def timing_table(rows: list[PassRow]) -> Table:
+    from rich.table import Table
+
     table = Table(title="Pass timing", title_justify="left")
     table.add_column("pass")
     table.add_column("runs", justify="right")
@@ -90,6 +95,8 @@ def worker_table(stats: RunStats) -> Table | None:
     """Per worker: pid, functions run, busy seconds, busy share of the time the function
     stages ran (Ray start-up and driver-only passes excluded), and the kernels CompileC
     compiled there (cache hits among them)."""
+    from rich.table import Table
+
     if not stats.worker_busy_seconds:
         return None
     where = stats.workers or stats.backend_reason
@@ -143,6 +150,8 @@ def print_timing(timings: list[dict[str, Any]], stats: RunStats | None) -> list[
 
 def passes_table() -> Table:
     """Every registered pass: name, kind, opt_level, required."""
+    from rich.table import Table
+
     from passinfra.transform import ModulePass, Sequential, get_pass, list_passes
 
     table = Table(title="Registered passes", title_justify="left")
