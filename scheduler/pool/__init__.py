@@ -316,18 +316,26 @@ def spawn_daemon(log_path: Path, idle_timeout_minutes: float, **options: Any) ->
     command = [sys.executable, "-m", "scheduler.pool.daemon", "--idle-timeout", str(idle_timeout_minutes)]
     for name, value in options.items():
         if value is not None:
+            value = Path(value).resolve() if isinstance(value, Path) else value  # a record file
             command += [f"--{name.replace('_', '-')}", str(value)]
     import scheduler
 
     root = str(Path(scheduler.__file__).resolve().parents[1])  # the directory holding the package
     env = dict(os.environ)
-    # the daemon imports raypass from where this driver did, and passes of the driver's
-    # own modules (the current directory) unpickle on its workers
-    paths = [root, os.getcwd(), *env.get("PYTHONPATH", "").split(os.pathsep)]
+    # the daemon imports raypass from where this driver did. The driver's working directory
+    # (passes of the driver's own modules must unpickle on the workers) goes after
+    # site-packages (--driver-dir: the daemon appends it), so that a file there named like
+    # a dependency (ray.so, numpy.py) shadows nothing; and the daemon runs in the log's
+    # directory, since `python -m` puts its working directory first on the path
+    paths = [root, *env.get("PYTHONPATH", "").split(os.pathsep)]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in paths if p))
+    command += ["--driver-dir", os.getcwd()]
+    if env.get("RAYPASS_POOL_DIR"):  # the same directory, seen from the daemon's working directory
+        env["RAYPASS_POOL_DIR"] = str(Path(env["RAYPASS_POOL_DIR"]).resolve())
+    log_path = Path(log_path).resolve()
     with open(log_path, "wb") as log:
         return subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=log_path.parent,
             start_new_session=True, env=env,  # not killed with the terminal that started it
         )
 

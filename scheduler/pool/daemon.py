@@ -163,7 +163,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-cpus", type=int, default=None, help="of a private Ray instance")
     parser.add_argument("--record", default=None, help="a private pool's record file")
     parser.add_argument("--parent", type=int, default=None, help="stop when this process is gone")
+    parser.add_argument("--driver-dir", default=None, help="the driver's working directory: imported last")
     args = parser.parse_args(argv)
+    if args.driver_dir and args.driver_dir not in sys.path:
+        sys.path.append(args.driver_dir)  # after site-packages: it shadows no dependency
     daemon = PoolDaemon(args.workers, args.address, args.idle_timeout, args.cpus_per_worker,
                         args.record, args.parent, args.num_cpus)
     # `raypass pool stop` asks through the gateway; SIGTERM (a process manager) does the same

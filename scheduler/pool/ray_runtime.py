@@ -48,11 +48,13 @@ def project_packages() -> list[str]:
 
 def local_worker_env() -> dict[str, Any]:
     """runtime_env for a local instance: workers see the driver's import path, so passes
-    defined in the caller's own modules (tests, scripts) unpickle on the workers."""
+    defined in the caller's own modules (tests, scripts) unpickle on the workers. The
+    working directory comes last, if the path lacks it: a file there named like a
+    dependency (ray.so, numpy.py) must not shadow it on the workers."""
     paths = [p for p in sys.path if p and os.path.isdir(p)]
     cwd = os.getcwd()
     if cwd not in paths:
-        paths.insert(0, cwd)
+        paths.append(cwd)
     return {"env_vars": {"PYTHONPATH": os.pathsep.join(paths)}}
 
 

@@ -33,6 +33,9 @@ def _compile(out: Path, backend: str) -> subprocess.CompletedProcess:
     """``raypass compile MODEL`` into ``out``, with a cache of its own (both builds start
     cold) and every report the CLI has."""
     out.mkdir()
+    # the working directory holds a file named like a dependency: the private pool's
+    # daemon and workers see the driver's directory only after site-packages
+    (out / "ray.py").write_text("raise ImportError('the ray.py of the working directory was imported')\n")
     workers = ["--workers", "2"] if backend == "ray" else []
     command = [str(RAYPASS), "compile", MODEL, "-o", str(out / "model.so"), "--backend", backend, *workers,
                "--cache-dir", str(out / "cache"), "--dump-ir", str(out / "ir"), "--timing",
