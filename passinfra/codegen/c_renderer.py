@@ -146,13 +146,55 @@ _BITS_OF = {"float16": "rp_f16_store({})", "bfloat16": "rp_bf16_store({})", "boo
 _VALUE_OF = {"float16": "rp_f16_load({})", "bfloat16": "rp_bf16_load({})", "bool": "({} != 0)"}
 _BITS_TYPES = {"float16": "uint16_t", "bfloat16": "uint16_t", "bool": "uint8_t"}
 
-PREAMBLE = """\
-#include <math.h>
-#include <stdbool.h>
-#include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
-""" + vector_math.declarations() + """
+# what kernels included before they declared the C library themselves (see
+# _libc_declarations); still what a compiler without GCC's predefined macros gets
+SYSTEM_HEADERS = "".join(f"#include <{name}.h>\n" for name in ("math", "stdbool", "stdint", "stdlib",
+                                                                "string"))
+# libm functions of two arguments among the intrinsics' C functions (the others take one)
+_BINARY_MATH = frozenset({"pow", "powf", "atan2", "atan2f", "fmod", "fmodf"})
+
+
+def _libc_declarations() -> str:
+    """What kernels use of the C library, declared by the kernel itself (C11 7.1.4 allows
+    it) instead of by ``<math.h>``, ``<stdint.h>``, ``<stdlib.h>`` and ``<string.h>``:
+    parsing those headers was half of the fixed cost of every kernel's compile (9 of
+    18 ms on gcc 12; a kernel's own code costs ~20 ms more), and the objects come out
+    byte for byte the same (GCC knows these functions as built-ins either way; measured
+    by ``bench/compile_overhead.py``). A compiler without GCC's predefined type macros
+    (``__INT64_TYPE__``, ...) gets the headers."""
+    math_functions = {  # C function -> its C type (expf: float)
+        function: C_TYPES[dtype] for table in INTRINSICS.values() for dtype, function in table.items()
+        if dtype in ("float32", "float64") and not function.startswith("rp_")
+    }
+    lines = ["#if defined(__GNUC__) && defined(__INT64_TYPE__) && defined(__UINT64_TYPE__) "
+             "&& defined(__SIZE_TYPE__)",
+             "/* the C library functions kernels call, declared here: faster to compile than its headers */",
+             "#include <stdbool.h>"]
+    for bits in (8, 16, 32, 64):
+        for kind in ("INT", "UINT"):
+            lines.append(f"typedef __{kind}{bits}_TYPE__ {kind.lower()}{bits}_t;")
+            lines.append(f"#define {kind}{bits}_C(c) __{kind}{bits}_C(c)")
+    lines += [
+        "typedef __SIZE_TYPE__ size_t;",
+        "void *malloc(size_t);",
+        "void free(void *);",
+        "void abort(void) __attribute__((__noreturn__));",
+        "int abs(int);",
+        "long long llabs(long long);",
+        "void *memcpy(void *restrict, const void *restrict, size_t);",
+        "void *memset(void *, int, size_t);",
+        "#define NULL ((void *)0)",
+        "#define INFINITY (__builtin_inff())",
+        '#define NAN (__builtin_nanf(""))',
+    ]
+    for function, ctype in sorted(math_functions.items()):
+        arity = 2 if function in _BINARY_MATH else 1
+        lines.append(f"{ctype} {function}({', '.join([ctype] * arity)});")
+    return "\n".join(lines) + "\n#else\n" + SYSTEM_HEADERS + "#endif\n"
+
+
+LIBC_DECLARATIONS = _libc_declarations()
+PREAMBLE = LIBC_DECLARATIONS + vector_math.declarations() + """
 /* floor division and modulo with Python's sign rules (C's / and % truncate) */
 static inline int64_t rp_floordiv_i64(int64_t a, int64_t b) {
   int64_t q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
@@ -882,6 +924,6 @@ def render_prim_func(func: tir.PrimFunc, options: RenderOptions | None = None) -
 
 __all__ = [
     "C_TYPES", "HALF_TYPES", "NARROW_INTS", "BINARY_OPERATORS", "HELPER_OPERATORS", "INTRINSICS",
-    "PREAMBLE", "CRenderer",
+    "LIBC_DECLARATIONS", "PREAMBLE", "SYSTEM_HEADERS", "CRenderer",
     "RenderOptions", "render_prim_func", "c_type", "dtype_bytes", "sanitize_identifier",
 ]

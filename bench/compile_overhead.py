@@ -1,0 +1,155 @@
+"""What the C compiler costs per kernel call, and how much of it is overhead.
+
+CompileC runs the system C compiler once per kernel (one translation unit each, so an
+object depends on its kernel alone and the library's bytes on nothing the scheduler
+decides). A call pays a fixed cost (the driver, cc1 and the assembler starting, and the
+kernel's preamble being parsed) before the kernel's own code. This measures, through
+the same ``compile_c`` a build calls (no cache), interleaved:
+
+* the fixed cost: an empty translation unit, and the kernel preamble alone, with the C
+  library declared by the preamble itself (what kernels use now) and through the
+  system headers ``<math.h> <stdint.h> <stdlib.h> <string.h>`` (what they used before);
+* a model's whole kernel set, compiled one kernel at a time in both forms, and whether
+  the two forms give byte-identical objects.
+
+    python bench/compile_overhead.py [--model densenet121] [--repeats 5] [--output PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.common import Sample, interleaved, machine_notes, markdown_table  # noqa: E402
+from passinfra.codegen import c_renderer  # noqa: E402
+from passinfra.codegen.cc_driver import CompilerSettings, compile_c  # noqa: E402
+
+SYSTEM_HEADERS = c_renderer.SYSTEM_HEADERS
+DECLARED = c_renderer.LIBC_DECLARATIONS  # the block kernels open with
+
+
+def with_system_headers(source: str) -> str:
+    """``source`` as the renderer wrote kernels before: the system headers instead of
+    the preamble's own declarations."""
+    if DECLARED not in source:
+        raise ValueError("the kernel does not open with the renderer's C library declarations")
+    return source.replace(DECLARED, SYSTEM_HEADERS, 1)
+
+
+def kernel_sources(model: str) -> dict[str, str]:
+    """Each kernel's C source, as CodegenC renders it for ``model`` (a light ONNX model
+    name, or a path or zoo spec the CLI accepts)."""
+    import onnx
+
+    from passinfra.build import compile_pipeline
+    from passinfra.codegen.artifacts import kernel_c_source
+    from passinfra.tir import PrimFunc
+    from passinfra.transform import PassContext
+    from raypass_cli.common import load_model
+
+    light = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / f"light_{model}.onnx"
+    mod = load_model(str(light) if light.exists() else model)
+    with PassContext(opt_level=3, disabled_pass=["CompileC"]):
+        compiled = compile_pipeline()(mod)
+    sources = {}
+    for gv, func in compiled.items():
+        if isinstance(func, PrimFunc):
+            source = kernel_c_source(func)
+            if source is not None:
+                sources[gv.name_hint] = source
+    return sources
+
+
+def compile_all(sources: dict[str, str], settings: CompilerSettings) -> tuple[float, dict[str, bytes]]:
+    started = time.perf_counter()
+    objects = {name: compile_c(source, settings, name="kernel") for name, source in sources.items()}
+    return time.perf_counter() - started, objects
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="densenet121")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--calls", type=int, default=40, help="compiles per fixed-cost sample")
+    parser.add_argument("--output", default=str(ROOT / "bench" / "results_compile_overhead.md"))
+    args = parser.parse_args(argv)
+
+    settings = CompilerSettings(use_cache=False)
+    preamble = c_renderer.PREAMBLE
+    fixed = {
+        "empty translation unit": "int rp_unused;\n",
+        "preamble, system headers": with_system_headers(preamble),
+        "preamble, own declarations (now)": preamble,
+    }
+
+    def per_call(source: str):
+        def run() -> float:
+            started = time.perf_counter()
+            for _ in range(args.calls):
+                compile_c(source, settings)
+            return (time.perf_counter() - started) / args.calls
+        return run
+
+    fixed_samples = interleaved({name: per_call(source) for name, source in fixed.items()}, args.repeats)
+
+    sources = kernel_sources(args.model)
+    forms = {"system headers (before)": {n: with_system_headers(s) for n, s in sources.items()},
+             "own declarations (now)": sources}
+    objects: dict[str, dict[str, bytes]] = {}
+
+    def whole_set(form: str):
+        def run() -> float:
+            seconds, objects[form] = compile_all(forms[form], settings)
+            return seconds
+        return run
+
+    set_samples = interleaved({form: whole_set(form) for form in forms}, args.repeats)
+    before, now = (objects[form] for form in forms)
+    identical = sum(before[name] == now[name] for name in sources)
+
+    def ms(sample: Sample, per: int = 1) -> str:
+        values = sorted(v / per * 1e3 for v in sample.values)
+        return f"{statistics.median(values):.1f} ({values[0]:.1f}-{values[-1]:.1f})"
+
+    rows = [[name, ms(sample)] for name, sample in fixed_samples.items()]
+    set_rows = [[form, f"{sample.median:.2f} ({min(sample.values):.2f}-{max(sample.values):.2f})",
+                 ms(sample, len(sources))] for form, sample in set_samples.items()]
+    first, second = set_samples.values()
+    notes = machine_notes()
+    text = "\n".join([
+        "# The C compiler's cost per kernel: fixed overhead against the kernel's own work",
+        "",
+        f"`python bench/compile_overhead.py --model {args.model} --repeats {args.repeats}`; "
+        f"{notes['machine']}, {notes['cc']}, load {notes['load average (1, 5, 15 min)']}. "
+        "Every compile goes through "
+        "`compile_c` with no cache (temporary directory, C file, compiler process), as CompileC "
+        "runs it. Medians of interleaved rounds, (min-max).",
+        "",
+        f"## Fixed cost of one compile call (ms; {args.calls} calls per sample)",
+        "",
+        markdown_table(["translation unit", "ms per call"], rows),
+        "",
+        f"## {args.model}: its {len(sources)} kernels, one compile each",
+        "",
+        markdown_table(["kernel preamble", "seconds, all kernels", "ms per kernel"], set_rows),
+        "",
+        f"Now / before: {second.median / first.median:.2f}. Objects byte-identical between the two forms: "
+        f"{identical} of {len(sources)}. Of a kernel's compile, the fixed cost is now "
+        f"{fixed_samples['preamble, own declarations (now)'].median / (second.median / len(sources)):.0%} "
+        f"(was {fixed_samples['preamble, system headers'].median / (first.median / len(sources)):.0%}).",
+        "",
+    ])
+    Path(args.output).write_text(text)
+    print(text)
+    return 0 if identical == len(sources) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
