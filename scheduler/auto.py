@@ -15,6 +15,14 @@ The work of a stage is estimated from the module before the run:
   of the graph (an operator that is not elementwise/broadcast/injective, keyed by operator,
   attributes and argument types: identical layers share kernels after FuseOps).
 
+Without a warm pool, the workers start while the driver works: the driver runs the
+first shipped stage itself until they are up (``ray_runner._head_start``), so start-up
+holds the build only as long as the work it replaces. A run on a private pool is then
+estimated as the work the driver does alone during start-up, plus the rest spread over
+the workers and what spreading costs; when start-up is longer than the work, the driver
+does it all and Ray gains nothing. How long start-up takes is the machine's own
+measurement for that worker count (``scheduler.pool.startup_times``).
+
 The constants were measured on this project's reference machine (2-core EPYC, gcc -O2)
 by ``python bench/auto_costs.py``, which fits them from instrumented builds; config keys
 ``scheduler.auto_*`` override them. ``last_run.backend_reason`` shows the numbers.
@@ -43,9 +51,8 @@ register_config("scheduler.auto_call_seconds", float)
 class CostModel:
     # measured by bench/auto_costs.py (see the module docstring)
     seconds_per_node_pass: float = 1.0e-6
-    seconds_per_kernel: float = 0.10  # lower, loop passes, render C, gcc -O2, one kernel
-    call_seconds: float = 0.0011  # one batch call's round trip and packing
-    startup_seconds: float = 11.2  # a private pool (Ray, its actors, warmed up), ready
+    seconds_per_kernel: float = 0.04  # lower, loop passes, render C, gcc -O2, one kernel
+    call_seconds: float = 0.0008  # one batch call's round trip and packing
     # what a run on workers costs beyond the stage's calls: the gateway, packing and
     # unpacking the functions, the driver's merging (bench/end_to_end.py: zoo:mlp on a
     # warm pool over local, whole processes)
@@ -58,7 +65,6 @@ class CostModel:
         base = cls()
         return cls(
             seconds_per_kernel=ctx.get_config("scheduler.auto_seconds_per_kernel", base.seconds_per_kernel),
-            startup_seconds=ctx.get_config("scheduler.auto_startup_seconds", base.startup_seconds),
             call_seconds=ctx.get_config("scheduler.auto_call_seconds", base.call_seconds),
         )
 
@@ -69,14 +75,17 @@ class Estimate:
     kernels: int
     calls: int  # batch calls over the workers
     workers: int
-    startup_seconds: float
+    startup_seconds: float  # before the workers are up (0: a warm pool)
+    head_start: bool = True  # the driver works while they start (config scheduler.head_start)
 
     def local_seconds(self) -> float:
         return self.work_seconds
 
     def ray_seconds(self, model: CostModel) -> float:
-        spread = self.work_seconds / (self.workers * model.efficiency)
-        return self.startup_seconds + spread + self.calls * model.call_seconds + model.warm_run_seconds
+        alone = min(self.startup_seconds, self.work_seconds) if self.head_start else self.startup_seconds
+        left = self.work_seconds - alone if self.head_start else self.work_seconds
+        spread = left / (self.workers * model.efficiency)
+        return alone + spread + self.calls * model.call_seconds + model.warm_run_seconds
 
 
 def predicted_kernels(mod: IRModule) -> int:
@@ -94,7 +103,8 @@ def predicted_kernels(mod: IRModule) -> int:
     return max(1, len(anchors))
 
 
-def estimate(plan: Plan, mod: IRModule, workers: int, startup_seconds: float, model: CostModel) -> Estimate:
+def estimate(plan: Plan, mod: IRModule, workers: int, startup_seconds: float, model: CostModel,
+             head_start: bool = True) -> Estimate:
     stages = [stage for stage in plan.stages if isinstance(stage, FunctionStage)]
     names = {leaf.name for stage in stages for leaf in stage.leaves}
     kernels = predicted_kernels(mod) if names & KERNEL_PASSES else 0
@@ -111,7 +121,7 @@ def estimate(plan: Plan, mod: IRModule, workers: int, startup_seconds: float, mo
     shipped = stages if len(mod) >= 2 else [
         stage for stage in stages if any(leaf.name in KERNEL_PASSES for leaf in stage.leaves)]
     calls = len(shipped) * min(functions, workers * 8)
-    return Estimate(work, kernels, calls, workers, startup_seconds)
+    return Estimate(work, kernels, calls, workers, startup_seconds, head_start)
 
 
 def choose(
@@ -121,17 +131,29 @@ def choose(
     if not any(isinstance(stage, FunctionStage) for stage in plan.stages):
         return "local", "auto: no function passes to distribute"
     model = CostModel.from_context(ctx)
-    startup = 0.0 if warm_pool else model.startup_seconds
-    est = estimate(plan, mod, workers, startup, model)
+    startup, source = startup_seconds(workers, warm_pool, ctx)
+    est = estimate(plan, mod, workers, startup, model, ctx.get_config("scheduler.head_start", True))
     local, ray = est.local_seconds(), est.ray_seconds(model)
     backend = "ray" if ray < local else "local"
-    start_note = "warm pool, no start-up" if warm_pool else f"start-up {startup:.1f}s"
+    start_note = "warm pool, no start-up" if warm_pool else f"start-up {startup:.1f}s, {source}"
     # one clause, no semicolon: the CLI's summary shows it up to the first one
     verdict = "Ray pays for itself" if backend == "ray" else "too small to pay for Ray"
     return backend, (
         f"auto: {verdict}: estimated {local:.2f}s local vs {ray:.2f}s on {workers} Ray workers "
         f"({start_note}, {est.kernels} kernels, {est.calls} calls, work {est.work_seconds:.2f}s)"
     )
+
+
+def startup_seconds(workers: int, warm_pool: bool, ctx: PassContext) -> tuple[float, str]:
+    """Seconds until ``workers`` are up, and where the number comes from."""
+    if warm_pool:
+        return 0.0, "warm pool"
+    configured = ctx.get_config("scheduler.auto_startup_seconds", None)
+    if configured is not None:
+        return configured, "config"
+    from scheduler.pool import startup_times
+
+    return startup_times.expected(workers)
 
 
 __all__ = ["KERNEL_PASSES", "CostModel", "Estimate", "choose", "estimate", "predicted_kernels"]

@@ -126,6 +126,9 @@ class Scheduler:
         started = time.perf_counter()
         backend, reason = self._choose_backend(pipeline, mod, ctx)
         self.last_run = RunStats(backend=backend, backend_reason=reason)
+        if backend == "ray" and self._workers is not None:
+            # auto chose Ray: a private pool starts now, while the serial passes run
+            self._workers.start_in_background()
         try:
             if backend == "local":
                 # what the passes report about their runs is collected into last_run

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from scheduler import pool as pool_api
+from scheduler.pool import startup_times
 from scheduler.pool.transport import Transport
 
 # minutes a private pool stays up without a run (the scheduler normally stops it first)
@@ -105,6 +106,7 @@ class WorkerSource:
             opened.transport.description = "private pool"
             if first:
                 opened.startup_seconds, opened.waited_seconds = self._private.startup_seconds, waited
+                startup_times.record(record.workers, self._private.startup_seconds)  # for backend="auto"
             return opened, opened.transport.description
         started = time.perf_counter()
         self._connect_here()

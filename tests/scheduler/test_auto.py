@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import pytest
+
 from passinfra.build import compile_pipeline
 from passinfra.frontend.zoo.ir_models import mlp, transformer_block
 from passinfra.ir import IRModule
 from passinfra.ir.type_infer import infer_module
 from passinfra.transform import PassContext, Sequential
-from scheduler.auto import CostModel, choose, predicted_kernels
+from scheduler.auto import CostModel, Estimate, choose, predicted_kernels
 from scheduler.plan import build_plan
+from scheduler.pool import startup_times
 from tests.scheduler import passes_for_tests as P
+
+
+@pytest.fixture(autouse=True)
+def _no_startup_measurements(tmp_path, monkeypatch):
+    """Each test sees a machine with no private pool start recorded (the prior)."""
+    monkeypatch.setenv("RAYPASS_POOL_DIR", str(tmp_path))
 
 
 def _typed(mod: IRModule) -> IRModule:
@@ -54,8 +63,8 @@ def test_a_large_build_goes_to_a_warm_pool_and_stays_local_when_ray_must_start()
     with_pool, reason = _decide(compile_pipeline(), mod, warm=True)
     assert with_pool == "ray" and "warm pool, no start-up" in reason
     without, reason = _decide(compile_pipeline(), mod, warm=False)
-    startup = CostModel().startup_seconds
-    assert without == "local" and f"start-up {startup:.1f}s" in reason  # the measured constant, shown
+    # nothing measured on this machine: the prior for two workers, shown
+    assert without == "local" and f"start-up {startup_times.prior(2):.1f}s, prior" in reason
 
 
 def test_enough_kernels_pay_for_starting_ray():
@@ -86,3 +95,69 @@ def test_calls_are_counted_for_the_stages_that_ship():
     assert function_stages > 1
     assert one.calls == min(one.kernels, 2 * 8)  # the kernel stage alone
     assert two.calls == function_stages * min(max(two.kernels, 2), 2 * 8)
+
+
+def test_start_up_comes_from_this_machines_measurements():
+    assert startup_times.expected(4) == (startup_times.prior(4), "prior")
+    for seconds in (9.0, 3.0, 4.0):
+        startup_times.record(2, seconds)
+    assert startup_times.expected(2) == (4.0, "measured here, 3 starts")  # the median
+    # another count: the nearest measured one, moved along the prior's slope
+    seconds, source = startup_times.expected(4)
+    assert seconds == 4.0 + 2 * startup_times.PRIOR_SECONDS_PER_WORKER and "from 2 workers" in source
+    for seconds in range(10):
+        startup_times.record(2, 1.0 + seconds)
+    assert startup_times.measured()[2] == [6.0, 7.0, 8.0, 9.0, 10.0]  # the newest few
+
+
+def test_a_damaged_measurement_file_falls_back_to_the_prior(tmp_path):
+    (tmp_path / startup_times.FILE_NAME).write_text("{not json")
+    assert startup_times.expected(2) == (startup_times.prior(2), "prior")
+    startup_times.record(2, 5.0)  # and is replaced by the next measurement
+    assert startup_times.measured() == {2: [5.0]}
+
+
+def test_a_measured_fast_start_up_sends_a_large_build_to_ray():
+    """Start-up shorter than the work: the driver works while the workers start, and
+    they share the rest."""
+    mod = _many_kernels()
+    config = {"scheduler.auto_seconds_per_kernel": 0.2}  # ~7 s of kernel work
+    startup_times.record(2, 20.0)
+    backend, reason = _decide(compile_pipeline(), mod, warm=False, **config)
+    assert backend == "local" and "start-up 20.0s, measured here" in reason
+    for _ in range(2):
+        startup_times.record(2, 0.5)  # the median of three starts is now 0.5 s
+    backend, reason = _decide(compile_pipeline(), mod, warm=False, **config)
+    assert backend == "ray" and "start-up 0.5s, measured here, 3 starts" in reason
+
+
+def test_the_head_start_bounds_what_start_up_costs():
+    """With the head start a run on a starting pool costs the work it replaces, not the
+    start-up on top of it; without it, the whole start-up is waited for."""
+    model = CostModel()
+    short = Estimate(work_seconds=10.0, kernels=100, calls=16, workers=2, startup_seconds=4.0)
+    overheads = 16 * model.call_seconds + model.warm_run_seconds
+    assert short.ray_seconds(model) == pytest.approx(4.0 + 6.0 / (2 * model.efficiency) + overheads)
+    waiting = Estimate(10.0, 100, 16, 2, 4.0, head_start=False)
+    assert waiting.ray_seconds(model) == pytest.approx(4.0 + 10.0 / (2 * model.efficiency) + overheads)
+    # start-up longer than the work: the driver does it all; Ray adds only its overheads
+    long = Estimate(work_seconds=3.0, kernels=30, calls=16, workers=2, startup_seconds=5.0)
+    assert long.ray_seconds(model) == pytest.approx(3.0 + overheads)
+    assert long.ray_seconds(model) > long.local_seconds()
+
+
+def test_when_auto_chooses_ray_the_private_pool_starts_before_the_serial_passes(monkeypatch):
+    """auto decides when the run begins; the pool it chose starts then, not when the
+    first stage ships, so its start-up overlaps the driver's serial passes."""
+    from scheduler import Scheduler
+    from scheduler.pool.startup import WorkerSource
+
+    events: list[str] = []
+    monkeypatch.setattr(WorkerSource, "start_in_background", lambda self: events.append("pool starts"))
+    monkeypatch.setattr(Scheduler, "_run_ray", lambda self, pipeline, mod, ctx: events.append("run") or mod)
+    mod = _typed(mlp(hidden=(32, 48, 64)))
+    config = {"scheduler.auto_seconds_per_kernel": 1.0, "scheduler.auto_startup_seconds": 1.0}
+    with Scheduler(backend="auto", num_workers=2) as sched, PassContext(opt_level=3, config=config):
+        assert events == []  # made, nothing started: auto has not chosen yet
+        sched.run(compile_pipeline(), mod)
+    assert sched.last_run.backend == "ray" and events == ["pool starts", "run"]

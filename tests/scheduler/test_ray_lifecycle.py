@@ -160,6 +160,9 @@ with Scheduler(backend="ray", num_workers=2, cpus_per_worker=0.5) as sched, \\
     # its own Ray, in a private pool (never a user's cluster it might find on the machine)
     assert sched.last_run.workers == "private pool", sched.last_run.workers
     assert sched.last_run.startup_seconds > 0  # it started them, measured from spawn to ready
+    # ... and the machine's start-up record, which backend="auto" reads, has it
+    from scheduler.pool import startup_times
+    assert startup_times.measured()[2][-1] == round(sched.last_run.startup_seconds, 3)
 assert out.astext() == Sequential([P.add_to_multiply], opt_level=0)(mod).astext()
 print("built")
 """
