@@ -47,7 +47,7 @@ from passinfra.transform import PassContext
 from passinfra.transform.config import config_type
 from passinfra.transform.function_stage import PassRun, run_stage_over
 from scheduler.assign import estimated_cost
-from scheduler.chunking import pack_load, plan_calls
+from scheduler.chunking import IN_FLIGHT, WorkQueue, pack_load, plan_calls
 from scheduler.dispatch import Dispatcher
 from scheduler.plan import TYPE_INFERENCE_PASS, FunctionStage, reads_module
 from scheduler.pool.gateway import GatewayError
@@ -56,7 +56,7 @@ from scheduler.residency import Residency
 from scheduler.stats import DriverEvent, RunStats, StageStats
 from workers.actor import BatchError, BatchResult, StageSpec
 from workers.calls import DRIVER_SLOT, Call, CallKind, CallRecord
-from workers.wire import pack_module, unpack_functions
+from workers.wire import pack_functions, pack_module, unpack_functions
 
 # a stage over fewer functions than this runs in the driver (config
 # scheduler.min_stage_functions): one function cannot be spread over workers
@@ -118,7 +118,8 @@ class RayStageRunner:
 
     def run_stage(self, stage: FunctionStage, mod: IRModule, ctx: PassContext) -> StageOutcome:
         started = time.perf_counter()
-        stats = StageStats(stage.index, "function", [leaf.name for leaf in stage.leaves], len(mod))
+        stats = StageStats(stage.index, "function", [leaf.name for leaf in stage.leaves], len(mod),
+                           start=time.time())
         self.stats.stages.append(stats)
         records: list[CallRecord] = []  # filled even when the stage raises
         try:
@@ -206,27 +207,46 @@ class RayStageRunner:
         transport = self.transport  # may wait for the workers to start
         send_start, t0 = time.time(), time.perf_counter()
         self._adopt_restarts()
-        placement = self.residency.sync(mod, working)
+        placement = self.residency.sync(mod, working, queue=ctx.get_config("scheduler.work_queue", True))
         stats.functions_moved = placement.moved
         dispatch = Dispatcher(
             transport, stage.index, self._spec(stage, mod, ctx),
             refill=lambda slot: self.residency.refill(slot, mod),
             label=f"stage {stage.index} ({', '.join(stats.passes)})",
         )
+        queue = WorkQueue(placement.queued, len(transport), self.batch_size)
+        in_flight = [0] * len(transport)
+
+        def take_from_queue(slot: int, up_to: int = IN_FLIGHT) -> None:
+            """Top ``slot`` up to ``up_to`` calls from the queue; their functions become resident there."""
+            while queue and in_flight[slot] < up_to:
+                names = queue.next_chunk()
+                call = Call(slot, names, self.transport.slots[slot].generation)
+                call.load = pack_functions(self.residency.place(names, slot, mod))
+                dispatch.submit(call)
+                in_flight[slot] += 1
+
         try:
             calls = plan_calls(placement, [slot.generation for slot in self.transport.slots], self.batch_size)
             for call in calls:
                 call.load = pack_load(call, placement.sends)
                 dispatch.submit(call)
+                in_flight[call.slot] += 1
             for slot, names in placement.drops.items():  # a slot left with no call still forgets
                 if slot not in {call.slot for call in calls}:
                     dispatch.drop(slot, names)
+            for turn in range(1, IN_FLIGHT + 1):  # slots take turns: each gets a chunk before any its second
+                for slot in range(len(transport)):
+                    take_from_queue(slot, turn)
             self.stats.driver_events.append(
                 DriverEvent(f"send functions (stage {stage.index})", send_start, time.perf_counter() - t0)
             )
             merge_start, merge_seconds = None, 0.0
             while dispatch:
                 call, result = dispatch.next_result()
+                in_flight[call.slot] -= 1
+                queue.learn(sum(run.seconds for run in result.runs), len(call.names))
+                take_from_queue(call.slot)  # the slot that finished takes the next chunk
                 # unpack now, while the workers run the calls still pending
                 if merge_start is None:
                     merge_start = time.time()

@@ -5,13 +5,16 @@ changed at the end of each stage); workers hold resident copies, tracked by obje
 identity: a function is up to date on its slot exactly when the driver's object is the
 one last sent to or received from that slot. Only new or changed functions are sent.
 
-Placement: a new function goes to the least loaded slot, largest first (LPT,
-``scheduler.assign``), by the measured seconds of the last stage that ran it, else by an
-estimate from its node count. Only the functions some pass of the stage works on
-take part (see ``sync``). When the measured costs make the current placement
-clearly worse than LPT's (``REBALANCE_THRESHOLD``) and moving saves more than sending
-costs (``REBALANCE_MIN_GAIN``), functions move; a moved or removed function is dropped
-by the slot that held it.
+Placement: a function no slot holds waits in the stage's work queue
+(``scheduler.chunking.WorkQueue``, largest first by the measured seconds of the last stage
+that ran it, else by an estimate from its node count) and becomes resident on the slot
+that takes it (``place``); with the queue off (config ``scheduler.work_queue``) it goes
+ahead of the stage to the least loaded slot, largest first (LPT, ``scheduler.assign``).
+Only the functions some pass of the stage works on take part (see ``sync``). When the
+measured costs make the current placement clearly worse than LPT's
+(``REBALANCE_THRESHOLD``) and moving saves more than sending costs
+(``REBALANCE_MIN_GAIN``), functions move; a moved or removed function is dropped by the
+slot that held it.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ class Placement:
     sends: dict[int, dict[str, BaseFunc]] = field(default_factory=dict)
     drops: dict[int, list[str]] = field(default_factory=dict)
     moved: int = 0  # functions rebalancing moved to another slot
+    queued: list[str] = field(default_factory=list)  # held by no slot: for the work queue, largest first
 
 
 class Residency:
@@ -49,11 +53,13 @@ class Residency:
         self._resident: dict[str, tuple[int, BaseFunc | None]] = {}
         self._cost: dict[str, float] = {}  # measured seconds per function, last stage it ran
 
-    def sync(self, mod: IRModule, working: Sequence[str]) -> Placement:
+    def sync(self, mod: IRModule, working: Sequence[str], queue: bool = False) -> Placement:
         """Place the functions ``working`` (those some pass of the stage works on, in
         module order), rebalance them by measured cost, and say what each slot must
         load (new/changed functions) and drop (removed or moved ones). The functions are
-        recorded as resident now; they reach the workers with the stage's calls.
+        recorded as resident now; they reach the workers with the stage's calls. With
+        ``queue``, the functions no slot holds are not placed but listed in ``queued``,
+        largest first, for the slots to take as they ask (``place``).
 
         Only ``working`` functions travel: the others stay where they are, or in the
         driver alone. After FuseOps the host ``main`` holds every weight of the model
@@ -66,7 +72,12 @@ class Residency:
                 drops.setdefault(slot, []).append(name)
         placement = {name: self._resident[name][0] for name in working if name in self._resident}
         moved = 0
-        if self.workers == 1:  # nothing to balance: spare the cost estimates (a walk of every function)
+        queued: list[str] = []
+        if queue:
+            newcomers = {name: self._cost_of(name, mod) for name in working if name not in placement}
+            queued = sorted(newcomers, key=lambda name: -newcomers[name])  # stable: ties in module order
+            placement, moved = self._rebalance(placement, mod, drops)
+        elif self.workers == 1:  # nothing to balance: spare the cost estimates (a walk of every function)
             placement.update({name: 0 for name in working if name not in placement})
         else:
             newcomers = {name: self._cost_of(name, mod) for name in working if name not in placement}
@@ -78,13 +89,24 @@ class Residency:
             placement, moved = self._rebalance(placement, mod, drops)
         sends: dict[int, dict[str, BaseFunc]] = {}
         for name in working:
+            if name not in placement:  # queued
+                continue
             func = mod[name]
             slot = placement[name]
             resident = self._resident.get(name)
             if resident is None or resident[0] != slot or resident[1] is not func:
                 sends.setdefault(slot, {})[name] = func
                 self._resident[name] = (slot, func)
-        return Placement({name: placement[name] for name in working}, sends, drops, moved)
+        placed = {name: placement[name] for name in working if name in placement}
+        return Placement(placed, sends, drops, moved, queued)
+
+    def place(self, names: Sequence[str], slot: int, mod: IRModule) -> dict[str, BaseFunc]:
+        """``names`` (taken from the work queue) go to ``slot``: they are resident there
+        from now on. Returns the functions to send it."""
+        functions = {name: mod[name] for name in names}
+        for name, func in functions.items():
+            self._resident[name] = (slot, func)
+        return functions
 
     def _cost_of(self, name: str, mod: IRModule) -> float:
         """Measured seconds of the last stage that ran the function, else an estimate

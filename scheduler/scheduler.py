@@ -46,6 +46,9 @@ register_config("scheduler.batch_size", int)
 register_config("scheduler.min_stage_functions", int)
 # the driver runs a stage's functions itself while the workers start (ray_runner._head_start)
 register_config("scheduler.head_start", bool)
+# functions no worker holds are handed out from a queue as workers finish (scheduler.chunking);
+# False: placed ahead of the stage by estimated cost (LPT)
+register_config("scheduler.work_queue", bool)
 
 BACKENDS = ("local", "ray", "auto")
 
