@@ -18,7 +18,7 @@ parallel equals sequential. Writes a markdown table (medians, min-max, ratios to
 
     python bench/before_after.py --before /tmp/before [--models densenet121,resnet50,transformer]
 (transformer: the zoo's, 24 layers x 512, saved as an ONNX file with external data)
-                                 [--repeats 3] [--workers 2] [--output bench/results_before_after.md]
+                                 [--repeats 3] [--workers 2] [--auto] [--output bench/results_before_after.md]
 """
 
 from __future__ import annotations
@@ -46,6 +46,8 @@ LIGHT = ("densenet121", "resnet50")
 # from the zoo spec, the process would spend 3 s making random weights and checking them
 TRANSFORMER = {"layers": 24, "hidden": 512}
 BACKENDS = ("local", "no pool", "warm pool")
+# with --auto, this checkout also under --backend auto, with and without its warm pool
+AUTO_BACKENDS = ("auto, no pool", "auto, warm pool")
 TIMEOUT_S = 1800.0
 
 
@@ -116,10 +118,12 @@ def run_round(trees: Trees, model: str, variants: list[Variant], counted: bool) 
     for variant in variants:
         args = ["compile", model_arg(model, trees.space), "--no-cache", "-o"]
         lib = out / f"{model}-{variant.tree}-{variant.backend.replace(' ', '_')}.so"
+        lib = lib.with_name(lib.name.replace(",", ""))
+        kind = "auto" if variant.backend.startswith("auto") else "ray"
         backend = ["--backend", "local"] if variant.backend == "local" else [
-            "--backend", "ray", "--workers", str(trees.workers)]
+            "--backend", kind, "--workers", str(trees.workers)]
         started = time.perf_counter()
-        done = trees.raypass(variant.tree, [*args, str(lib), *backend], variant.backend == "warm pool")
+        done = trees.raypass(variant.tree, [*args, str(lib), *backend], variant.backend.endswith("warm pool"))
         seconds = time.perf_counter() - started
         if done.returncode != 0:
             raise SystemExit(f"{model} {variant.label} failed:\n{done.stderr[-3000:]}")
@@ -141,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", default="densenet121,resnet50,transformer")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--auto", action="store_true", help="also --backend auto (this checkout)")
     parser.add_argument("--output", type=Path, default=ROOT / "bench" / "results_before_after.md")
     args = parser.parse_args(argv)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
@@ -156,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
         for model in models:
             variants = [Variant("after", "local")] + [
                 Variant(tree, backend) for backend in BACKENDS[1:] for tree in ("before", "after")]
+            if args.auto:
+                variants += [Variant("after", backend) for backend in AUTO_BACKENDS]
             results[model] = variants
             for round_index in range(args.repeats + 1):
                 run_round(trees, model, variants, counted=round_index > 0)
@@ -180,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     text = "\n".join([
         "# Whole compiles before and after (issue 28)", "",
         f"`python bench/before_after.py --before {args.before} --models {args.models} --repeats "
-        f"{args.repeats} --workers {args.workers}`: {time.time() - started:.0f} s; whole `raypass compile "
+        f"{args.repeats} --workers {args.workers}{' --auto' if args.auto else ''}`: "
+        f"{time.time() - started:.0f} s; whole `raypass compile "
         "MODEL --no-cache` processes, interleaved rounds after one warm-up round, medians and min-max. "
         "`before` is the tree given, `after` this checkout; both warm pools ran during all rounds "
         f"(idle unless used). Machine: {notes.get('machine', '?')}.", "",

@@ -271,6 +271,106 @@ def plot(curves: Mapping[str, Curve], measured: Mapping[str, Sequence[tuple[int,
     plt.close(fig)
 
 
+# ----- a whole process, calibrated on its trace ----------------------------------------------
+@dataclass
+class TracedStage:
+    """A function stage as one traced run measured it."""
+
+    index: int
+    wall: float
+    costs: dict[str, float]  # function -> seconds of its passes (wherever they ran)
+    overhead: float  # the stage's wall beyond its busiest lane: shipping, latency, merging
+    driver_share: float  # of the wall, the driver's sending and merging (it shares the CPUs)
+
+
+@dataclass
+class TraceProfile:
+    """What one ``raypass compile --trace`` run says about its build: the serial path (all
+    that no worker count changes: the process outside the build, module passes, stages
+    run in the driver) and, per shipped function stage, each function's cost and what
+    shipping added. Costs are normalized to an uncontended CPU (see :func:`contention`)."""
+
+    workers: int  # of the traced run
+    cpus: int  # of the machine it ran on
+    process_seconds: float
+    serial_seconds: float
+    stages: list[TracedStage] = field(default_factory=list)
+
+    @property
+    def work_seconds(self) -> float:
+        return sum(sum(stage.costs.values()) for stage in self.stages)
+
+
+def contention(workers: int, driver_share: float, cpus: int) -> float:
+    """How much slower a worker's passes run when ``workers`` of them and a driver busy
+    ``driver_share`` of the time share ``cpus`` CPUs (1: a CPU each)."""
+    return max(1.0, (workers + driver_share) / max(1, cpus))
+
+
+def profile_from_trace(document: Mapping[str, Any], process_seconds: float | None = None) -> TraceProfile:
+    """The profile of one traced run (the JSON of ``raypass compile --trace``).
+    ``process_seconds``: the whole process as measured from outside (default: the trace's
+    extent, from the process's start to its last slice)."""
+    events = [e for e in document["traceEvents"] if e.get("ph") == "X"]
+    run = document.get("otherData", {}).get("raypass_run", {})
+    workers, cpus = int(run.get("num_workers") or 1), int(run.get("cpus") or os.cpu_count() or 1)
+    extent = (max(e["ts"] + e["dur"] for e in events) - min(e["ts"] for e in events)) / 1e6 if events else 0.0
+    process = process_seconds if process_seconds is not None else extent
+    driver_seconds: dict[int, float] = {}
+    for event in events:
+        if event["cat"] == "driver" and event["name"].startswith(_STAGE_DRIVER_EVENTS):
+            index = int(event["name"].rsplit("(stage ", 1)[1].rstrip(")"))
+            driver_seconds[index] = driver_seconds.get(index, 0.0) + event["dur"] / 1e6
+    work: dict[int, list[dict[str, Any]]] = {}
+    for event in events:
+        if event["cat"] == "function":
+            work.setdefault(int(event["args"].get("stage", -1)), []).append(event)
+    stages = []
+    for event in events:
+        if event["cat"] != "stage" or event["args"].get("ran_in_driver"):
+            continue
+        index, wall = int(event["args"]["stage"]), event["dur"] / 1e6
+        share = min(1.0, driver_seconds.get(index, 0.0) / wall) if wall > 0 else 0.0
+        slowdown = contention(workers, share, cpus)
+        costs: dict[str, float] = {}
+        lanes: dict[int, float] = {}
+        for piece in work.get(index, []):
+            seconds = piece["dur"] / 1e6
+            costs[piece["args"]["function"]] = costs.get(piece["args"]["function"], 0.0) + seconds / slowdown
+            lanes[piece["tid"]] = lanes.get(piece["tid"], 0.0) + seconds
+        busiest = max(lanes.values(), default=0.0)
+        stages.append(TracedStage(index, wall, costs, max(0.0, wall - busiest), share))
+    serial = max(0.0, process - sum(stage.wall for stage in stages))
+    return TraceProfile(workers, cpus, process, serial, sorted(stages, key=lambda stage: stage.index))
+
+
+def predict(profile: TraceProfile, workers: int, cpus: int | None = None) -> float:
+    """The whole process on ``workers`` workers (on ``cpus`` CPUs, default the traced
+    machine's): the serial path, and per stage what shipping added plus the functions
+    placed by LPT, as slow as ``workers`` contend for the CPUs."""
+    cpus = cpus or profile.cpus
+    total = profile.serial_seconds
+    for stage in profile.stages:
+        slowdown = contention(workers, stage.driver_share, cpus)
+        costs = {name: seconds * slowdown for name, seconds in stage.costs.items()}
+        loads = [0.0] * workers
+        for name, slot in lpt(costs, [0.0] * workers).items():
+            loads[slot] += costs[name]
+        total += stage.overhead + max(loads, default=0.0)
+    return total
+
+
+def amdahl_bound(profile: TraceProfile, workers: int) -> float:
+    """The fastest the whole process could be on ``workers`` workers: the measured serial
+    path, and the stages' work split perfectly (no stage shorter than its largest
+    function) with nothing paid for shipping."""
+    total = profile.serial_seconds
+    for stage in profile.stages:
+        if stage.costs:
+            total += max(sum(stage.costs.values()) / workers, max(stage.costs.values()))
+    return total
+
+
 # ----- the benchmark section ----------------------------------------------------------------
 TARGET_FRACTION_OF_BOUND = 0.8
 TARGET_WORKERS = 16

@@ -2,9 +2,13 @@
 and a timeline picture, both with one lane for the driver and one per worker.
 
 Slices: every pass run seen by the driver (nested: a Sequential contains its passes),
-the scheduler's driver spans (sending functions, merging results, module passes), and
-on the worker lanes one slice per (pass, function) the workers measured, whose args
-carry the facts the pass reported about that run (CompileC: ``cache_hit``).
+the scheduler's driver spans (sending functions, merging results, module passes), on
+the worker lanes one slice per (pass, function) the workers measured, whose args carry
+the facts the pass reported about that run (CompileC: ``cache_hit``) and its stage, and
+on a lane of their own the function stages (functions, calls, bytes, whether the driver
+ran it). The run's counters and the machine's CPU count are in the document's
+``otherData`` (``raypass_run``): with the slices, what ``bench/simulator.py`` needs to
+predict the same build on another number of workers.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ if TYPE_CHECKING:
 
 DRIVER_TID = 0
 TRACE_PID = 1
+STAGES_TID = 10_000  # the function stages' lane, after every worker's
 
 
 @dataclass(frozen=True)
@@ -127,6 +132,14 @@ def trace_events(spans: list[Span], stats: RunStats | None) -> list[dict[str, An
     if stats is not None:
         for event in stats.driver_events:
             slices.append((event.name, "driver", event.start, event.seconds, DRIVER_TID, {}))
+        for stage in stats.stages:
+            if stage.kind == "function" and stage.start:
+                args = {"stage": stage.index, "functions": stage.functions,
+                        "remote_calls": stage.remote_calls, "bytes_sent": stage.bytes_sent,
+                        "bytes_received": stage.bytes_received, "ran_in_driver": stage.ran_in_driver,
+                        "worker_seconds": stage.worker_seconds}
+                slices.append((f"stage {stage.index}: {', '.join(stage.passes)}", "stage", stage.start,
+                               stage.wall_seconds, STAGES_TID, args))
         for work in stats.events:
             workers.add(work.worker)
             slices.append(
@@ -136,7 +149,7 @@ def trace_events(spans: list[Span], stats: RunStats | None) -> list[dict[str, An
                     work.start,
                     work.seconds,
                     worker_tid(work.worker),
-                    {**dict(work.facts), "function": work.function, "leaf": work.leaf},
+                    {**dict(work.facts), "function": work.function, "leaf": work.leaf, "stage": work.stage},
                 )
             )
         workers.update(stats.worker_pids)
@@ -145,6 +158,8 @@ def trace_events(spans: list[Span], stats: RunStats | None) -> list[dict[str, An
     for slot in sorted(slot for slot in workers if slot >= 0):  # work done in the driver is on its lane
         pid = stats.worker_pids.get(slot) if stats is not None else None
         events.append(_lane_name(worker_tid(slot), f"worker {slot}" + (f" (pid {pid})" if pid else "")))
+    if any(tid == STAGES_TID for _, _, _, _, tid, _ in slices):
+        events.append(_lane_name(STAGES_TID, "function stages"))
     for name, category, start, seconds, tid, args in slices:
         events.append(
             {
@@ -177,7 +192,9 @@ def _lane_name(tid: int, name: str) -> dict[str, Any]:
 def write_trace(path: str | Path, spans: list[Span], stats: RunStats | None) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    document = {"traceEvents": trace_events(spans, stats), "displayTimeUnit": "ms"}
+    document: dict[str, Any] = {"traceEvents": trace_events(spans, stats), "displayTimeUnit": "ms"}
+    if stats is not None:
+        document["otherData"] = {"raypass_run": {**stats.as_dict(), "cpus": os.cpu_count()}}
     path.write_text(json.dumps(document))
     return path
 
@@ -211,7 +228,7 @@ def write_timeline_png(path: str | Path, spans: list[Span], stats: RunStats | No
             edgecolor="none",
         )
     ax.set_yticks([row_of[tid] for tid in lanes])
-    ax.set_yticklabels(["driver" if tid == DRIVER_TID else f"worker {tid - 1}" for tid in lanes])
+    ax.set_yticklabels([_lane_label(tid) for tid in lanes])
     ax.set_xlabel("milliseconds since the build started")
     ax.set_title("raypass build timeline (colour = pass)")
     ax.set_ylim(-0.6, len(lanes) - 0.4)
@@ -222,6 +239,12 @@ def write_timeline_png(path: str | Path, spans: list[Span], stats: RunStats | No
     width, height = fig.canvas.get_width_height()
     plt.close(fig)
     return path, width, height
+
+
+def _lane_label(tid: int) -> str:
+    if tid == DRIVER_TID:
+        return "driver"
+    return "stages" if tid == STAGES_TID else f"worker {tid - 1}"
 
 
 def _leaf_spans(spans: list[Span]) -> list[Span]:

@@ -36,6 +36,7 @@ class StageStats:
     wall_seconds: float = 0.0
     worker_seconds: float = 0.0
     worker_typing_seconds: float = 0.0  # of worker_seconds: types inferred for InferType
+    start: float = 0.0  # wall clock (time.time()) when the stage began
     ran_in_driver: bool = False  # too few functions to be worth shipping
     functions_moved: int = 0  # by rebalancing before the stage
 
@@ -51,6 +52,7 @@ class WorkEvent:
     start: float  # wall clock (time.time()) on the worker
     seconds: float
     facts: tuple[tuple[str, Any], ...] = ()  # (name, value) the pass reported about this run
+    stage: int = -1  # the plan stage it belongs to
 
 
 @dataclass(frozen=True)
@@ -99,7 +101,7 @@ class RunStats:
             for run in record.runs:
                 facts = tuple((fact.name, fact.value) for fact in run.facts)
                 self.events.append(WorkEvent(run.key, pass_names.get(run.key, "?"), run.function,
-                                             record.slot, run.start, run.seconds, facts))
+                                             record.slot, run.start, run.seconds, facts, record.stage))
                 self.facts.extend(run.facts)
         self._tally()
 

@@ -11,12 +11,16 @@ from hypothesis import strategies as st
 from bench.simulator import (
     Overheads,
     Workload,
+    amdahl_bound,
     batch_calls,
     bound,
+    contention,
     curve,
     fit_overheads,
     makespan,
     plan_leaf_stages,
+    predict,
+    profile_from_trace,
     relative_error,
     stage_seconds,
     workload_from_run,
@@ -150,3 +154,55 @@ def test_plan_leaf_stages_maps_function_leaves_of_a_real_plan():
     function_leaves = [leaf for stage in plan.stages if stage.kind == "function" for leaf in stage.leaves]
     assert sorted(mapping) == sorted(leaf.leaf_index for leaf in function_leaves)
     assert len(set(mapping.values())) == 1  # SimplifyInference and FoldConstant share a stage
+
+
+def _slice(name: str, cat: str, start: float, seconds: float, tid: int, **args) -> dict:
+    return {"name": name, "cat": cat, "ph": "X", "pid": 1, "tid": tid, "ts": start * 1e6,
+            "dur": seconds * 1e6, "args": args}
+
+
+def _traced_run(cpus: int = 8) -> dict:
+    """A 10 s process on 2 workers: 2 s before its shipped stage, the stage (4 functions of
+    1 s, two per worker, with 0.5 s of shipping and merging in the driver), a stage run in
+    the driver, and 3 s after."""
+    events = [
+        _slice("start-up", "process", 0.0, 1.0, 0),
+        _slice("stage 1: A", "stage", 1.0, 1.0, 10_000, stage=1, ran_in_driver=True),
+        _slice("A", "function", 1.0, 1.0, 0, stage=1, function="main"),
+        _slice("stage 3: B", "stage", 2.0, 3.0, 10_000, stage=3, ran_in_driver=False),
+        _slice("send functions (stage 3)", "driver", 2.0, 0.3, 0),
+        _slice("merge results (stage 3)", "driver", 4.8, 0.2, 0),
+    ]
+    for i in range(4):
+        events.append(_slice("B", "function", 2.3 + (i // 2), 1.0, 1 + i % 2, stage=3, function=f"f{i}"))
+    events.append(_slice("write the outputs", "process", 5.0, 5.0, 0))
+    return {"traceEvents": events, "otherData": {"raypass_run": {"num_workers": 2, "cpus": cpus}}}
+
+
+def test_a_trace_gives_the_serial_path_the_costs_and_the_shipping():
+    profile = profile_from_trace(_traced_run())
+    assert profile.workers == 2 and profile.process_seconds == pytest.approx(10.0)
+    assert profile.serial_seconds == pytest.approx(7.0)  # all but the shipped stage
+    (stage,) = profile.stages
+    assert stage.costs == pytest.approx({f"f{i}": 1.0 for i in range(4)})
+    assert stage.overhead == pytest.approx(1.0)  # 3 s of stage, 2 s on the busiest worker
+    assert stage.driver_share == pytest.approx(0.5 / 3.0)
+    # the traced worker count is predicted as measured; one worker runs the four in turn
+    assert predict(profile, 2) == pytest.approx(10.0)
+    assert predict(profile, 1) == pytest.approx(7.0 + 1.0 + 4.0)
+    assert predict(profile, 4) == pytest.approx(7.0 + 1.0 + 1.0)
+    assert amdahl_bound(profile, 4) == pytest.approx(8.0)  # no shipping, one function per worker
+    # measured from outside, the process took longer than its trace: the rest is serial
+    assert profile_from_trace(_traced_run(), process_seconds=10.5).serial_seconds == pytest.approx(7.5)
+
+
+def test_costs_measured_on_crowded_cpus_are_normalized_and_crowd_again():
+    """Traced on 2 CPUs, the two workers and the driver shared them: the functions'
+    uncontended cost is lower, and more workers than CPUs slow each other down."""
+    profile = profile_from_trace(_traced_run(cpus=2))
+    share = 0.5 / 3.0
+    slowdown = contention(2, share, 2)
+    assert slowdown == pytest.approx((2 + share) / 2) and contention(1, share, 2) == 1.0
+    assert profile.stages[0].costs["f0"] == pytest.approx(1.0 / slowdown)
+    assert predict(profile, 2) == pytest.approx(10.0)  # the traced run, reproduced
+    assert predict(profile, 1) == pytest.approx(8.0 + 4.0 / slowdown)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 
 from tests.cli.conftest import png_size, table_rows
@@ -23,7 +24,8 @@ def test_demo_builds_on_ray_verifies_and_traces(raypass, tmp_path):
     for event in events:
         assert {"name", "ph", "ts", "dur", "pid", "tid"} <= set(event), event
     lanes = {e["args"]["name"].split(" (")[0]: e["tid"] for e in events if e["ph"] == "M"}
-    assert set(lanes) == {"driver", "worker 0", "worker 1"}
+    assert set(lanes) == {"driver", "worker 0", "worker 1", "function stages"}
+    _check_what_the_simulator_calibrates_on(trace)
     # (pass, function) slices: on both worker lanes, and on the driver's for the stages
     # with a single function (before FuseOps), which the scheduler runs in the driver
     worker_slices = [e for e in events if e["ph"] == "X" and e["cat"] == "function"]
@@ -46,3 +48,24 @@ def test_demo_builds_on_ray_verifies_and_traces(raypass, tmp_path):
     stated = re.search(r"timeline: (\S+) \((\d+)x(\d+)\)", out)
     assert stated is not None
     assert png_size(tmp_path / "out" / "timeline.png") == (int(stated.group(2)), int(stated.group(3)))
+
+
+def _check_what_the_simulator_calibrates_on(document: dict) -> None:
+    """The trace holds the function stages, which stage each slice belongs to, and the
+    run's counters: what bench/simulator.py predicts other worker counts from."""
+    from bench.simulator import predict, profile_from_trace
+
+    run = document["otherData"]["raypass_run"]
+    assert run["num_workers"] == 2 and run["cpus"] == os.cpu_count()
+    events = [e for e in document["traceEvents"] if e["ph"] == "X"]
+    stages = [e for e in events if e["cat"] == "stage"]
+    work = [e for e in events if e["cat"] == "function"]
+    assert stages and {e["args"]["stage"] for e in work} <= {e["args"]["stage"] for e in stages}
+    profile = profile_from_trace(document)
+    shipped = {e["args"]["stage"] for e in stages if not e["args"]["ran_in_driver"]}
+    assert shipped and [stage.index for stage in profile.stages] == sorted(shipped)
+    # every (stage, function) with a slice in a shipped stage has its cost
+    assert sum(len(stage.costs) for stage in profile.stages) == len(
+        {(e["args"]["stage"], e["args"]["function"]) for e in work if e["args"]["stage"] in shipped})
+    assert 0 < profile.serial_seconds < profile.process_seconds
+    assert predict(profile, 1) > predict(profile, 2)
