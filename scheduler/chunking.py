@@ -72,8 +72,6 @@ class WorkQueue:
         self._next = 0
         self._slots = max(1, slots)
         self._batch_size = batch_size
-        # the first chunks give no slot more than its share of the stage
-        self._fair_share = max(1, math.ceil(len(names) / self._slots))
         self._seconds = 0.0  # of the functions measured so far
         self._measured = 0
 
@@ -89,8 +87,7 @@ class WorkQueue:
         if self._batch_size:
             size = self._batch_size
         else:
-            guided = math.ceil(left / (GUIDED_CHUNKS_PER_SLOT * self._slots))
-            size = min(max(guided, self._min_chunk()), self._fair_share)
+            size = max(math.ceil(left / (GUIDED_CHUNKS_PER_SLOT * self._slots)), self._min_chunk())
         chunk = self._names[self._next : self._next + size]
         self._next += len(chunk)
         return chunk

@@ -207,13 +207,16 @@ class RayStageRunner:
         transport = self.transport  # may wait for the workers to start
         send_start, t0 = time.time(), time.perf_counter()
         self._adopt_restarts()
-        placement = self.residency.sync(mod, working, queue=ctx.get_config("scheduler.work_queue", True))
+        transport.joined()  # came up between stages: counted as ready below
+        ready = [slot for slot in range(len(transport)) if transport.is_ready(slot)]
+        placement = self.residency.sync(mod, working, ctx.get_config("scheduler.work_queue", True), ready)
         stats.functions_moved = placement.moved
         dispatch = Dispatcher(
             transport, stage.index, self._spec(stage, mod, ctx),
             refill=lambda slot: self.residency.refill(slot, mod),
             label=f"stage {stage.index} ({', '.join(stats.passes)})",
         )
+        # chunks sized for every slot of the run, so work is left for the workers still starting
         queue = WorkQueue(placement.queued, len(transport), self.batch_size)
         in_flight = [0] * len(transport)
 
@@ -236,7 +239,7 @@ class RayStageRunner:
                 if slot not in {call.slot for call in calls}:
                     dispatch.drop(slot, names)
             for turn in range(1, IN_FLIGHT + 1):  # slots take turns: each gets a chunk before any its second
-                for slot in range(len(transport)):
+                for slot in ready:
                     take_from_queue(slot, turn)
             self.stats.driver_events.append(
                 DriverEvent(f"send functions (stage {stage.index})", send_start, time.perf_counter() - t0)
@@ -247,6 +250,9 @@ class RayStageRunner:
                 in_flight[call.slot] -= 1
                 queue.learn(sum(run.seconds for run in result.runs), len(call.names))
                 take_from_queue(call.slot)  # the slot that finished takes the next chunk
+                for slot in transport.joined():  # a worker that just came up takes work at once
+                    self.stats.notes.append(f"worker {slot} joined during stage {stage.index}")
+                    take_from_queue(slot)
                 # unpack now, while the workers run the calls still pending
                 if merge_start is None:
                     merge_start = time.time()

@@ -53,13 +53,16 @@ class Residency:
         self._resident: dict[str, tuple[int, BaseFunc | None]] = {}
         self._cost: dict[str, float] = {}  # measured seconds per function, last stage it ran
 
-    def sync(self, mod: IRModule, working: Sequence[str], queue: bool = False) -> Placement:
+    def sync(self, mod: IRModule, working: Sequence[str], queue: bool = False,
+             ready: Sequence[int] | None = None) -> Placement:
         """Place the functions ``working`` (those some pass of the stage works on, in
         module order), rebalance them by measured cost, and say what each slot must
         load (new/changed functions) and drop (removed or moved ones). The functions are
         recorded as resident now; they reach the workers with the stage's calls. With
         ``queue``, the functions no slot holds are not placed but listed in ``queued``,
-        largest first, for the slots to take as they ask (``place``).
+        largest first, for the slots to take as they ask (``place``). ``ready``: the
+        slots whose workers are up (default all); nothing is placed on the others, and
+        nothing moves until they are all up.
 
         Only ``working`` functions travel: the others stay where they are, or in the
         driver alone. After FuseOps the host ``main`` holds every weight of the model
@@ -73,20 +76,25 @@ class Residency:
         placement = {name: self._resident[name][0] for name in working if name in self._resident}
         moved = 0
         queued: list[str] = []
+        up = list(range(self.workers)) if ready is None else sorted(ready)
+        all_up = len(up) == self.workers
         if queue:
             newcomers = {name: self._cost_of(name, mod) for name in working if name not in placement}
             queued = sorted(newcomers, key=lambda name: -newcomers[name])  # stable: ties in module order
-            placement, moved = self._rebalance(placement, mod, drops)
-        elif self.workers == 1:  # nothing to balance: spare the cost estimates (a walk of every function)
-            placement.update({name: 0 for name in working if name not in placement})
+            if all_up:
+                placement, moved = self._rebalance(placement, mod, drops)
+        elif len(up) == 1:  # nothing to balance: spare the cost estimates (a walk of every function)
+            placement.update({name: up[0] for name in working if name not in placement})
         else:
             newcomers = {name: self._cost_of(name, mod) for name in working if name not in placement}
             if newcomers:
                 loads = [0.0] * self.workers
                 for name, slot in placement.items():
                     loads[slot] += self._cost_of(name, mod)
-                placement.update(lpt(newcomers, loads))
-            placement, moved = self._rebalance(placement, mod, drops)
+                on_up = lpt(newcomers, [loads[slot] for slot in up])
+                placement.update({name: up[index] for name, index in on_up.items()})
+            if all_up:
+                placement, moved = self._rebalance(placement, mod, drops)
         sends: dict[int, dict[str, BaseFunc]] = {}
         for name in working:
             if name not in placement:  # queued

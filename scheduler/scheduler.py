@@ -168,7 +168,9 @@ class Scheduler:
             stats.startup_seconds = opened.startup_seconds
             stats.startup_waited_seconds = opened.waited_seconds
             stats.num_workers = len(transport)
-            stats.worker_pids = {slot.index: slot.info["pid"] for slot in transport.slots}
+            # a slot whose worker still starts has no process yet
+            stats.worker_pids = {slot.index: slot.info["pid"] for slot in transport.slots
+                                 if "pid" in slot.info}
             return transport
 
         batch_size = ctx.get_config("scheduler.batch_size", None) or self.options.get("batch_size")

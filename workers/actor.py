@@ -107,6 +107,15 @@ def _inside_ray_actor() -> bool:
         return False
 
 
+def _slow_start(slot: int) -> float:
+    """Seconds ``RAYPASS_SLOW_START`` adds to ``slot``'s warm-up (see ``warm_up``)."""
+    for item in os.environ.get("RAYPASS_SLOW_START", "").split(","):
+        index, _, seconds = item.partition("=")
+        if index.strip() == str(slot):
+            return float(seconds)
+    return 0.0
+
+
 class FunctionWorker:
     def __init__(self, slot: int) -> None:
         if _inside_ray_actor():
@@ -138,8 +147,13 @@ class FunctionWorker:
     def warm_up(self) -> dict[str, Any]:
         """Import what a build's stages use (the passes, lowering, C rendering, the
         compiler driver) and make the kernel cache directory, so a warm pool's first run
-        pays none of it. Returns ``describe()`` plus the seconds it took."""
+        pays none of it. Returns ``describe()`` plus the seconds it took.
+
+        ``RAYPASS_SLOW_START="SLOT=SECONDS,..."`` in the environment makes these slots
+        take that much longer, as a worker on a loaded node does: how the tests of
+        workers that join a run late get one."""
         started = time.perf_counter()
+        time.sleep(_slow_start(self.slot))
         import passinfra.build  # noqa: F401  (imports every built-in pass and the codegen)
         from passinfra.codegen.object_cache import default_cache_dir
 

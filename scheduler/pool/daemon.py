@@ -13,6 +13,11 @@ finds it) and it stops when its parent process is gone, however that ended. The
 scheduler starts it the moment it is made, so Ray and the workers start while the
 driver loads the model and runs the serial passes (Ray cannot be started from a
 background thread of the driver: its object store then fails in the main thread).
+
+A private pool serves as soon as its first worker is up: the others join the run as
+they come up (the gateway tells the driver, whose work queue gives them work at once),
+so the slowest worker's start-up never holds a build. A warm pool, started ahead of its
+builds, writes its record once every worker is up.
 """
 
 from __future__ import annotations
@@ -100,6 +105,17 @@ class PoolDaemon:
     def stop(self) -> None:
         self._stop.set()
 
+    def _let_join(self) -> None:
+        """Tell the drivers of each worker that comes up, until all are up."""
+        from scheduler.pool.slots import WorkerStartError
+
+        try:
+            while self.pool.starting and not self._stop.is_set():
+                for index in self.pool.ready_slots(timeout=_POLL_SECONDS):
+                    self.gateway.slot_ready(index)
+        except WorkerStartError as error:  # the run goes on with the workers that are up
+            print(f"raypass pool: {error}", flush=True)
+
     # ----- life --------------------------------------------------------------------------
     def run(self) -> int:
         import ray
@@ -115,10 +131,10 @@ class PoolDaemon:
             cpus = ray_runtime.cluster_cpus()
             count = self.workers or max(1, int(cpus))
             per_worker = self.cpus_per_worker or min(1.0, cpus / count)
-            self.pool = WorkerPool(count, per_worker)
-            infos = ray.get([slot.actor.warm_up.remote() for slot in self.pool.slots])
-            for slot, info in zip(self.pool.slots, infos):
-                slot.info.update(info)
+            self.pool = WorkerPool(count, per_worker, wait=False)
+            joining = self.record_path is not None  # a private pool: serve from its first worker on
+            while self.pool.starting and not (joining and any(s.info["ready"] for s in self.pool.slots)):
+                self.pool.ready_slots(timeout=_POLL_SECONDS)
             host = "127.0.0.1" if self.address is None else ray.util.get_node_ip_address()
             self.gateway = GatewayServer(self.pool, host, self.touch, self.on_run, self.status, self.stop)
             record = pool_api.PoolRecord(
@@ -134,7 +150,10 @@ class PoolDaemon:
                 ray.get(named.record.remote())
             # the pool is ready: `pool start` (or the waiting scheduler) goes on
             pool_api.write_record(record, self.record_path)
-            print(f"raypass pool: ready, {count} workers, gateway {host}:{record.port}", flush=True)
+            starting = f" ({self.pool.starting} still starting)" if self.pool.starting else ""
+            print(f"raypass pool: ready, {count} workers{starting}, gateway {host}:{record.port}", flush=True)
+            if self.pool.starting:
+                threading.Thread(target=self._let_join, name="raypass-joining", daemon=True).start()
             while not self._stop.wait(_POLL_SECONDS):
                 if self.parent is not None and os.getppid() != self.parent:
                     print("raypass pool: the scheduler that started this pool is gone, stopping", flush=True)

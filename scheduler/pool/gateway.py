@@ -16,6 +16,8 @@ answers a request with ``("reply", request_id, value)`` or ``("error", request_i
 text)``, and a finished batch call with ``("done", token, result)``: the result's
 bytes, None (lost with its actor) or the text of an error that kept it from running.
 ``submit`` and ``drop`` have no reply, so a stage's calls stream out without waiting.
+A worker that comes up after the pool began serving (a private pool serves from its
+first worker on) is announced to every driver as ``("ready", slot, view)``.
 """
 
 from __future__ import annotations
@@ -53,7 +55,9 @@ class GatewayTransport(Transport):
             raise GatewayError(f"no warm pool answers at {endpoint[0]}:{endpoint[1]}: {error}") from error
         self._ids = itertools.count()
         self._done: deque[tuple[int, bytes | None]] = deque()
+        self._joined: list[int] = []  # slots announced ready since the runner last asked
         self.endpoint = endpoint
+        self.slots: list[SlotView] = []
         self.run_id, slots = self._request("begin", workers)
         self.slots = [SlotView(*slot) for slot in slots]
         self.description = f"warm pool at {endpoint[0]}:{endpoint[1]}"
@@ -73,13 +77,28 @@ class GatewayTransport(Transport):
             reason = error or "connection closed"
             raise GatewayError(f"the warm pool's gateway went away: {reason}") from error
 
+    def _take(self, message: tuple[Any, ...]) -> bool:
+        """Keep a message that answers no request (a finished call, a worker come up);
+        False: it is a request's answer."""
+        if message[0] == "done":
+            self._done.append((message[1], message[2]))
+            return True
+        if message[0] == "ready":
+            index, view = message[1], SlotView(*message[2])
+            if index < len(self.slots):
+                if not self.is_ready(index):
+                    self._joined.append(index)
+                self.slots[index] = view
+            return True
+        return False
+
     def _request(self, kind: str, *args: Any) -> Any:
         request_id = self._send(kind, *args)
         while True:
             message = self._receive()
-            if message[0] == "done":
-                self._done.append((message[1], message[2]))
-            elif message[1] == request_id:
+            if self._take(message):
+                continue
+            if message[1] == request_id:
                 if message[0] == "error":
                     raise GatewayError(f"the warm pool refused {kind!r}: {message[2]}")
                 return message[2]
@@ -100,9 +119,11 @@ class GatewayTransport(Transport):
                     if isinstance(payload, str):  # the gateway could not run the call
                         raise GatewayError(f"the warm pool could not run a call: {payload}")
                     return token, (pickle.loads(payload) if payload is not None else None)
-            message = self._receive()
-            if message[0] == "done":
-                self._done.append((message[1], message[2]))
+            self._take(self._receive())
+
+    def joined(self) -> list[int]:
+        joined, self._joined = self._joined, []
+        return joined
 
     def restart(self, index: int, generation: int) -> SlotView:
         self.slots[index] = SlotView(*self._request("restart", index, generation))
@@ -115,8 +136,10 @@ class GatewayTransport(Transport):
         self._send("drop", index, names)
 
     def refresh(self) -> list[SlotView]:
-        current = [SlotView(*slot) for slot in self._request("slots")]
-        self.slots = current[: len(self.slots)]
+        current = [SlotView(*slot) for slot in self._request("slots")][: len(self.slots)]
+        self._joined += [view.index for view in current
+                         if view.info.get("ready", True) and not self.is_ready(view.index)]
+        self.slots = current
         return self.slots
 
     def close(self) -> None:
@@ -154,6 +177,7 @@ class GatewayServer:
         self._stop = stop
         self._restart_lock = threading.Lock()
         self._closed = False
+        self._announce: set[Callable[[tuple[Any, ...]], None]] = set()  # each connection's send
         self.connections = 0  # open now (drivers, and status or stop requests)
         self.drivers = 0  # connections that began a run
         threading.Thread(target=self._accept, name="raypass-gateway", daemon=True).start()
@@ -176,7 +200,13 @@ class GatewayServer:
             threading.Thread(target=self._serve, args=(conn,), name="raypass-driver", daemon=True).start()
 
     def slot_views(self) -> list[tuple[int, int, dict[str, Any]]]:
-        return [(s.index, s.generation, s.info) for s in self.pool.slots]
+        return [(s.index, s.generation, dict(s.info)) for s in self.pool.slots]
+
+    def slot_ready(self, index: int) -> None:
+        """Slot ``index``'s worker came up: every driver connected hears of it."""
+        message = ("ready", index, self.slot_views()[index])
+        for send in list(self._announce):
+            send(message)
 
     def _serve(self, conn: Connection) -> None:
         """One driver: its runs, its stages, its calls; all ended when it goes away."""
@@ -211,6 +241,7 @@ class GatewayServer:
 
             ref.future().add_done_callback(done)
 
+        self._announce.add(send)
         try:
             while True:
                 try:
@@ -238,6 +269,7 @@ class GatewayServer:
                     answer = "done" if kind == "submit" else "error"
                     send((answer, request_id, f"{type(error).__name__}: {error}"))
         finally:
+            self._announce.discard(send)
             # a driver gone mid-run (killed, or it stopped on an error): its queued calls
             # are cancelled, so the workers go back to serving the drivers still here
             for ref in list(in_flight.values()):

@@ -87,7 +87,12 @@ def wait_until(
 
 
 class WorkerPool:
-    def __init__(self, num_workers: int, cpus_per_worker: float) -> None:
+    """``num_workers`` actors. With ``wait`` the constructor returns once every actor
+    answers; without it, once they are placed: each slot's ``info["ready"]`` is False
+    until ``ready_slots`` (or ``wait_ready``) sees its actor answer, so a pool can serve
+    with the first workers up while the others still start."""
+
+    def __init__(self, num_workers: int, cpus_per_worker: float, wait: bool = True) -> None:
         # a thread of its own for questions about the worker (a pool's status), answered
         # while a batch runs; the batch calls keep the default group's single thread
         self._remote_cls = ray.remote(concurrency_groups={CONTROL_GROUP: 1})(FunctionWorker)
@@ -95,15 +100,50 @@ class WorkerPool:
         self.restarts = 0
         self.slots: list[Slot] = []
         needed = num_workers * cpus_per_worker
+        self._starting: dict[Any, int] = {}  # an actor's warm-up call -> its slot, until it answers
         with _PLACEMENT:
             self._wait_for_cpus(num_workers, needed)
             free_before = free_cpus()
             actors = [self._start(index) for index in range(num_workers)]
-            infos = self._describe(actors)
+            if wait:
+                infos = [dict(info, ready=True) for info in self._describe(actors)]
+            else:
+                infos = [{"slot": index, "ready": False} for index in range(num_workers)]
+                self._starting = {actor.warm_up.remote(): index for index, actor in enumerate(actors)}
             # until Ray counts these actors, another pool of this process would see
             # their CPUs as free, place actors Ray cannot run, and hold _PLACEMENT
             wait_until(lambda: free_cpus() <= free_before - needed + _EPSILON, SETTLE_TIMEOUT)
         self.slots = [Slot(i, actor, 0, info) for i, (actor, info) in enumerate(zip(actors, infos))]
+        self._started = time.monotonic()
+
+    @property
+    def starting(self) -> int:
+        """Actors not up yet (a pool made with ``wait=False``)."""
+        return len(self._starting)
+
+    def ready_slots(self, timeout: float = 0.0) -> list[int]:
+        """The slots whose actors answered their warm-up since the last call (waiting up
+        to ``timeout`` seconds for the first of them); their ``info`` is complete and
+        ``ready``. WorkerStartError when one died starting or all of them took longer
+        than ``START_TIMEOUT``."""
+        if not self._starting:
+            return []
+        done, _ = ray.wait(list(self._starting), num_returns=1, timeout=timeout)
+        if done:  # and whatever else finished meanwhile
+            done, _ = ray.wait(list(self._starting), num_returns=len(self._starting), timeout=0)
+        elif time.monotonic() - self._started > START_TIMEOUT:
+            raise WorkerStartError(f"{len(self._starting)} worker(s) did not start within "
+                                   f"{START_TIMEOUT:.0f}s; the Ray cluster has {free_cpus():g} CPUs free")
+        joined = []
+        for ref in done:
+            index = self._starting.pop(ref)
+            try:
+                info = ray.get(ref)
+            except ray.exceptions.RayError as error:
+                raise WorkerStartError(f"worker {index} died while starting: {error}") from error
+            self.slots[index].info.update(info, ready=True)
+            joined.append(index)
+        return sorted(joined)
 
     def _wait_for_cpus(self, num_workers: int, needed: float) -> None:
         """Return once the cluster has ``needed`` CPUs free (they may still be held by a
@@ -152,7 +192,7 @@ class WorkerPool:
         with _PLACEMENT:  # the new actor takes the old one's CPUs: no other pool may grab them
             _kill(old.actor)
             actor = self._start(index)
-            info = self._describe([actor])[0]
+            info = dict(self._describe([actor])[0], ready=True)
         self.restarts += 1
         self.slots[index] = Slot(index, actor, old.generation + 1, info)
         return self.slots[index]
@@ -191,7 +231,7 @@ class WorkerPool:
             return None
 
     def pids(self) -> list[int]:
-        return [slot.info["pid"] for slot in self.slots]
+        return [slot.info["pid"] for slot in self.slots if "pid" in slot.info]
 
 
 def _free_at_least(cpus: float) -> bool:

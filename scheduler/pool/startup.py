@@ -9,8 +9,9 @@
   the scheduler is made* (``start_in_background``), so Ray and the workers start while
   the driver loads the model and runs the serial passes; only the first function stage
   waits for it, and the run's statistics say how much of the start-up that hid
-  (``startup_seconds``, ``startup_waited_seconds``). It stops with the scheduler, or
-  when this process dies;
+  (``startup_seconds``, ``startup_waited_seconds``: until its first worker was up; it
+  serves from then on, and the others join the run as they come up). It stops with the
+  scheduler, or when this process dies;
 * **Ray in this process**: when the caller initialized Ray (a test session, a user's
   ``ray.init``) or gave a cluster's address with no pool there, actors are made here,
   in the main thread, when the first stage needs them.
@@ -151,7 +152,7 @@ class WorkerSource:
             return
         self.start_in_background()
         assert self._private is not None
-        self._private.ready()
+        self._private.wait_all()
 
     @property
     def pool(self) -> Any:
@@ -207,6 +208,25 @@ class _PrivatePool:
             # the daemon writes its record the moment its workers are ready
             self.startup_seconds = max(0.0, self.record_path.stat().st_mtime - self._spawned)
         return self._record
+
+    def wait_all(self) -> None:
+        """Wait until every worker is up (``ready`` returns at the first: the pool serves
+        from then on, and the others join the run as they come up)."""
+        from scheduler.pool.gateway import query
+        from scheduler.pool.slots import START_TIMEOUT
+
+        record = self.ready()
+        found = pool_api.check(record)
+        deadline = time.monotonic() + START_TIMEOUT
+
+        def all_up() -> bool:
+            views = query(found.endpoint, found.authkey, "slots")
+            return all(info.get("ready", True) for _, _, info in views)
+
+        while not all_up():
+            if time.monotonic() > deadline or self.daemon.poll() is not None:
+                break  # a run goes on with the workers that are up
+            time.sleep(0.05)
 
     def poll(self) -> bool:
         """Whether ``ready`` would return at once: the daemon wrote its record (its

@@ -73,6 +73,15 @@ class Transport(ABC):
         run); a transport that alone restarts its slots knows them already."""
         return self.slots
 
+    def is_ready(self, index: int) -> bool:
+        """Whether slot ``index``'s worker is up (a private pool serves from its first
+        worker on; the others join as they come up)."""
+        return bool(self.slots[index].info.get("ready", True))
+
+    def joined(self) -> list[int]:
+        """The slots that came up since the last call (their workers can take work now)."""
+        return []
+
     @abstractmethod
     def close(self) -> None:
         """End the run: the workers forget its functions and stages."""

@@ -1,0 +1,56 @@
+"""Workers that come up late still get work: a private pool serves from its first worker
+on, and each worker that comes up after the run began takes work from the queue at once
+(counters of a real private pool, in a program of its own: the test session's own Ray
+would otherwise serve the scheduler)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+PROGRAM = """
+import json
+from passinfra.transform import PassContext, Sequential
+from scheduler import Scheduler
+from tests.scheduler import passes_for_tests as P
+
+mod = P.chain_module(150)
+pipeline = Sequential([P.sleep_20ms, P.add_to_multiply], opt_level=0)
+# no head start: the driver waits for its first worker rather than working itself
+with Scheduler(backend="ray", num_workers=2, cpus_per_worker=0.5) as sched, \\
+        PassContext(config={"scheduler.head_start": False}):
+    out = sched.run(pipeline, mod)
+    stats = sched.last_run
+first = {}
+for event in stats.events:
+    first[event.worker] = min(first.get(event.worker, event.start), event.start)
+print(json.dumps({
+    "same": out.astext() == pipeline(mod).astext(),
+    "workers": stats.workers,
+    "answered": sorted({r.slot for r in stats.calls if r.kind.value == "answered"}),
+    "functions": {str(slot): n for slot, n in stats.worker_functions.items()},
+    "first_start": {str(slot): t for slot, t in first.items()},
+    "notes": stats.notes,
+}))
+"""
+
+
+def test_a_worker_that_comes_up_late_still_gets_work(ray_tmpdir):
+    env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
+    # worker 1 takes 1.5 s longer to come up than worker 0, as on a loaded node
+    env.update(RAY_TMPDIR=str(ray_tmpdir), PYTHONPATH=str(ROOT), RAYPASS_SLOW_START="1=1.5")
+    proc = subprocess.run([sys.executable, "-c", PROGRAM], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["same"] and result["workers"] == "private pool"
+    # the run began on worker 0 alone; worker 1 joined it and took part of the stage
+    assert result["answered"] == [0, 1]
+    assert result["first_start"]["1"] - result["first_start"]["0"] > 1.0
+    assert 0 < result["functions"]["1"] < 150 and sum(result["functions"].values()) == 150
+    assert any(note.startswith("worker 1 joined during stage") for note in result["notes"])
