@@ -79,6 +79,10 @@ def connect(address: str | None, num_cpus: int | None, namespace: str | None = N
         runtime_env=local_worker_env(),
         log_to_driver=False,
         logging_level="ERROR",
+        # Ray starts an idle worker process per CPU for the first driver; ours run actors
+        # with their own runtime_env, which those cannot serve: they only took CPU from
+        # the start-up of the workers that are used (and from the driver's head start)
+        _system_config={"prestart_worker_first_driver": False},
     )
     return RayHandle(started_here=True, attached=False, address=None)
 
