@@ -56,10 +56,11 @@ class GatewayTransport(Transport):
         self._ids = itertools.count()
         self._done: deque[tuple[int, bytes | None]] = deque()
         self._joined: list[int] = []  # slots announced ready since the runner last asked
+        self._announced: dict[int, SlotView] = {}  # announced before the run's slots were known
         self.endpoint = endpoint
         self.slots: list[SlotView] = []
         self.run_id, slots = self._request("begin", workers)
-        self.slots = [SlotView(*slot) for slot in slots]
+        self._begin([SlotView(*slot) for slot in slots])
         self.description = f"warm pool at {endpoint[0]}:{endpoint[1]}"
 
     def _send(self, kind: str, *args: Any) -> int:
@@ -77,6 +78,15 @@ class GatewayTransport(Transport):
             reason = error or "connection closed"
             raise GatewayError(f"the warm pool's gateway went away: {reason}") from error
 
+    def _begin(self, slots: list[SlotView]) -> None:
+        """The run's slots, as "begin" answered, with the workers announced while it
+        was answered (after its snapshot) up."""
+        self.slots = slots
+        for index, view in self._announced.items():
+            if index < len(self.slots):
+                self.slots[index] = view
+        self._announced.clear()
+
     def _take(self, message: tuple[Any, ...]) -> bool:
         """Keep a message that answers no request (a finished call, a worker come up);
         False: it is a request's answer."""
@@ -85,7 +95,9 @@ class GatewayTransport(Transport):
             return True
         if message[0] == "ready":
             index, view = message[1], SlotView(*message[2])
-            if index < len(self.slots):
+            if not self.slots:
+                self._announced[index] = view
+            elif index < len(self.slots):
                 if not self.is_ready(index):
                     self._joined.append(index)
                 self.slots[index] = view

@@ -54,3 +54,24 @@ def test_a_worker_that_comes_up_late_still_gets_work(ray_tmpdir):
     assert result["first_start"]["1"] - result["first_start"]["0"] > 1.0
     assert 0 < result["functions"]["1"] < 150 and sum(result["functions"].values()) == 150
     assert any(note.startswith("worker 1 joined during stage") for note in result["notes"])
+
+
+def test_a_worker_announced_while_the_run_begins_is_not_missed():
+    """The gateway may announce a worker after the snapshot its answer to "begin" holds
+    but before that answer arrives; the driver still sees it up, and counts every
+    worker that joins once."""
+    from collections import deque
+
+    from scheduler.pool.gateway import GatewayTransport
+    from scheduler.pool.transport import SlotView
+
+    transport = GatewayTransport.__new__(GatewayTransport)  # no pool: only its bookkeeping
+    transport._done, transport._joined, transport._announced, transport.slots = deque(), [], {}, []
+    assert transport._take(("ready", 1, (1, 0, {"slot": 1, "ready": True, "pid": 7})))
+    snapshot = [SlotView(0, 0, {"slot": 0, "ready": True}), SlotView(1, 0, {"slot": 1, "ready": False})]
+    transport._begin(snapshot)
+    assert transport.is_ready(1) and transport.slots[1].info["pid"] == 7
+    transport.slots[1] = SlotView(1, 0, {"slot": 1, "ready": False})  # a worker still starting ...
+    for _ in range(2):  # ... announced twice (a refresh saw it too)
+        transport._take(("ready", 1, (1, 0, {"slot": 1, "ready": True})))
+    assert transport.joined() == [1] and transport.joined() == []
