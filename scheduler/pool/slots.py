@@ -89,7 +89,7 @@ def wait_until(
 class WorkerPool:
     """``num_workers`` actors. With ``wait`` the constructor returns once every actor
     answers; without it, once they are placed: each slot's ``info["ready"]`` is False
-    until ``ready_slots`` (or ``wait_ready``) sees its actor answer, so a pool can serve
+    until ``ready_slots`` sees its actor answer, so a pool can serve
     with the first workers up while the others still start."""
 
     def __init__(self, num_workers: int, cpus_per_worker: float, wait: bool = True) -> None:
