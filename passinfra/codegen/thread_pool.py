@@ -1,6 +1,7 @@
 """The library's thread pool: the C runtime that runs the kernels' parallel loops.
 
-Every library links one object made from :func:`pool_source`. A kernel outlines each
+Every library links one object made from :func:`pool_source` (the C of ``c/thread_pool.c``
+after the macros of :func:`pool_defines`). A kernel outlines each
 ``ForKind.PARALLEL`` loop into a chunk function ``int fn(void* ctx, int64_t begin,
 int64_t end)`` (see :mod:`passinfra.codegen.c_renderer`) and calls::
 
@@ -53,6 +54,7 @@ and how often a worker blocked).
 
 from __future__ import annotations
 
+from passinfra.codegen.c import read_c_file
 from passinfra.runtime.threads import MAX_THREADS, STATS_FIELDS
 from passinfra.transform.config import register_config
 from passinfra.transform.context import PassContext
@@ -106,272 +108,7 @@ KERNEL_DECLARATIONS = f"""\
 typedef int (*rp_chunk_fn)(void* ctx, int64_t begin, int64_t end);
 extern int {PARALLEL_FOR}(rp_chunk_fn fn, void* ctx, int64_t extent, int64_t work_per_iteration);"""
 
-_POOL_SOURCE = r"""/* raypass runtime: the thread pool of the kernels' parallel loops */
-#define _GNU_SOURCE
-#include <pthread.h>
-#include <sched.h>
-#include <stdatomic.h>
-#include <stdint.h>
-#include <time.h>
-
-typedef int (*rp_chunk_fn)(void* ctx, int64_t begin, int64_t end);
-
-#if defined(__x86_64__) || defined(__i386__)
-#define RP_PAUSE() __builtin_ia32_pause()
-#elif defined(__aarch64__)
-#define RP_PAUSE() __asm__ __volatile__("yield")
-#else
-#define RP_PAUSE() ((void)0)
-#endif
-
-/* hot words that different threads write live on lines of their own (128 bytes: x86's
-   adjacent-line prefetcher pairs 64-byte lines) */
-#define RP_LINE __attribute__((aligned(128)))
-#define RP_RELAXED memory_order_relaxed
-#define RP_ACQUIRE memory_order_acquire
-#define RP_RELEASE memory_order_release
-
-static int64_t rp_now_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
-}
-
-/* The job word: sequence number (bits 32-63), chunk count (bits 16-31) and the next
-   chunk nobody has claimed (bits 0-15). A thread claims chunk i by a compare-exchange
-   from i to i + 1 under the sequence number it read, so nobody ever runs a chunk of a
-   job other than the one whose function it loaded, and the caller can run the chunks no
-   worker has started (a worker that is asleep or preempted never holds a loop up). */
-#define RP_SEQUENCE(word) ((word) >> 32)
-#define RP_CHUNKS(word) ((unsigned)((word) >> 16) & 0xffffu)
-#define RP_NEXT(word) ((unsigned)(word) & 0xffffu)
-
-static struct {
-  /* written by the caller per job, read by the workers: one line, one transfer */
-  RP_LINE _Atomic uint64_t job;
-  _Atomic(rp_chunk_fn) fn;
-  void* _Atomic ctx;
-  _Atomic int64_t extent;
-  /* written by the workers as chunks finish, read by the caller */
-  RP_LINE _Atomic uint64_t finished;
-  atomic_int status;
-  /* only when a thread blocks: the fast path never takes the lock */
-  RP_LINE atomic_int sleepers;    /* workers blocked on wake (or about to) */
-  atomic_int caller_waiting;      /* the caller blocked on done (or about to) */
-  pthread_mutex_t lock;
-  pthread_cond_t wake;
-  pthread_cond_t done;
-  /* the caller's: taken by the thread running a job on the pool */
-  RP_LINE atomic_int busy;
-  int workers;       /* worker threads started */
-  int initialized;
-} rp_pool;
-
-static RP_LINE atomic_int rp_threads = 1;
-/* counters: each writer has its own line (callers share one; every worker its own) */
-enum { RP_PARALLEL, RP_SERIAL, RP_BUSY, RP_STOLEN };
-static RP_LINE _Atomic int64_t rp_caller_stats[4];
-static struct { RP_LINE _Atomic int64_t chunks; _Atomic int64_t sleeps; } rp_worker_stats[RP_MAX_THREADS];
-static uint64_t rp_worker_start[RP_MAX_THREADS];
-
-int raypass_default_num_threads(void) { return RP_DEFAULT_NUM_THREADS; }
-
-void raypass_set_num_threads(int n) {
-  atomic_store(&rp_threads, n < 1 ? 1 : (n > RP_MAX_THREADS ? RP_MAX_THREADS : n));
-}
-
-int raypass_get_num_threads(void) { return atomic_load(&rp_threads); }
-
-void raypass_thread_stats(int64_t* out) {
-  int64_t chunks = 0, sleeps = 0;
-  for (int i = 0; i < RP_MAX_THREADS; ++i) {
-    chunks += atomic_load_explicit(&rp_worker_stats[i].chunks, RP_RELAXED);
-    sleeps += atomic_load_explicit(&rp_worker_stats[i].sleeps, RP_RELAXED);
-  }
-  _Static_assert(RP_STATS == 6, "the counters of passinfra.runtime.threads.STATS_FIELDS");
-  out[0] = atomic_load(&rp_caller_stats[RP_PARALLEL]);
-  out[1] = atomic_load(&rp_caller_stats[RP_SERIAL]);
-  out[2] = atomic_load(&rp_caller_stats[RP_BUSY]);
-  out[3] = chunks;
-  out[4] = atomic_load(&rp_caller_stats[RP_STOLEN]);
-  out[5] = sleeps;
-}
-
-static void rp_count(int field) { atomic_fetch_add_explicit(&rp_caller_stats[field], 1, RP_RELAXED); }
-
-/* Spin until the job word's sequence number differs from ``seen``: pausing between
-   looks for RP_PURE_SPIN_NS, then yielding the core between them until RP_SPIN_NS. The
-   last word read (still of sequence ``seen`` when the time ran out) */
-static uint64_t rp_spin_for_job(uint64_t seen) {
-  const int64_t start = rp_now_ns();
-  for (unsigned spins = 1;; ++spins) {
-    const uint64_t word = atomic_load_explicit(&rp_pool.job, RP_ACQUIRE);
-    if (RP_SEQUENCE(word) != seen) return word;
-    RP_PAUSE();
-    if ((spins & 15) == 0) {
-      const int64_t spent = rp_now_ns() - start;
-      if (spent > RP_SPIN_NS) return word;
-      if (spent > RP_PURE_SPIN_NS) sched_yield();
-    }
-  }
-}
-
-/* a forked child has no workers (only the forking thread survives a fork): it starts
-   its own pool on its first parallel loop, whatever state the parent's was in */
-static void rp_after_fork_in_child(void) {
-  pthread_mutex_init(&rp_pool.lock, NULL);
-  pthread_cond_init(&rp_pool.wake, NULL);
-  pthread_cond_init(&rp_pool.done, NULL);
-  atomic_store(&rp_pool.sleepers, 0);
-  atomic_store(&rp_pool.caller_waiting, 0);
-  rp_pool.workers = 0;
-  atomic_store(&rp_pool.busy, 0);
-}
-
-/* wake one blocked worker (the job word was stored before): it wakes the next one if
-   the job has chunks left, so the caller pays for one wake-up, not one per worker */
-static void rp_wake_one(void) {
-  pthread_mutex_lock(&rp_pool.lock);
-  pthread_cond_signal(&rp_pool.wake);
-  pthread_mutex_unlock(&rp_pool.lock);
-}
-
-static void* rp_worker(void* arg) {
-  const unsigned index = (unsigned)(uintptr_t)arg;
-  uint64_t seen = rp_worker_start[index];
-  for (;;) {
-    uint64_t word = rp_spin_for_job(seen);
-    if (RP_SEQUENCE(word) == seen) {
-      pthread_mutex_lock(&rp_pool.lock);
-      atomic_fetch_add(&rp_pool.sleepers, 1);
-      while (RP_SEQUENCE(word = atomic_load(&rp_pool.job)) == seen) {
-        atomic_fetch_add_explicit(&rp_worker_stats[index].sleeps, 1, RP_RELAXED);
-        pthread_cond_wait(&rp_pool.wake, &rp_pool.lock);
-      }
-      atomic_fetch_sub(&rp_pool.sleepers, 1);
-      pthread_mutex_unlock(&rp_pool.lock);
-      /* chunks for more than this worker: wake the next sleeper */
-      if (RP_NEXT(word) + 1 < RP_CHUNKS(word) && atomic_load(&rp_pool.sleepers) > 0) rp_wake_one();
-    }
-    seen = RP_SEQUENCE(word);
-    while (RP_SEQUENCE(word) == seen && RP_NEXT(word) < RP_CHUNKS(word)) {
-      const rp_chunk_fn fn = atomic_load_explicit(&rp_pool.fn, RP_RELAXED);
-      void* const ctx = atomic_load_explicit(&rp_pool.ctx, RP_RELAXED);
-      const int64_t extent = atomic_load_explicit(&rp_pool.extent, RP_RELAXED);
-      if (!atomic_compare_exchange_weak(&rp_pool.job, &word, word + 1)) continue;  /* word reloaded */
-      const int64_t chunks = RP_CHUNKS(word), chunk = RP_NEXT(word);
-      if (fn(ctx, extent * chunk / chunks, extent * (chunk + 1) / chunks) != 0)
-        atomic_store(&rp_pool.status, -1);
-      atomic_fetch_add_explicit(&rp_worker_stats[index].chunks, 1, RP_RELAXED);
-      atomic_fetch_add(&rp_pool.finished, 1);
-      if (atomic_load(&rp_pool.caller_waiting)) {
-        pthread_mutex_lock(&rp_pool.lock);
-        pthread_cond_signal(&rp_pool.done);
-        pthread_mutex_unlock(&rp_pool.lock);
-      }
-      word = atomic_load_explicit(&rp_pool.job, RP_ACQUIRE);
-    }
-  }
-  return NULL;
-}
-
-/* start workers up to ``wanted`` threads in all (the caller holds busy: no job is
-   running); how many threads a job can use */
-static int rp_start_workers(int wanted) {
-  if (!rp_pool.initialized) {
-    pthread_mutex_init(&rp_pool.lock, NULL);
-    pthread_cond_init(&rp_pool.wake, NULL);
-    pthread_cond_init(&rp_pool.done, NULL);
-    if (pthread_atfork(NULL, NULL, rp_after_fork_in_child) != 0) return 1;
-    rp_pool.initialized = 1;
-  }
-  while (rp_pool.workers < wanted - 1) {
-    const int index = rp_pool.workers + 1;
-    rp_worker_start[index] = RP_SEQUENCE(atomic_load(&rp_pool.job));
-    pthread_attr_t attr;
-    pthread_t thread;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    const int failed = pthread_create(&thread, &attr, rp_worker, (void*)(uintptr_t)index);
-    pthread_attr_destroy(&attr);
-    if (failed) break;
-    rp_pool.workers = index;
-  }
-  return rp_pool.workers + 1;
-}
-
-/* wait until the workers finished ``target`` chunks: spin, yield, then block */
-static void rp_wait_finished(uint64_t target) {
-  if (atomic_load_explicit(&rp_pool.finished, RP_ACQUIRE) == target) return;
-  /* the workers it waits for are running chunks: if one was preempted onto the caller's
-     core, only a yield lets it finish there, so the caller yields early */
-  const int64_t start = rp_now_ns();
-  for (unsigned spins = 1; atomic_load_explicit(&rp_pool.finished, RP_ACQUIRE) != target; ++spins) {
-    RP_PAUSE();
-    if ((spins & 15) == 0) {
-      const int64_t spent = rp_now_ns() - start;
-      if (spent > RP_SPIN_NS) break;
-      if (spent > RP_CALLER_PURE_SPIN_NS) sched_yield();
-    }
-  }
-  if (atomic_load(&rp_pool.finished) == target) return;
-  pthread_mutex_lock(&rp_pool.lock);
-  atomic_store(&rp_pool.caller_waiting, 1);
-  while (atomic_load(&rp_pool.finished) != target) pthread_cond_wait(&rp_pool.done, &rp_pool.lock);
-  atomic_store(&rp_pool.caller_waiting, 0);
-  pthread_mutex_unlock(&rp_pool.lock);
-}
-
-int rp_parallel_for(rp_chunk_fn fn, void* ctx, int64_t extent, int64_t work_per_iteration) {
-  int64_t threads = atomic_load_explicit(&rp_threads, RP_RELAXED);
-  const int64_t work = work_per_iteration > 0 ? work_per_iteration : 1;
-  const int64_t by_work = extent > INT64_MAX / work ? INT64_MAX : extent * work / RP_MIN_WORK;
-  if (threads > extent) threads = extent;
-  if (threads > by_work) threads = by_work;
-  if (threads <= 1) {
-    rp_count(RP_SERIAL);
-    return extent > 0 ? fn(ctx, 0, extent) : 0;
-  }
-  if (atomic_exchange_explicit(&rp_pool.busy, 1, RP_ACQUIRE) != 0) {
-    rp_count(RP_BUSY);
-    return fn(ctx, 0, extent);
-  }
-  const int available = rp_start_workers((int)threads);
-  if (threads > available) threads = available;
-  if (threads <= 1) {
-    atomic_store_explicit(&rp_pool.busy, 0, RP_RELEASE);
-    rp_count(RP_SERIAL);
-    return fn(ctx, 0, extent);
-  }
-  rp_count(RP_PARALLEL);
-  atomic_store_explicit(&rp_pool.fn, fn, RP_RELAXED);
-  atomic_store_explicit(&rp_pool.ctx, ctx, RP_RELAXED);
-  atomic_store_explicit(&rp_pool.extent, extent, RP_RELAXED);
-  atomic_store_explicit(&rp_pool.finished, 0, RP_RELAXED);
-  atomic_store_explicit(&rp_pool.status, 0, RP_RELAXED);
-  const uint64_t sequence = RP_SEQUENCE(atomic_load_explicit(&rp_pool.job, RP_RELAXED)) + 1;
-  /* chunk 0 is the caller's from the start */
-  uint64_t word = (sequence << 32) | ((uint64_t)threads << 16) | 1u;
-  atomic_store(&rp_pool.job, word);  /* sequentially consistent: against sleepers below */
-  if (atomic_load(&rp_pool.sleepers) > 0) rp_wake_one();
-  int status = fn(ctx, 0, extent / threads);
-  /* run here the chunks no worker has claimed yet */
-  uint64_t mine = 1;
-  word = atomic_load_explicit(&rp_pool.job, RP_RELAXED);
-  while (RP_NEXT(word) < (unsigned)threads) {
-    if (!atomic_compare_exchange_weak(&rp_pool.job, &word, word + 1)) continue;
-    const int64_t chunk = RP_NEXT(word);
-    if (fn(ctx, extent * chunk / threads, extent * (chunk + 1) / threads) != 0) status = -1;
-    ++mine;
-    rp_count(RP_STOLEN);
-    word = atomic_load_explicit(&rp_pool.job, RP_RELAXED);
-  }
-  rp_wait_finished((uint64_t)threads - mine);
-  if (atomic_load_explicit(&rp_pool.status, RP_RELAXED) != 0) status = -1;
-  atomic_store_explicit(&rp_pool.busy, 0, RP_RELEASE);
-  return status;
-}
-"""
+_POOL_SOURCE = read_c_file("thread_pool.c")  # after pool_defines()
 
 
 def min_parallel_work(ctx: PassContext | None = None) -> int:
@@ -391,20 +128,27 @@ def pool_source(default_threads: int = DEFAULT_NUM_THREADS, spin_microseconds: i
     ``min_work`` the work a thread must get (config ``codegen.min_parallel_work``);
     spinning threads block after ``spin_microseconds`` and yield their core between
     looks after ``pause_only_microseconds``."""
-    defines = [
-        f"#define RP_DEFAULT_NUM_THREADS {int(default_threads)}",
-        f"#define RP_MAX_THREADS {MAX_THREADS}",
-        f"#define RP_MIN_WORK {int(min_work)}",
-        f"#define RP_SPIN_NS {int(spin_microseconds) * 1000}",
-        f"#define RP_PURE_SPIN_NS {min(int(pause_only_microseconds), int(spin_microseconds)) * 1000}",
-        f"#define RP_CALLER_PURE_SPIN_NS {CALLER_PAUSE_ONLY_MICROSECONDS * 1000}",
-        f"#define RP_STATS {len(STATS_FIELDS)}",
-    ]
-    return "\n".join(defines) + "\n" + _POOL_SOURCE
+    defines = pool_defines(default_threads, spin_microseconds, min_work, pause_only_microseconds)
+    return "".join(f"#define {name} {value}\n" for name, value in defines.items()) + _POOL_SOURCE
+
+
+def pool_defines(default_threads: int = DEFAULT_NUM_THREADS, spin_microseconds: int = SPIN_MICROSECONDS,
+                 min_work: int = MIN_WORK_PER_THREAD,
+                 pause_only_microseconds: int = PAUSE_ONLY_MICROSECONDS) -> dict[str, int]:
+    """The macros ``c/thread_pool.c`` needs (see :func:`pool_source`)."""
+    return {
+        "RP_DEFAULT_NUM_THREADS": int(default_threads),
+        "RP_MAX_THREADS": MAX_THREADS,
+        "RP_MIN_WORK": int(min_work),
+        "RP_SPIN_NS": int(spin_microseconds) * 1000,
+        "RP_PURE_SPIN_NS": min(int(pause_only_microseconds), int(spin_microseconds)) * 1000,
+        "RP_CALLER_PURE_SPIN_NS": CALLER_PAUSE_ONLY_MICROSECONDS * 1000,
+        "RP_STATS": len(STATS_FIELDS),
+    }
 
 
 __all__ = [
     "DEFAULT_NUM_THREADS", "KERNEL_DECLARATIONS", "MAX_THREADS", "MIN_WORK_PER_THREAD", "PARALLEL_FOR",
     "PAUSE_ONLY_MICROSECONDS",
-    "POOL_SYMBOL", "SPIN_MICROSECONDS", "STATS_FIELDS", "min_parallel_work", "pool_source",
+    "POOL_SYMBOL", "SPIN_MICROSECONDS", "STATS_FIELDS", "min_parallel_work", "pool_defines", "pool_source",
 ]

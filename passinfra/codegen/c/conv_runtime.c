@@ -1,0 +1,574 @@
+/* raypass runtime: convolution microkernels (see passinfra/codegen/conv_runtime.py) */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <immintrin.h>
+
+#if !defined(RP_CHANNEL_CHUNK) || !defined(RP_UNIT_PIXELS) || !defined(RP_MACS_PER_WORK) || \
+    !defined(RP_ZERO_RUN) || !defined(RP_ROW_WINDOW)
+#error "the tunables come from passinfra/codegen/conv_runtime.py (runtime_defines), or -D on the command line"
+#endif
+
+#define CB RP_CHANNEL_CHUNK
+
+typedef struct {
+  const float* image;
+  const float* weight;
+  int64_t H, W, C, OC, KH, KW, sh, sw, dh, dw, pt, pl, OW;
+  int64_t CS;  /* floats from one input pixel to the next: C, or every group's channels */
+  int64_t ON;  /* output channels of this call from the weight's and output's column 0 (OC, or a group's) */
+  /* the weight's layout: output channel o of row r (of KH*KW*C) is at
+     (o / PB) * PBS + r * LDW + o % PB; HWIO in place: PB = LDW = OC, PBS = 0; panels of
+     B channels: PB = LDW = B, PBS = KH*KW*C*B */
+  int64_t LDW, PB, PBS;
+} rp_conv;
+
+/* a tap outside the image reads these (a whole row of taps, when the row is merged) */
+#define RP_ZEROS RP_ZERO_RUN
+static const float rp_conv_zeros[RP_ZEROS] __attribute__((aligned(64)));
+
+/* The input position of tap (0, 0) of each pixel of the tile (flat output pixels q0 ..;
+   one division per tile: a tile of a small convolution is a few hundred cycles), and
+   whether every pixel's row of taps lies inside the image's columns. */
+#define RP_TAP_SETUP(PX) \
+  int64_t iy0[PX], ix0[PX]; \
+  int columns_inside = 1; \
+  { \
+    int64_t oy = q0 / g->OW, ox = q0 - oy * g->OW; \
+    for (int p = 0; p < PX; p++) { \
+      iy0[p] = oy * g->sh - g->pt; ix0[p] = ox * g->sw - g->pl; \
+      columns_inside &= ix0[p] >= 0 && ix0[p] + (g->KW - 1) * g->dw < g->W; \
+      if (++ox == g->OW) { ox = 0; oy++; } \
+    } \
+  }
+
+/* A row of taps is one run of KW*C input values per pixel when the taps are adjacent
+   (dilation 1), every pixel's row lies inside the image's columns and the channels are
+   one chunk: the tap columns and channels are then one loop (the same products in the
+   same order as tap by tap), which is what makes a stem of 3 channels fast. */
+#define RP_MERGED(g) ((g)->dw == 1 && (g)->CS == (g)->C && (g)->C <= CB && (g)->KW * (g)->C <= RP_ZEROS)
+
+/* Sets rowp[p] (input row of pixel p at tap row ry, channel c0; NULL outside the image)
+   and skips the tap row (continue) when it lies outside for every pixel. */
+#define RP_TAP_ROW(PX) \
+  const float* rowp[PX]; int inside = 0; \
+  for (int p = 0; p < PX; p++) { \
+    int64_t iy = iy0[p] + ry * g->dh; \
+    rowp[p] = (iy >= 0 && iy < g->H) ? g->image + iy * g->W * g->CS + c0 : 0; \
+    inside |= rowp[p] != 0; \
+  } \
+  if (!inside) continue;
+
+/* The sum over a tap row: STEP(ap, wp, n) accumulates n channels read through ap[p]
+   against the weight rows from wp. */
+#define RP_TAP_ROW_SUM(PX, STEP) \
+  if (merged) { \
+    const float* ap[PX]; \
+    for (int p = 0; p < PX; p++) ap[p] = rowp[p] ? rowp[p] + ix0[p] * g->CS : rp_conv_zeros; \
+    const float* wp = g->weight + ry * g->KW * g->C * g->LDW + wo; \
+    STEP(ap, wp, g->KW * g->C) \
+  } else { \
+    for (int64_t rx = 0; rx < g->KW; rx++) { \
+      const float* ap[PX]; \
+      for (int p = 0; p < PX; p++) { \
+        int64_t ix = ix0[p] + rx * g->dw; \
+        ap[p] = (rowp[p] && ix >= 0 && ix < g->W) ? rowp[p] + ix * g->CS : rp_conv_zeros; \
+      } \
+      const float* wp = g->weight + ((ry * g->KW + rx) * g->C + c0) * g->LDW + wo; \
+      STEP(ap, wp, cn) \
+    } \
+  }
+
+/* The loops of a tile around STEP: channel chunks, tap rows, the tap row's sum. */
+#define RP_TILE_LOOPS(PX, STEP) \
+  RP_TAP_SETUP(PX) \
+  const int merged = columns_inside && RP_MERGED(g); \
+  const int64_t wo = (ob / g->PB) * g->PBS + ob % g->PB; /* the block's first weight column */ \
+  for (int64_t c0 = 0; c0 < g->C; c0 += CB) { \
+    int64_t cn = g->C - c0 < CB ? g->C - c0 : CB; \
+    for (int64_t ry = 0; ry < g->KH; ry++) { \
+      RP_TAP_ROW(PX) \
+      RP_TAP_ROW_SUM(PX, STEP) \
+    } \
+  }
+
+/* ---------------------------------------------------------------- AVX-512F: 8 x 32 */
+#define RP_STEP512_BODY(ap, wp, n) \
+  for (int64_t c = 0; c < (n); c++) { \
+    __m512 b[NV_]; \
+    _Pragma("GCC unroll 2") for (int v = 0; v < NV_; v++) \
+      b[v] = v == NV_ - 1 ? _mm512_maskz_loadu_ps(tail, (wp) + c * g->LDW + 16 * v) \
+                          : _mm512_loadu_ps((wp) + c * g->LDW + 16 * v); \
+    _Pragma("GCC unroll 8") for (int p = 0; p < PX_; p++) { \
+      __m512 x = _mm512_set1_ps((ap)[p][c]); \
+      _Pragma("GCC unroll 2") for (int v = 0; v < NV_; v++) acc[p][v] = _mm512_fmadd_ps(x, b[v], acc[p][v]); \
+    } \
+  }
+
+/* An AVX-512 tile function of PX pixels x NV vectors: zeroed accumulators, BODY, then
+   the stores (the last vector masked to the block's channels). */
+#define RP_TILE512_FUNCTION(NAME, PX, NV, BODY) \
+__attribute__((target("avx512f"))) static void NAME( \
+    const rp_conv* g, int64_t q0, int64_t ob, float* out, __mmask16 tail) { \
+  enum { PX_ = PX, NV_ = NV }; \
+  __m512 acc[PX][NV]; \
+  _Pragma("GCC unroll 16") for (int p = 0; p < PX; p++) \
+    _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++) acc[p][v] = _mm512_setzero_ps(); \
+  BODY \
+  _Pragma("GCC unroll 16") for (int p = 0; p < PX; p++) \
+    _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++) { \
+      if (v == NV - 1) _mm512_mask_storeu_ps(out + p * g->OC + 16 * v, tail, acc[p][v]); \
+      else _mm512_storeu_ps(out + p * g->OC + 16 * v, acc[p][v]); \
+    } \
+}
+
+#define RP_TILE512(PX, NV) \
+  RP_TILE512_FUNCTION(rp_tile512_##PX##_##NV, PX, NV, RP_TILE_LOOPS(PX, RP_STEP512_BODY))
+
+/* ------------------------------------------- AVX-512F: row tiles, 16 x 16 and 12 x 32
+   The tiles above keep one input pointer per pixel, because a tile may span output rows;
+   with 8 pixels those pointers fill the general registers. On pixels of one output row,
+   pixel p reads the input at src + p*sw*(column stride): four pointers serve any number
+   of pixels, so a row tile has 16 pixels of one vector of channels (16 accumulators) or
+   12 of two (24), and pays the fixed cost of a tile (tap setup, pointers, stores) per
+   more multiply-adds. Kernel alone, one thread, GFLOP/s (8-pixel tiles -> row tiles):
+   3x3 16->16 at 32x32 88 -> 94, at 112x112 90 -> 102; 1x1 16->16 at 32x32 53 -> 78; 3x3
+   64->64 at 56x56 103 -> 111; 1x1 64->64 at 56x56 90 -> 103; 3x3 128->128 at 28x28 107
+   -> 112. A row tile whose taps reach past the image's columns reads a copy of its window
+   with zeros for the padding (RP_WINDOW floats at most; a larger window takes the
+   8-pixel tiles). Every output sums the same products in the same order as in the
+   8-pixel tiles: which tile computes a pixel changes no bit. */
+#define RP_WINDOW RP_ROW_WINDOW
+
+/* the window columns a row tile of PX pixels reads per tap row */
+#define RP_ROW_SPAN(g, PX) (((PX) - 1) * (g)->sw + ((g)->KW - 1) * (g)->dw + 1)
+
+/* One pointer per quarter of the tile, each stepping one float: pixel 4i+j reads
+   q[i] + j*S, an address the instruction forms itself (base + S*1, S*2 or 3S*1), so the
+   loop keeps its accumulators without running out of general registers. */
+#define RP_ROW_SUM512(a, wp, n, S) { \
+    const int64_t S1 = (S), S3 = 3 * (S); \
+    const float* q_[4]; \
+    _Pragma("GCC unroll 4") for (int i = 0; i < PX_ / 4; i++) q_[i] = (a) + 4 * i * S1; \
+    const float* w_ = (wp); \
+    for (int64_t k = 0; k < (n); k++, w_ += g->LDW) { \
+      __m512 b[NV_]; \
+      _Pragma("GCC unroll 2") for (int v = 0; v < NV_; v++) \
+        b[v] = v == NV_ - 1 ? _mm512_maskz_loadu_ps(tail, w_ + 16 * v) : _mm512_loadu_ps(w_ + 16 * v); \
+      _Pragma("GCC unroll 4") for (int i = 0; i < PX_ / 4; i++) { \
+        const float* q = q_[i] + k; \
+        const __m512 x0 = _mm512_set1_ps(q[0]), x1 = _mm512_set1_ps(q[S1]); \
+        const __m512 x2 = _mm512_set1_ps(q[2 * S1]), x3 = _mm512_set1_ps(q[S3]); \
+        _Pragma("GCC unroll 2") for (int v = 0; v < NV_; v++) { \
+          acc[4 * i][v] = _mm512_fmadd_ps(x0, b[v], acc[4 * i][v]); \
+          acc[4 * i + 1][v] = _mm512_fmadd_ps(x1, b[v], acc[4 * i + 1][v]); \
+          acc[4 * i + 2][v] = _mm512_fmadd_ps(x2, b[v], acc[4 * i + 2][v]); \
+          acc[4 * i + 3][v] = _mm512_fmadd_ps(x3, b[v], acc[4 * i + 3][v]); \
+        } \
+      } \
+    } \
+  }
+
+/* A row tile's window of one tap row, packed: image columns ix0 .. ix0+span of row (cn
+   channels each, from the row's channel c0), zeros outside the image. */
+__attribute__((target("avx512f"))) static void rp_row_window512(
+    const rp_conv* g, const float* row, int64_t ix0, int64_t span, int64_t cn, float* window) {
+  /* the window's columns jlo .. jhi are inside the image */
+  const int64_t jlo = ix0 < 0 ? (-ix0 < span ? -ix0 : span) : 0;
+  const int64_t jhi = g->W - ix0 < jlo ? jlo : g->W - ix0 < span ? g->W - ix0 : span;
+  for (int64_t i = 0; i < jlo * cn; i += 16) _mm512_storeu_ps(window + i, _mm512_setzero_ps());
+  for (int64_t i = jhi * cn; i < span * cn; i += 16) _mm512_storeu_ps(window + i, _mm512_setzero_ps());
+  if (g->CS == cn) {  /* the columns are one run */
+    __builtin_memcpy(window + jlo * cn, row + (ix0 + jlo) * cn, (size_t)((jhi - jlo) * cn) * sizeof(float));
+    return;
+  }
+  for (int64_t j = jlo; j < jhi; j++)
+    for (int64_t c = 0; c < cn; c += 16) {
+      const __mmask16 m = cn - c >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (cn - c)) - 1u);
+      _mm512_mask_storeu_ps(window + j * cn + c, m, _mm512_maskz_loadu_ps(m, row + (ix0 + j) * g->CS + c));
+    }
+}
+
+/* the sums of a row tile of PX pixels (its window and tap loops) */
+#define RP_ROW512_BODY(PX) \
+  const int64_t oy = q0 / g->OW, ix0 = (q0 - oy * g->OW) * g->sw - g->pl, span = RP_ROW_SPAN(g, PX); \
+  const int inside = ix0 >= 0 && ix0 + span <= g->W; \
+  const int64_t wo = (ob / g->PB) * g->PBS + ob % g->PB; \
+  float window[RP_WINDOW + 16] __attribute__((aligned(64))); /* zeros go in whole vectors */ \
+  for (int64_t c0 = 0; c0 < g->C; c0 += CB) { \
+    const int64_t cn = g->C - c0 < CB ? g->C - c0 : CB; \
+    for (int64_t ry = 0; ry < g->KH; ry++) { \
+      const int64_t iy = oy * g->sh - g->pt + ry * g->dh; \
+      if (iy < 0 || iy >= g->H) continue; \
+      const float* row = g->image + iy * g->W * g->CS + c0; \
+      const float* src = row + ix0 * g->CS; \
+      int64_t cs = g->CS; /* floats from one input column to the next */ \
+      if (!inside) { \
+        rp_row_window512(g, row, ix0, span, cn, window); \
+        src = window, cs = cn; \
+      } \
+      const int64_t S = g->sw * cs; \
+      if (g->dw == 1 && cs == cn && cn == g->C) { /* the row's taps and channels: one run */ \
+        const float* wp = g->weight + ry * g->KW * g->C * g->LDW + wo; \
+        RP_ROW_SUM512(src, wp, g->KW * cn, S) \
+      } else { \
+        for (int64_t rx = 0; rx < g->KW; rx++) { \
+          const float* wp = g->weight + ((ry * g->KW + rx) * g->C + c0) * g->LDW + wo; \
+          RP_ROW_SUM512(src + rx * g->dw * cs, wp, cn, S) \
+        } \
+      } \
+    } \
+  }
+
+#define RP_ROW512(PX, NV) RP_TILE512_FUNCTION(rp_row512_##PX##_##NV, PX, NV, RP_ROW512_BODY(PX))
+
+RP_ROW512(16, 1) RP_ROW512(12, 2)
+/* [vectors - 1]: the row tile's pixels, and its kernel */
+static const int rp_row_px512[2] = {16, 12};
+typedef void (*rp_row512_fn)(const rp_conv*, int64_t, int64_t, float*, __mmask16);
+static const rp_row512_fn rp_rows512[2] = {rp_row512_16_1, rp_row512_12_2};
+
+/* whether output pixels q .. q+px (flat) can be a row tile: one output row, and a window
+   that fits RP_WINDOW unless the taps stay inside the image */
+static int rp_row_tile_fits(const rp_conv* g, int64_t q, int64_t px) {
+  const int64_t ox = q % g->OW, ix0 = ox * g->sw - g->pl, span = RP_ROW_SPAN(g, px);
+  if (g->OW - ox < px) return 0;
+  return (ix0 >= 0 && ix0 + span <= g->W) || span * (g->C < CB ? g->C : CB) <= RP_WINDOW;
+}
+
+/* ---------------------------------------------------------------- AVX2 + FMA: 6 x 16 */
+#define RP_STEP256_BODY(ap, wp, n) \
+  for (int64_t c = 0; c < (n); c++) { \
+    __m256 b[NV_]; \
+    _Pragma("GCC unroll 2") for (int v = 0; v < NV_; v++) \
+      b[v] = v == NV_ - 1 ? _mm256_maskload_ps((wp) + c * g->LDW + 8 * v, tail) \
+                          : _mm256_loadu_ps((wp) + c * g->LDW + 8 * v); \
+    _Pragma("GCC unroll 8") for (int p = 0; p < PX_; p++) { \
+      __m256 x = _mm256_broadcast_ss((ap)[p] + c); \
+      _Pragma("GCC unroll 2") for (int v = 0; v < NV_; v++) acc[p][v] = _mm256_fmadd_ps(x, b[v], acc[p][v]); \
+    } \
+  }
+
+#define RP_TILE256(PX, NV) \
+__attribute__((target("avx2,fma"))) static void rp_tile256_##PX##_##NV( \
+    const rp_conv* g, int64_t q0, int64_t ob, float* out, int lanes) { \
+  enum { PX_ = PX, NV_ = NV }; \
+  __m256 acc[PX][NV]; \
+  const __m256i tail = _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes), \
+                                          _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)); \
+  _Pragma("GCC unroll 8") for (int p = 0; p < PX; p++) \
+    _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++) acc[p][v] = _mm256_setzero_ps(); \
+  RP_TILE_LOOPS(PX, RP_STEP256_BODY) \
+  _Pragma("GCC unroll 8") for (int p = 0; p < PX; p++) \
+    _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++) { \
+      if (v == NV - 1) _mm256_maskstore_ps(out + p * g->OC + 8 * v, tail, acc[p][v]); \
+      else _mm256_storeu_ps(out + p * g->OC + 8 * v, acc[p][v]); \
+    } \
+}
+
+/* ---------------------------------------------------------------- portable C: 4 x 8 */
+#define RP_STEP_C_BODY(ap, wp, n) \
+  for (int64_t c = 0; c < (n); c++) \
+    for (int p = 0; p < PX_; p++) \
+      for (int v = 0; v < lanes; v++) acc[p][v] += (ap)[p][c] * (wp)[c * g->LDW + v];
+
+#define RP_TILE_C(PX) \
+static void rp_tile_c_##PX(const rp_conv* g, int64_t q0, int64_t ob, float* out, int lanes) { \
+  enum { PX_ = PX }; \
+  float acc[PX][8] = {{0}}; \
+  RP_TILE_LOOPS(PX, RP_STEP_C_BODY) \
+  for (int p = 0; p < PX; p++) \
+    for (int v = 0; v < lanes; v++) out[p * g->OC + v] = acc[p][v]; \
+}
+
+RP_TILE512(1, 1) RP_TILE512(2, 1) RP_TILE512(3, 1) RP_TILE512(4, 1)
+RP_TILE512(5, 1) RP_TILE512(6, 1) RP_TILE512(7, 1) RP_TILE512(8, 1)
+RP_TILE512(1, 2) RP_TILE512(2, 2) RP_TILE512(3, 2) RP_TILE512(4, 2)
+RP_TILE512(5, 2) RP_TILE512(6, 2) RP_TILE512(7, 2) RP_TILE512(8, 2)
+RP_TILE256(1, 1) RP_TILE256(2, 1) RP_TILE256(3, 1) RP_TILE256(4, 1) RP_TILE256(5, 1) RP_TILE256(6, 1)
+RP_TILE256(1, 2) RP_TILE256(2, 2) RP_TILE256(3, 2) RP_TILE256(4, 2) RP_TILE256(5, 2) RP_TILE256(6, 2)
+RP_TILE_C(1) RP_TILE_C(2) RP_TILE_C(3) RP_TILE_C(4)
+
+/* [vectors - 1][pixels]. Wider tiles lose: each pixel of a tile keeps its input pointer
+   in a register (16 pixels of one vector of channels ran 30-40 GFLOP/s against 49-84
+   with 8, the pointers spilled) */
+typedef void (*rp_tile512_fn)(const rp_conv*, int64_t, int64_t, float*, __mmask16);
+typedef void (*rp_tile_fn)(const rp_conv*, int64_t, int64_t, float*, int);
+static const rp_tile512_fn rp_tiles512[2][9] = {
+  {0, rp_tile512_1_1, rp_tile512_2_1, rp_tile512_3_1, rp_tile512_4_1,
+   rp_tile512_5_1, rp_tile512_6_1, rp_tile512_7_1, rp_tile512_8_1},
+  {0, rp_tile512_1_2, rp_tile512_2_2, rp_tile512_3_2, rp_tile512_4_2,
+   rp_tile512_5_2, rp_tile512_6_2, rp_tile512_7_2, rp_tile512_8_2}};
+static const rp_tile_fn rp_tiles256[2][7] = {
+  {0, rp_tile256_1_1, rp_tile256_2_1, rp_tile256_3_1, rp_tile256_4_1, rp_tile256_5_1, rp_tile256_6_1},
+  {0, rp_tile256_1_2, rp_tile256_2_2, rp_tile256_3_2, rp_tile256_4_2, rp_tile256_5_2, rp_tile256_6_2}};
+static const rp_tile_fn rp_tiles_c[5] = {0, rp_tile_c_1, rp_tile_c_2, rp_tile_c_3, rp_tile_c_4};
+
+/* -1: not detected yet */
+static int rp_conv_level = -1;
+
+/* RAYPASS_MAX_ISA caps the level: the machine runs as a CPU without the higher ones would */
+static int rp_conv_cap(void) {
+  const char* cap = getenv("RAYPASS_MAX_ISA");
+  if (cap && !strcmp(cap, "portable")) return 0;
+  if (cap && !strcmp(cap, "avx2")) return 1;
+  return 2;
+}
+
+static int rp_conv_supported(void) {
+  int cap = rp_conv_cap(), cpu = 0;
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f")) cpu = 2;
+  else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) cpu = 1;
+  return cpu < cap ? cpu : cap;
+}
+
+int raypass_conv_isa(int level) {
+  int supported = rp_conv_supported();
+  if (level >= 0) __atomic_store_n(&rp_conv_level, level < supported ? level : supported, __ATOMIC_RELAXED);
+  else if (__atomic_load_n(&rp_conv_level, __ATOMIC_RELAXED) < 0)
+    __atomic_store_n(&rp_conv_level, supported, __ATOMIC_RELAXED);
+  return __atomic_load_n(&rp_conv_level, __ATOMIC_RELAXED);
+}
+
+/* Output pixels q0 .. q0+n (flat), channels ob .. ob+block of one block, into out (pixel q0). */
+static void rp_conv_span(const rp_conv* g, int level, int64_t ob, int64_t q0, int64_t n, float* out) {
+  int block = level == 2 ? 32 : level == 1 ? 16 : 8, half = block / 2;
+  int lanes = g->ON - ob < block ? (int)(g->ON - ob) : block, vectors = level && lanes > half ? 2 : 1;
+  int tile = level == 2 ? 8 : level == 1 ? 6 : 4;
+  for (int64_t q = 0; q < n; q += tile) {
+    int px = n - q < tile ? (int)(n - q) : tile;
+    float* at = out + q * g->OC + ob;
+    const int64_t row_px = level == 2 ? rp_row_px512[vectors - 1] : 0;
+    if (row_px && n - q >= row_px && rp_row_tile_fits(g, q0 + q, row_px)) {
+      rp_rows512[vectors - 1](g, q0 + q, ob, at, (__mmask16)((1u << (lanes - 16 * (vectors - 1))) - 1u));
+      q += row_px - tile;
+    } else if (level == 2)
+      rp_tiles512[vectors - 1][px](g, q0 + q, ob, at, (__mmask16)((1u << (lanes - 16 * (vectors - 1))) - 1u));
+    else if (level == 1)
+      rp_tiles256[vectors - 1][px](g, q0 + q, ob, at, lanes - 8 * (vectors - 1));
+    else
+      rp_tiles_c[px](g, q0 + q, ob, at, lanes);
+  }
+}
+
+/* A call is cut into units of one channel block by about UNIT_PIXELS output pixels, in
+   channel-block-major order: a thread's contiguous range of units reads few weight
+   panels, each from the cache after its first unit. The units do not depend on the
+   thread count, and every output sums its products in one order whatever unit computes
+   it, so the result does not either. */
+typedef struct {
+  rp_conv g;
+  float* out;
+  int64_t first, count, block, pixel_units, unit_pixels, units_per_group, groups;
+  int level;
+} rp_conv_job;
+
+#define UNIT_PIXELS RP_UNIT_PIXELS
+
+static int rp_conv_units(void* ctx, int64_t begin, int64_t end) {
+  const rp_conv_job* job = (const rp_conv_job*)ctx;
+  for (int64_t u = begin; u < end; u++) {
+    /* one group: channel-block-major (a thread's units read few weight panels); several:
+       pixel-major, every group of a unit of pixels while its image rows are in cache */
+    const int64_t blocks = job->units_per_group / job->pixel_units;
+    int64_t group, ob, q;
+    if (job->groups == 1) {
+      group = 0, ob = (u / job->pixel_units) * job->block, q = (u % job->pixel_units) * job->unit_pixels;
+    } else {
+      const int64_t per_pixels = blocks * job->groups;
+      q = (u / per_pixels) * job->unit_pixels, group = (u % per_pixels) / blocks;
+      ob = (u % blocks) * job->block;
+    }
+    rp_conv g = job->g;
+    g.image += group * g.C;  /* a group's image channels, weight columns and output columns */
+    g.weight += group * g.ON;
+    int64_t n = job->count - q < job->unit_pixels ? job->count - q : job->unit_pixels;
+    rp_conv_span(&g, job->level, ob, job->first + q, n, job->out + q * g.OC + group * g.ON);
+  }
+  return 0;
+}
+
+typedef int (*rp_chunk_fn)(void* ctx, int64_t begin, int64_t end);
+extern int rp_parallel_for(rp_chunk_fn fn, void* ctx, int64_t extent, int64_t work_per_iteration);
+
+/* C and OC count every group's channels; each group reads C/groups input channels and
+   writes OC/groups output channels */
+int rp_conv2d_f32(const float* image, const float* weight, float* out, int64_t H, int64_t W,
+    int64_t C, int64_t OC, int64_t KH, int64_t KW, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
+    int64_t pt, int64_t pl, int64_t OW, int64_t first, int64_t count, int64_t groups, int64_t panel) {
+  int level = __atomic_load_n(&rp_conv_level, __ATOMIC_RELAXED);
+  if (level < 0) level = raypass_conv_isa(-1);
+  const int64_t cg = C / groups, og = OC / groups;
+  /* at least UNIT_PIXELS pixels a unit (7x7 = 49 is one unit, not 48 and a lone pixel
+     that reads a whole weight panel again), whole tiles of 8 but the last */
+  int64_t pixel_units = count / UNIT_PIXELS > 1 ? count / UNIT_PIXELS : 1;
+  int64_t unit_pixels = ((count + pixel_units - 1) / pixel_units + 7) / 8 * 8;
+  const int64_t block = level == 2 ? 32 : level == 1 ? 16 : 8;
+  pixel_units = (count + unit_pixels - 1) / unit_pixels;
+  /* panels (one group only): every block of output channels reads one contiguous panel */
+  const int64_t ldw = panel > 0 ? panel : OC, pbs = panel > 0 ? KH * KW * cg * panel : 0;
+  rp_conv_job job = {{image, weight, H, W, cg, OC, KH, KW, sh, sw, dh, dw, pt, pl, OW, C, og, ldw, ldw, pbs},
+                     out, first, count, block, pixel_units, unit_pixels,
+                     (og + block - 1) / block * pixel_units, groups, level};
+  int64_t units = groups * job.units_per_group;
+  /* work per unit in the pool's units (about a nanosecond): RP_MACS_PER_WORK multiply-adds each */
+  int64_t work = block * unit_pixels * KH * KW * cg / RP_MACS_PER_WORK;
+  return rp_parallel_for(rp_conv_units, &job, units, work > 0 ? work : 1);
+}
+
+/* ====================================================================== depthwise
+   One input channel per output channel (weight [KH][KW][1][C]): lanes are channels and
+   a pixel sums KH*KW products per channel. A tile is four adjacent output pixels of a
+   row and one vector of channels; for the common kernel widths and strides (3, 5, 7;
+   stride 1 or 2) the tile's window of a tap row is loaded into registers once and every
+   tap reads it there (an input vector serves up to KW products, which is what makes a
+   depthwise convolution run at 30-84 GFLOP/s instead of 18-38); a row's last tile ends
+   at the row's end, overlapping the one before. Rows narrower than a tile, and other
+   widths, take one pixel at a time. A tap outside the image's
+   columns multiplies a zero in both, and a tap row outside is skipped in both, so a
+   pixel's sum has the same operations in the same order whichever computes it. */
+typedef struct {
+  const float* image; const float* weight;
+  int64_t H, W, C, KH, KW, sh, sw, dh, dw, pt, pl, OW;
+} rp_dw;
+
+#define RP_DW_PIXEL(ISA_, NAME, TARGET, VEC, LANES, MASK_T, LOAD, ZERO, FMA, STORE) \
+TARGET static void NAME(const rp_dw* g, int64_t oy, int64_t ox, int64_t c, MASK_T m, float* out) { \
+  RP_FULL_##ISA_; \
+  VEC acc = ZERO; \
+  for (int64_t ry = 0; ry < g->KH; ry++) { \
+    int64_t iy = oy * g->sh + ry * g->dh - g->pt; \
+    if (iy < 0 || iy >= g->H) continue; \
+    for (int64_t rx = 0; rx < g->KW; rx++) { \
+      int64_t ix = ox * g->sw + rx * g->dw - g->pl; \
+      VEC x = (ix >= 0 && ix < g->W) ? LOAD(g->image + (iy * g->W + ix) * g->C + c) : ZERO; \
+      acc = FMA(x, LOAD(g->weight + (ry * g->KW + rx) * g->C + c), acc); \
+    } \
+  } \
+  STORE(out, acc); \
+}
+
+#define RP_DW_ROW4(ISA_, NAME, K, S, TARGET, VEC, MASK_T, LOAD, ZERO, FMA, STORE) \
+TARGET static void NAME##_##K##_##S(const rp_dw* g, int64_t oy, int64_t ox, int64_t c, MASK_T m, \
+                                    float* out) { \
+  RP_FULL_##ISA_; \
+  enum { XW = 3 * S + K }; \
+  VEC a0 = ZERO, a1 = ZERO, a2 = ZERO, a3 = ZERO; \
+  const int64_t ix0 = ox * S - g->pl; \
+  for (int64_t ry = 0; ry < g->KH; ry++) { \
+    int64_t iy = oy * g->sh + ry * g->dh - g->pt; \
+    if (iy < 0 || iy >= g->H) continue; \
+    const float* row = g->image + iy * g->W * g->C + c; \
+    const float* wr = g->weight + ry * g->KW * g->C + c; \
+    VEC x[XW]; \
+    _Pragma("GCC unroll 32") for (int i = 0; i < XW; i++) \
+      x[i] = (ix0 + i >= 0 && ix0 + i < g->W) ? LOAD(row + (ix0 + i) * g->C) : ZERO; \
+    _Pragma("GCC unroll 8") for (int rx = 0; rx < K; rx++) { \
+      VEC w = LOAD(wr + rx * g->C); \
+      a0 = FMA(x[rx], w, a0); \
+      a1 = FMA(x[S + rx], w, a1); \
+      a2 = FMA(x[2 * S + rx], w, a2); \
+      a3 = FMA(x[3 * S + rx], w, a3); \
+    } \
+  } \
+  STORE(out, a0); STORE(out + g->C, a1); STORE(out + 2 * g->C, a2); STORE(out + 3 * g->C, a3); \
+}
+
+#define RP_DW_ISA(ISA, TARGET, VEC, LANES, MASK_T, LOAD, ZERO, FMA, STORE) \
+RP_DW_PIXEL(ISA, rp_dw_pixel_##ISA, TARGET, VEC, LANES, MASK_T, LOAD, ZERO, FMA, STORE) \
+RP_DW_ROW4(ISA, rp_dw_row4_##ISA, 3, 1, TARGET, VEC, MASK_T, LOAD, ZERO, FMA, STORE) \
+RP_DW_ROW4(ISA, rp_dw_row4_##ISA, 3, 2, TARGET, VEC, MASK_T, LOAD, ZERO, FMA, STORE) \
+RP_DW_ROW4(ISA, rp_dw_row4_##ISA, 5, 1, TARGET, VEC, MASK_T, LOAD, ZERO, FMA, STORE) \
+RP_DW_ROW4(ISA, rp_dw_row4_##ISA, 5, 2, TARGET, VEC, MASK_T, LOAD, ZERO, FMA, STORE) \
+RP_DW_ROW4(ISA, rp_dw_row4_##ISA, 7, 1, TARGET, VEC, MASK_T, LOAD, ZERO, FMA, STORE) \
+typedef void (*rp_dw_fn_##ISA)(const rp_dw*, int64_t, int64_t, int64_t, MASK_T, float*); \
+static rp_dw_fn_##ISA rp_dw_row4_for_##ISA(const rp_dw* g) { \
+  if (g->dw != 1) return 0; \
+  if (g->KW == 3) return g->sw == 1 ? rp_dw_row4_##ISA##_3_1 : g->sw == 2 ? rp_dw_row4_##ISA##_3_2 : 0; \
+  if (g->KW == 5) return g->sw == 1 ? rp_dw_row4_##ISA##_5_1 : g->sw == 2 ? rp_dw_row4_##ISA##_5_2 : 0; \
+  if (g->KW == 7) return g->sw == 1 ? rp_dw_row4_##ISA##_7_1 : 0; \
+  return 0; \
+} \
+TARGET static void rp_dw_rows_##ISA(const rp_dw* g, int64_t oy, float* out) { \
+  rp_dw_fn_##ISA row4 = rp_dw_row4_for_##ISA(g); \
+  int64_t ox = 0; \
+  if (row4 && g->OW >= 4) { \
+    /* the last tile ends at the row's end, computing again pixels the previous tile \
+       wrote (the same bits: one order per pixel): a 7- or 14-pixel row runs no pixel \
+       on the single-pixel path, which is half as fast */ \
+    for (; ox < g->OW; ox += 4) { \
+      if (ox + 4 > g->OW) ox = g->OW - 4; \
+      for (int64_t c = 0; c < g->C; c += LANES) \
+        row4(g, oy, ox, c, RP_MASK_##ISA(g->C - c), out + ox * g->C + c); \
+    } \
+  } \
+  for (; ox < g->OW; ox++) \
+    for (int64_t c = 0; c < g->C; c += LANES) \
+      rp_dw_pixel_##ISA(g, oy, ox, c, RP_MASK_##ISA(g->C - c), out + ox * g->C + c); \
+}
+
+#define RP_MASK_512(n) ((n) >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n)) - 1u))
+#define RP_FULL_512 (void)0
+#define RP_LOAD_512(p) _mm512_maskz_loadu_ps(m, (p))
+#define RP_STORE_512(p, v) _mm512_mask_storeu_ps((p), m, (v))
+RP_DW_ISA(512, __attribute__((target("avx512f"))), __m512, 16, __mmask16, RP_LOAD_512, _mm512_setzero_ps(),
+          _mm512_fmadd_ps, RP_STORE_512)
+
+#define RP_MASK_256(n) _mm256_cmpgt_epi32(_mm256_set1_epi32((n) >= 8 ? 8 : (int)(n)), \
+                                          _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))
+/* vmaskmovps is slow on some CPUs: whole vectors load and store plainly */
+#define RP_FULL_256 const int full = _mm256_movemask_ps(_mm256_castsi256_ps(m)) == 0xFF
+#define RP_LOAD_256(p) (full ? _mm256_loadu_ps(p) : _mm256_maskload_ps((p), m))
+#define RP_STORE_256(p, v) (full ? _mm256_storeu_ps((p), (v)) : _mm256_maskstore_ps((p), m, (v)))
+RP_DW_ISA(256, __attribute__((target("avx2,fma"))), __m256, 8, __m256i, RP_LOAD_256, _mm256_setzero_ps(),
+          _mm256_fmadd_ps, RP_STORE_256)
+
+/* portable: one pixel and up to 64 channels at a time, the same order (no fused multiply-add) */
+static void rp_dw_rows_c(const rp_dw* g, int64_t oy, float* out) {
+  for (int64_t ox = 0; ox < g->OW; ox++)
+    for (int64_t c0 = 0; c0 < g->C; c0 += 64) {
+      const int64_t n = g->C - c0 < 64 ? g->C - c0 : 64;
+      float acc[64] = {0};
+      for (int64_t ry = 0; ry < g->KH; ry++) {
+        int64_t iy = oy * g->sh + ry * g->dh - g->pt;
+        if (iy < 0 || iy >= g->H) continue;
+        for (int64_t rx = 0; rx < g->KW; rx++) {
+          int64_t ix = ox * g->sw + rx * g->dw - g->pl;
+          const float* w = g->weight + (ry * g->KW + rx) * g->C + c0;
+          if (ix >= 0 && ix < g->W) {
+            const float* x = g->image + (iy * g->W + ix) * g->C + c0;
+            for (int64_t c = 0; c < n; c++) acc[c] += x[c] * w[c];
+          } else {
+            for (int64_t c = 0; c < n; c++) acc[c] += 0.0f * w[c];
+          }
+        }
+      }
+      for (int64_t c = 0; c < n; c++) out[ox * g->C + c0 + c] = acc[c];
+    }
+}
+
+typedef struct { rp_dw g; float* out; int64_t first_row; int level; } rp_dw_job;
+
+static int rp_dw_rows(void* ctx, int64_t begin, int64_t end) {
+  const rp_dw_job* job = (const rp_dw_job*)ctx;
+  for (int64_t r = begin; r < end; r++) {
+    float* out = job->out + r * job->g.OW * job->g.C;
+    if (job->level == 2) rp_dw_rows_512(&job->g, job->first_row + r, out);
+    else if (job->level == 1) rp_dw_rows_256(&job->g, job->first_row + r, out);
+    else rp_dw_rows_c(&job->g, job->first_row + r, out);
+  }
+  return 0;
+}
+
+/* output rows first/OW .. (first+count)/OW (whole rows), every channel */
+int rp_dwconv2d_f32(const float* image, const float* weight, float* out, int64_t H, int64_t W,
+    int64_t C, int64_t OC, int64_t KH, int64_t KW, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
+    int64_t pt, int64_t pl, int64_t OW, int64_t first, int64_t count, int64_t groups, int64_t panel) {
+  (void)OC; (void)groups; (void)panel;
+  int level = __atomic_load_n(&rp_conv_level, __ATOMIC_RELAXED);
+  if (level < 0) level = raypass_conv_isa(-1);
+  rp_dw_job job = {{image, weight, H, W, C, KH, KW, sh, sw, dh, dw, pt, pl, OW}, out, first / OW, level};
+  int64_t work = OW * C * KH * KW / 8;  /* a vectorized multiply-add is ~1/8 of a work unit */
+  return rp_parallel_for(rp_dw_rows, &job, count / OW, work > 0 ? work : 1);
+}
