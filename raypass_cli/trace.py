@@ -202,36 +202,69 @@ def write_trace(path: str | Path, spans: list[Span], stats: RunStats | None) -> 
 # ----- the timeline picture ------------------------------------------------------------------
 TIMELINE_WIDTH_INCHES = 12.0
 TIMELINE_DPI = 100
+LEGEND_ENTRIES = 16  # passes named in the legend, the longest first
+LEGEND_COLUMNS = 4
+WAIT_COLOUR = "lightgrey"
+STAGE_COLOUR = "wheat"
 
 
 def write_timeline_png(path: str | Path, spans: list[Span], stats: RunStats | None) -> tuple[Path, int, int]:
-    """Draw the slices with workers as lanes (the driver on top); returns (path, width,
-    height) in pixels. Only the leaf pass spans of the driver are drawn (no nesting)."""
+    """Draw the slices with workers as lanes (the driver on top, the function stages at
+    the bottom); returns (path, width, height) in pixels. Only the leaf pass spans of the
+    driver are drawn (no nesting). Colours are passes, named in the legend; the driver's
+    time in a stage that runs on the workers (sending, waiting, merging) is grey and
+    labelled, and each stage is labelled with its number."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only, never a window
     import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
 
     events = [e for e in trace_events(_leaf_spans(spans), stats) if e["ph"] == "X"]
+    shipped = [e for e in events if e["cat"] == "stage" and not e["args"]["ran_in_driver"]]
+    waiting = [e for e in events
+               if e["tid"] == DRIVER_TID and e["cat"] == "pass" and _within_a_stage(e, shipped)]
+    passes = [e for e in events if e["cat"] != "stage" and not any(e is w for w in waiting)]
+    seconds: dict[str, float] = {}
+    for event in passes:
+        seconds[event["name"]] = seconds.get(event["name"], 0.0) + event["dur"]
+    names = sorted(seconds, key=lambda name: -seconds[name])
+    tab20 = plt.get_cmap("tab20")
+    palette = [tab20(i) for i in range(20) if i not in (14, 15)]  # its greys are the wait's
+    colour_of = {name: palette[i % len(palette)] for i, name in enumerate(names)}
     lanes = sorted({e["tid"] for e in events} | {DRIVER_TID})
-    names = sorted({e["name"] for e in events})
-    colours = plt.get_cmap("tab20")
-    colour_of = {name: colours(i % 20) for i, name in enumerate(names)}
-    height_inches = 1.5 + 0.5 * len(lanes)
+    shown = names[:LEGEND_ENTRIES]  # the passes that took longest
+    legend_rows = -(-len(shown) // LEGEND_COLUMNS) + bool(waiting)
+    height_inches = 1.5 + 0.5 * len(lanes) + 0.25 * legend_rows
     fig, ax = plt.subplots(figsize=(TIMELINE_WIDTH_INCHES, height_inches), dpi=TIMELINE_DPI)
     row_of = {tid: len(lanes) - 1 - i for i, tid in enumerate(lanes)}
+    end_ms = max((e["ts"] + e["dur"] for e in events), default=1.0) / 1e3
     for event in events:
-        ax.broken_barh(
-            [(event["ts"] / 1e3, max(event["dur"] / 1e3, 1e-3))],
-            (row_of[event["tid"]] - 0.4, 0.8),
-            facecolors=colour_of[event["name"]],
-            edgecolor="none",
-        )
+        start_ms, length_ms = event["ts"] / 1e3, max(event["dur"] / 1e3, 1e-3)
+        label = None
+        if event["cat"] == "stage":
+            colour, label = STAGE_COLOUR, f"stage {event['args']['stage']}"
+        elif any(event is w for w in waiting):
+            colour, label = WAIT_COLOUR, "driver: sends, waits for the workers, merges"
+        else:
+            colour = colour_of[event["name"]]
+        ax.broken_barh([(start_ms, length_ms)], (row_of[event["tid"]] - 0.4, 0.8), facecolors=colour,
+                       edgecolor="none")
+        if label is not None and length_ms > 0.08 * end_ms:  # room for the words
+            ax.text(start_ms + length_ms / 2, row_of[event["tid"]], label, ha="center", va="center",
+                    fontsize=8)
     ax.set_yticks([row_of[tid] for tid in lanes])
     ax.set_yticklabels([_lane_label(tid) for tid in lanes])
     ax.set_xlabel("milliseconds since the build started")
     ax.set_title("raypass build timeline (colour = pass)")
     ax.set_ylim(-0.6, len(lanes) - 0.4)
+    handles = [Patch(color=colour_of[name], label=name) for name in shown]
+    if waiting:
+        handles.append(Patch(color=WAIT_COLOUR, label="driver during a stage on the workers"))
+    if handles:
+        below = -0.35 / max(1, len(lanes)) - 0.12  # under the axis label, whatever the lanes
+        ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, below), ncol=LEGEND_COLUMNS,
+                  fontsize=8, frameon=False)
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -239,6 +272,17 @@ def write_timeline_png(path: str | Path, spans: list[Span], stats: RunStats | No
     width, height = fig.canvas.get_width_height()
     plt.close(fig)
     return path, width, height
+
+
+def _within_a_stage(event: dict[str, Any], stages: list[dict[str, Any]]) -> bool:
+    """Whether most of ``event`` lies inside one of ``stages`` (the driver's span of a
+    batched stage's first pass covers the stage: its passes ran on the workers)."""
+    start, end = event["ts"], event["ts"] + event["dur"]
+    for stage in stages:
+        overlap = min(end, stage["ts"] + stage["dur"]) - max(start, stage["ts"])
+        if overlap > 0.5 * event["dur"]:
+            return True
+    return False
 
 
 def _lane_label(tid: int) -> str:
