@@ -42,5 +42,18 @@ class OpNotFoundError(RaypassError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class PassError(RaypassError):
+    """Base class of every error the pass infrastructure raises on purpose (the rest of
+    them are in :mod:`passinfra.transform.errors`)."""
+
+
+class PassNotFoundError(PassError, KeyError):
+    """A pass name that is not in the registry. Here, below both the pass infrastructure
+    and the instruments that name passes, so neither imports the other for it."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; we want plain text
+        return str(self.args[0]) if self.args else ""
+
+
 class EvaluationError(RaypassError, RuntimeError):
     """The reference interpreter could not run a program."""

@@ -20,8 +20,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from passinfra.errors import PassNotFoundError
 from passinfra.instrument.base import PassInstrument
-from passinfra.transform.errors import PassNotFoundError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
