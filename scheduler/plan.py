@@ -12,9 +12,11 @@ leaves come:
   batch per function on the workers) separated by module passes (:class:`ModuleBarrier`,
   run in the driver). A function pass that reads the module (``reads_module``) starts a
   stage of its own, because it must see every function as the previous pass left it.
-  A function stage followed by the InferType module pass is marked ``types_wanted``: its
-  workers infer the types of what they return, so InferType in the driver finds them
-  cached, and the workers' resident copies carry them into the next stage.
+  A function stage followed by a module pass that declares itself type inference
+  (``PassInfo.infers_types``, as InferType does) is marked ``types_wanted``: its workers
+  infer the types of what they return, so that pass in the driver finds them cached, and
+  the workers' resident copies carry them into the next stage. The scheduler reads the
+  declaration, never a pass's name.
 
 The executor walks the same tree, so the hooks it calls match an in-process run.
 """
@@ -26,7 +28,7 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from passinfra.transform import FunctionPass, Pass, PassContext, Sequential
+from passinfra.transform import FunctionPass, Pass, PassContext, PassError, Sequential, get_pass
 
 
 @dataclass
@@ -56,8 +58,8 @@ class FunctionStage:
 
     index: int
     leaves: list[PlanNode]
-    # the next stage is InferType: type inference is cheaper on the workers (in parallel,
-    # and their own copies then carry the types) than in the driver
+    # the next stage is a type-inference pass (``infers_types``): type inference is cheaper
+    # on the workers (in parallel, and their own copies then carry the types) than in the driver
     types_wanted: bool = False
 
     kind = "function"
@@ -101,8 +103,26 @@ class Plan:
         return "\n".join(lines)
 
 
-# the module pass whose work (caching a type on every node) the workers can do ahead
-TYPE_INFERENCE_PASS = "InferType"
+def infers_types(pass_: Pass) -> bool:
+    """Whether ``pass_`` declares itself type inference (``PassInfo.infers_types``): its
+    work, caching a type on every node, is work the workers can do ahead of it."""
+    return pass_.info.infers_types
+
+
+def needs_types(pass_: Pass) -> bool:
+    """Whether ``pass_`` reads the types a type-inference pass caches: it requires (by
+    registry name) a pass that declares ``infers_types``.
+
+    A required name the registry cannot make into a pass counts as not declaring it:
+    resolving ``required`` reports that error where it always did (a Sequential), and
+    a pass called bare runs without its dependencies anyway."""
+    for name in pass_.info.required:
+        try:
+            if infers_types(get_pass(name)):
+                return True
+        except PassError:
+            continue
+    return False
 
 
 def reads_module(pass_: Pass) -> bool:
@@ -161,7 +181,7 @@ def _stages(leaves: list[PlanNode], batch: bool) -> list[Stage]:
         if (
             isinstance(stage, FunctionStage)
             and isinstance(following, ModuleBarrier)
-            and following.leaves[0].name == TYPE_INFERENCE_PASS
+            and infers_types(following.leaves[0].pass_)
         ):
             stage.types_wanted = True
     return stages

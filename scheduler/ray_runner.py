@@ -20,16 +20,16 @@ module order), with the worker it came from.
 
 Only the functions some pass of the stage works on travel (``accepts``); a stage runs in
 the driver instead when it is too small to ship (fewer such functions than config
-``scheduler.min_stage_functions``), or when a pass that needs types (it requires
-InferType) would be handed an untyped function: inferring them needs the callees'
-types, which a worker holding a shard cannot see
-(``passinfra.transform.module_view.typing_scope``). That happens only when such a pass
-runs without its InferType (a bare pass as the pipeline); in a Sequential InferType
-runs right before it.
+``scheduler.min_stage_functions``), or when a pass that needs types (it requires a
+pass that declares ``infers_types``, such as InferType: ``scheduler.plan.needs_types``)
+would be handed an untyped function: inferring them needs the callees' types, which a
+worker holding a shard cannot see (``passinfra.transform.module_view.typing_scope``).
+That happens only when such a pass runs without its type inference (a bare pass as the
+pipeline); in a Sequential the required pass runs right before it.
 
-When InferType follows the stage, the workers return their functions typed (see
-``workers.actor``); one they could not type is re-sent after the driver typed it, so a
-worker's copy always has the types the driver's has.
+When a type-inference pass follows the stage (``types_wanted``), the workers return their
+functions typed (see ``workers.actor``); one they could not type is re-sent after the
+driver typed it, so a worker's copy always has the types the driver's has.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from passinfra.transform.function_stage import PassRun, run_stage_over
 from scheduler.assign import estimated_cost
 from scheduler.chunking import IN_FLIGHT, WorkQueue, pack_load, plan_calls
 from scheduler.dispatch import Dispatcher
-from scheduler.plan import TYPE_INFERENCE_PASS, FunctionStage, reads_module
+from scheduler.plan import FunctionStage, needs_types, reads_module
 from scheduler.pool.gateway import GatewayError
 from scheduler.pool.transport import Transport
 from scheduler.residency import Residency
@@ -345,9 +345,9 @@ def _working_functions(stage: FunctionStage, mod: IRModule) -> list[str]:
 
 
 def _types_missing(stage: FunctionStage, mod: IRModule) -> bool:
-    """Whether a pass of ``stage`` that needs types (it requires InferType) would be
-    handed an untyped function: typing it needs the whole module (see the module docstring)."""
-    typed_passes = [leaf.pass_ for leaf in stage.leaves if TYPE_INFERENCE_PASS in leaf.pass_.info.required]
+    """Whether a pass of ``stage`` that needs types (``needs_types``) would be handed an
+    untyped function: typing it needs the whole module (see the module docstring)."""
+    typed_passes = [leaf.pass_ for leaf in stage.leaves if needs_types(leaf.pass_)]
     if not typed_passes:
         return False
     untyped = (f for f in mod.functions.values() if isinstance(f, Function) and f._checked_type is None)

@@ -159,7 +159,8 @@ class Residency:
 
     def received(self, slot: int, changed: Mapping[str, BaseFunc], untyped: Sequence[str]) -> None:
         """``slot`` returned ``changed`` (its copies are these objects now); the functions in
-        ``untyped`` get their types only in the driver's InferType, so the slot needs them again."""
+        ``untyped`` get their types only in the driver's type-inference pass, so the slot needs
+        them again."""
         for name, func in changed.items():
             self._resident[name] = (slot, func)
         for name in untyped:

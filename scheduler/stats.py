@@ -35,7 +35,7 @@ class StageStats:
     bytes_received: int = 0
     wall_seconds: float = 0.0
     worker_seconds: float = 0.0
-    worker_typing_seconds: float = 0.0  # of worker_seconds: types inferred for InferType
+    worker_typing_seconds: float = 0.0  # of worker_seconds: types inferred for the type-inference pass
     start: float = 0.0  # wall clock (time.time()) when the stage began
     ran_in_driver: bool = False  # too few functions to be worth shipping
     functions_moved: int = 0  # by rebalancing before the stage
@@ -82,7 +82,7 @@ class RunStats:
     worker_restarts: int = 0
     functions_moved: int = 0  # by rebalancing
     wall_seconds: float = 0.0
-    # of the workers' busy time: inferring types of results ahead of the driver's InferType
+    # of the workers' busy time: inferring types of results ahead of the driver's type inference
     worker_typing_seconds: float = 0.0
     worker_busy_seconds: dict[int, float] = field(default_factory=dict)
     worker_functions: dict[int, int] = field(default_factory=dict)

@@ -14,7 +14,6 @@ Public entry points:
   also returns the generator's own record of every function's return type);
 * ``modules_with_many_functions(...)``: many independent functions plus a few callers;
 * ``program_inputs(mod, seed)``: NumPy arguments for ``main``;
-* ``make_chain(n, kind)``: a deterministic 100,000-deep chain for depth tests;
 * ``GEN_SETTINGS``: hypothesis settings that suit these strategies.
 """
 
@@ -864,36 +863,7 @@ def program_inputs(mod: ir.IRModule, seed: int) -> list[np.ndarray]:
     return inputs
 
 
-# ---------------------------------------------------------------------------------------
-# deterministic deep programs
-
-
-def make_chain(
-    n: int, kind: str = "add", shape: tuple[int, ...] = (2,), dtype: str = "float32"
-) -> ir.IRModule:
-    """``main(x) = x + x + ... + x`` with ``n`` add calls, built without recursion.
-
-    ``kind="add"`` nests the calls directly (dataflow depth ``n``); ``kind="let"`` binds
-    each partial sum to its own variable (a Let chain of ``n`` bindings). Either way
-    ``main(x) == (n + 1) * x``.
-    """
-    x = ir.var("x", shape, dtype)
-    if kind == "add":
-        acc: Expr = x
-        for _ in range(n):
-            acc = op.add(acc, x)
-        return ir.IRModule({"main": ir.Function([x], acc)})
-    if kind == "let":
-        variables = [ir.Var(f"v{i}") for i in range(n)]
-        body: Expr = variables[-1] if n else x
-        for i in range(n - 1, -1, -1):
-            previous = variables[i - 1] if i else x
-            body = ir.Let(variables[i], op.add(previous, x), body)
-        return ir.IRModule({"main": ir.Function([x], body)})
-    raise ValueError(f"make_chain kind must be 'add' or 'let', got {kind!r}")
-
-
 __all__ = [
     "GEN_SETTINGS", "PARAM_BOUND", "GeneratedProgram", "Value", "typed_programs", "programs",
-    "modules_with_many_functions", "program_inputs", "make_chain",
+    "modules_with_many_functions", "program_inputs",
 ]

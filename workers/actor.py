@@ -13,10 +13,11 @@ in-process run would have raised first (the kernel's first-error rule). Each pas
 the module through the same view as in-process: the stage's snapshot for a pass that
 reads the module, its own function alone for one that promised not to.
 
-When the stage is followed by InferType (``StageSpec.types_wanted``), the worker infers
-the types of the batch's functions before returning them: types are caches on the nodes
-and travel with them, so the driver's InferType finds them done, and the worker's own
-copies, which the next stage's passes read, have them too.
+When the stage is followed by a type-inference pass (one that declares
+``PassInfo.infers_types``, such as InferType; ``StageSpec.types_wanted``), the worker
+infers the types of the batch's functions before returning them: types are caches on the
+nodes and travel with them, so that pass in the driver finds them done, and the worker's
+own copies, which the next stage's passes read, have them too.
 
 One worker serves several runs at once (a warm pool serves several drivers): everything
 a run leaves on it (resident functions, stages) is kept per *run id* and evicted by
@@ -61,7 +62,7 @@ class StageSpec:
     # the registered types of the context's config keys: a key registered only by the
     # driver's code (a user module, the scheduler) is registered here too
     config_types: dict[str, type] = field(default_factory=dict)
-    types_wanted: bool = False  # infer the types of the results (InferType comes next)
+    types_wanted: bool = False  # infer the types of the results (type inference comes next)
 
 
 @dataclass
@@ -274,7 +275,7 @@ def _snapshot(spec: StageSpec) -> IRModule | None:
 def _infer_types(module: IRModule, names: list[str]) -> list[str]:
     """Cache types on the functions ``names`` of ``module`` (see the module docstring).
     Only an optimization: when it fails (a call of a function another worker holds, a
-    type error) the driver's InferType does the work and reports any error in its place;
+    type error) the driver's type-inference pass does the work and reports any error in its place;
     the types cached before the failure are the ones it would compute anyway. Returns
     the functions left untyped (the driver re-sends them once it typed them)."""
     untyped = {name for name in names if _needs_types(module[name])}
@@ -286,7 +287,7 @@ def _infer_types(module: IRModule, names: list[str]) -> list[str]:
                 del scope[gv]
         try:
             infer_module(scope)
-        except Exception:  # noqa: BLE001  (the driver's InferType raises it, in order)
+        except Exception:  # noqa: BLE001  (the driver's type-inference pass raises it, in order)
             pass
     return [name for name in names if _needs_types(module[name])]
 

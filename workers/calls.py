@@ -63,7 +63,7 @@ class CallRecord:
     bytes_sent: int = 0
     bytes_received: int = 0
     busy_seconds: float = 0.0  # the worker's time in the call
-    typing_seconds: float = 0.0  # of busy_seconds: types inferred ahead of InferType
+    typing_seconds: float = 0.0  # of busy_seconds: types inferred ahead of the type-inference pass
     pid: int | None = None  # of the process that answered (a restart: the new actor)
     runs: tuple[PassRun, ...] = field(default=())
 

@@ -17,7 +17,7 @@ Which weights: a float32 constant that a primitive function passes, as the weigh
 operand, to an ``nn.conv2d`` or ``matmul`` whose kernel (the lowering's own
 :func:`~passinfra.codegen.lower.plan_kernel`) reads panels: the microkernels, with one
 group. Every use of the constant must be such (the rewrite machinery of
-:mod:`passinfra.transform.weight_parameters`, shared with ToMixedPrecision, which runs
+:mod:`passinfra.transform.builtin.weight_parameters`, shared with ToMixedPrecision, which runs
 just before: a weight it stored in 16 bits is not float32 any more and stays as it is).
 The primitive function's parameter becomes the panels, read through
 ``weight_panels.unpack``, which the lowering hands to the microkernels as it is.
@@ -41,12 +41,12 @@ from passinfra.ir.op.registry import Op
 from passinfra.ir.op.weight_panels import panel_count, to_panels, unpack
 from passinfra.ir.type_infer import infer_type
 from passinfra.ir.types import TensorType
+from passinfra.transform.builtin.weight_parameters import rewrite_weight_parameters
 from passinfra.transform.config import register_config
 from passinfra.transform.context import PassContext
 from passinfra.transform.pass_info import PassInfo
 from passinfra.transform.passes import ModulePass
 from passinfra.transform.registry import register_pass
-from passinfra.transform.weight_parameters import rewrite_weight_parameters
 
 PANELS_CONFIG = "codegen.weight_panels"
 register_config(PANELS_CONFIG, bool)
@@ -98,7 +98,7 @@ def panel_parameters(func: Function, use_blas: bool) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class _Rule:
-    """The weight rule (:class:`~passinfra.transform.weight_parameters.WeightRule`) of
+    """The weight rule (:class:`~passinfra.transform.builtin.weight_parameters.WeightRule`) of
     panels: a parameter of panels, read through one ``weight_panels.unpack``."""
 
     use_blas: bool

@@ -1,7 +1,8 @@
 """The pass infrastructure: PassInfo, PassContext, passes, Sequential, registry, config.
 
-TVM's semantics unless DESIGN.md says otherwise. Built-in passes (InferType,
-FoldConstant, ...) are registered factories exported from here as they land.
+TVM's semantics unless DESIGN.md says otherwise. The modules here are the machinery; the
+built-in passes (InferType, FoldConstant, ...) live in the pass library,
+``passinfra.transform.builtin``, and are registered factories exported from here too.
 """
 
 from passinfra.transform.config import list_configs, register_config
@@ -37,24 +38,28 @@ __all__ = [
     "PassRegistrationError", "PassReturnTypeError", "FunctionSetChangedError",
 ]
 
-# The built-in passes: importing them registers them (one pass per module).
-from passinfra.transform.alter_op_layout import AlterOpLayout  # noqa: E402
-from passinfra.transform.backward_fold_scale_axis import BackwardFoldScaleAxis  # noqa: E402
-from passinfra.transform.dead_code_elimination import DeadCodeElimination  # noqa: E402
-from passinfra.transform.deduplicate_filters import DeduplicateFilters  # noqa: E402
-from passinfra.transform.eliminate_common_subexpr import EliminateCommonSubexpr  # noqa: E402
-from passinfra.transform.fold_constant import FoldConstant  # noqa: E402
-from passinfra.transform.fold_scale_axis import FoldScaleAxis  # noqa: E402
-from passinfra.transform.forward_fold_scale_axis import ForwardFoldScaleAxis  # noqa: E402
-from passinfra.transform.fuse_ops import FuseOps  # noqa: E402
-from passinfra.transform.infer_type import InferType  # noqa: E402
-from passinfra.transform.inline import Inline  # noqa: E402
-from passinfra.transform.lambda_lift import LambdaLift  # noqa: E402
-from passinfra.transform.remove_unused_functions import RemoveUnusedFunctions  # noqa: E402
-from passinfra.transform.simplify_inference import SimplifyInference  # noqa: E402
-from passinfra.transform.to_a_normal_form import ToANormalForm  # noqa: E402
-from passinfra.transform.to_graph_normal_form import ToGraphNormalForm  # noqa: E402
-from passinfra.transform.to_mixed_precision import ToMixedPrecision  # noqa: E402
+# The pass library (passinfra/transform/builtin), re-exported: importing it registers the
+# built-in passes. The one place the infrastructure names the library; no other module
+# up here imports it (tests/transform/test_layering.py).
+from passinfra.transform.builtin import (  # noqa: E402
+    AlterOpLayout,
+    BackwardFoldScaleAxis,
+    DeadCodeElimination,
+    DeduplicateFilters,
+    EliminateCommonSubexpr,
+    FoldConstant,
+    FoldScaleAxis,
+    ForwardFoldScaleAxis,
+    FuseOps,
+    InferType,
+    Inline,
+    LambdaLift,
+    RemoveUnusedFunctions,
+    SimplifyInference,
+    ToANormalForm,
+    ToGraphNormalForm,
+    ToMixedPrecision,
+)
 
 __all__ += [
     "BUILTIN_PASSES", "InferType", "FoldConstant", "DeadCodeElimination", "EliminateCommonSubexpr",

@@ -23,13 +23,18 @@ def module_pass(
     opt_level: int | None = None,
     name: str | None = None,
     required: Iterable[str] | None = None,
+    *,
+    infers_types: bool = False,
 ) -> Any:
     """Make a ModulePass from ``pass_func(mod, ctx)`` or a class with ``transform_module``.
 
     Usable bare with arguments (``module_pass(f, opt_level=1)``) or as a decorator
-    (``@module_pass(opt_level=1)``). ``opt_level`` is mandatory.
+    (``@module_pass(opt_level=1)``). ``opt_level`` is mandatory. ``infers_types=True``
+    declares a type-inference pass (see :class:`PassInfo`).
     """
-    return _make_decorator(ModulePass, "transform_module", "module", pass_func, opt_level, name, required)
+    return _make_decorator(
+        ModulePass, "transform_module", "module", pass_func, opt_level, name, required, infers_types
+    )
 
 
 def function_pass(
@@ -69,6 +74,7 @@ def _make_decorator(
     opt_level: int | None,
     name: str | None,
     required: Iterable[str] | None,
+    infers_types: bool = False,
 ) -> Any:
     if opt_level is None:
         raise ValueError(f"Please provide opt_level for the {kind} pass.")
@@ -82,7 +88,7 @@ def _make_decorator(
         pass_name = name or getattr(pass_arg, "__name__", None)
         if not pass_name:
             raise PassArgumentError(f"cannot name the {kind} pass built from {pass_arg!r}; pass name=")
-        info = PassInfo(opt_level, pass_name, required)
+        info = PassInfo(opt_level, pass_name, required, infers_types=infers_types)
         if inspect.isclass(pass_arg):
             return _wrap_class(pass_arg, pass_class, method, kind, info)
         if not callable(pass_arg):

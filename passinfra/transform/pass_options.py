@@ -8,7 +8,11 @@ a run (a reproducer) can name the pass and its options and rebuild exactly that 
 The class itself is registered, so ``get_pass(name)`` is the default configuration.
 
 ``info`` is a class attribute (the options do not change it); what does depend on an
-option, such as ``reads_module``, is a property of the option.
+option, such as ``reads_module``, is a property of the option (for the built-in passes'
+``interprocedural`` option, ``builtin.purity.ReadsModuleWhenInterprocedural``).
+
+This is infrastructure, not library: it reads any pass's dataclass fields and any
+registered factory, which is how the scheduler's reproducer records and rebuilds a run.
 """
 
 from __future__ import annotations
@@ -22,19 +26,7 @@ from passinfra.transform.errors import PassArgumentError, PassReturnTypeError
 from passinfra.transform.passes import Pass
 from passinfra.transform.registry import registered_factory
 
-__all__ = ["ReadsModuleWhenInterprocedural", "configured_pass", "pass_options"]
-
-
-class ReadsModuleWhenInterprocedural:
-    """Mixin of the function passes with an ``interprocedural`` option: only then do they
-    read other functions of the module (judging calls of them by their bodies); otherwise
-    they promise ``reads_module=False`` and the scheduler may batch them."""
-
-    interprocedural: bool
-
-    @property
-    def reads_module(self) -> bool:
-        return bool(self.interprocedural)
+__all__ = ["configured_pass", "pass_options"]
 
 
 def pass_options(pass_: Pass) -> dict[str, Any]:

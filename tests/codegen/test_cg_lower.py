@@ -21,8 +21,8 @@ from passinfra.ir.op.registry import Op, OpPattern, register_op
 from passinfra.ir.types import TensorType
 from passinfra.tir.evaluator import run_prim_func
 from passinfra.transform import PassContext, get_pass
-from passinfra.transform.fuse_ops import FuseOps
-from passinfra.transform.infer_type import InferType
+from passinfra.transform.builtin.fuse_ops import FuseOps
+from passinfra.transform.builtin.infer_type import InferType
 
 RNG_SEED = 7
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from passinfra import evaluate, ir
-from tests.strategies import make_chain
+from passinfra.testing import make_chain
 
 N = 100_000
 X = np.array([0.5, -1.0], dtype="float32")  # (N + 1) * X is exact in float32

@@ -16,10 +16,10 @@ from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 from passinfra import evaluate, ir
+from passinfra.testing import make_chain
 from tests.strategies import (
     GEN_SETTINGS,
     PARAM_BOUND,
-    make_chain,
     modules_with_many_functions,
     program_inputs,
     programs,

@@ -16,7 +16,7 @@ from passinfra.ir import op
 from passinfra.ir.op.registry import OpPattern, register_op
 from passinfra.ir.serialize import WireKind, from_wire, register_wire_kind, to_wire, wire_size
 from passinfra.ir.structural import StructuralRule, register_structural_rule
-from tests.strategies import make_chain
+from passinfra.testing import make_chain
 
 PROTOCOLS = list(range(2, pickle.HIGHEST_PROTOCOL + 1))
 

@@ -17,7 +17,8 @@ from hypothesis import given
 from passinfra import ir
 from passinfra.ir import op
 from passinfra.ir.structural import StructuralMismatchError
-from tests.strategies import GEN_SETTINGS, make_chain, programs
+from passinfra.testing import make_chain
+from tests.strategies import GEN_SETTINGS, programs
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,7 +1,9 @@
 """Function and module passes used by the scheduler tests.
 
 They live in an importable module (not inside a test function) so Ray workers unpickle
-them by reference.
+them by reference. ``identity`` and ``chain_module`` are the benchmarks' too: they are
+defined in :mod:`passinfra.testing` and re-exported here, so the tests keep reading them
+as ``P.identity`` and ``P.chain_module``.
 """
 
 from __future__ import annotations
@@ -12,7 +14,19 @@ from pathlib import Path
 
 from passinfra import ir
 from passinfra.ir import op
-from passinfra.transform import FunctionPass, PassInfo, function_pass, module_pass, register_pass
+from passinfra.ir.type_infer import infer_module
+from passinfra.testing import chain_module as chain_module
+from passinfra.testing import identity as identity
+from passinfra.transform import (
+    FunctionPass,
+    Pass,
+    PassContext,
+    PassInfo,
+    function_pass,
+    module_pass,
+    register_pass,
+)
+from passinfra.transform.builtin.function_types import ensure_typed
 
 
 class AddToMultiply(ir.ExprMutator):
@@ -31,11 +45,6 @@ def add_to_multiply(func, mod, ctx):
 @function_pass(opt_level=1, name="RecordPid", reads_module=False)
 def record_pid(func, mod, ctx):
     return func.with_attr("pid", os.getpid())
-
-
-@function_pass(opt_level=0, name="Identity", reads_module=False)
-def identity(func, mod, ctx):
-    return func
 
 
 @function_pass(opt_level=0, name="TagOptLevel", reads_module=False)
@@ -93,17 +102,6 @@ def crash_once_pass(marker_dir: str, victim: str):
     return crash_once
 
 
-def chain_module(num_functions: int, length: int = 20) -> ir.IRModule:
-    mod = ir.IRModule()
-    for i in range(num_functions):
-        x = ir.var("x", (4,))
-        body = x
-        for j in range(length):
-            body = op.add(body, ir.const(float(j % 7)))
-        mod[f"f{i}"] = ir.Function([x], body).with_attr("tag", f"f{i}")
-    return mod
-
-
 @function_pass(opt_level=0, name="RandomDelay", reads_module=False)
 def random_delay(func, mod, ctx):
     """Sleeps a random 0-15 ms, so batch calls complete in a different order every run."""
@@ -117,6 +115,33 @@ def random_delay(func, mod, ctx):
 def record_arrived_typed(func, mod, ctx):
     """Whether the function came with its type cached, as InferType leaves it in-process."""
     return func.with_attr("arrived_typed", func._checked_type is not None)
+
+
+# A type-inference pass under a name of its own: what the scheduler does for InferType it
+# must do for any pass that declares ``infers_types`` (the tests register it while they run).
+DECLARED_TYPE_INFERENCE = "CacheTypesUnderAnotherName"
+
+
+def _cache_types(mod: ir.IRModule, ctx: PassContext) -> ir.IRModule:
+    return infer_module(mod)
+
+
+def declared_type_inference() -> Pass:
+    """The factory the tests register as ``DECLARED_TYPE_INFERENCE``."""
+    return module_pass(_cache_types, opt_level=0, name=DECLARED_TYPE_INFERENCE, infers_types=True)
+
+
+def undeclared_type_inference(name: str) -> Pass:
+    """The same work under ``name``, without the declaration: nothing special to a scheduler."""
+    return module_pass(_cache_types, opt_level=0, name=name)
+
+
+@function_pass(opt_level=0, name="RecordBodyType", required=[DECLARED_TYPE_INFERENCE], reads_module=False)
+def record_body_type(func, mod, ctx):
+    """Reads the types its required pass caches; run bare on an untyped module it types its
+    function itself, against the module (as SimplifyInference does without InferType)."""
+    ensure_typed(func, mod)
+    return func.with_attr("body_type", str(func.body.checked_type))
 
 
 def calling_module(num_callers: int) -> ir.IRModule:

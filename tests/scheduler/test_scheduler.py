@@ -12,7 +12,14 @@ from hypothesis import HealthCheck, given, settings
 
 from passinfra import ir
 from passinfra.instrument import PassInstrument, PassTimingInstrument
-from passinfra.transform import PassContext, Sequential
+from passinfra.transform import (
+    PassContext,
+    Sequential,
+    function_pass,
+    get_pass,
+    register_pass,
+    unregister_pass,
+)
 from scheduler import Scheduler, build_plan, replay
 from tests.scheduler import passes_for_tests as P
 from tests.strategies import modules_with_many_functions
@@ -281,30 +288,93 @@ def test_bad_arguments_are_named():
 # --------------------------------------------------------------------------- types after InferType
 
 
-def _typed_pipeline():
-    from passinfra.transform import InferType
-
-    return Sequential([P.add_to_multiply, InferType(), P.record_arrived_typed], opt_level=0)
+def _typed_pipeline(type_inference: str = "InferType"):
+    return Sequential([P.add_to_multiply, get_pass(type_inference), P.record_arrived_typed], opt_level=0)
 
 
-def test_a_stage_before_infer_type_asks_the_workers_for_types():
-    plan = build_plan(_typed_pipeline())
+@pytest.fixture
+def declared_type_inference():
+    """A type-inference pass registered under a name of its own, for the test's duration."""
+    register_pass(P.DECLARED_TYPE_INFERENCE)(P.declared_type_inference)
+    yield P.DECLARED_TYPE_INFERENCE
+    unregister_pass(P.DECLARED_TYPE_INFERENCE)
+
+
+# InferType, and any pass that declares infers_types as InferType does, whatever its name
+TYPE_INFERENCE_PASSES = ["InferType", P.DECLARED_TYPE_INFERENCE]
+
+
+@pytest.mark.parametrize("type_inference", TYPE_INFERENCE_PASSES)
+def test_a_stage_before_type_inference_asks_the_workers_for_types(declared_type_inference, type_inference):
+    assert get_pass(type_inference).info.infers_types
+    plan = build_plan(_typed_pipeline(type_inference))
     function_stages = [stage for stage in plan.stages if stage.kind == "function"]
     assert [stage.types_wanted for stage in function_stages] == [True, False]
 
 
+def test_the_declaration_not_the_name_makes_a_type_inference_pass():
+    """The same work without the declaration, even under InferType's name, is an ordinary
+    module pass: the stage before it returns its functions as they are."""
+    plan = build_plan(
+        Sequential([P.add_to_multiply, P.undeclared_type_inference("InferType"), P.record_arrived_typed])
+    )
+    function_stages = [stage for stage in plan.stages if stage.kind == "function"]
+    assert [stage.types_wanted for stage in function_stages] == [False, False]
+
+
+def test_a_pass_needs_types_when_it_requires_a_declared_type_inference_pass(declared_type_inference):
+    from passinfra.transform import FoldScaleAxis, SimplifyInference
+    from scheduler.plan import needs_types
+
+    assert needs_types(P.record_body_type)  # requires the pass declared under another name
+    assert needs_types(SimplifyInference())  # requires InferType
+    assert not needs_types(P.add_to_multiply)  # requires nothing
+    assert not needs_types(FoldScaleAxis())  # a Sequential: its own passes require InferType
+    register_pass("PlainModulePass")(lambda: P.undeclared_type_inference("PlainModulePass"))
+    try:
+        assert not needs_types(_requiring("PlainModulePass"))  # registered, but declares nothing
+    finally:
+        unregister_pass("PlainModulePass")
+    assert not needs_types(_requiring("NoSuchPass"))  # Sequential reports the unknown name, not this
+
+
+def _requiring(name: str):
+    return function_pass(lambda func, mod, ctx: func, opt_level=0, name=f"Requires{name}", required=[name])
+
+
+@pytest.mark.parametrize("type_inference", TYPE_INFERENCE_PASSES)
 @pytest.mark.parametrize("make_module", [lambda: P.chain_module(12), lambda: P.calling_module(11)])
-def test_functions_reach_the_pass_after_infer_type_typed(ray_scheduler, make_module):
+def test_functions_reach_the_pass_after_type_inference_typed(
+    ray_scheduler, declared_type_inference, make_module, type_inference
+):
     """In-process, InferType caches a type on every function before the next pass; a
     worker's copy must have it too (a caller of a function another worker holds cannot
-    be typed there, so it is re-sent once the driver typed it)."""
+    be typed there, so it is re-sent once the driver typed it). The same for any pass
+    that declares itself type inference."""
     mod = make_module()
-    expected = _typed_pipeline()(mod).astext()
+    expected = _typed_pipeline(type_inference)(mod).astext()
     sched = ray_scheduler(2)
-    out = sched.run(_typed_pipeline(), mod)
+    out = sched.run(_typed_pipeline(type_inference), mod)
     assert out.astext() == expected
     assert all(func.attrs["arrived_typed"] for func in out.functions.values())
     assert sched.last_run.worker_typing_seconds > 0.0  # the workers did the typing
+
+
+def test_a_pass_requiring_declared_type_inference_runs_in_the_driver_on_untyped_functions(
+    ray_scheduler, declared_type_inference
+):
+    """As SimplifyInference without InferType (tests/transform/test_module_view.py): run
+    bare on an untyped module, a pass that requires a type-inference pass types its own
+    function against the whole module, which a worker holding a shard cannot see."""
+    expected = P.record_body_type(P.calling_module(4)).astext()
+    sched = ray_scheduler(2)
+    out = sched.run(P.record_body_type, P.calling_module(4))  # a fresh, untyped module
+    assert out.astext() == expected
+    assert [stage.ran_in_driver for stage in sched.last_run.stages] == [True]
+    typed = P.calling_module(4)
+    ir.infer_type(typed)
+    assert sched.run(P.record_body_type, typed).astext() == expected
+    assert [stage.ran_in_driver for stage in sched.last_run.stages] == [False]
 
 
 def test_a_type_error_is_reported_by_infer_type_as_in_process(ray_scheduler):

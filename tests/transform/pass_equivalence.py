@@ -10,8 +10,9 @@ from hypothesis import given
 
 from passinfra import ir
 from passinfra.runtime.interpreter import evaluate
+from passinfra.testing import make_chain
 from passinfra.transform.passes import Pass
-from tests.strategies import GEN_SETTINGS, make_chain, program_inputs, programs
+from tests.strategies import GEN_SETTINGS, program_inputs, programs
 
 
 def assert_same_value(actual: Any, expected: Any, atol: float = 1e-6) -> None:

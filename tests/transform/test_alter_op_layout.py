@@ -7,21 +7,21 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import passinfra.transform.infer_type  # noqa: F401  (registers InferType, which the pass requires)
+import passinfra.transform.builtin.infer_type  # noqa: F401  (registers InferType, which the pass requires)
 from passinfra import evaluate, ir
 from passinfra.frontend.zoo.ir_models import demo_cnn
 from passinfra.ir import op
 from passinfra.transform import PassConfigError, PassContext, Sequential, get_pass
-from passinfra.transform.alter_op_layout import (
+from passinfra.transform.builtin.alter_op_layout import (
     LAYOUT_CONFIG,
     NCHW_TO_NHWC,
     NHWC_TO_NCHW,
     OIHW_TO_HWIO,
     AlterOpLayout,
 )
-from passinfra.transform.fold_constant import FoldConstant
-from passinfra.transform.fold_scale_axis import FoldScaleAxis
-from passinfra.transform.simplify_inference import SimplifyInference
+from passinfra.transform.builtin.fold_constant import FoldConstant
+from passinfra.transform.builtin.fold_scale_axis import FoldScaleAxis
+from passinfra.transform.builtin.simplify_inference import SimplifyInference
 from tests.strategies import GEN_SETTINGS, program_inputs, programs
 from tests.transform.pass_equivalence import assert_same_value
 

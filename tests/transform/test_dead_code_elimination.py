@@ -7,8 +7,8 @@ import pytest
 from passinfra import ir
 from passinfra.ir import op
 from passinfra.transform import get_pass
-from passinfra.transform.dead_code_elimination import DeadCodeElimination
-from passinfra.transform.purity import Purity
+from passinfra.transform.builtin.dead_code_elimination import DeadCodeElimination
+from passinfra.transform.builtin.purity import Purity
 from tests.transform.pass_equivalence import property_test, run_on_chain
 
 pytestmark = pytest.mark.usefixtures("default_recursion_limit")

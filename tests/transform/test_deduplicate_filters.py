@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from passinfra import evaluate, ir
 from passinfra.ir import op
 from passinfra.transform import DeduplicateFilters
-from passinfra.transform.deduplicate_filters import distinct_filters
+from passinfra.transform.builtin.deduplicate_filters import distinct_filters
 from tests.graph_sums import graph_sums
 from tests.numerics import assert_sums_close
 

@@ -7,7 +7,7 @@ import pytest
 from passinfra import ir
 from passinfra.ir import op
 from passinfra.transform import get_pass
-from passinfra.transform.eliminate_common_subexpr import EliminateCommonSubexpr
+from passinfra.transform.builtin.eliminate_common_subexpr import EliminateCommonSubexpr
 from tests.transform.pass_equivalence import assert_pass_preserves_semantics, property_test, run_on_chain
 
 pytestmark = pytest.mark.usefixtures("default_recursion_limit")

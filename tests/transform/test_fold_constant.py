@@ -8,7 +8,7 @@ import pytest
 from passinfra import ir
 from passinfra.ir import op
 from passinfra.transform import get_pass
-from passinfra.transform.fold_constant import FoldConstant
+from passinfra.transform.builtin.fold_constant import FoldConstant
 from tests.transform.pass_equivalence import property_test, run_on_chain
 
 pytestmark = pytest.mark.usefixtures("default_recursion_limit")

@@ -6,15 +6,15 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-import passinfra.transform.infer_type  # noqa: F401  (registers InferType, which the passes require)
+import passinfra.transform.builtin.infer_type  # noqa: F401  (registers InferType, which the passes require)
 from passinfra import evaluate, ir
 from passinfra.ir import op
 from passinfra.transform import PassContext, Sequential, get_pass
-from passinfra.transform.backward_fold_scale_axis import BackwardFoldScaleAxis
-from passinfra.transform.fold_constant import FoldConstant
-from passinfra.transform.fold_scale_axis import FoldScaleAxis
-from passinfra.transform.forward_fold_scale_axis import ForwardFoldScaleAxis
-from passinfra.transform.simplify_inference import SimplifyInference
+from passinfra.transform.builtin.backward_fold_scale_axis import BackwardFoldScaleAxis
+from passinfra.transform.builtin.fold_constant import FoldConstant
+from passinfra.transform.builtin.fold_scale_axis import FoldScaleAxis
+from passinfra.transform.builtin.forward_fold_scale_axis import ForwardFoldScaleAxis
+from passinfra.transform.builtin.simplify_inference import SimplifyInference
 from tests.strategies import GEN_SETTINGS, program_inputs, programs
 from tests.transform.pass_equivalence import assert_same_value
 
@@ -240,7 +240,7 @@ def scaled_conv_functions(draw) -> ir.Function:
 @given(scaled_conv_functions(), st.integers(0, 2**16))
 @GEN_SETTINGS
 def test_property_conv_scale_patterns_fold_correctly(func, seed):
-    from passinfra.transform.alter_op_layout import AlterOpLayout
+    from passinfra.transform.builtin.alter_op_layout import AlterOpLayout
 
     mod = ir.IRModule({"main": func})
     data = np.random.default_rng(seed).standard_normal((1, *func.params[0].type_annotation.shape[1:]))

@@ -16,13 +16,14 @@ from passinfra.errors import IRError
 from passinfra.ir import op
 from passinfra.ir.graph import IndexedForwardGraph, PostDominatorTree
 from passinfra.ir.op.registry import OpPattern
-from passinfra.transform.fuse_ops import (
+from passinfra.testing import make_chain
+from passinfra.transform.builtin.fuse_ops import (
     MAX_FUSE_DEPTH,
     GraphPartitioner,
     fuse_ops,
     fused_function_name,
 )
-from tests.strategies import GEN_SETTINGS, make_chain, program_inputs, programs
+from tests.strategies import GEN_SETTINGS, program_inputs, programs
 
 F32 = "float32"
 

@@ -8,7 +8,7 @@ from passinfra import ir
 from passinfra.errors import IRTypeError
 from passinfra.ir import op
 from passinfra.transform import get_pass
-from passinfra.transform.infer_type import InferType
+from passinfra.transform.builtin.infer_type import InferType
 from tests.transform.pass_equivalence import property_test, run_on_chain
 
 pytestmark = pytest.mark.usefixtures("default_recursion_limit")

@@ -9,7 +9,7 @@ from passinfra import ir
 from passinfra.ir import op
 from passinfra.runtime.interpreter import evaluate
 from passinfra.transform import get_pass
-from passinfra.transform.inline import Inline, InlineCycleError
+from passinfra.transform.builtin.inline import Inline, InlineCycleError
 from tests.transform.pass_equivalence import assert_pass_preserves_semantics, property_test, run_on_chain
 
 pytestmark = pytest.mark.usefixtures("default_recursion_limit")

@@ -11,6 +11,7 @@ import pytest
 from passinfra import ir
 from passinfra.ir import op
 from passinfra.transform import PassContext, Sequential, function_pass
+from passinfra.transform.builtin.simplify_inference import SimplifyInference
 from passinfra.transform.errors import FunctionSetChangedError, PassError
 from passinfra.transform.module_view import (
     FunctionOnlyView,
@@ -18,7 +19,6 @@ from passinfra.transform.module_view import (
     ModuleView,
     function_view,
 )
-from passinfra.transform.simplify_inference import SimplifyInference
 from scheduler import Scheduler
 from tests.scheduler import passes_for_tests as P
 

@@ -57,6 +57,31 @@ def test_pass_info_rejects_bad_fields(args, message):
         PassInfo(*args)
 
 
+def test_pass_info_declares_type_inference_by_keyword_only():
+    """``infers_types`` is what a scheduler reads to treat a pass as type inference (never
+    the name): off unless declared, part of equality, shown where declared, kept by pickle."""
+    import pickle
+
+    from passinfra.transform import InferType
+
+    plain = PassInfo(0, "CacheTypes", ["A"])
+    declared = PassInfo(0, "CacheTypes", ["A"], infers_types=True)
+    assert not plain.infers_types and declared.infers_types
+    assert plain != declared and hash(plain) != hash(declared)
+    assert repr(plain) == "PassInfo(opt_level=0, name='CacheTypes', required=['A'])"
+    assert repr(declared) == "PassInfo(opt_level=0, name='CacheTypes', required=['A'], infers_types=True)"
+    for info in (plain, declared):
+        assert pickle.loads(pickle.dumps(info)) == info
+    with pytest.raises(TypeError):
+        PassInfo(0, "CacheTypes", (), True)  # keyword only: the positional signature is contract
+    with pytest.raises(PassArgumentError, match="infers_types must be a bool"):
+        PassInfo(0, "CacheTypes", infers_types=1)
+    assert InferType().info == PassInfo(0, "InferType", infers_types=True)
+    made = module_pass(lambda mod, ctx: mod, opt_level=0, name="CacheTypes", infers_types=True)
+    assert made.info == PassInfo(0, "CacheTypes", infers_types=True)
+    assert not module_pass(lambda mod, ctx: mod, opt_level=0, name="Other").info.infers_types
+
+
 # ----- module passes ------------------------------------------------------------------
 
 

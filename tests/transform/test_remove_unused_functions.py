@@ -7,7 +7,7 @@ import pytest
 from passinfra import ir
 from passinfra.ir import op
 from passinfra.transform import get_pass
-from passinfra.transform.remove_unused_functions import RemoveUnusedFunctions
+from passinfra.transform.builtin.remove_unused_functions import RemoveUnusedFunctions
 from tests.transform.pass_equivalence import property_test
 
 
@@ -47,7 +47,7 @@ def test_registered_with_opt_level_one():
 
 @pytest.mark.usefixtures("default_recursion_limit")
 def test_deep_function_is_scanned_iteratively():
-    from tests.strategies import make_chain
+    from passinfra.testing import make_chain
 
     mod = make_chain(30_000)
     mod["dead"] = unary("dead", op.exp)

@@ -16,8 +16,8 @@ from passinfra.errors import IRTypeError
 from passinfra.ir import op
 from passinfra.ir.type_infer import infer_module, infer_type
 from passinfra.transform import PassContext, Sequential, function_pass, get_pass
-from passinfra.transform import infer_type as infer_type_pass
-from passinfra.transform.infer_type import infer_type_counts
+from passinfra.transform.builtin import infer_type as infer_type_pass
+from passinfra.transform.builtin.infer_type import infer_type_counts
 from tests.scheduler import passes_for_tests as P
 
 

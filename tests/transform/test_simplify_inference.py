@@ -7,11 +7,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import passinfra.transform.infer_type  # noqa: F401  (registers InferType, which the pass requires)
+import passinfra.transform.builtin.infer_type  # noqa: F401  (registers InferType, which the pass requires)
 from passinfra import evaluate, ir
 from passinfra.ir import op
 from passinfra.transform import PassContext, get_pass
-from passinfra.transform.simplify_inference import SPLIT_LAYER_NORM, SimplifyInference
+from passinfra.transform.builtin.simplify_inference import SPLIT_LAYER_NORM, SimplifyInference
 from tests.strategies import GEN_SETTINGS, program_inputs, programs
 from tests.transform.pass_equivalence import assert_same_value
 

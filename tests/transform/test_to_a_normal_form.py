@@ -8,7 +8,7 @@ from hypothesis import given
 from passinfra import ir
 from passinfra.ir import op
 from passinfra.transform import get_pass
-from passinfra.transform.to_a_normal_form import ToANormalForm, is_atom
+from passinfra.transform.builtin.to_a_normal_form import ToANormalForm, is_atom
 from tests.strategies import GEN_SETTINGS, programs
 from tests.transform.pass_equivalence import property_test, run_on_chain
 

@@ -6,9 +6,9 @@ import pytest
 
 from passinfra import ir
 from passinfra.ir import op
+from passinfra.transform.builtin.to_a_normal_form import ToANormalForm
+from passinfra.transform.builtin.to_graph_normal_form import ToGraphNormalForm
 from passinfra.transform.sequential import Sequential
-from passinfra.transform.to_a_normal_form import ToANormalForm
-from passinfra.transform.to_graph_normal_form import ToGraphNormalForm
 from tests.transform.pass_equivalence import property_test, run_on_chain
 
 pytestmark = pytest.mark.usefixtures("default_recursion_limit")

@@ -47,8 +47,8 @@ from passinfra.transform import (
     ToMixedPrecision,
     get_pass,
 )
+from passinfra.transform.builtin.to_mixed_precision import MIN_WEIGHT_ELEMENTS, to_mixed_precision
 from passinfra.transform.pass_options import configured_pass, pass_options
-from passinfra.transform.to_mixed_precision import MIN_WEIGHT_ELEMENTS, to_mixed_precision
 from tests.cli.conftest import RAYPASS
 
 HALF = ("bfloat16", "float16")

@@ -8,10 +8,10 @@ names the function and op and shows the offending IR.
 Only functions without a cached type are inferred. A function's own type is cached last,
 once its whole body is typed, so a typed function has nothing left to infer, and
 inference would skip it anyway; a module whose functions are all typed (the scheduler's
-workers type what they return when InferType comes next, and passes that change nothing
-keep the types) is returned at once, without the call-graph walk. The counters of
-:func:`infer_type_counts` say how many functions the pass found typed and how many it
-had to infer.
+workers type what they return when a pass declaring ``infers_types``, such as this one,
+comes next, and passes that change nothing keep the types) is returned at once, without
+the call-graph walk. The counters of :func:`infer_type_counts` say how many functions the
+pass found typed and how many it had to infer.
 """
 
 from __future__ import annotations
@@ -58,8 +58,12 @@ def _infer_module_types(mod: IRModule, ctx: PassContext) -> IRModule:
 
 @register_pass("InferType")
 def InferType() -> Pass:
-    """A module pass (opt_level 0) that infers and caches the type of every node."""
-    return module_pass(_infer_module_types, opt_level=0, name="InferType")
+    """A module pass (opt_level 0) that infers and caches the type of every node.
+
+    It declares ``infers_types``: a parallel scheduler then has the workers of the stage
+    before it type what they return, which this pass finds done (see :class:`PassInfo`)."""
+    # the declaration, not the name, is what the scheduler reads
+    return module_pass(_infer_module_types, opt_level=0, name="InferType", infers_types=True)
 
 
 __all__ = ["InferType", "infer_type_counts"]

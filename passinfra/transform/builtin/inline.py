@@ -24,11 +24,11 @@ from passinfra.ir.analysis import bound_vars
 from passinfra.ir.expr import Call, Constant, Expr, Function, GlobalVar, Let, Var
 from passinfra.ir.functor import ExprMutator
 from passinfra.ir.module import IRModule
+from passinfra.transform.builtin.remove_unused_functions import referenced_globals
 from passinfra.transform.context import PassContext
 from passinfra.transform.decorators import module_pass
 from passinfra.transform.passes import Pass
 from passinfra.transform.registry import register_pass
-from passinfra.transform.remove_unused_functions import referenced_globals
 
 __all__ = ["Inline", "inline_functions", "substitute", "InlineCycleError"]
 

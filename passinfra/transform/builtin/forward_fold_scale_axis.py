@@ -21,7 +21,7 @@ import numpy as np
 
 from passinfra import ir
 from passinfra.ir.expr import Call, Constant, Expr, Function
-from passinfra.transform.backward_fold_scale_axis import (
+from passinfra.transform.builtin.backward_fold_scale_axis import (
     CONV2D,
     DENSE,
     MULTIPLY,
@@ -32,9 +32,9 @@ from passinfra.transform.backward_fold_scale_axis import (
     scaled_constant,
     tensor_type,
 )
+from passinfra.transform.builtin.function_types import ensure_typed
 from passinfra.transform.context import PassContext
 from passinfra.transform.decorators import function_pass
-from passinfra.transform.function_types import ensure_typed
 from passinfra.transform.passes import FunctionPass
 from passinfra.transform.registry import register_pass
 

@@ -20,11 +20,10 @@ from typing import Any, ClassVar
 from passinfra.ir.expr import Call, Constant, Expr, Function, If, Tuple, TupleGetItem
 from passinfra.ir.functor import ExprMutator
 from passinfra.ir.module import IRModule
+from passinfra.transform.builtin.purity import Purity, ReadsModuleWhenInterprocedural
 from passinfra.transform.context import PassContext
 from passinfra.transform.pass_info import PassInfo
-from passinfra.transform.pass_options import ReadsModuleWhenInterprocedural
 from passinfra.transform.passes import FunctionPass
-from passinfra.transform.purity import Purity
 from passinfra.transform.registry import register_pass
 
 __all__ = ["EliminateCommonSubexpr", "eliminate_common_subexpr"]

@@ -8,8 +8,8 @@ Both leave the scaled weights as ``multiply`` of constants; run FoldConstant aft
 
 from __future__ import annotations
 
-from passinfra.transform.backward_fold_scale_axis import BackwardFoldScaleAxis
-from passinfra.transform.forward_fold_scale_axis import ForwardFoldScaleAxis
+from passinfra.transform.builtin.backward_fold_scale_axis import BackwardFoldScaleAxis
+from passinfra.transform.builtin.forward_fold_scale_axis import ForwardFoldScaleAxis
 from passinfra.transform.registry import register_pass
 from passinfra.transform.sequential import Sequential
 

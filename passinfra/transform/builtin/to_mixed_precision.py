@@ -47,7 +47,7 @@ otherwise the sites that do call a converted copy named ``<name>_bf16`` / ``<nam
 (added after the module's functions) and the others keep the original. Functions with
 ``SkipOptimization`` are neither rewritten nor have their calls rewritten. A constant
 passed to several sites is rounded once and shared. (That machinery is
-:mod:`passinfra.transform.weight_parameters`, shared with PanelWeights.)
+:mod:`passinfra.transform.builtin.weight_parameters`, shared with PanelWeights.)
 """
 
 from __future__ import annotations
@@ -66,13 +66,13 @@ from passinfra.ir.functor import expr_children, iter_post_order
 from passinfra.ir.module import IRModule
 from passinfra.ir.op.registry import Op
 from passinfra.ir.types import TensorType
+from passinfra.transform.builtin.weight_parameters import rewrite_weight_parameters
 from passinfra.transform.config import register_config
 from passinfra.transform.context import PassContext
 from passinfra.transform.errors import PassArgumentError
 from passinfra.transform.pass_info import PassInfo
 from passinfra.transform.passes import ModulePass
 from passinfra.transform.registry import register_pass
-from passinfra.transform.weight_parameters import rewrite_weight_parameters
 
 WEIGHT_DTYPE_CONFIG = "codegen.weight_dtype"
 # float32 leaves every weight as it is (the pass is off)
@@ -163,7 +163,7 @@ def _representable(data: np.ndarray, weight_dtype: str) -> bool:
 
 @dataclass(frozen=True)
 class _Rule:
-    """The weight rule (:class:`~passinfra.transform.weight_parameters.WeightRule`) of
+    """The weight rule (:class:`~passinfra.transform.builtin.weight_parameters.WeightRule`) of
     16-bit storage: a parameter of ``weight_dtype`` read through one cast to float32."""
 
     weight_dtype: str

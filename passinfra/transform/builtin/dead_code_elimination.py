@@ -13,7 +13,7 @@ of a pure binding is only looked at once its var turns out to be used, so a chai
 bindings that only feed each other disappears in one run.
 
 Calls of other global functions count as impure unless ``interprocedural=True`` (see
-:mod:`passinfra.transform.purity`): by default the pass reads only the function it is
+:mod:`passinfra.transform.builtin.purity`): by default the pass reads only the function it is
 given, so the scheduler can batch it with its neighbours.
 """
 
@@ -25,11 +25,15 @@ from typing import ClassVar
 from passinfra.ir.expr import Expr, Function, Let, Var
 from passinfra.ir.functor import ExprMutator
 from passinfra.ir.module import IRModule
+from passinfra.transform.builtin.purity import (
+    Purity,
+    ReadsModuleWhenInterprocedural,
+    count_var_uses,
+    use_children,
+)
 from passinfra.transform.context import PassContext
 from passinfra.transform.pass_info import PassInfo
-from passinfra.transform.pass_options import ReadsModuleWhenInterprocedural
 from passinfra.transform.passes import FunctionPass
-from passinfra.transform.purity import Purity, count_var_uses, use_children
 from passinfra.transform.registry import register_pass
 
 __all__ = ["DeadCodeElimination", "eliminate_dead_code"]

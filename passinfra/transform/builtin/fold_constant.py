@@ -33,11 +33,10 @@ from passinfra.ir.functor import ExprMutator
 from passinfra.ir.module import IRModule
 from passinfra.ir.op.precision import compute_op
 from passinfra.ir.op.registry import Op
+from passinfra.transform.builtin.purity import Purity, ReadsModuleWhenInterprocedural
 from passinfra.transform.context import PassContext
 from passinfra.transform.pass_info import PassInfo
-from passinfra.transform.pass_options import ReadsModuleWhenInterprocedural
 from passinfra.transform.passes import FunctionPass
-from passinfra.transform.purity import Purity
 from passinfra.transform.registry import register_pass
 
 __all__ = ["FoldConstant", "ConstantChecker", "ConstantFolder", "fold_constant"]

@@ -34,11 +34,11 @@ from passinfra.ir import op
 from passinfra.ir.expr import Call, Expr, Function, Tuple
 from passinfra.ir.op.registry import Op, OpPattern
 from passinfra.ir.types import TensorType
+from passinfra.transform.builtin.function_types import ensure_typed
 from passinfra.transform.config import register_config
 from passinfra.transform.context import PassContext
 from passinfra.transform.decorators import function_pass
 from passinfra.transform.errors import PassConfigError
-from passinfra.transform.function_types import ensure_typed
 from passinfra.transform.passes import FunctionPass
 from passinfra.transform.registry import register_pass
 

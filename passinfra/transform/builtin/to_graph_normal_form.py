@@ -20,11 +20,10 @@ from typing import ClassVar
 from passinfra.ir.expr import Expr, Function, Let
 from passinfra.ir.functor import ExprMutator
 from passinfra.ir.module import IRModule
+from passinfra.transform.builtin.purity import Purity, ReadsModuleWhenInterprocedural, count_var_uses
 from passinfra.transform.context import PassContext
 from passinfra.transform.pass_info import PassInfo
-from passinfra.transform.pass_options import ReadsModuleWhenInterprocedural
 from passinfra.transform.passes import FunctionPass
-from passinfra.transform.purity import Purity, count_var_uses
 from passinfra.transform.registry import register_pass
 
 __all__ = ["ToGraphNormalForm", "to_graph_normal_form"]

@@ -8,7 +8,8 @@ those passes do by default, so that they read nothing but the function they are 
 and a parallel scheduler can batch them (see ``FunctionPass.reads_module``). Their
 ``interprocedural=True`` option hands the module in instead.
 
-Also here: :func:`count_var_uses`, the use counts those passes need.
+Also here: :func:`count_var_uses`, the use counts those passes need, and
+:class:`ReadsModuleWhenInterprocedural`, what that option means to a scheduler.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from passinfra.ir.functor import expr_children
 from passinfra.ir.module import IRModule
 from passinfra.ir.op.registry import Op
 
-__all__ = ["Purity", "count_var_uses", "use_children"]
+__all__ = ["Purity", "ReadsModuleWhenInterprocedural", "count_var_uses", "use_children"]
 
 
 def _children_in_scope(node: Expr) -> tuple:
@@ -203,3 +204,15 @@ def use_children(node: Expr) -> tuple:
     if isinstance(node, Function):
         return (node.body,)
     return expr_children(node)
+
+
+class ReadsModuleWhenInterprocedural:
+    """Mixin of the function passes with an ``interprocedural`` option: only then do they
+    read other functions of the module (judging calls of them by their bodies); otherwise
+    they promise ``reads_module=False`` and the scheduler may batch them."""
+
+    interprocedural: bool
+
+    @property
+    def reads_module(self) -> bool:
+        return bool(self.interprocedural)

@@ -33,9 +33,9 @@ from passinfra.ir.expr import Call, Constant, Expr, Function, Tuple, TupleGetIte
 from passinfra.ir.functor import expr_children, iter_post_order
 from passinfra.ir.op.registry import Op
 from passinfra.ir.types import TensorType
+from passinfra.transform.builtin.function_types import ensure_typed
 from passinfra.transform.context import PassContext
 from passinfra.transform.decorators import function_pass
-from passinfra.transform.function_types import ensure_typed
 from passinfra.transform.passes import FunctionPass
 from passinfra.transform.registry import register_pass
 

@@ -31,9 +31,9 @@ from passinfra.ir.functor import ExprMutator, expr_children, iter_post_order
 from passinfra.ir.module import IRModule
 from passinfra.ir.type_infer import infer_module
 from passinfra.ir.types import Type
+from passinfra.transform.builtin.inline import substitute
 from passinfra.transform.context import PassContext
 from passinfra.transform.decorators import module_pass
-from passinfra.transform.inline import substitute
 from passinfra.transform.passes import Pass
 from passinfra.transform.registry import register_pass
 
