@@ -35,7 +35,7 @@ test-avx2: $(VENV)/.installed
 	$(PY) -m tests.avx2_only $(PY) -m pytest -q -n $(TEST_PROCESSES)
 
 bench: $(VENV)/.installed
-	$(PY) bench/ir_scaling.py
+	$(PY) -m bench.ir_scaling
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache

@@ -78,14 +78,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _script(name: str, extra: list[str]) -> Callable[[bool], tuple[str, list[list[str]]]]:
-    """An older benchmark script run as a subprocess; its own results file is linked (a
-    quick run writes a separate file, so it never replaces the full run's)."""
+    """An older benchmark script run as a subprocess (``python -m bench.NAME`` from the
+    checkout); its own results file is linked (a quick run writes a separate file, so it
+    never replaces the full run's)."""
 
     def run(quick: bool) -> tuple[str, list[list[str]]]:
         results = f"results_{name}{'_quick' if quick else ''}.md"
         command = [
             sys.executable,
-            str(BENCH_DIR / f"{name}.py"),
+            "-m",
+            f"bench.{name}",
             *extra,
             "--output",
             str(BENCH_DIR / results),

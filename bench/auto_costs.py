@@ -8,7 +8,7 @@
 * ``call_seconds``: a stage of trivial functions sent one function per call, minus the
   same stage in one call, per call (on that private pool).
 
-    python bench/auto_costs.py [--repeats 3]
+    python -m bench.auto_costs [--repeats 3]
 
 Prints each constant (median and range) next to the value in the code, and writes
 bench/results_auto_costs.md.
@@ -23,16 +23,14 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from passinfra.build import compile_pipeline
+from passinfra.instrument import PassTimingInstrument
+from passinfra.ir.type_infer import infer_module
+from passinfra.transform import PassContext, Sequential
+from scheduler.auto import CostModel, predicted_kernels
+from scheduler.pool import startup_times
 
-from passinfra.build import compile_pipeline  # noqa: E402
-from passinfra.instrument import PassTimingInstrument  # noqa: E402
-from passinfra.ir.type_infer import infer_module  # noqa: E402
-from passinfra.transform import PassContext, Sequential  # noqa: E402
-from scheduler.auto import CostModel, predicted_kernels  # noqa: E402
-from scheduler.pool import startup_times  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 KERNEL_STAGE_PASSES = {
     "LowerToPrimFunc", "Simplify", "StorageFlatten", "VectorizeLoop", "UnrollLoop", "LoopPartition",
@@ -69,15 +67,15 @@ def seconds_per_kernel(spec: str) -> float:
 
 def private_pool_seconds() -> tuple[float, float]:
     """(spawn to ready, seconds per batch call) on a private pool of two workers."""
+    from passinfra.testing import chain_module, identity
     from scheduler import Scheduler
-    from tests.scheduler import passes_for_tests as P
 
     started = time.perf_counter()
     with Scheduler(backend="ray", num_workers=2) as sched:
         sched.start_workers()
         startup = time.perf_counter() - started
-        pipeline = Sequential([P.identity], opt_level=0)
-        mod = P.chain_module(64, length=2)
+        pipeline = Sequential([identity], opt_level=0)
+        mod = chain_module(64, length=2)
         per_call = {}
         for batch in (64, 1):
             with PassContext(opt_level=0, config={"scheduler.batch_size": batch}):
@@ -90,7 +88,7 @@ def private_pool_seconds() -> tuple[float, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.auto_costs", description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--output", default=str(ROOT / "bench" / "results_auto_costs.md"))
     args = parser.parse_args(argv)

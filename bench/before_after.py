@@ -16,7 +16,7 @@ round that is not counted. Backends:
 Each run's library is compared with the local one (bytes of the .so and of the weights):
 parallel equals sequential. Writes a markdown table (medians, min-max, ratios to local).
 
-    python bench/before_after.py --before /tmp/before [--models densenet121,resnet50,transformer]
+    python -m bench.before_after --before /tmp/before [--models densenet121,resnet50,transformer]
 (transformer: the zoo's, 24 layers x 512, saved as an ONNX file with external data)
                                  [--repeats 3] [--workers 2] [--auto] [--output bench/results_before_after.md]
 """
@@ -34,11 +34,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from bench.common import machine_notes, markdown_table
 
-from bench.common import machine_notes, markdown_table  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 ZOO = {"mlp": "zoo:mlp"}
 LIGHT = ("densenet121", "resnet50")
@@ -140,7 +138,7 @@ def run_round(trees: Trees, model: str, variants: list[Variant], counted: bool) 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.before_after", description=__doc__.splitlines()[0])
     parser.add_argument("--before", required=True, type=Path, help="the source tree to compare against")
     parser.add_argument("--models", default="densenet121,resnet50,transformer")
     parser.add_argument("--repeats", type=int, default=3)
@@ -186,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     notes = machine_notes()
     text = "\n".join([
         "# Whole compiles before and after (issue 28)", "",
-        f"`python bench/before_after.py --before {args.before} --models {args.models} --repeats "
+        f"`python -m bench.before_after --before {args.before} --models {args.models} --repeats "
         f"{args.repeats} --workers {args.workers}{' --auto' if args.auto else ''}`: "
         f"{time.time() - started:.0f} s; whole `raypass compile "
         "MODEL --no-cache` processes, interleaved rounds after one warm-up round, medians and min-max. "

@@ -12,7 +12,7 @@ light models, ResNet-50 and DenseNet-121 with random weights):
 Targets reported: compiled >= 20x faster than the interpreter, within 2x of onnxruntime,
 warm build >= 10x faster than cold. Results go to bench/results_codegen.md.
 
-    python bench/codegen.py [--ray] [--no-densenet] [--output PATH]
+    python -m bench.codegen [--ray] [--no-densenet] [--output PATH]
 """
 
 from __future__ import annotations
@@ -20,27 +20,24 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+import passinfra
+from bench.common import cpu_times, steal_percent
+from bench.flops import contraction_flops, sgemm_ceiling
+from passinfra.codegen.object_cache import compile_stats, reset_compile_stats
+from passinfra.frontend import from_onnx, zoo
+from passinfra.runtime.interpreter import evaluate
+from passinfra.transform import PassContext
+
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-import numpy as np  # noqa: E402
-import onnx  # noqa: E402
-from onnx import numpy_helper  # noqa: E402
-
-import passinfra  # noqa: E402
-from bench.common import cpu_times, steal_percent  # noqa: E402
-from bench.flops import contraction_flops, sgemm_ceiling  # noqa: E402
-from passinfra.codegen.object_cache import compile_stats, reset_compile_stats  # noqa: E402
-from passinfra.frontend import from_onnx, zoo  # noqa: E402
-from passinfra.runtime.interpreter import evaluate  # noqa: E402
-from passinfra.transform import PassContext  # noqa: E402
 
 LIGHT_DIR = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 DENSENET = os.path.join(LIGHT_DIR, "light_densenet121.onnx")
@@ -244,7 +241,7 @@ def start_ray_scheduler():
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.codegen", description=__doc__.splitlines()[0])
     parser.add_argument("--output", default=str(ROOT / "bench" / "results_codegen.md"))
     parser.add_argument("--ray", action="store_true", help="also build on Ray with 2 workers")
     parser.add_argument("--no-densenet", action="store_true", help="skip the two 224x224 light models")

@@ -12,7 +12,7 @@ the same ``compile_c`` a build calls (no cache), interleaved:
 * a model's whole kernel set, compiled one kernel at a time in both forms, and whether
   the two forms give byte-identical objects.
 
-    python bench/compile_overhead.py [--model densenet121] [--repeats 5] [--output PATH]
+    python -m bench.compile_overhead [--model densenet121] [--repeats 5] [--output PATH]
 """
 
 from __future__ import annotations
@@ -23,13 +23,11 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from bench.common import Sample, interleaved, machine_notes, markdown_table
+from passinfra.codegen import c_renderer
+from passinfra.codegen.cc_driver import CompilerSettings, compile_c
 
-from bench.common import Sample, interleaved, machine_notes, markdown_table  # noqa: E402
-from passinfra.codegen import c_renderer  # noqa: E402
-from passinfra.codegen.cc_driver import CompilerSettings, compile_c  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 SYSTEM_HEADERS = c_renderer.SYSTEM_HEADERS
 DECLARED = c_renderer.LIBC_DECLARATIONS  # the block kernels open with
@@ -74,7 +72,9 @@ def compile_all(sources: dict[str, str], settings: CompilerSettings) -> tuple[fl
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.compile_overhead", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--model", default="densenet121")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--calls", type=int, default=40, help="compiles per fixed-cost sample")
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     text = "\n".join([
         "# The C compiler's cost per kernel: fixed overhead against the kernel's own work",
         "",
-        f"`python bench/compile_overhead.py --model {args.model} --repeats {args.repeats}`; "
+        f"`python -m bench.compile_overhead --model {args.model} --repeats {args.repeats}`; "
         f"{notes['machine']}, {notes['cc']}, load {notes['load average (1, 5, 15 min)']}. "
         "Every compile goes through "
         "`compile_c` with no cache (temporary directory, C file, compiler process), as CompileC "

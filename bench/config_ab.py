@@ -7,7 +7,7 @@ after one uncounted warm-up round; every variant's library must be byte-identica
 the first's. From each run's ``--trace`` it also reports the function stages' efficiency:
 the workers' busy time over (workers x the stages' wall time).
 
-    python bench/config_ab.py --config scheduler.work_queue=true --config scheduler.work_queue=false
+    python -m bench.config_ab --config scheduler.work_queue=true --config scheduler.work_queue=false
         [--models densenet121,resnet50] [--workers 2] [--repeats 3] [--output PATH]
 """
 
@@ -21,13 +21,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from bench.before_after import model_arg
+from bench.common import machine_notes, markdown_table
+from bench.scaling_curve import Runner
 
-from bench.before_after import model_arg  # noqa: E402
-from bench.common import machine_notes, markdown_table  # noqa: E402
-from bench.scaling_curve import Runner  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def stage_efficiency(trace: Path) -> float:
@@ -42,7 +40,7 @@ def stage_efficiency(trace: Path) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.config_ab", description=__doc__.splitlines()[0])
     parser.add_argument("--config", action="append", required=True, help="KEY=VALUE, one per variant")
     parser.add_argument("--models", default="densenet121,resnet50")
     parser.add_argument("--backend", choices=("ray", "local"), default="ray")
@@ -88,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     notes = machine_notes()
     text = "\n".join([
         "# Whole compiles, one config against another", "",
-        f"`python bench/config_ab.py {' '.join(f'--config {c}' for c in args.config)} --models {args.models} "
+        f"`python -m bench.config_ab {' '.join(f'--config {c}' for c in args.config)} --models {args.models} "
         f"--backend {args.backend} --workers {args.workers} --repeats {args.repeats}`; {notes['machine']}, "
         f"load {notes['load average (1, 5, 15 min)']}. Whole `raypass compile --no-cache` processes"
         f"{' on a warm pool' if pool else ''}, interleaved, {args.repeats} rounds after a warm-up; medians "

@@ -1,6 +1,6 @@
 """Why identical output channels needed a guarantee, and what DeduplicateFilters costs.
 
-    python bench/duplicate_filters.py [--output bench/results_duplicate_filters.md]
+    python -m bench.duplicate_filters [--output bench/results_duplicate_filters.md]
 
 1. Probe: ``sgemm`` (OpenBLAS, one thread) of A[169, 512] x B[1000, 512]^T with every row
    of B equal, under each OpenBLAS kernel this CPU can run (``OPENBLAS_CORETYPE``, one
@@ -24,12 +24,9 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-
-from bench.codegen import DENSENET, LIGHT_DIR, RESNET50, random_light_weights  # noqa: E402
-from bench.common import machine_notes, markdown_table  # noqa: E402
-from tests.codegen.test_cg_duplicate_filters import KERNELS, cpu_flags  # noqa: E402
+from bench.codegen import DENSENET, LIGHT_DIR, RESNET50, random_light_weights
+from bench.common import ROOT, machine_notes, markdown_table
+from passinfra.testing import OPENBLAS_KERNELS, cpu_flags
 
 PROBE = r"""
 import ctypes, json, os, numpy as np, scipy_openblas32
@@ -62,7 +59,7 @@ print(json.dumps(int(np.unique(out).size)))
 def in_subprocess(script: str, kernel: str, *args: str) -> int:
     env = dict(os.environ, OPENBLAS_CORETYPE=kernel)
     done = subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True, text=True,
-                          timeout=600, cwd=HERE.parent)
+                          timeout=600, cwd=ROOT)
     if done.returncode != 0:
         raise RuntimeError(done.stderr)
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -96,11 +93,13 @@ def pass_cost(path: str, repeats: int = 5) -> tuple[float, float, bool]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--output", default=str(HERE / "results_duplicate_filters.md"))
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.duplicate_filters", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--output", default=str(ROOT / "bench" / "results_duplicate_filters.md"))
     args = parser.parse_args(argv)
     flags = cpu_flags()
-    kernels = [kernel for kernel in sorted(KERNELS) if KERNELS[kernel] <= flags]
+    kernels = [kernel for kernel in sorted(OPENBLAS_KERNELS) if OPENBLAS_KERNELS[kernel] <= flags]
     squeezenet = os.path.join(LIGHT_DIR, "light_squeezenet.onnx")
     rows = []
     with tempfile.TemporaryDirectory() as cache:
@@ -115,7 +114,7 @@ def main(argv: list[str] | None = None) -> None:
         cost_rows.append([label, f"{dedup * 1e3:.1f}", f"{fold * 1e3:.1f}", "yes" if changed else "no"])
     notes = machine_notes()
     text = "\n".join([
-        "# Identical output channels across OpenBLAS kernels (`python bench/duplicate_filters.py`)",
+        "# Identical output channels across OpenBLAS kernels (`python -m bench.duplicate_filters`)",
         "",
         f"Machine: {notes['machine']}; kernels this CPU can run: {', '.join(kernels)}.",
         "",

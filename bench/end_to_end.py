@@ -52,7 +52,7 @@ with seeded random initializers instead (``bench.codegen.random_light_weights``)
 
 Writes bench/results_end_to_end.md.
 
-    python bench/end_to_end.py [--quick] [--repeats N] [--models densenet121,resnet50,mlp]
+    python -m bench.end_to_end [--quick] [--repeats N] [--models densenet121,resnet50,mlp]
                                [--n1 shared-pool|own-pool] [--weights generated|random]
                                [--no-snapshot] [--output PATH]
 """
@@ -73,11 +73,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from bench.common import (  # noqa: E402
+from bench.common import (
     BENCH_DIR,
     HEADLINE_TABLE_HEADER,
     cpu_times,
@@ -85,6 +81,8 @@ from bench.common import (  # noqa: E402
     markdown_table,
     steal_percent,
 )
+
+ROOT = Path(__file__).resolve().parent.parent
 
 SOURCE_PACKAGES = ("passinfra", "scheduler", "workers", "raypass_cli")  # pyproject's packages
 RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "token"}
@@ -778,7 +776,7 @@ def render(
     cleanup: list[str],
 ) -> str:
     mode = "--quick run" if args.quick else "full run"
-    command = " ".join(["python bench/end_to_end.py", *args.argv])
+    command = " ".join(["python -m bench.end_to_end", *args.argv])
     pool_facts = [
         f"- {pool.name} ({pool.workers} worker{'s' if pool.workers > 1 else ''}): "
         + ("; ".join(pool.facts) or ("start failed" if pool.unavailable else "not started"))
@@ -867,7 +865,7 @@ def checkout_note() -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python bench/end_to_end.py", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.end_to_end", description=__doc__.splitlines()[0])
     parser.add_argument(
         "--quick",
         action="store_true",

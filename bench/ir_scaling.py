@@ -5,7 +5,7 @@ evaluation on chains of ``add`` calls of each size (median of a few runs), print
 with the ratio between the two largest sizes (10x more nodes: linear means ~10), and
 writes the table to bench/results_ir_scaling.md.
 
-    python bench/ir_scaling.py [--sizes 1000,10000,100000] [--repeats 3] [--output PATH]
+    python -m bench.ir_scaling [--sizes 1000,10000,100000] [--repeats 3] [--output PATH]
 """
 
 from __future__ import annotations
@@ -22,14 +22,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from passinfra import evaluate, ir
+from passinfra.testing import make_chain
+
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # run as a script: make `tests.strategies` importable
-    sys.path.insert(0, str(ROOT))
-
-import numpy as np  # noqa: E402
-
-from passinfra import evaluate, ir  # noqa: E402
-from tests.strategies import make_chain  # noqa: E402
 
 DEFAULT_SIZES = (1_000, 10_000, 100_000)
 DEFAULT_OUTPUT = ROOT / "bench" / "results_ir_scaling.md"
@@ -126,7 +124,7 @@ def render(results: dict[str, dict[int, float]], sizes: list[int], repeats: int,
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.ir_scaling", description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)),
                         help="comma-separated chain lengths (default: %(default)s)")
     parser.add_argument("--repeats", type=int, default=3, help="runs per measurement (default: %(default)s)")

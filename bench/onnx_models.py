@@ -9,32 +9,29 @@ number of primitive functions after FuseOps (kernels) and one run of the library
 
 Writes a table to bench/results_onnx_models.md.
 
-    python bench/onnx_models.py [--output PATH] [--no-densenet] [--quick]
+    python -m bench.onnx_models [--output PATH] [--no-densenet] [--quick]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import onnx
+
+from bench.common import fresh_cache_dir, machine_notes, markdown_table
+from passinfra.build import build
+from passinfra.frontend import from_onnx, zoo
+from passinfra.instrument import PassTimingInstrument
+from passinfra.ir.expr import Call
+from passinfra.ir.functor import iter_post_order
+from passinfra.transform.context import PassContext
+
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-import numpy as np  # noqa: E402
-import onnx  # noqa: E402
-
-from bench.common import fresh_cache_dir, machine_notes, markdown_table  # noqa: E402
-from passinfra.build import build  # noqa: E402
-from passinfra.frontend import from_onnx, zoo  # noqa: E402
-from passinfra.instrument import PassTimingInstrument  # noqa: E402
-from passinfra.ir.expr import Call  # noqa: E402
-from passinfra.ir.functor import iter_post_order  # noqa: E402
-from passinfra.transform.context import PassContext  # noqa: E402
 
 ZOO_SPECS = [
     "zoo:mlp?layers=4&hidden=256",
@@ -135,7 +132,7 @@ def render_all_passes(rows: list[dict[str, Any]]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.onnx_models", description=__doc__.splitlines()[0])
     parser.add_argument("--output", default=str(ROOT / "bench" / "results_onnx_models.md"))
     parser.add_argument("--no-densenet", action="store_true")
     parser.add_argument("--quick", action="store_true", help="two small zoo models only")
@@ -150,7 +147,7 @@ def main() -> None:
     notes = "\n".join(f"- {key}: {value}" for key, value in machine_notes().items())
     text = (
         "# ONNX import and build\n\n"
-        "`python bench/onnx_models.py`. Import with `from_onnx`; build with "
+        "`python -m bench.onnx_models`. Import with `from_onnx`; build with "
         "`passinfra.build(mod, opt_level=3)` under a PassTimingInstrument, cold object cache. "
         "IR calls: call nodes in `main` after import. Kernels: compiled primitive functions. "
         "Run: one call of the library on random inputs. Pass times are summed over a pass's "

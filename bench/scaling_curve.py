@@ -12,7 +12,7 @@ far each prediction is from the measured median. The Amdahl bound is the calibra
 serial path plus the stages' work split perfectly. Writes the numbers (markdown) and a
 PNG of speedup against N.
 
-    python bench/scaling_curve.py [--model densenet121] [--workers 1,2,4,8,15] [--repeats 3]
+    python -m bench.scaling_curve [--model densenet121] [--workers 1,2,4,8,15] [--repeats 3]
         [--calibrate-on N] [--output bench/results_scaling_curve.md] [--png bench/scaling_curve.png]
 """
 
@@ -29,13 +29,11 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from bench.before_after import model_arg
+from bench.common import machine_notes, markdown_table
+from bench.simulator import TraceProfile, amdahl_bound, predict, profile_from_trace
 
-from bench.before_after import model_arg  # noqa: E402
-from bench.common import machine_notes, markdown_table  # noqa: E402
-from bench.simulator import TraceProfile, amdahl_bound, predict, profile_from_trace  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 TARGET_ERROR = 0.15  # the simulator's prediction within 15% of what was measured
 TIMEOUT_S = 1800.0
@@ -155,7 +153,7 @@ def report(model: str, counts: list[int], local: list[float], pooled: dict[int, 
     met = worst <= TARGET_ERROR
     text = "\n".join([
         f"# Scaling curve: {model}, whole compiles on a warm pool (issue 28)", "",
-        f"`python bench/scaling_curve.py --model {args.model} --workers {args.workers} "
+        f"`python -m bench.scaling_curve --model {args.model} --workers {args.workers} "
         f"--repeats {args.repeats} --calibrate-on {calibrated_on}`; {notes['machine']}, "
         f"load {notes['load average (1, 5, 15 min)']}. "
         "Whole `raypass compile --no-cache` processes, local and on a warm pool of N workers interleaved, "
@@ -178,7 +176,9 @@ def report(model: str, counts: list[int], local: list[float], pooled: dict[int, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.scaling_curve", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--model", default="densenet121")
     parser.add_argument("--workers", default="1,2,4,8,15")
     parser.add_argument("--repeats", type=int, default=3)

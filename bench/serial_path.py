@@ -1,6 +1,6 @@
 """Issue 16, item 3 ("a shorter serial path"): what of a build no worker count shortens.
 
-    python bench/serial_path.py [--quick] [--repeats N] [--baseline DIR] [--output FILE]
+    python -m bench.serial_path [--quick] [--repeats N] [--baseline DIR] [--output FILE]
 
 Three measurements, each in whole processes:
 
@@ -47,8 +47,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # run as a script: make `bench` importable
-    sys.path.insert(0, str(ROOT))
 
 DEFAULT_OUTPUT = ROOT / "bench" / "results_serial_path.md"
 DEPTH_MODELS = {
@@ -524,7 +522,7 @@ def link_report(data: dict[str, dict[str, Any]]) -> tuple[list[str], list[list[s
 
 # ----- main ---------------------------------------------------------------------------------
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python bench/serial_path.py", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.serial_path", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="3 rounds instead of 5")
     parser.add_argument("--repeats", type=int, default=None, help="rounds of the depth runs (default 5)")
     parser.add_argument(
@@ -589,7 +587,7 @@ def main(argv: list[str] | None = None) -> int:
     text = [
         "# Serial path (issue 16, item 3)",
         "",
-        f"`python bench/serial_path.py{' --quick' if args.quick else ''}"
+        f"`python -m bench.serial_path{' --quick' if args.quick else ''}"
         f"{' --baseline ' + str(args.baseline) if args.baseline else ''}`; trees: "
         + ", ".join(f"{label} = `{path}`" for label, path in trees.items())
         + f"; {time.perf_counter() - started:.0f} s.",

@@ -17,7 +17,7 @@ thread pool against OpenMP.
 
 Writes bench/results_threads.md.
 
-    python bench/threads.py [--repeats N] [--build-rounds N] [--no-densenet] [--pool-rounds N]
+    python -m bench.threads [--repeats N] [--build-rounds N] [--no-densenet] [--pool-rounds N]
                             [--pool-only] [--output PATH]
 """
 
@@ -37,16 +37,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import numpy as np
+import onnx
 
-import numpy as np  # noqa: E402
-import onnx  # noqa: E402
-
-import passinfra  # noqa: E402
-from bench.codegen import DENSENET, model_inputs, random_light_weights  # noqa: E402
-from bench.common import (  # noqa: E402
+import passinfra
+from bench.codegen import DENSENET, model_inputs, random_light_weights
+from bench.common import (
     HEADLINE_TABLE_HEADER,
     Sample,
     cpu_times,
@@ -56,11 +52,13 @@ from bench.common import (  # noqa: E402
     markdown_table,
     steal_percent,
 )
-from bench.common import verdict as verdict_text  # noqa: E402
-from passinfra.codegen.thread_pool import MIN_WORK_PER_THREAD, SPIN_MICROSECONDS, pool_source  # noqa: E402
-from passinfra.frontend import from_onnx, zoo  # noqa: E402
-from passinfra.runtime.cpus import available_cpus, cgroup_cpu_quota  # noqa: E402
-from passinfra.transform import PassContext  # noqa: E402
+from bench.common import verdict as verdict_text
+from passinfra.codegen.thread_pool import MIN_WORK_PER_THREAD, SPIN_MICROSECONDS, pool_source
+from passinfra.frontend import from_onnx, zoo
+from passinfra.runtime.cpus import available_cpus, cgroup_cpu_quota
+from passinfra.transform import PassContext
+
+ROOT = Path(__file__).resolve().parent.parent
 
 TRANSFORMER = "zoo transformer (4 layers, hidden 256, seq 64)"
 DENSENET_LABEL = "DenseNet-121 (onnx light, random weights)"
@@ -415,7 +413,7 @@ def render(runs: list[dict[str, Any]], build: dict[str, Sample] | None, pool: di
     lines = [
         "# Threads in the compiled library (issue 18, item 1)",
         "",
-        "Written by `python bench/threads.py`. **This machine has "
+        "Written by `python -m bench.threads`. **This machine has "
         f"{os.cpu_count()} logical CPUs** ({cpus} usable by this process: affinity mask "
         f"{len(os.sched_getaffinity(0))}, cgroup CPU quota {'none' if quota is None else f'{quota:g}'}), "
         "so thread scaling is measured from 1 to "
@@ -506,7 +504,7 @@ def pool_only(output: Path, rounds: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.threads", description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--build-rounds", type=int, default=3)
     parser.add_argument("--attempts", type=int, default=3,

@@ -19,7 +19,7 @@
 
 Writes bench/results_vs_onnxruntime.md.
 
-    python bench/vs_onnxruntime.py [--repeats N] [--only SUBSTRING] [--profile] [--kernels]
+    python -m bench.vs_onnxruntime [--repeats N] [--only SUBSTRING] [--profile] [--kernels]
                                    [--build-time] [--output PATH]
 """
 
@@ -33,24 +33,19 @@ import json
 import math
 import os
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
 
-import numpy as np  # noqa: E402
-import onnx  # noqa: E402
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
-
-from bench import conv_models  # noqa: E402
-from bench.codegen import LIGHT_DIR, ZOO_MODELS, model_inputs, random_light_weights  # noqa: E402
-from bench.common import (  # noqa: E402
+from bench import conv_models
+from bench.codegen import LIGHT_DIR, ZOO_MODELS, model_inputs, random_light_weights
+from bench.common import (
     HEADLINE_TABLE_HEADER,
     Sample,
     interleaved,
@@ -59,16 +54,18 @@ from bench.common import (  # noqa: E402
     ratio,
     verdict,
 )
-from passinfra import tir  # noqa: E402
-from passinfra.build import compile_pipeline, run_link  # noqa: E402
-from passinfra.codegen import lower  # noqa: E402
-from passinfra.codegen.compute.conv_direct import ConvGeometry  # noqa: E402
-from passinfra.codegen.compute.conv_plan import choose_kernel  # noqa: E402
-from passinfra.frontend import from_onnx, zoo  # noqa: E402
-from passinfra.ir.type_infer import infer_type  # noqa: E402
-from passinfra.runtime.cpus import available_cpus  # noqa: E402
-from passinfra.runtime.module import Module  # noqa: E402
-from passinfra.transform import PassContext  # noqa: E402
+from passinfra import tir
+from passinfra.build import compile_pipeline, run_link
+from passinfra.codegen import lower
+from passinfra.codegen.compute.conv_direct import ConvGeometry
+from passinfra.codegen.compute.conv_plan import choose_kernel
+from passinfra.frontend import from_onnx, zoo
+from passinfra.ir.type_infer import infer_type
+from passinfra.runtime.cpus import available_cpus
+from passinfra.runtime.module import Module
+from passinfra.transform import PassContext
+
+ROOT = Path(__file__).resolve().parent.parent
 
 LIGHT_MODELS = {
     "AlexNet": "light_bvlc_alexnet.onnx",
@@ -463,7 +460,9 @@ def build_time(rounds: int) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.vs_onnxruntime", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--only", help="only the models whose label contains this")
     parser.add_argument("--profile", action="store_true", help="profile AlexNet and ShuffleNet per kernel")
@@ -476,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
 
     notes = machine_notes()
     lines = ["# Inference latency against onnxruntime (issue 18)", "",
-             "Written by `python bench/vs_onnxruntime.py` (module docstring: what is measured and how).", ""]
+             "Written by `python -m bench.vs_onnxruntime` (module docstring: what is measured and how).", ""]
     lines += [f"- {key}: {value}" for key, value in notes.items()]
     lines += [f"- CPUs this process may use: {available_cpus()} (our default threads; onnxruntime's "
               f"default is every core)", ""]

@@ -94,10 +94,9 @@ def compile_model(
     kwargs = context_kwargs(args, _cache_config(args))
     timing, recorder = PassTimingInstrument(), PassSpanRecorder()
     others = [timing, recorder, *_instruments(args)]
-    # the progress display follows the plan the scheduler will make under these instruments
-    progress = BuildProgress(
-        [compile_pipeline(), link_pipeline()], PassContext(instruments=others, **kwargs), live=live_progress
-    )
+    # the display shows the plan the scheduler runs (it hands it over as the run starts),
+    # then the link step, which the build runs in this process after it
+    progress = BuildProgress([link_pipeline()], live=live_progress)
     outcome = BuildOutcome()
     started = time.perf_counter()
     outcome.started = time.time()

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import sys
+import importlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,33 +50,27 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 1
 
 
-def bench_directory() -> Path | None:
-    """``bench/`` of the current directory, else of the repository this package is in."""
-    import scheduler
-
-    for candidate in (Path.cwd() / "bench", Path(scheduler.__file__).resolve().parents[1] / "bench"):
-        if (candidate / "__main__.py").is_file():
-            return candidate
-    return None
+def bench_main() -> Callable[[list[str]], int | None]:
+    """``bench.__main__.main``: the benchmarks are the ``bench`` package, which ships with
+    raypass (an editable install maps it to the checkout's bench/)."""
+    try:
+        module = importlib.import_module("bench.__main__")
+    except ModuleNotFoundError as error:
+        # only the package itself missing is the user's setup; a module the benchmarks
+        # import that is missing (onnxruntime, ...) stays an error with its traceback
+        if error.name not in ("bench", "bench.__main__"):
+            raise
+        raise CliUserError(
+            "the benchmarks (the bench package) are not installed; install raypass from its "
+            "checkout (`pip install -e .`, as `make test` does) and run `raypass bench` again"
+        ) from None
+    return module.main
 
 
 def cmd_bench(args: argparse.Namespace, rest: list[str]) -> int:
-    directory = bench_directory()
-    if directory is None:
-        raise CliUserError(
-            "no bench/__main__.py in the current directory or the raypass checkout; "
-            "run `raypass bench` from the repository root"
-        )
-    spec = importlib.util.spec_from_file_location("raypass_bench_main", directory / "__main__.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    # the benchmarks import their siblings (bench/common.py) by directory or as package
-    sys.path.insert(0, str(directory.parent))
-    sys.path.insert(0, str(directory))
-    spec.loader.exec_module(module)
+    main = bench_main()
     argv = (["--quick"] if args.quick else []) + rest
-    result = module.main(argv)
-    return int(result or 0)
+    return int(main(argv) or 0)
 
 
 def add_parsers(sub: Any) -> None:
@@ -96,6 +90,6 @@ def add_parsers(sub: Any) -> None:
     )
     replay.set_defaults(func=cmd_replay)
 
-    bench = sub.add_parser("bench", help="run the benchmarks (bench/__main__.py); other options pass through")
+    bench = sub.add_parser("bench", help="run the benchmarks (python -m bench); other options pass through")
     bench.add_argument("--quick", action="store_true", help="the small, fast configuration")
     bench.set_defaults(func=cmd_bench, takes_rest=True)

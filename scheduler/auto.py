@@ -24,7 +24,7 @@ does it all and Ray gains nothing. How long start-up takes is the machine's own
 measurement for that worker count (``scheduler.pool.startup_times``).
 
 The constants were measured on this project's reference machine (2-core EPYC, gcc -O2)
-by ``python bench/auto_costs.py``, which fits them from instrumented builds; config keys
+by ``python -m bench.auto_costs``, which fits them from instrumented builds; config keys
 ``scheduler.auto_*`` override them. ``last_run.backend_reason`` shows the numbers.
 """
 

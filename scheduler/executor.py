@@ -7,13 +7,18 @@ driver's module; a function pass runs its whole stage on the workers the first t
 of the stage's passes is reached, and the later passes of the stage replay what the
 workers measured (timings, the first error). When an instrument needs to see the module
 between passes, the plan has one function pass per stage, so the hooks see real modules.
+
+Whoever displays a run (the CLI's progress bars) learns its plan from here: before a run
+starts, every instrument of the context that has an ``on_plan`` hook (:class:`PlanListener`)
+is handed the plan the run follows, so a display never derives a plan of its own that
+could differ from the one run.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from passinfra.instrument import PassInstrument
 from passinfra.ir.module import IRModule
@@ -39,6 +44,32 @@ def instrument_needs_module(instrument: PassInstrument) -> bool:
 
 def batching_allowed(ctx: PassContext) -> bool:
     return not any(instrument_needs_module(inst) for inst in ctx.instruments)
+
+
+def plan_for(pipeline: Pass, ctx: PassContext) -> Plan:
+    """The plan a run of ``pipeline`` under ``ctx`` follows: one function pass per stage
+    when an instrument needs to see the module between passes, batched otherwise."""
+    return build_plan(pipeline, ctx, batch=batching_allowed(ctx))
+
+
+@runtime_checkable
+class PlanListener(Protocol):
+    """An instrument that wants the plan of each run before the run starts. ``ctx`` is the
+    run's context, under which the listener may plan what it knows runs next."""
+
+    def on_plan(self, plan: Plan, ctx: PassContext) -> None: ...
+
+
+def announce_plan(pipeline: Pass, ctx: PassContext, plan: Plan | None = None) -> None:
+    """Hand ``plan`` (by default: the plan of ``pipeline`` under ``ctx``, made only when
+    some instrument listens) to every :class:`PlanListener` among ``ctx``'s instruments."""
+    listeners = [inst for inst in ctx.instruments if isinstance(inst, PlanListener)]
+    if not listeners:
+        return
+    if plan is None:
+        plan = plan_for(pipeline, ctx)
+    for listener in listeners:
+        listener.on_plan(plan, ctx)
 
 
 StageRunner = Callable[[FunctionStage, IRModule, PassContext], "StageOutcome"]
@@ -67,7 +98,8 @@ class PlanExecutor:
         self.plan: Plan | None = None
 
     def run(self, pipeline: Pass, mod: IRModule) -> IRModule:
-        self.plan = build_plan(pipeline, self._ctx, batch=batching_allowed(self._ctx))
+        self.plan = plan_for(pipeline, self._ctx)
+        announce_plan(pipeline, self._ctx, self.plan)
         self._outcomes = {}
         return self._visit(self.plan, self.plan.root, mod)
 
@@ -123,4 +155,11 @@ class PlanExecutor:
             instrument.on_remote_timings(node.pass_.info, dict(sorted(per_worker.items())))
 
 
-__all__ = ["PlanExecutor", "instrument_needs_module", "batching_allowed"]
+__all__ = [
+    "PlanExecutor",
+    "PlanListener",
+    "announce_plan",
+    "batching_allowed",
+    "instrument_needs_module",
+    "plan_for",
+]

@@ -29,7 +29,7 @@ from passinfra.transform import Pass, PassContext, register_config
 from passinfra.transform.errors import PassArgumentError
 from passinfra.transform.run_facts import collect_facts
 from scheduler import auto
-from scheduler.executor import ErrorHook, PlanExecutor
+from scheduler.executor import ErrorHook, PlanExecutor, announce_plan
 from scheduler.plan import FunctionStage, Plan, build_plan
 from scheduler.pool.startup import WorkerSource
 from scheduler.reproducer import write_reproducer
@@ -134,6 +134,9 @@ class Scheduler:
             self._workers.start_in_background()
         try:
             if backend == "local":
+                # in-process, the pipeline runs as its plan says: a display gets the plan
+                # as it would from the executor
+                announce_plan(pipeline, ctx)
                 # what the passes report about their runs is collected into last_run
                 with collect_facts() as self.last_run.facts:
                     return pipeline(mod)

@@ -4,28 +4,22 @@ every OpenBLAS kernel this CPU can run (DeduplicateFilters; see its module docst
 OpenBLAS picks its sgemm kernel from the CPU at load time; ``OPENBLAS_CORETYPE`` forces
 one, so a single machine checks what an AVX2 (Haswell/Zen kernel), an AVX-512 and an AVX
 machine would compute. Each kernel runs in its own process (the choice is made once per
-process) and only if this CPU has the instructions it needs.
+process) and only if this CPU has the instructions it needs (the kernels and the flags they
+need: passinfra.testing, which bench/duplicate_filters.py shares).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-PROJECT = Path(__file__).resolve().parents[2]
+from passinfra.testing import OPENBLAS_KERNELS, cpu_flags
 
-# OpenBLAS core type -> CPU flags (/proc/cpuinfo) its kernels need
-KERNELS = {
-    "Haswell": {"avx2", "fma"},
-    "SkylakeX": {"avx512f", "avx512bw", "avx512dq", "avx512vl"},
-    "Sandybridge": {"avx"},
-    "Nehalem": {"sse4_2"},
-}
+PROJECT = Path(__file__).resolve().parents[2]
 
 # A network whose every layer has identical filters, like the onnx light models'
 # generated weights (SqueezeNet's head): 3x3 conv -> relu -> 1x1 conv to 1000 channels
@@ -50,22 +44,9 @@ print(json.dumps({"distinct": int(np.unique(out).size), "max": float(out.max())}
 """
 
 
-def cpu_flags() -> set[str]:
-    """The CPU's flags; without the AVX-512 ones in a run as an AVX2-only CPU (tests/avx2_only.py)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return set()
-    line = next((line for line in text.splitlines() if line.startswith("flags")), "")
-    flags = set(line.split(":", 1)[-1].split())
-    if os.environ.get("RAYPASS_MAX_ISA") in ("avx2", "portable"):
-        flags = {flag for flag in flags if not flag.startswith("avx512")}
-    return flags
-
-
-@pytest.mark.parametrize("kernel", sorted(KERNELS))
+@pytest.mark.parametrize("kernel", sorted(OPENBLAS_KERNELS))
 def test_identical_channels_are_identical_under_every_blas_kernel(kernel: str, tmp_path: Path) -> None:
-    missing = KERNELS[kernel] - cpu_flags()
+    missing = OPENBLAS_KERNELS[kernel] - cpu_flags()
     if missing:
         pytest.skip(f"this CPU cannot run OpenBLAS's {kernel} kernel (no {', '.join(sorted(missing))})")
     env = {"OPENBLAS_CORETYPE": kernel, "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
