@@ -54,7 +54,7 @@ from passinfra.codegen import vector_math
 from passinfra.codegen.transform.parallelize import statement_work
 from passinfra.ir.types import is_float_dtype
 from passinfra.tir.arith import affine_coefficient, const_int
-from passinfra.tir.functor import iter_expr_post_order, stmt_children
+from passinfra.tir.functor import any_stmt, iter_expr_post_order, stmt_children
 from passinfra.tir.intrinsics import is_kernel_call
 from passinfra.transform.config import register_config
 
@@ -124,14 +124,16 @@ def wants_clone(stmt: tir.Stmt, skip_parallel: bool, min_work: int = MIN_CLONE_W
 
 
 def _calls_kernel(root: tir.Stmt, skip_parallel: bool) -> bool:
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, tir.Evaluate) and is_kernel_call(node.value):
-            return True
-        if not (skip_parallel and isinstance(node, tir.For) and node.kind is tir.ForKind.PARALLEL):
-            stack.extend(stmt_children(node))
-    return False
+    enter = _outside_parallel_loops if skip_parallel else None
+    return any_stmt(root, lambda node: isinstance(node, tir.Evaluate) and is_kernel_call(node.value), enter)
+
+
+def _outside_parallel_loops(node: tir.Stmt) -> bool:
+    return not _is_parallel_loop(node)
+
+
+def _is_parallel_loop(node: tir.Stmt) -> bool:
+    return isinstance(node, tir.For) and node.kind is tir.ForKind.PARALLEL
 
 
 def _epilogue_work(node: tir.Stmt, skip_parallel: bool) -> int:
@@ -205,15 +207,14 @@ def _vectorizable(store: tir.BufferStore, loops: tuple[tir.For, ...]) -> bool:
 
 
 def _only_short_loops(root: tir.Stmt) -> bool:
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, tir.For):
-            extent = const_int(node.extent)
-            if extent is None or extent > SHORT_LOOP_EXTENT:
-                return False
-        stack.extend(stmt_children(node))
-    return True
+    return not any_stmt(root, _is_long_loop)
+
+
+def _is_long_loop(node: tir.Stmt) -> bool:
+    if not isinstance(node, tir.For):
+        return False
+    extent = const_int(node.extent)
+    return extent is None or extent > SHORT_LOOP_EXTENT
 
 
 def _work(stmt: tir.Stmt, skip_parallel: bool) -> int:
@@ -238,13 +239,7 @@ def _work(stmt: tir.Stmt, skip_parallel: bool) -> int:
 
 
 def _has_parallel(root: tir.Stmt) -> bool:
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, tir.For) and node.kind is tir.ForKind.PARALLEL:
-            return True
-        stack.extend(stmt_children(node))
-    return False
+    return any_stmt(root, _is_parallel_loop)
 
 
 __all__ = [

@@ -13,6 +13,7 @@ import numpy as np
 
 from passinfra.errors import EvaluationError
 from passinfra.ir.op.bitcast import reinterpret_array
+from passinfra.tir import nodes as n
 from passinfra.tir.functor import expr_children
 from passinfra.tir.intrinsics import (
     BITWISE_INTRINSICS,
@@ -22,43 +23,7 @@ from passinfra.tir.intrinsics import (
     is_conv,
     is_gemm,
 )
-from passinfra.tir.nodes import (
-    EQ,
-    GE,
-    GT,
-    LE,
-    LT,
-    NE,
-    Add,
-    Allocate,
-    And,
-    Buffer,
-    BufferLoad,
-    BufferStore,
-    Cast,
-    Div,
-    Evaluate,
-    FloatImm,
-    FloorDiv,
-    FloorMod,
-    For,
-    IfThenElse,
-    IntImm,
-    Intrinsic,
-    LetStmt,
-    Max,
-    Min,
-    Mul,
-    Not,
-    Or,
-    PrimExpr,
-    PrimFunc,
-    Select,
-    SeqStmt,
-    Stmt,
-    Sub,
-    TVar,
-)
+from passinfra.tir.nodes import Buffer, PrimExpr, PrimFunc, Stmt, TVar
 
 
 def _c_div(a: Any, b: Any) -> Any:
@@ -86,22 +51,22 @@ def _floor_mod(a: Any, b: Any) -> Any:
 
 # Shared with Simplify's constant folding, so folding and evaluation cannot disagree.
 BINARY_OPS: dict[type, Callable[[Any, Any], Any]] = {
-    Add: lambda a, b: a + b,
-    Sub: lambda a, b: a - b,
-    Mul: lambda a, b: a * b,
-    Div: _c_div,
-    FloorDiv: _floor_div,
-    FloorMod: _floor_mod,
-    Min: lambda a, b: min(a, b),
-    Max: lambda a, b: max(a, b),
-    EQ: lambda a, b: np.bool_(a == b),
-    NE: lambda a, b: np.bool_(a != b),
-    LT: lambda a, b: np.bool_(a < b),
-    LE: lambda a, b: np.bool_(a <= b),
-    GT: lambda a, b: np.bool_(a > b),
-    GE: lambda a, b: np.bool_(a >= b),
-    And: lambda a, b: np.bool_(a and b),
-    Or: lambda a, b: np.bool_(a or b),
+    n.Add: lambda a, b: a + b,
+    n.Sub: lambda a, b: a - b,
+    n.Mul: lambda a, b: a * b,
+    n.Div: _c_div,
+    n.FloorDiv: _floor_div,
+    n.FloorMod: _floor_mod,
+    n.Min: lambda a, b: min(a, b),
+    n.Max: lambda a, b: max(a, b),
+    n.EQ: lambda a, b: np.bool_(a == b),
+    n.NE: lambda a, b: np.bool_(a != b),
+    n.LT: lambda a, b: np.bool_(a < b),
+    n.LE: lambda a, b: np.bool_(a <= b),
+    n.GT: lambda a, b: np.bool_(a > b),
+    n.GE: lambda a, b: np.bool_(a >= b),
+    n.And: lambda a, b: np.bool_(a and b),
+    n.Or: lambda a, b: np.bool_(a or b),
 }
 
 def _round_half_away(x: Any) -> Any:
@@ -147,7 +112,7 @@ class _Interpreter:
 
     def expr_node(self, node: Any, args: list[Any]) -> Any:
         kind = type(node)
-        if kind is IntImm or kind is FloatImm:
+        if kind is n.IntImm or kind is n.FloatImm:
             return _scalar(node.value, node.dtype)
         if kind is TVar:
             if node not in self.env:
@@ -156,20 +121,20 @@ class _Interpreter:
         operation = BINARY_OPS.get(kind)
         if operation is not None:
             return operation(*args)
-        if kind is Not:
+        if kind is n.Not:
             return np.bool_(not args[0])
-        if kind is Select:
+        if kind is n.Select:
             return args[1] if args[0] else args[2]
-        if kind is Cast:
+        if kind is n.Cast:
             return _scalar(args[0], node.dtype)
-        if kind is Intrinsic:
+        if kind is n.Intrinsic:
             if node.name == REINTERPRET:  # the bits, not the value, become the dtype
                 return reinterpret_array(args[0], node.dtype)[()]
             function = _INTRINSICS.get(node.name)
             if function is None:
                 raise EvaluationError(f"the TIR interpreter has no intrinsic {node.name!r}")
             return _scalar(function(*args), node.dtype)
-        if kind is BufferLoad:
+        if kind is n.BufferLoad:
             return self.array(node.buffer, args)[tuple(int(i) for i in args)]
         raise EvaluationError(f"cannot evaluate a {kind.__name__}")
 
@@ -182,7 +147,7 @@ class _Interpreter:
                                   f"{buf.name} of shape {array.shape}")
         return array
 
-    def flat_view(self, load: BufferLoad) -> np.ndarray:
+    def flat_view(self, load: n.BufferLoad) -> np.ndarray:
         """The memory of the loaded buffer from the loaded element on, as a 1-d view."""
         indices = [int(self.expr(i)) for i in load.indices]
         array = self.array(load.buffer, indices) if indices else self.memory[load.buffer]
@@ -193,39 +158,39 @@ class _Interpreter:
 
     def stmt(self, node: Stmt) -> None:
         kind = type(node)
-        if kind is SeqStmt:
+        if kind is n.SeqStmt:
             for child in node.stmts:
                 self.stmt(child)
-        elif kind is For:
+        elif kind is n.For:
             start, extent = int(self.expr(node.start)), int(self.expr(node.extent))
             dtype = np.dtype(node.loop_var.dtype).type
             for value in range(start, start + extent):
                 self.env[node.loop_var] = dtype(value)
                 self.stmt(node.body)
             self.env.pop(node.loop_var, None)
-        elif kind is BufferStore:
+        elif kind is n.BufferStore:
             indices = [self.expr(i) for i in node.indices]
             value = self.expr(node.value)
             self.array(node.buffer, indices)[tuple(int(i) for i in indices)] = value
-        elif kind is Allocate:
+        elif kind is n.Allocate:
             # garbage-filled, like C's uninitialized memory, so reads before writes show up
             self.memory[node.buffer] = np.full(node.buffer.shape, _garbage(node.buffer.dtype))
             self.stmt(node.body)
             del self.memory[node.buffer]
-        elif kind is IfThenElse:
+        elif kind is n.IfThenElse:
             if self.expr(node.cond):
                 self.stmt(node.then_case)
             elif node.else_case is not None:
                 self.stmt(node.else_case)
-        elif kind is LetStmt:
+        elif kind is n.LetStmt:
             self.env[node.var] = self.expr(node.value)
             self.stmt(node.body)
             del self.env[node.var]
-        elif kind is Evaluate and is_gemm(node.value):
+        elif kind is n.Evaluate and is_gemm(node.value):
             evaluate_gemm(node.value, self.flat_view, self.expr)
-        elif kind is Evaluate and is_conv(node.value):
+        elif kind is n.Evaluate and is_conv(node.value):
             evaluate_conv(node.value, self.flat_view, self.expr)
-        elif kind is Evaluate:
+        elif kind is n.Evaluate:
             self.expr(node.value)
         else:
             raise EvaluationError(f"cannot execute a {kind.__name__}")

@@ -15,137 +15,132 @@ Dispatch is by class through tables, never isinstance chains:
   ``rewrite_<kind>(node)`` run post-order: ``node`` already has its rewritten children,
   and the hook returns its replacement. Unchanged nodes come back as the same object.
 
-Expression nodes are frozen dataclasses whose ``==`` and ``hash`` are structural and
-recursive, so this module keys its memo tables by ``id`` and compares with
-:func:`same_expr`, never ``==``.
+Every table here derives from the nodes' declarations (:mod:`passinfra.tir.schema`):
+children, rebuilding, the hook names, the statement defaults (visit or rebuild from the
+fields, binders kept), so a node kind declared elsewhere is walked and rewritten too.
+Memo tables are keyed by ``id`` (``==`` is identity; structure is :func:`same_expr`).
+:func:`iter_stmts` / :func:`any_stmt` / :func:`iter_exprs` / :func:`any_expr` are the
+walks everything else uses instead of a hand-written stack.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from passinfra.tir.nodes import (
-    EQ,
-    GE,
-    GT,
-    LE,
-    LT,
-    NE,
-    Add,
-    Allocate,
-    And,
-    Buffer,
-    BufferLoad,
-    BufferStore,
-    Cast,
-    Div,
-    Evaluate,
-    FloatImm,
-    FloorDiv,
-    FloorMod,
-    For,
-    IfThenElse,
-    IntImm,
-    Intrinsic,
-    LetStmt,
-    Max,
-    Min,
-    Mul,
-    Not,
-    Or,
-    PrimExpr,
-    Select,
-    SeqStmt,
-    Stmt,
-    Sub,
-    TVar,
-)
+from passinfra.errors import IRError
+from passinfra.tir import nodes
+from passinfra.tir.nodes import PrimExpr, Stmt, TVar
+from passinfra.tir.schema import TirSchema, node_kinds, schema_of
 
-BINARY_CLASSES = (Add, Sub, Mul, Div, FloorDiv, FloorMod, Min, Max)
-COMPARE_CLASSES = (EQ, NE, LT, LE, GT, GE, And, Or)
-
-# Each expression class: (hook suffix, children(node), rebuild(node, new_children)).
-_ExprSpec = tuple[str, Callable[[Any], tuple], Callable[[Any, list], PrimExpr]]
+BINARY_CLASSES = (nodes.Add, nodes.Sub, nodes.Mul, nodes.Div, nodes.FloorDiv, nodes.FloorMod, nodes.Min,
+                  nodes.Max)
+COMPARE_CLASSES = (nodes.EQ, nodes.NE, nodes.LT, nodes.LE, nodes.GT, nodes.GE, nodes.And, nodes.Or)
 
 
-def _no_children(node: Any) -> tuple:
-    return ()
+def _expr_schema(node: Any) -> TirSchema:
+    schema = schema_of(type(node))
+    if schema.is_stmt:
+        raise IRError(f"not a loop-level expression: {type(node).__name__}")
+    return schema
 
 
-def _binary_spec(name: str) -> _ExprSpec:
-    return (name, lambda e: (e.a, e.b), lambda e, c: type(e)(c[0], c[1]))
-
-
-EXPR_SPECS: dict[type, _ExprSpec] = {
-    IntImm: ("int_imm", _no_children, lambda e, c: e),
-    FloatImm: ("float_imm", _no_children, lambda e, c: e),
-    TVar: ("tvar", _no_children, lambda e, c: e),
-    Add: _binary_spec("add"),
-    Sub: _binary_spec("sub"),
-    Mul: _binary_spec("mul"),
-    Div: _binary_spec("div"),
-    FloorDiv: _binary_spec("floor_div"),
-    FloorMod: _binary_spec("floor_mod"),
-    Min: _binary_spec("min"),
-    Max: _binary_spec("max"),
-    EQ: _binary_spec("eq"),
-    NE: _binary_spec("ne"),
-    LT: _binary_spec("lt"),
-    LE: _binary_spec("le"),
-    GT: _binary_spec("gt"),
-    GE: _binary_spec("ge"),
-    And: _binary_spec("and"),
-    Or: _binary_spec("or"),
-    Not: ("not", lambda e: (e.a,), lambda e, c: Not(c[0], e.dtype)),
-    Select: (
-        "select",
-        lambda e: (e.cond, e.true_value, e.false_value),
-        lambda e, c: Select(c[0], c[1], c[2]),
-    ),
-    Cast: ("cast", lambda e: (e.value,), lambda e, c: Cast(e.dtype, c[0])),
-    Intrinsic: ("intrinsic", lambda e: e.args, lambda e, c: Intrinsic(e.name, tuple(c), e.dtype)),
-    BufferLoad: ("buffer_load", lambda e: e.indices, lambda e, c: BufferLoad(e.buffer, tuple(c))),
-}
-
-STMT_HOOKS: dict[type, str] = {
-    For: "visit_for",
-    SeqStmt: "visit_seq_stmt",
-    BufferStore: "visit_buffer_store",
-    Allocate: "visit_allocate",
-    IfThenElse: "visit_if_then_else",
-    LetStmt: "visit_let_stmt",
-    Evaluate: "visit_evaluate",
-}
-
-
-def _expr_spec(node: Any) -> _ExprSpec:
-    spec = EXPR_SPECS.get(type(node))
-    if spec is None:
-        from passinfra.errors import IRError
-
-        raise IRError(f"not a loop-level expression: {type(node).__name__} ({node!r:.80})")
-    return spec
+def _stmt_schema(node: Any) -> TirSchema:
+    schema = schema_of(type(node))
+    if not schema.is_stmt:
+        raise IRError(f"not a loop-level statement: {type(node).__name__}")
+    return schema
 
 
 def expr_children(expr: PrimExpr) -> tuple:
     """The sub-expressions of ``expr``, in field order."""
-    return _expr_spec(expr)[1](expr)
+    return _expr_schema(expr).children(expr)
 
 
 def stmt_children(stmt: Stmt) -> tuple[Stmt, ...]:
     """The statements directly inside ``stmt`` (a loop's body, a sequence's statements,
     both branches of an if, the body of an allocation or a let); none for the others."""
-    if isinstance(stmt, SeqStmt):
-        return tuple(stmt.stmts)
-    if isinstance(stmt, IfThenElse):
-        return (stmt.then_case,) if stmt.else_case is None else (stmt.then_case, stmt.else_case)
-    if isinstance(stmt, (For, Allocate, LetStmt)):
-        return (stmt.body,)
-    return ()
+    return _stmt_schema(stmt).stmts(stmt)
 
 
-def iter_expr_post_order(expr: PrimExpr):
+def stmt_exprs(stmt: Stmt) -> tuple[PrimExpr, ...]:
+    """The operand expressions of ``stmt`` itself (a loop's bounds, a store's value and
+    indices, a branch's condition), not those of statements inside it."""
+    return _stmt_schema(stmt).exprs(stmt)
+
+
+# ------------------------------------------------------------------------------- walks
+
+
+def iter_stmts(root: Stmt, enter: Callable[[Stmt], bool] | None = None) -> Iterator[Stmt]:
+    """Every statement of ``root``, ``root`` first, parents before children, in program
+    order. ``enter(stmt)`` false: ``stmt`` is yielded but the walk does not go inside it
+    (e.g. skip what a parallel loop holds)."""
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        yield node
+        if enter is None or enter(node):
+            stack.extend(reversed(stmt_children(node)))
+
+
+def any_stmt(root: Stmt, predicate: Callable[[Stmt], bool],
+             enter: Callable[[Stmt], bool] | None = None) -> bool:
+    """Whether a statement of ``root`` (see :func:`iter_stmts`) satisfies ``predicate``."""
+    return any(map(predicate, iter_stmts(root, enter)))
+
+
+def iter_exprs(root: PrimExpr) -> Iterator[PrimExpr]:
+    """Every distinct node of ``root`` (by identity), parents before children."""
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        yield node
+        stack.extend(reversed(expr_children(node)))
+
+
+def any_expr(root: PrimExpr, predicate: Callable[[PrimExpr], bool]) -> bool:
+    """Whether a node of ``root`` satisfies ``predicate``."""
+    return any(map(predicate, iter_exprs(root)))
+
+
+def iter_expr_tree(root: PrimExpr, enter: Callable[[PrimExpr], bool] | None = None) -> Iterator[PrimExpr]:
+    """The nodes of ``root`` counted as a tree (a shared node once per use), parents
+    first; ``enter(node)`` false: its children are skipped. What size estimates count:
+    which subexpressions are shared objects differs between a function and its copy on a
+    worker, a tree count does not."""
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        yield node
+        if enter is None or enter(node):
+            stack.extend(reversed(expr_children(node)))
+
+
+def fold_expr(root: PrimExpr, combine: Callable[[PrimExpr, list], Any]) -> Any:
+    """``combine(node, [results of its children])`` for each distinct node of ``root``,
+    children first (each computed once); the root's result. A printer's or renderer's
+    text, an evaluator's value."""
+    done: dict[int, Any] = {}
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if id(node) in done:
+            continue
+        kids = expr_children(node)
+        if expanded or not kids:
+            done[id(node)] = combine(node, [done[id(kid)] for kid in kids])
+            continue
+        stack.append((node, True))
+        stack.extend((kid, False) for kid in reversed(kids) if id(kid) not in done)
+    return done[id(root)]
+
+
+def iter_expr_post_order(expr: PrimExpr) -> Iterator[PrimExpr]:
     """Every distinct node of ``expr`` (by identity), children before parents."""
     seen: set[int] = set()
     stack: list[tuple[Any, bool]] = [(expr, False)]
@@ -171,46 +166,47 @@ def same_expr(a: PrimExpr, b: PrimExpr) -> bool:
             continue
         if type(x) is not type(y):
             return False
-        kind = type(x)
-        if kind is TVar:
-            return False  # distinct objects: different variables
-        if kind in (IntImm, FloatImm):
-            if x.dtype != y.dtype or not _same_number(x.value, y.value):
-                return False
-            continue
-        if kind is Cast or kind is Not:
-            if x.dtype != y.dtype:
-                return False
-        elif kind is Intrinsic:
-            if (x.name, x.dtype, len(x.args)) != (y.name, y.dtype, len(y.args)):
-                return False
-        elif kind is BufferLoad:
-            if x.buffer is not y.buffer or len(x.indices) != len(y.indices):
-                return False
-        stack.extend(zip(expr_children(x), expr_children(y)))
+        schema = _expr_schema(x)
+        if schema.variable or schema.key(x) != schema.key(y):
+            return False  # distinct variables, or different values, buffers or arity
+        stack.extend(zip(schema.children(x), schema.children(y)))
     return True
 
 
-def _same_number(x: Any, y: Any) -> bool:
-    # bitwise for floats: NaN equals NaN, 0.0 differs from -0.0
-    if isinstance(x, float) or isinstance(y, float):
-        return float(x).hex() == float(y).hex()
-    return x == y
-
-
 # ------------------------------------------------------------------------------ visitor
+
+
+def _method_names(prefix: str) -> dict[type, str]:
+    """``class -> prefix + hook`` for every declared kind, filled in on first use (a kind
+    declared later, in a plugin or a test, is found too)."""
+
+    class Names(dict):
+        def __missing__(self, cls: type) -> str:
+            name = self[cls] = prefix + schema_of(cls).hook
+            return name
+
+    return Names()
+
+
+_VISIT = _method_names("visit_")
+_REWRITE = _method_names("rewrite_")
 
 
 class StmtExprVisitor:
     """Read-only walk over statements (recursive per scope) and expressions (iterative)."""
 
     def visit_stmt(self, stmt: Stmt) -> None:
-        hook = STMT_HOOKS.get(type(stmt))
-        if hook is None:
-            from passinfra.errors import IRError
+        _stmt_schema(stmt)
+        getattr(self, _VISIT[type(stmt)], self.visit_children)(stmt)
 
-            raise IRError(f"not a loop-level statement: {type(stmt).__name__}")
-        getattr(self, hook)(stmt)
+    def visit_children(self, stmt: Stmt) -> None:
+        """The default of every statement hook: visit its expressions and statements, in
+        field order (a binder is not visited)."""
+        for child in schema_of(type(stmt)).operands(stmt):
+            if isinstance(child, Stmt):
+                self.visit_stmt(child)
+            else:
+                self.visit_expr(child)
 
     def visit_expr(self, expr: PrimExpr) -> None:
         """Call ``visit_<kind>`` on every node of ``expr``, parents before children
@@ -218,40 +214,9 @@ class StmtExprVisitor:
         stack = [expr]
         while stack:
             node = stack.pop()
-            name, children, _ = _expr_spec(node)
-            getattr(self, "visit_" + name, _ignore)(node)
-            stack.extend(reversed(children(node)))
-
-    # statement defaults: visit the children in order
-    def visit_for(self, stmt: For) -> None:
-        self.visit_expr(stmt.start)
-        self.visit_expr(stmt.extent)
-        self.visit_stmt(stmt.body)
-
-    def visit_seq_stmt(self, stmt: SeqStmt) -> None:
-        for child in stmt.stmts:
-            self.visit_stmt(child)
-
-    def visit_buffer_store(self, stmt: BufferStore) -> None:
-        self.visit_expr(stmt.value)
-        for index in stmt.indices:
-            self.visit_expr(index)
-
-    def visit_allocate(self, stmt: Allocate) -> None:
-        self.visit_stmt(stmt.body)
-
-    def visit_if_then_else(self, stmt: IfThenElse) -> None:
-        self.visit_expr(stmt.cond)
-        self.visit_stmt(stmt.then_case)
-        if stmt.else_case is not None:
-            self.visit_stmt(stmt.else_case)
-
-    def visit_let_stmt(self, stmt: LetStmt) -> None:
-        self.visit_expr(stmt.value)
-        self.visit_stmt(stmt.body)
-
-    def visit_evaluate(self, stmt: Evaluate) -> None:
-        self.visit_expr(stmt.value)
+            schema = _expr_schema(node)
+            getattr(self, _VISIT[type(node)], _ignore)(node)
+            stack.extend(reversed(schema.children(node)))
 
 
 def _ignore(node: Any) -> None:
@@ -259,6 +224,10 @@ def _ignore(node: Any) -> None:
 
 
 # ------------------------------------------------------------------------------ mutator
+
+
+def _same(node: Any) -> Any:
+    return node
 
 
 class StmtExprMutator:
@@ -271,14 +240,16 @@ class StmtExprMutator:
     """
 
     def visit_stmt(self, stmt: Stmt) -> Stmt:
-        hook = STMT_HOOKS.get(type(stmt))
-        if hook is None:
-            from passinfra.errors import IRError
+        _stmt_schema(stmt)
+        return getattr(self, _VISIT[type(stmt)], self.visit_children)(stmt)
 
-            raise IRError(f"not a loop-level statement: {type(stmt).__name__}")
-        return getattr(self, hook)(stmt)
+    def visit_children(self, stmt: Stmt) -> Stmt:
+        """The default of every statement hook: ``stmt`` rebuilt from its visited
+        expressions and statements and mapped buffers (in field order; binders kept),
+        the same object when none changed."""
+        return schema_of(type(stmt)).map_fields(stmt, self.visit_expr, self.visit_stmt, self.map_buffer)
 
-    def map_buffer(self, buffer: Buffer) -> Buffer:
+    def map_buffer(self, buffer: nodes.Buffer) -> nodes.Buffer:
         return buffer
 
     def visit_expr(self, expr: PrimExpr) -> PrimExpr:
@@ -289,20 +260,18 @@ class StmtExprMutator:
             node, expanded = stack.pop()
             if id(node) in done:
                 continue
-            name, children, rebuild = _expr_spec(node)
-            kids = children(node)
+            schema = _expr_schema(node)
+            kids = schema.children(node)
             if not expanded:
                 stack.append((node, True))
                 stack.extend((kid, False) for kid in reversed(kids) if id(kid) not in done)
                 continue
             new_kids = [done[id(kid)] for kid in kids]
             changed = any(new is not old for new, old in zip(new_kids, kids))
-            new_node = rebuild(node, new_kids) if changed else node
-            if type(new_node) is BufferLoad:
-                buffer = self.map_buffer(new_node.buffer)
-                if buffer is not new_node.buffer:
-                    new_node = BufferLoad(buffer, new_node.indices)
-            hook = getattr(self, "rewrite_" + name, None)
+            new_node = schema.rebuild(node, new_kids) if changed else node
+            if schema.has_buffers:
+                new_node = schema.map_fields(new_node, _same, _same, self.map_buffer)
+            hook = getattr(self, _REWRITE[type(node)], None)
             done[id(node)] = hook(new_node) if hook is not None else new_node
         return done[id(expr)]
 
@@ -311,53 +280,18 @@ class StmtExprMutator:
         new = tuple(self.visit_expr(e) for e in exprs)
         return exprs if all(n is o for n, o in zip(new, exprs)) else new
 
-    # statement defaults: rebuild from visited children, same object when unchanged
-    def visit_for(self, stmt: For) -> Stmt:
-        start, extent = self.visit_expr(stmt.start), self.visit_expr(stmt.extent)
-        body = self.visit_stmt(stmt.body)
-        if start is stmt.start and extent is stmt.extent and body is stmt.body:
-            return stmt
-        return For(stmt.loop_var, start, extent, stmt.kind, body)
 
-    def visit_seq_stmt(self, stmt: SeqStmt) -> Stmt:
-        stmts = tuple(self.visit_stmt(s) for s in stmt.stmts)
-        if all(n is o for n, o in zip(stmts, stmt.stmts)):
-            return stmt
-        return SeqStmt(stmts)
+def _install_statement_defaults() -> None:
+    """``visit_for``, ``visit_seq_stmt``, ... on both bases, as the generic default, so a
+    subclass hook can call ``super().visit_for(stmt)``."""
+    for cls in node_kinds():
+        schema = schema_of(cls)
+        if schema.is_stmt:
+            setattr(StmtExprVisitor, "visit_" + schema.hook, StmtExprVisitor.visit_children)
+            setattr(StmtExprMutator, "visit_" + schema.hook, StmtExprMutator.visit_children)
 
-    def visit_buffer_store(self, stmt: BufferStore) -> Stmt:
-        value = self.visit_expr(stmt.value)
-        indices = self.visit_exprs(stmt.indices)
-        buffer = self.map_buffer(stmt.buffer)
-        if value is stmt.value and indices is stmt.indices and buffer is stmt.buffer:
-            return stmt
-        return BufferStore(buffer, value, indices)
 
-    def visit_allocate(self, stmt: Allocate) -> Stmt:
-        buffer = self.map_buffer(stmt.buffer)
-        body = self.visit_stmt(stmt.body)
-        if buffer is stmt.buffer and body is stmt.body:
-            return stmt
-        return Allocate(buffer, body)
-
-    def visit_if_then_else(self, stmt: IfThenElse) -> Stmt:
-        cond = self.visit_expr(stmt.cond)
-        then_case = self.visit_stmt(stmt.then_case)
-        else_case = None if stmt.else_case is None else self.visit_stmt(stmt.else_case)
-        if cond is stmt.cond and then_case is stmt.then_case and else_case is stmt.else_case:
-            return stmt
-        return IfThenElse(cond, then_case, else_case)
-
-    def visit_let_stmt(self, stmt: LetStmt) -> Stmt:
-        value = self.visit_expr(stmt.value)
-        body = self.visit_stmt(stmt.body)
-        if value is stmt.value and body is stmt.body:
-            return stmt
-        return LetStmt(stmt.var, value, body)
-
-    def visit_evaluate(self, stmt: Evaluate) -> Stmt:
-        value = self.visit_expr(stmt.value)
-        return stmt if value is stmt.value else Evaluate(value)
+_install_statement_defaults()
 
 
 # ------------------------------------------------------------------------- substitution
@@ -381,21 +315,21 @@ class _Substituter(StmtExprMutator):
         self.mapping[var] = fresh
         return fresh
 
-    def visit_for(self, stmt: For) -> Stmt:
+    def visit_for(self, stmt: nodes.For) -> Stmt:
         start, extent = self.visit_expr(stmt.start), self.visit_expr(stmt.extent)
         loop_var = self._rebind(stmt.loop_var)
         body = self.visit_stmt(stmt.body)
         if loop_var is stmt.loop_var and start is stmt.start and extent is stmt.extent and body is stmt.body:
             return stmt
-        return For(loop_var, start, extent, stmt.kind, body)
+        return nodes.For(loop_var, start, extent, stmt.kind, body)
 
-    def visit_let_stmt(self, stmt: LetStmt) -> Stmt:
+    def visit_let_stmt(self, stmt: nodes.LetStmt) -> Stmt:
         value = self.visit_expr(stmt.value)
         var = self._rebind(stmt.var)
         body = self.visit_stmt(stmt.body)
         if var is stmt.var and value is stmt.value and body is stmt.body:
             return stmt
-        return LetStmt(var, value, body)
+        return nodes.LetStmt(var, value, body)
 
 
 def substitute(node: Stmt | PrimExpr, mapping: Mapping[TVar, PrimExpr], fresh_binders: bool = False) -> Any:
@@ -407,6 +341,7 @@ def substitute(node: Stmt | PrimExpr, mapping: Mapping[TVar, PrimExpr], fresh_bi
 
 
 __all__ = [
-    "StmtExprVisitor", "StmtExprMutator", "EXPR_SPECS", "STMT_HOOKS", "expr_children",
-    "iter_expr_post_order", "same_expr", "stmt_children", "substitute", "BINARY_CLASSES", "COMPARE_CLASSES",
+    "StmtExprVisitor", "StmtExprMutator", "expr_children", "stmt_children", "stmt_exprs", "iter_stmts",
+    "any_stmt", "iter_exprs", "any_expr", "iter_expr_tree", "fold_expr", "iter_expr_post_order", "same_expr",
+    "substitute", "BINARY_CLASSES", "COMPARE_CLASSES",
 ]

@@ -13,7 +13,12 @@ variables and buffers by identity) and :func:`passinfra.tir.structural.tir_struc
 (alpha-equivalence). Identity also keeps ``==`` and ``hash`` cheap and free of recursion
 on the deep value expressions of large fused kernels.
 
-This module is the bottom of :mod:`passinfra.tir`: it imports nothing from the package.
+Each node kind declares its fields once (:mod:`passinfra.tir.schema`: operands, nested
+statements, binders, buffers, values); children, rebuilding, structural comparison, the
+flat table form and the visitors' hooks are derived from that declaration. The nodes
+check on construction that operands are expressions and nested statements statements.
+
+This module imports only :mod:`passinfra.tir.schema` from the package.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from passinfra.errors import IRError
 from passinfra.ir.attrs import Attrs, as_attrs
 from passinfra.ir.expr import BaseFunc
 from passinfra.ir.types import is_float_dtype, normalize_dtype
+from passinfra.tir import schema
 
 INDEX_DTYPE = "int64"
 
@@ -82,30 +88,60 @@ def as_prim(value: Any, dtype: str = INDEX_DTYPE) -> PrimExpr:
     raise IRError(f"cannot use {value!r} ({type(value).__name__}) as a loop-level expression")
 
 
-@dataclass(frozen=True, slots=True, eq=False)
-class IntImm(PrimExpr):
-    value: int
-    dtype: str = INDEX_DTYPE
+class Stmt:
+    """Base of loop-level statements."""
+
+    __slots__ = ()
 
 
 @dataclass(frozen=True, slots=True, eq=False)
-class FloatImm(PrimExpr):
-    value: float
-    dtype: str = "float32"
+class Buffer:
+    """A named tensor in memory: shape and dtype; compared by identity like a Var."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    scope: str = "global"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
+        object.__setattr__(self, "dtype", normalize_dtype(self.dtype))
+
+    def load(self, *indices: Any) -> BufferLoad:
+        return BufferLoad(self, tuple(as_prim(i) for i in indices))
+
+    @property
+    def size(self) -> int:
+        size = 1
+        for dim in self.shape:
+            size *= dim
+        return size
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+schema.set_bases(PrimExpr=PrimExpr, Stmt=Stmt, Buffer=Buffer)
+
+
+@schema.node_kind(hook="tvar", variable=True)
 class TVar(PrimExpr):
     """A scalar variable (loop variable or LetStmt variable); compared by identity."""
 
-    name: str
-    dtype: str = INDEX_DTYPE
+    name: str = schema.value()
+    dtype: str = schema.value(default=INDEX_DTYPE)
 
-    def __hash__(self) -> int:
-        return id(self)
 
-    def __eq__(self, other: object) -> bool:
-        return self is other
+schema.set_bases(TVar=TVar)
+
+
+@schema.node_kind()
+class IntImm(PrimExpr):
+    value: int = schema.value(codec=schema.INT_CODEC)
+    dtype: str = schema.value(default=INDEX_DTYPE)
+
+
+@schema.node_kind()
+class FloatImm(PrimExpr):
+    value: float = schema.value(codec=schema.FLOAT_CODEC)
+    dtype: str = schema.value(default="float32")
 
 
 def _result_dtype(node: PrimExpr) -> str:
@@ -122,166 +158,144 @@ def _result_dtype(node: PrimExpr) -> str:
             return node.dtype
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@schema.node_kind(abstract=True)
 class BinaryOp(PrimExpr):
-    a: PrimExpr
-    b: PrimExpr
+    a: PrimExpr = schema.expr()
+    b: PrimExpr = schema.expr()
 
     dtype = property(_result_dtype)  # type: ignore[assignment]
 
 
+@schema.node_kind()
 class Add(BinaryOp):
-    __slots__ = ()
+    pass
 
 
+@schema.node_kind()
 class Sub(BinaryOp):
-    __slots__ = ()
+    pass
 
 
+@schema.node_kind()
 class Mul(BinaryOp):
-    __slots__ = ()
+    pass
 
 
+@schema.node_kind()
 class Div(BinaryOp):
     """Float division, or C's truncating division on ints."""
 
-    __slots__ = ()
 
-
+@schema.node_kind()
 class FloorDiv(BinaryOp):
-    __slots__ = ()
+    pass
 
 
+@schema.node_kind()
 class FloorMod(BinaryOp):
-    __slots__ = ()
+    pass
 
 
+@schema.node_kind()
 class Min(BinaryOp):
-    __slots__ = ()
+    pass
 
 
+@schema.node_kind()
 class Max(BinaryOp):
-    __slots__ = ()
+    pass
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@schema.node_kind(abstract=True)
 class CmpOp(PrimExpr):
-    a: PrimExpr
-    b: PrimExpr
+    a: PrimExpr = schema.expr()
+    b: PrimExpr = schema.expr()
 
     @property
     def dtype(self) -> str:  # type: ignore[override]
         return "bool"
 
 
+@schema.node_kind()
 class EQ(CmpOp):
-    __slots__ = ()
+    pass
 
 
+@schema.node_kind()
 class NE(CmpOp):
-    __slots__ = ()
+    pass
 
 
+@schema.node_kind()
 class LT(CmpOp):
-    __slots__ = ()
+    pass
 
 
+@schema.node_kind()
 class LE(CmpOp):
-    __slots__ = ()
+    pass
 
 
+@schema.node_kind()
 class GT(CmpOp):
-    __slots__ = ()
+    pass
 
 
+@schema.node_kind()
 class GE(CmpOp):
-    __slots__ = ()
+    pass
 
 
+@schema.node_kind()
 class And(CmpOp):
-    __slots__ = ()
+    pass
 
 
+@schema.node_kind()
 class Or(CmpOp):
-    __slots__ = ()
+    pass
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@schema.node_kind()
 class Not(PrimExpr):
-    a: PrimExpr
-    dtype: str = "bool"
+    a: PrimExpr = schema.expr()
+    dtype: str = schema.value(default="bool")
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@schema.node_kind()
 class Select(PrimExpr):
     """``cond ? true_value : false_value`` (both sides may be evaluated)."""
 
-    cond: PrimExpr
-    true_value: PrimExpr
-    false_value: PrimExpr
+    cond: PrimExpr = schema.expr()
+    true_value: PrimExpr = schema.expr()
+    false_value: PrimExpr = schema.expr()
 
     dtype = property(_result_dtype)  # type: ignore[assignment]
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@schema.node_kind()
 class Cast(PrimExpr):
-    dtype: str
-    value: PrimExpr
+    dtype: str = schema.value()
+    value: PrimExpr = schema.expr()
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@schema.node_kind()
 class Intrinsic(PrimExpr):
     """A math intrinsic by name (exp, log, sqrt, tanh, erf, pow, fabs, ...)."""
 
-    name: str
-    args: tuple[PrimExpr, ...]
-    dtype: str
+    name: str = schema.value()
+    args: tuple[PrimExpr, ...] = schema.expr_seq()
+    dtype: str = schema.value()
 
 
-@dataclass(frozen=True, slots=True, eq=False)
-class Buffer:
-    """A named tensor in memory: shape and dtype; compared by identity like a Var."""
-
-    name: str
-    shape: tuple[int, ...]
-    dtype: str
-    scope: str = "global"
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
-        object.__setattr__(self, "dtype", normalize_dtype(self.dtype))
-
-    def __hash__(self) -> int:
-        return id(self)
-
-    def __eq__(self, other: object) -> bool:
-        return self is other
-
-    def load(self, *indices: Any) -> BufferLoad:
-        return BufferLoad(self, tuple(as_prim(i) for i in indices))
-
-    @property
-    def size(self) -> int:
-        size = 1
-        for dim in self.shape:
-            size *= dim
-        return size
-
-
-@dataclass(frozen=True, slots=True, eq=False)
+@schema.node_kind()
 class BufferLoad(PrimExpr):
-    buffer: Buffer
-    indices: tuple[PrimExpr, ...]
+    buffer: Buffer = schema.buffer()
+    indices: tuple[PrimExpr, ...] = schema.expr_seq()
 
     @property
     def dtype(self) -> str:  # type: ignore[override]
         return self.buffer.dtype
-
-
-class Stmt:
-    """Base of loop-level statements."""
-
-    __slots__ = ()
 
 
 class ForKind(enum.Enum):
@@ -291,52 +305,52 @@ class ForKind(enum.Enum):
     UNROLLED = "unrolled"
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@schema.node_kind()
 class For(Stmt):
-    loop_var: TVar
-    start: PrimExpr
-    extent: PrimExpr
-    kind: ForKind
-    body: Stmt
+    loop_var: TVar = schema.binder()
+    start: PrimExpr = schema.expr()
+    extent: PrimExpr = schema.expr()
+    kind: ForKind = schema.value(codec=(lambda kind: kind.value, ForKind))
+    body: Stmt = schema.stmt()
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@schema.node_kind()
 class SeqStmt(Stmt):
-    stmts: tuple[Stmt, ...]
+    stmts: tuple[Stmt, ...] = schema.stmt_seq()
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@schema.node_kind()
 class BufferStore(Stmt):
-    buffer: Buffer
-    value: PrimExpr
-    indices: tuple[PrimExpr, ...]
+    buffer: Buffer = schema.buffer()
+    value: PrimExpr = schema.expr()
+    indices: tuple[PrimExpr, ...] = schema.expr_seq()
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@schema.node_kind()
 class Allocate(Stmt):
     """``buffer`` exists (uninitialized) for the duration of ``body``."""
 
-    buffer: Buffer
-    body: Stmt
+    buffer: Buffer = schema.buffer()
+    body: Stmt = schema.stmt()
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@schema.node_kind()
 class IfThenElse(Stmt):
-    cond: PrimExpr
-    then_case: Stmt
-    else_case: Stmt | None = None
+    cond: PrimExpr = schema.expr()
+    then_case: Stmt = schema.stmt()
+    else_case: Stmt | None = schema.stmt(optional=True)
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@schema.node_kind()
 class LetStmt(Stmt):
-    var: TVar
-    value: PrimExpr
-    body: Stmt
+    var: TVar = schema.binder()
+    value: PrimExpr = schema.expr()
+    body: Stmt = schema.stmt()
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@schema.node_kind()
 class Evaluate(Stmt):
-    value: PrimExpr
+    value: PrimExpr = schema.expr()
 
 
 class PrimFunc(BaseFunc):

@@ -17,63 +17,29 @@ Importing this module registers it for PrimFuncs in ``IRModule.astext()``;
 
 from __future__ import annotations
 
+import enum
 import json
 from typing import Any
 
 from passinfra.errors import IRError
-from passinfra.tir.functor import expr_children
-from passinfra.tir.nodes import (
-    EQ,
-    GE,
-    GT,
-    INDEX_DTYPE,
-    LE,
-    LT,
-    NE,
-    Add,
-    Allocate,
-    And,
-    Buffer,
-    BufferLoad,
-    BufferStore,
-    Cast,
-    Div,
-    Evaluate,
-    FloatImm,
-    FloorDiv,
-    FloorMod,
-    For,
-    IfThenElse,
-    IntImm,
-    Intrinsic,
-    LetStmt,
-    Max,
-    Min,
-    Mul,
-    Not,
-    Or,
-    PrimExpr,
-    PrimFunc,
-    Select,
-    SeqStmt,
-    Stmt,
-    Sub,
-    TVar,
-)
+from passinfra.tir import nodes as n
+from passinfra.tir.functor import fold_expr
+from passinfra.tir.nodes import INDEX_DTYPE, Buffer, PrimExpr, PrimFunc, Stmt, TVar
+from passinfra.tir.schema import Role, schema_of
 
 INDENT = "  "
 _LONG_STRING = 60
 
 # infix operators: (symbol, precedence); higher binds tighter (Python's ordering)
 _INFIX: dict[type, tuple[str, int]] = {
-    Or: ("or", 1), And: ("and", 2),
-    EQ: ("==", 4), NE: ("!=", 4), LT: ("<", 4), LE: ("<=", 4), GT: (">", 4), GE: (">=", 4),
-    Add: ("+", 6), Sub: ("-", 6),
-    Mul: ("*", 7), Div: ("/", 7), FloorDiv: ("//", 7), FloorMod: ("%", 7),
+    n.Or: ("or", 1), n.And: ("and", 2),
+    n.EQ: ("==", 4), n.NE: ("!=", 4), n.LT: ("<", 4), n.LE: ("<=", 4), n.GT: (">", 4), n.GE: (">=", 4),
+    n.Add: ("+", 6), n.Sub: ("-", 6),
+    n.Mul: ("*", 7), n.Div: ("/", 7), n.FloorDiv: ("//", 7), n.FloorMod: ("%", 7),
 }
 _NOT_PRECEDENCE = 3
 _ATOM = 10
-_CALL_LIKE = {Min: "min", Max: "max"}
+_CALL_LIKE = {n.Min: "min", n.Max: "max"}
 _FLOAT_SUFFIX = {"float32": "f", "float64": "f64", "float16": "f16"}
 
 
@@ -98,8 +64,8 @@ class _Names:
         return name
 
 
-def _imm_text(node: IntImm | FloatImm) -> str:
-    if type(node) is IntImm:
+def _imm_text(node: n.IntImm | n.FloatImm) -> str:
+    if type(node) is n.IntImm:
         if node.dtype == "bool":
             return "True" if node.value else "False"
         return str(node.value) if node.dtype == INDEX_DTYPE else f"{node.value}{_int_suffix(node.dtype)}"
@@ -118,23 +84,11 @@ class _Printer:
     # -- expressions: post-order, each node's (text, precedence) from its children's
 
     def expr(self, root: PrimExpr) -> str:
-        done: dict[int, tuple[str, int]] = {}
-        stack: list[tuple[Any, bool]] = [(root, False)]
-        while stack:
-            node, expanded = stack.pop()
-            if id(node) in done:
-                continue
-            kids = expr_children(node)
-            if not expanded:
-                stack.append((node, True))
-                stack.extend((kid, False) for kid in reversed(kids) if id(kid) not in done)
-                continue
-            done[id(node)] = self._expr_node(node, [done[id(k)] for k in kids])
-        return done[id(root)][0]
+        return fold_expr(root, self._expr_node)[0]
 
     def _expr_node(self, node: Any, kids: list[tuple[str, int]]) -> tuple[str, int]:
         kind = type(node)
-        if kind in (IntImm, FloatImm):
+        if kind is n.IntImm or kind is n.FloatImm:
             text = _imm_text(node)
             return text, (_ATOM if not text.startswith("-") else 8)
         if kind is TVar:
@@ -150,18 +104,36 @@ class _Printer:
             return f"{left} {symbol} {right}", prec
         if kind in _CALL_LIKE:
             return f"{_CALL_LIKE[kind]}({kids[0][0]}, {kids[1][0]})", _ATOM
-        if kind is Not:
+        if kind is n.Not:
             return f"not {_paren(kids[0], _NOT_PRECEDENCE)}", _NOT_PRECEDENCE
-        if kind is Select:
+        if kind is n.Select:
             return f"select({', '.join(k[0] for k in kids)})", _ATOM
-        if kind is Cast:
+        if kind is n.Cast:
             return f"{node.dtype}({kids[0][0]})", _ATOM
-        if kind is Intrinsic:
+        if kind is n.Intrinsic:
             args = ", ".join(k[0] for k in kids)
             return f"{node.name}({args})", _ATOM
-        if kind is BufferLoad:
+        if kind is n.BufferLoad:
             return f"{self.name(node.buffer)}[{', '.join(k[0] for k in kids)}]", _ATOM
-        raise IRError(f"cannot print a {kind.__name__} as a loop-level expression")
+        return f"{self.generic_head(node, iter(k[0] for k in kids))}", _ATOM
+
+    def generic_head(self, node: Any, operands: Any) -> str:
+        """``Kind(field=..., ...)`` from a kind's declaration: how a kind with no syntax of
+        its own prints (values as they are, buffers and expressions by their text; nested
+        statements follow as an indented block)."""
+        parts = []
+        for f in schema_of(type(node)).fields:
+            item = getattr(node, f.name)
+            if f.role is Role.VALUE:
+                shown = item.value if isinstance(item, enum.Enum) else item
+                parts.append(f"{f.name}={shown!r}")
+            elif f.role is Role.BUFFER or f.role is Role.BINDER:
+                parts.append(f"{f.name}={self.name(item)}")
+            elif f.role is Role.EXPR:
+                parts.append(f"{f.name}={next(operands)}")
+            elif f.role is Role.EXPR_SEQ:
+                parts.append(f"{f.name}=[{', '.join(next(operands) for _ in item)}]")
+        return f"{type(node).__name__}({', '.join(parts)})"
 
     # -- statements: recursive per scope (loop nests are shallow)
 
@@ -170,35 +142,45 @@ class _Printer:
 
     def stmt(self, node: Stmt, depth: int) -> None:
         kind = type(node)
-        if kind is SeqStmt:
+        if kind is n.SeqStmt:
             if not node.stmts:
                 self.emit(depth, "pass")
             for child in node.stmts:
                 self.stmt(child, depth)
-        elif kind is For:
+        elif kind is n.For:
             var = self.name(node.loop_var)
             head = f"for {var} in {node.kind.value}({self.expr(node.start)}, {self.expr(node.extent)}):"
             self.emit(depth, head)
             self.stmt(node.body, depth + 1)
-        elif kind is BufferStore:
+        elif kind is n.BufferStore:
             indices = ", ".join(self.expr(i) for i in node.indices)
             self.emit(depth, f"{self.name(node.buffer)}[{indices}] = {self.expr(node.value)}")
-        elif kind is Allocate:
+        elif kind is n.Allocate:
             self.emit(depth, f"with allocate({self.buffer_decl(node.buffer)}):")
             self.stmt(node.body, depth + 1)
-        elif kind is IfThenElse:
+        elif kind is n.IfThenElse:
             self.emit(depth, f"if {self.expr(node.cond)}:")
             self.stmt(node.then_case, depth + 1)
             if node.else_case is not None:
                 self.emit(depth, "else:")
                 self.stmt(node.else_case, depth + 1)
-        elif kind is LetStmt:
+        elif kind is n.LetStmt:
             self.emit(depth, f"{self.name(node.var)}: {node.var.dtype} = {self.expr(node.value)}")
             self.stmt(node.body, depth)
-        elif kind is Evaluate:
+        elif kind is n.Evaluate:
             self.emit(depth, f"evaluate({self.expr(node.value)})")
         else:
-            raise IRError(f"cannot print a {kind.__name__} as a loop-level statement")
+            self.generic_stmt(node, depth)
+
+    def generic_stmt(self, node: Stmt, depth: int) -> None:
+        schema = schema_of(type(node))
+        if not schema.is_stmt:
+            raise IRError(f"cannot print a {type(node).__name__} as a loop-level statement")
+        operands = iter([self.expr(e) for e in schema.exprs(node)])
+        body = schema.stmts(node)
+        self.emit(depth, self.generic_head(node, operands) + (":" if body else ""))
+        for child in body:
+            self.stmt(child, depth + 1)
 
     def buffer_decl(self, buf: Buffer) -> str:
         dims = ", ".join(str(d) for d in buf.shape)
@@ -239,6 +221,7 @@ def tir_astext(node: PrimFunc | Stmt | PrimExpr, name: str | None = None) -> str
     elif isinstance(node, Stmt):
         printer.stmt(node, 0)
     elif isinstance(node, PrimExpr):
+        schema_of(type(node))  # IRError for an expression class that is not a declared kind
         return printer.expr(node)
     else:
         raise IRError(f"tir_astext prints PrimFuncs, statements and expressions, not {type(node).__name__}")

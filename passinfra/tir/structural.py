@@ -19,61 +19,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from passinfra.errors import IRError
 from passinfra.ir.attrs import Attrs
-from passinfra.tir.functor import BINARY_CLASSES, COMPARE_CLASSES, EXPR_SPECS
-from passinfra.tir.nodes import (
-    Allocate,
-    Buffer,
-    BufferLoad,
-    BufferStore,
-    Cast,
-    Evaluate,
-    FloatImm,
-    For,
-    ForKind,
-    IfThenElse,
-    IntImm,
-    Intrinsic,
-    LetStmt,
-    Not,
-    PrimExpr,
-    PrimFunc,
-    Select,
-    SeqStmt,
-    Stmt,
-    TVar,
-)
+from passinfra.tir.nodes import Buffer, PrimExpr, PrimFunc, Stmt, TVar
 from passinfra.tir.printer import tir_astext
-
-NO_ROW = -1
-
-_CLASS_BY_TAG: dict[str, type] = {cls.__name__: cls for cls in (*BINARY_CLASSES, *COMPARE_CLASSES)}
-
-
-def _stmt_children(node: Stmt) -> tuple:
-    kind = type(node)
-    if kind is For:
-        return (node.loop_var, node.start, node.extent, node.body)
-    if kind is SeqStmt:
-        return node.stmts
-    if kind is BufferStore:
-        return (node.value, *node.indices)
-    if kind is Allocate:
-        return (node.body,)
-    if kind is IfThenElse:
-        return (node.cond, node.then_case) if node.else_case is None else (
-            node.cond, node.then_case, node.else_case)
-    if kind is LetStmt:
-        return (node.var, node.value, node.body)
-    if kind is Evaluate:
-        return (node.value,)
-    raise IRError(f"not a loop-level node: {kind.__name__}")
-
-
-def _children(node: Any) -> tuple:
-    spec = EXPR_SPECS.get(type(node))
-    return spec[1](node) if spec is not None else _stmt_children(node)
+from passinfra.tir.schema import NO_ROW, kind_by_tag, schema_of
 
 
 class FlatTIR:
@@ -120,12 +69,13 @@ class FlatTIR:
                 if id(node) in rows_of:
                     continue
                 # first appearance numbering happens on entry, i.e. in pre-order
-                if type(node) is TVar:
+                schema = schema_of(type(node))
+                if schema.variable:
                     self._variable(node)
-                elif type(node) in (BufferLoad, BufferStore, Allocate):
-                    self.buffer(node.buffer)
+                elif schema.has_buffers:
+                    schema.map_fields(node, _same, _same, self._number_buffer)
                 stack.append((node, True))
-                stack.extend((child, False) for child in reversed(_children(node)))
+                stack.extend((child, False) for child in reversed(schema.children(node)))
                 continue
             if id(node) in rows_of:
                 continue
@@ -137,45 +87,21 @@ class FlatTIR:
             rows_of[id(node)] = index
         return rows_of[id(root)]
 
+    def _number_buffer(self, buf: Buffer) -> Buffer:
+        self.buffer(buf)
+        return buf
+
     def _row(self, node: Any, rows_of: dict[int, int]) -> tuple:
-        kind = type(node)
-        ref = lambda child: rows_of[id(child)]  # noqa: E731
-        if kind is IntImm:
-            return ("IntImm", int(node.value), node.dtype)
-        if kind is FloatImm:
-            return ("FloatImm", float(node.value).hex(), node.dtype)
-        if kind is TVar:
-            return ("TVar", self.var_index[id(node)])
-        if kind in _CLASS_BY_TAG.values():
-            return (kind.__name__, ref(node.a), ref(node.b))
-        if kind is Not:
-            return ("Not", ref(node.a), node.dtype)
-        if kind is Select:
-            return ("Select", ref(node.cond), ref(node.true_value), ref(node.false_value))
-        if kind is Cast:
-            return ("Cast", node.dtype, ref(node.value))
-        if kind is Intrinsic:
-            return ("Intrinsic", node.name, tuple(ref(a) for a in node.args), node.dtype)
-        if kind is BufferLoad:
-            return ("BufferLoad", self.buffer_index[id(node.buffer)], tuple(ref(i) for i in node.indices))
-        if kind is For:
-            return ("For", ref(node.loop_var), ref(node.start), ref(node.extent), node.kind.value,
-                    ref(node.body))
-        if kind is SeqStmt:
-            return ("SeqStmt", tuple(ref(s) for s in node.stmts))
-        if kind is BufferStore:
-            return ("BufferStore", self.buffer_index[id(node.buffer)], ref(node.value),
-                    tuple(ref(i) for i in node.indices))
-        if kind is Allocate:
-            return ("Allocate", self.buffer_index[id(node.buffer)], ref(node.body))
-        if kind is IfThenElse:
-            other = NO_ROW if node.else_case is None else ref(node.else_case)
-            return ("IfThenElse", ref(node.cond), ref(node.then_case), other)
-        if kind is LetStmt:
-            return ("LetStmt", ref(node.var), ref(node.value), ref(node.body))
-        if kind is Evaluate:
-            return ("Evaluate", ref(node.value))
-        raise IRError(f"not a loop-level node: {kind.__name__}")
+        """The node's row: its declared fields in order, children by row number, buffers
+        by number, values in canonical form (a variable: its number)."""
+        schema = schema_of(type(node))
+        if schema.variable:
+            return (schema.tag, self.var_index[id(node)])
+        return schema.row(node, lambda child: rows_of[id(child)], lambda buf: self.buffer_index[id(buf)])
+
+
+def _same(node: Any) -> Any:
+    return node
 
 
 def flatten_prim_func(func: PrimFunc) -> FlatTIR:
@@ -230,42 +156,8 @@ def unflatten(rows: list[tuple], variables: list[tuple], buffers: list[tuple]) -
     nodes: list[Any] = []
     node = nodes.__getitem__
     for row in rows:
-        tag = row[0]
-        if tag == "IntImm":
-            built: Any = IntImm(row[1], row[2])
-        elif tag == "FloatImm":
-            built = FloatImm(float.fromhex(row[1]), row[2])
-        elif tag == "TVar":
-            built = var_objects[row[1]]
-        elif tag in _CLASS_BY_TAG:
-            built = _CLASS_BY_TAG[tag](node(row[1]), node(row[2]))
-        elif tag == "Not":
-            built = Not(node(row[1]), row[2])
-        elif tag == "Select":
-            built = Select(node(row[1]), node(row[2]), node(row[3]))
-        elif tag == "Cast":
-            built = Cast(row[1], node(row[2]))
-        elif tag == "Intrinsic":
-            built = Intrinsic(row[1], tuple(node(a) for a in row[2]), row[3])
-        elif tag == "BufferLoad":
-            built = BufferLoad(buffer_objects[row[1]], tuple(node(i) for i in row[2]))
-        elif tag == "For":
-            built = For(node(row[1]), node(row[2]), node(row[3]), ForKind(row[4]), node(row[5]))
-        elif tag == "SeqStmt":
-            built = SeqStmt(tuple(node(s) for s in row[1]))
-        elif tag == "BufferStore":
-            built = BufferStore(buffer_objects[row[1]], node(row[2]), tuple(node(i) for i in row[3]))
-        elif tag == "Allocate":
-            built = Allocate(buffer_objects[row[1]], node(row[2]))
-        elif tag == "IfThenElse":
-            built = IfThenElse(node(row[1]), node(row[2]), None if row[3] == NO_ROW else node(row[3]))
-        elif tag == "LetStmt":
-            built = LetStmt(node(row[1]), node(row[2]), node(row[3]))
-        elif tag == "Evaluate":
-            built = Evaluate(node(row[1]))
-        else:
-            raise IRError(f"unknown loop-level row tag {tag!r}")
-        nodes.append(built)
+        schema = schema_of(kind_by_tag(row[0]))
+        nodes.append(var_objects[row[1]] if schema.variable else schema.unrow(row, node, buffer_objects))
     return nodes, buffer_objects
 
 

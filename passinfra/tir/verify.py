@@ -20,29 +20,9 @@ from __future__ import annotations
 from typing import Any
 
 from passinfra.errors import IRError
+from passinfra.tir import nodes as n
 from passinfra.tir.functor import expr_children
-from passinfra.tir.nodes import (
-    Allocate,
-    And,
-    BinaryOp,
-    Buffer,
-    BufferLoad,
-    BufferStore,
-    CmpOp,
-    Evaluate,
-    For,
-    IfThenElse,
-    IntImm,
-    LetStmt,
-    Not,
-    Or,
-    PrimExpr,
-    PrimFunc,
-    Select,
-    SeqStmt,
-    Stmt,
-    TVar,
-)
+from passinfra.tir.nodes import Buffer, PrimExpr, PrimFunc, Stmt, TVar
 from passinfra.tir.printer import tir_astext
 
 _MAX_PROBLEMS = 20
@@ -75,10 +55,10 @@ class _Verifier:
 
     def stmt(self, node: Stmt) -> None:
         kind = type(node)
-        if kind is SeqStmt:
+        if kind is n.SeqStmt:
             for child in node.stmts:
                 self.stmt(child)
-        elif kind is For:
+        elif kind is n.For:
             self.expr(node.start)
             self.expr(node.extent)
             var = node.loop_var
@@ -89,13 +69,13 @@ class _Verifier:
                     self.problem(f"loop {var.name}: {what} has dtype {bound.dtype}, "
                                  f"the loop variable {var.dtype}")
             self.scoped_var(var, node.body)
-        elif kind is LetStmt:
+        elif kind is n.LetStmt:
             self.expr(node.value)
             if node.value.dtype != node.var.dtype:
                 self.problem(f"let {node.var.name}: value has dtype {node.value.dtype}, "
                              f"the variable {node.var.dtype}")
             self.scoped_var(node.var, node.body)
-        elif kind is BufferStore:
+        elif kind is n.BufferStore:
             self.access("store to", node.buffer, node.indices)
             for index in node.indices:
                 self.expr(index)
@@ -103,7 +83,7 @@ class _Verifier:
             if node.value.dtype != node.buffer.dtype:
                 self.problem(f"store to buffer {node.buffer.name}: value has dtype {node.value.dtype}, "
                              f"the buffer {node.buffer.dtype}")
-        elif kind is Allocate:
+        elif kind is n.Allocate:
             buf = node.buffer
             if buf in self.live_buffers:
                 self.problem(f"buffer {buf.name} is allocated again inside its own scope")
@@ -113,13 +93,13 @@ class _Verifier:
                 self.live_buffers.add(buf)
                 self.stmt(node.body)
                 self.live_buffers.discard(buf)
-        elif kind is IfThenElse:
+        elif kind is n.IfThenElse:
             self.expr(node.cond)
             self.require_bool("if condition", node.cond)
             self.stmt(node.then_case)
             if node.else_case is not None:
                 self.stmt(node.else_case)
-        elif kind is Evaluate:
+        elif kind is n.Evaluate:
             self.expr(node.value)
         else:
             self.problem(f"not a loop-level statement: {kind.__name__}")
@@ -159,7 +139,7 @@ class _Verifier:
                 self.problem(f"{what} buffer {buf.name}: index {axis} has dtype {index.dtype}; "
                              "indices are integers")
             extent = buf.shape[axis] if axis < len(buf.shape) else 1
-            if type(index) is IntImm and not 0 <= index.value < extent:
+            if type(index) is n.IntImm and not 0 <= index.value < extent:
                 self.problem(f"{what} buffer {buf.name}: constant index {index.value} is out of bounds "
                              f"for dimension {axis} of extent {extent}")
 
@@ -186,17 +166,17 @@ class _Verifier:
         if kind is TVar:
             if node not in self.bound_vars:
                 self.problem(f"variable {node.name} is used but not bound by an enclosing For or LetStmt")
-        elif kind is BufferLoad:
+        elif kind is n.BufferLoad:
             self.access("load from", node.buffer, node.indices)
-        elif isinstance(node, (BinaryOp, CmpOp)):
+        elif isinstance(node, (n.BinaryOp, n.CmpOp)):
             if node.a.dtype != node.b.dtype:
                 self.problem(f"operands of {kind.__name__} have different dtypes: "
                              f"{node.a.dtype} vs {node.b.dtype}")
-            if kind in (And, Or):
+            if kind in (n.And, n.Or):
                 self.require_bool(f"operand of {kind.__name__}", node.a)
-        elif kind is Not:
+        elif kind is n.Not:
             self.require_bool("operand of Not", node.a)
-        elif kind is Select:
+        elif kind is n.Select:
             self.require_bool("select condition", node.cond)
             if node.true_value.dtype != node.false_value.dtype:
                 self.problem(f"select branches have different dtypes: "

@@ -25,34 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from passinfra import tir
 from passinfra.codegen.prim_func_pass import create_prim_func_pass
-from passinfra.tir import (
-    EQ,
-    GE,
-    GT,
-    LE,
-    LT,
-    Add,
-    And,
-    Cast,
-    FloatImm,
-    FloorDiv,
-    FloorMod,
-    For,
-    IntImm,
-    LetStmt,
-    Max,
-    Min,
-    Mul,
-    Not,
-    Or,
-    PrimExpr,
-    PrimFunc,
-    Select,
-    Stmt,
-    Sub,
-    TVar,
-)
 from passinfra.tir.arith import (
     Range,
     RangeAnalyzer,
@@ -64,27 +38,28 @@ from passinfra.tir.arith import (
 )
 from passinfra.tir.evaluator import BINARY_OPS
 from passinfra.tir.functor import StmtExprMutator, same_expr, substitute
+from passinfra.tir.nodes import PrimExpr, PrimFunc, Stmt, TVar
 from passinfra.transform.passes import FunctionPass
 from passinfra.transform.registry import register_pass
 
 
 def _const_value(expr: PrimExpr) -> Any:
     """The NumPy scalar of an immediate, else None."""
-    if type(expr) is IntImm or type(expr) is FloatImm:
+    if type(expr) is tir.IntImm or type(expr) is tir.FloatImm:
         return np.dtype(expr.dtype).type(expr.value)
     return None
 
 
 def _immediate(value: Any, dtype: str) -> PrimExpr:
     if dtype == "bool":
-        return IntImm(int(bool(value)), "bool")
+        return tir.IntImm(int(bool(value)), "bool")
     if is_int_dtype(dtype):
-        return IntImm(int(value), dtype)
-    return FloatImm(float(np.dtype(dtype).type(value)), dtype)
+        return tir.IntImm(int(value), dtype)
+    return tir.FloatImm(float(np.dtype(dtype).type(value)), dtype)
 
 
 def _bool(value: bool) -> PrimExpr:
-    return IntImm(int(value), "bool")
+    return tir.IntImm(int(value), "bool")
 
 
 class Simplifier(StmtExprMutator):
@@ -97,21 +72,21 @@ class Simplifier(StmtExprMutator):
 
     # -- scopes: a loop or let gives its variable a range
 
-    def visit_for(self, stmt: For) -> Stmt:
+    def visit_for(self, stmt: tir.For) -> Stmt:
         start, extent = self.visit_expr(stmt.start), self.visit_expr(stmt.extent)
         if const_int(extent) == 1:
             return self.visit_stmt(substitute(stmt.body, {stmt.loop_var: start}))
         body = self._with_range(stmt.loop_var, constant_range(start, extent), stmt.body)
         if start is stmt.start and extent is stmt.extent and body is stmt.body:
             return stmt
-        return For(stmt.loop_var, start, extent, stmt.kind, body)
+        return tir.For(stmt.loop_var, start, extent, stmt.kind, body)
 
-    def visit_let_stmt(self, stmt: LetStmt) -> Stmt:
+    def visit_let_stmt(self, stmt: tir.LetStmt) -> Stmt:
         value = self.visit_expr(stmt.value)
         body = self._with_range(stmt.var, self.ranges.bound(value), stmt.body)
         if value is stmt.value and body is stmt.body:
             return stmt
-        return LetStmt(stmt.var, value, body)
+        return tir.LetStmt(stmt.var, value, body)
 
     def _with_range(self, var: Any, bound: Any, body: Stmt) -> Stmt:
         ranges = self.ranges
@@ -135,7 +110,7 @@ class Simplifier(StmtExprMutator):
         a, b = _const_value(node.a), _const_value(node.b)
         if a is None or b is None:
             return None
-        if is_int_dtype(node.a.dtype) and type(node) in (FloorDiv, FloorMod) and b == 0:
+        if is_int_dtype(node.a.dtype) and type(node) in (tir.FloorDiv, tir.FloorMod) and b == 0:
             return None  # leave the division by zero for the program to meet
         try:
             with np.errstate(all="ignore"):
@@ -144,7 +119,7 @@ class Simplifier(StmtExprMutator):
             return None
         return _immediate(value, node.dtype)
 
-    def rewrite_add(self, node: Add) -> PrimExpr:
+    def rewrite_add(self, node: tir.Add) -> PrimExpr:
         folded = self._fold(node)
         if folded is not None:
             return folded
@@ -156,13 +131,13 @@ class Simplifier(StmtExprMutator):
         cb = const_int(b)
         if cb == 0:
             return a
-        if cb is not None and type(a) is Add and const_int(a.b) is not None:
-            return self.rewrite_add(Add(a.a, IntImm(const_int(a.b) + cb, node.dtype)))
-        if cb is not None and type(a) is Sub and const_int(a.b) is not None:
-            return self.rewrite_add(Add(a.a, IntImm(cb - const_int(a.b), node.dtype)))
-        return node if a is node.a else Add(a, b)
+        if cb is not None and type(a) is tir.Add and const_int(a.b) is not None:
+            return self.rewrite_add(tir.Add(a.a, tir.IntImm(const_int(a.b) + cb, node.dtype)))
+        if cb is not None and type(a) is tir.Sub and const_int(a.b) is not None:
+            return self.rewrite_add(tir.Add(a.a, tir.IntImm(cb - const_int(a.b), node.dtype)))
+        return node if a is node.a else tir.Add(a, b)
 
-    def rewrite_sub(self, node: Sub) -> PrimExpr:
+    def rewrite_sub(self, node: tir.Sub) -> PrimExpr:
         folded = self._fold(node)
         if folded is not None:
             return folded
@@ -172,12 +147,12 @@ class Simplifier(StmtExprMutator):
         if cb == 0:
             return node.a
         if same_expr(node.a, node.b):
-            return IntImm(0, node.dtype)
+            return tir.IntImm(0, node.dtype)
         if cb is not None:
-            return self.rewrite_add(Add(node.a, IntImm(-cb, node.dtype)))
+            return self.rewrite_add(tir.Add(node.a, tir.IntImm(-cb, node.dtype)))
         return node
 
-    def rewrite_mul(self, node: Mul) -> PrimExpr:
+    def rewrite_mul(self, node: tir.Mul) -> PrimExpr:
         folded = self._fold(node)
         if folded is not None:
             return folded
@@ -188,15 +163,15 @@ class Simplifier(StmtExprMutator):
         if one is not None and one == 1:
             return a
         if not is_int_dtype(node.dtype):
-            return node if a is node.a else Mul(a, b)
+            return node if a is node.a else tir.Mul(a, b)
         cb = const_int(b)
         if cb == 0:
-            return IntImm(0, node.dtype)
-        if cb is not None and type(a) is Mul and const_int(a.b) is not None:
-            return self.rewrite_mul(Mul(a.a, IntImm(const_int(a.b) * cb, node.dtype)))
-        return node if a is node.a else Mul(a, b)
+            return tir.IntImm(0, node.dtype)
+        if cb is not None and type(a) is tir.Mul and const_int(a.b) is not None:
+            return self.rewrite_mul(tir.Mul(a.a, tir.IntImm(const_int(a.b) * cb, node.dtype)))
+        return node if a is node.a else tir.Mul(a, b)
 
-    def rewrite_floor_div(self, node: FloorDiv) -> PrimExpr:
+    def rewrite_floor_div(self, node: tir.FloorDiv) -> PrimExpr:
         folded = self._fold(node)
         if folded is not None:
             return folded
@@ -206,11 +181,11 @@ class Simplifier(StmtExprMutator):
         if divisor == 1:
             return node.a
         a = node.a
-        if type(a) is FloorDiv and (inner := const_int(a.b)) is not None and inner > 0:
-            return self.rewrite_floor_div(FloorDiv(a.a, IntImm(inner * divisor, node.dtype)))
+        if type(a) is tir.FloorDiv and (inner := const_int(a.b)) is not None and inner > 0:
+            return self.rewrite_floor_div(tir.FloorDiv(a.a, tir.IntImm(inner * divisor, node.dtype)))
         bound = self.ranges.bound(a)
         if bound is not None and 0 <= bound[0] and bound[1] < divisor:
-            return IntImm(0, node.dtype)
+            return tir.IntImm(0, node.dtype)
         split = split_multiples(a, divisor)
         if split is not None:
             quotient, remainder = split
@@ -221,14 +196,14 @@ class Simplifier(StmtExprMutator):
         scaled = self._scaled_term(a, divisor)
         if scaled is not None:  # (x*c + r) // (c*k) -> x // k when 0 <= r < c
             x, factor = scaled
-            return self.rewrite_floor_div(FloorDiv(x, IntImm(divisor // factor, node.dtype)))
+            return self.rewrite_floor_div(tir.FloorDiv(x, tir.IntImm(divisor // factor, node.dtype)))
         return node
 
     def _scaled_term(self, expr: PrimExpr, divisor: int) -> tuple[PrimExpr, int] | None:
         """``(x, c)`` when ``expr`` is ``x*c + r`` with ``c`` dividing ``divisor`` and
         ``0 <= r < c`` proven (r may be absent)."""
-        head, rest = (expr.a, expr.b) if type(expr) is Add else (expr, None)
-        factor = const_int(head.b) if type(head) is Mul else None
+        head, rest = (expr.a, expr.b) if type(expr) is tir.Add else (expr, None)
+        factor = const_int(head.b) if type(head) is tir.Mul else None
         if factor is None or factor <= 1 or divisor % factor:
             return None
         if rest is not None:
@@ -237,7 +212,7 @@ class Simplifier(StmtExprMutator):
                 return None
         return head.a, factor
 
-    def rewrite_floor_mod(self, node: FloorMod) -> PrimExpr:
+    def rewrite_floor_mod(self, node: tir.FloorMod) -> PrimExpr:
         folded = self._fold(node)
         if folded is not None:
             return folded
@@ -245,11 +220,11 @@ class Simplifier(StmtExprMutator):
         if divisor is None or divisor <= 0:
             return node
         if divisor == 1:
-            return IntImm(0, node.dtype)
+            return tir.IntImm(0, node.dtype)
         a = node.a
-        inner = const_int(a.b) if type(a) is FloorMod else None
+        inner = const_int(a.b) if type(a) is tir.FloorMod else None
         if inner is not None and inner > 0 and inner % divisor == 0:
-            return self.rewrite_floor_mod(FloorMod(a.a, node.b))
+            return self.rewrite_floor_mod(tir.FloorMod(a.a, node.b))
         bound = self.ranges.bound(a)
         if bound is not None and 0 <= bound[0] and bound[1] < divisor:
             return a
@@ -259,15 +234,16 @@ class Simplifier(StmtExprMutator):
             rest_bound = self.ranges.bound(rest)
             if rest_bound is not None and 0 <= rest_bound[0] and rest_bound[1] < divisor:
                 return rest
-            return self.rewrite_floor_mod(FloorMod(rest, node.b))
+            return self.rewrite_floor_mod(tir.FloorMod(rest, node.b))
         scaled = self._scaled_term(a, divisor)
-        if scaled is not None and type(a) is Add:  # (x*c + r) % (c*k) -> (x % k)*c + r
+        if scaled is not None and type(a) is tir.Add:  # (x*c + r) % (c*k) -> (x % k)*c + r
             x, factor = scaled
-            inner = self.rewrite_floor_mod(FloorMod(x, IntImm(divisor // factor, node.dtype)))
-            return self.rewrite_add(Add(self.rewrite_mul(Mul(inner, IntImm(factor, node.dtype))), a.b))
+            inner = self.rewrite_floor_mod(tir.FloorMod(x, tir.IntImm(divisor // factor, node.dtype)))
+            scaled_inner = self.rewrite_mul(tir.Mul(inner, tir.IntImm(factor, node.dtype)))
+            return self.rewrite_add(tir.Add(scaled_inner, a.b))
         return node
 
-    def _min_max(self, node: Min | Max) -> PrimExpr:
+    def _min_max(self, node: tir.Min | tir.Max) -> PrimExpr:
         folded = self._fold(node)
         if folded is not None:
             return folded
@@ -280,7 +256,7 @@ class Simplifier(StmtExprMutator):
             return node
         a_below = bound_a[1] <= bound_b[0]
         b_below = bound_b[1] <= bound_a[0]
-        if type(node) is Min:
+        if type(node) is tir.Min:
             return node.a if a_below else node.b if b_below else node
         return node.b if a_below else node.a if b_below else node
 
@@ -295,30 +271,30 @@ class Simplifier(StmtExprMutator):
             return node
         decided = self._decide(type(node), self.ranges.bound(node.a), self.ranges.bound(node.b))
         if decided is None and same_expr(node.a, node.b):
-            decided = type(node) in (EQ, LE, GE)
+            decided = type(node) in (tir.EQ, tir.LE, tir.GE)
         return node if decided is None else _bool(decided)
 
     @staticmethod
     def _decide(kind: type, a: Any, b: Any) -> bool | None:
         if a is None or b is None:
             return None
-        if kind is LT:
+        if kind is tir.LT:
             return True if a[1] < b[0] else False if a[0] >= b[1] else None
-        if kind is LE:
+        if kind is tir.LE:
             return True if a[1] <= b[0] else False if a[0] > b[1] else None
-        if kind is GT:
+        if kind is tir.GT:
             return True if a[0] > b[1] else False if a[1] <= b[0] else None
-        if kind is GE:
+        if kind is tir.GE:
             return True if a[0] >= b[1] else False if a[1] < b[0] else None
         disjoint = a[1] < b[0] or b[1] < a[0]
         same_point = a[0] == a[1] == b[0] == b[1]
-        if kind is EQ:
+        if kind is tir.EQ:
             return False if disjoint else True if same_point else None
         return True if disjoint else False if same_point else None  # NE
 
     rewrite_eq = rewrite_ne = rewrite_lt = rewrite_le = rewrite_gt = rewrite_ge = _compare
 
-    def rewrite_and(self, node: And) -> PrimExpr:
+    def rewrite_and(self, node: tir.And) -> PrimExpr:
         a, b = _bool_const(node.a), _bool_const(node.b)
         if a is False or b is False:
             return _bool(False)
@@ -326,7 +302,7 @@ class Simplifier(StmtExprMutator):
             return node.b
         return node.a if b is True else node
 
-    def rewrite_or(self, node: Or) -> PrimExpr:
+    def rewrite_or(self, node: tir.Or) -> PrimExpr:
         a, b = _bool_const(node.a), _bool_const(node.b)
         if a is True or b is True:
             return _bool(True)
@@ -334,19 +310,19 @@ class Simplifier(StmtExprMutator):
             return node.b
         return node.a if b is False else node
 
-    def rewrite_not(self, node: Not) -> PrimExpr:
+    def rewrite_not(self, node: tir.Not) -> PrimExpr:
         a = _bool_const(node.a)
         if a is not None:
             return _bool(not a)
-        return node.a.a if type(node.a) is Not else node
+        return node.a.a if type(node.a) is tir.Not else node
 
-    def rewrite_select(self, node: Select) -> PrimExpr:
+    def rewrite_select(self, node: tir.Select) -> PrimExpr:
         cond = _bool_const(node.cond)
         if cond is not None:
             return node.true_value if cond else node.false_value
         return node
 
-    def rewrite_cast(self, node: Cast) -> PrimExpr:
+    def rewrite_cast(self, node: tir.Cast) -> PrimExpr:
         if node.value.dtype == node.dtype:
             return node.value
         value = _const_value(node.value)
@@ -357,7 +333,7 @@ class Simplifier(StmtExprMutator):
 
 
 def _bool_const(expr: PrimExpr) -> bool | None:
-    return bool(expr.value) if type(expr) is IntImm and expr.dtype == "bool" else None
+    return bool(expr.value) if type(expr) is tir.IntImm and expr.dtype == "bool" else None
 
 
 def simplify_prim_func(func: PrimFunc) -> PrimFunc:
