@@ -65,9 +65,11 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 
 from passinfra.codegen.c import read_c_file
+from passinfra.codegen.c_intrinsics import IntrinsicRenderer, KernelLibrary, register_intrinsic_renderer
 from passinfra.codegen.cc_driver import CompileResult, CompilerSettings, compile_c_result
 from passinfra.codegen.transform.parallelize import GEMM_MACS_PER_WORK
 from passinfra.runtime.module import CONV_ISA_LEVELS
+from passinfra.tir.intrinsics import CONV_INTRINSIC, DEPTHWISE_CONV_INTRINSIC
 
 RUNTIME_SYMBOL = "raypass_conv_runtime"
 CONV_FUNCTION = "rp_conv2d_f32"
@@ -212,6 +214,14 @@ def render_conv_call(args: Sequence[str], depthwise: bool = False) -> str:
     image, weight, out, *sizes = args
     function = DEPTHWISE_FUNCTION if depthwise else CONV_FUNCTION
     return f"{function}(&{image}, &{weight}, &{out}, {', '.join(sizes)})"
+
+
+# the microkernels, declared in every kernel that calls them; LinkLibrary links their object
+CONV_RUNTIME_LIBRARY = KernelLibrary("conv_runtime", lambda options: DECLARATION)
+register_intrinsic_renderer(CONV_INTRINSIC, IntrinsicRenderer(
+    lambda renderer, node, args: render_conv_call(args), CONV_RUNTIME_LIBRARY))
+register_intrinsic_renderer(DEPTHWISE_CONV_INTRINSIC, IntrinsicRenderer(
+    lambda renderer, node, args: render_conv_call(args, depthwise=True), CONV_RUNTIME_LIBRARY))
 
 
 __all__ = ["CHANNEL_CHUNK", "CONV_FUNCTION", "CONV_ISA_LEVELS", "DECLARATION", "RUNTIME_CACHE_ENV",

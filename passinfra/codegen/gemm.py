@@ -30,11 +30,14 @@ import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from passinfra import tir
+from passinfra.codegen.c_intrinsics import IntrinsicRenderer, KernelLibrary, register_intrinsic_renderer
 from passinfra.codegen.compute.base import imm, seq
 from passinfra.codegen.compute.conv_microkernel import PANEL_WIDTH, matmul_call, panel_width
 from passinfra.codegen.compute.nn import _window_index
+from passinfra.errors import IRError
 from passinfra.ir.attrs import Attrs
 from passinfra.tir.intrinsics import GEMM_INTRINSIC, evaluate_gemm, is_gemm
 from passinfra.transform.config import register_config
@@ -163,6 +166,19 @@ def render_gemm(args: Sequence[str]) -> str:
     """The C call of a ``rp_sgemm`` intrinsic whose arguments rendered to ``args``."""
     a, b, c, m, n, k, lda, ldb, ldc, trans_b = args
     return f"rp_gemm(&{a}, &{b}, &{c}, {m}, {n}, {k}, {lda}, {ldb}, {ldc}, {trans_b})"
+
+
+def _render_gemm_call(renderer: Any, node: tir.Intrinsic, args: list[str]) -> str:
+    packed = [load.buffer.name for load in node.args[:2] if load.buffer in renderer.packed_buffers]
+    if packed:  # BLAS reads floats: a 16-bit weight is widened before C
+        raise IRError(f"PrimFunc {renderer.symbol}: a GEMM reads the float16/bfloat16 parameter "
+                      f"{packed[0]!r}; run WidenGemmOperands first")
+    return render_gemm(args)
+
+
+# the BLAS entries, declared in every kernel that calls them; LinkLibrary links OpenBLAS
+BLAS_LIBRARY = KernelLibrary("blas", lambda options: blas_prototype(options.blas_threads))
+register_intrinsic_renderer(GEMM_INTRINSIC, IntrinsicRenderer(_render_gemm_call, BLAS_LIBRARY))
 
 
 # --------------------------------------------------------------------------- planning

@@ -11,10 +11,11 @@ names, so the same module links to the same bytes wherever the kernels were comp
 from __future__ import annotations
 
 from passinfra.codegen.artifacts import current_link_products, kernel_object_code
+from passinfra.codegen.c_intrinsics import uses_library
 from passinfra.codegen.c_renderer import sanitize_identifier
 from passinfra.codegen.cc_driver import CompilerSettings, compile_c_result, link_shared
-from passinfra.codegen.conv_runtime import RUNTIME_SYMBOL, runtime_object
-from passinfra.codegen.gemm import blas_library
+from passinfra.codegen.conv_runtime import CONV_RUNTIME_LIBRARY, RUNTIME_SYMBOL, runtime_object
+from passinfra.codegen.gemm import BLAS_LIBRARY, blas_library
 from passinfra.codegen.host import HOST_SYMBOL
 from passinfra.codegen.object_cache import count
 from passinfra.codegen.thread_pool import (
@@ -85,14 +86,14 @@ def conv_runtime_object(ctx: PassContext) -> bytes:
 
 
 def uses_conv_runtime(mod: IRModule) -> bool:
-    return any(isinstance(f, PrimFunc) and f.attrs.get("uses_conv_runtime", False) for _, f in mod.items())
+    return any(uses_library(f, CONV_RUNTIME_LIBRARY.name) for _, f in mod.items())
 
 
 def link_flags(mod: IRModule) -> tuple[str, ...]:
     """The libraries after the objects: the threads library, libm, and BLAS (with an
     rpath to its directory) when a kernel calls it."""
     flags: tuple[str, ...] = ("-Wl,-Bsymbolic", "-pthread")
-    if any(isinstance(f, PrimFunc) and f.attrs.get("uses_blas", False) for _, f in mod.items()):
+    if any(uses_library(f, BLAS_LIBRARY.name) for _, f in mod.items()):
         library = blas_library()
         if library is None:
             raise IRError("a kernel calls BLAS but the scipy-openblas32 package is not installed "

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from passinfra import tir
+from passinfra.codegen.c_intrinsics import kernel_libraries
 from passinfra.codegen.compute import (
     COMPUTE_ATTR,
     BufferHandle,
@@ -62,8 +63,7 @@ from passinfra.ir.op.registry import Op
 from passinfra.ir.op.weight_panels import OP_NAME as UNPACK_PANELS
 from passinfra.ir.types import HALF_DTYPES, TensorType, TupleType, Type
 from passinfra.tir.arith import affine_coefficient
-from passinfra.tir.functor import iter_expr_post_order, stmt_children
-from passinfra.tir.intrinsics import CONV_INTRINSIC, DEPTHWISE_CONV_INTRINSIC, GEMM_INTRINSIC, is_kernel_call
+from passinfra.tir.functor import iter_expr_post_order, iter_expr_tree
 from passinfra.transform.context import PassContext
 from passinfra.transform.pass_info import PassInfo
 from passinfra.transform.passes import FunctionPass, Pass
@@ -190,31 +190,13 @@ def c_identifier(name: str) -> str:
 # --------------------------------------------------------------------------- expression size
 
 
-def _prim_children(expr: tir.PrimExpr) -> tuple[tir.PrimExpr, ...]:
-    if isinstance(expr, (tir.BinaryOp, tir.CmpOp)):
-        return (expr.a, expr.b)
-    if isinstance(expr, tir.Not):
-        return (expr.a,)
-    if isinstance(expr, tir.Select):
-        return (expr.cond, expr.true_value, expr.false_value)
-    if isinstance(expr, tir.Cast):
-        return (expr.value,)
-    if isinstance(expr, tir.Intrinsic):
-        return expr.args
-    if isinstance(expr, tir.BufferLoad):
-        return expr.indices
-    return ()
-
-
 def expr_cost(expr: tir.PrimExpr, limit: int) -> tuple[int, bool]:
     """(node count of ``expr`` counted as a tree, capped at ``limit``; whether it calls a
     math intrinsic). Iterative: inlined expressions can be deep."""
-    count, has_intrinsic, stack = 0, False, [expr]
-    while stack and count < limit:
-        node = stack.pop()
+    count, has_intrinsic = 0, False
+    for node in itertools.islice(iter_expr_tree(expr), limit):
         count += 1
         has_intrinsic = has_intrinsic or isinstance(node, tir.Intrinsic)
-        stack.extend(_prim_children(node))
     return count, has_intrinsic
 
 
@@ -239,8 +221,6 @@ class _Lowerer:
         self.func = func
         self.symbol = symbol
         self.use_blas = use_blas
-        self.uses_blas = False  # set when a contraction became a BLAS call
-        self.uses_conv_runtime = False  # set when a convolution calls the microkernels
         self.names: dict[str, int] = {}
         self.inputs: list[tir.Buffer] = []
         self.outputs: list[tir.Buffer] = []
@@ -631,10 +611,6 @@ class _Lowerer:
         stmt, scratch = tensor.gemm.emit(inputs, buffer, self.new_buffer, epilogue)
         self.allocations.extend(scratch)
         self.stmts.append(stmt)
-        calls = _kernel_calls(stmt)
-        self.uses_blas = self.uses_blas or GEMM_INTRINSIC in calls
-        runtime_calls = {CONV_INTRINSIC, DEPTHWISE_CONV_INTRINSIC}
-        self.uses_conv_runtime = self.uses_conv_runtime or bool(calls & runtime_calls)
 
     def _emit_extern(self, group: _Extern) -> None:
         buffers = []
@@ -682,22 +658,9 @@ class _Lowerer:
             body = tir.Allocate(buffer, body)
         attrs = {"global_symbol": self.symbol, "num_inputs": len(self.inputs),
                  "op_names": tuple(self.op_names)}
-        if self.uses_blas:
-            attrs["uses_blas"] = True  # LinkLibrary links the BLAS library then
-        if self.uses_conv_runtime:
-            attrs["uses_conv_runtime"] = True  # LinkLibrary links the microkernels then
+        for library in kernel_libraries(body):
+            attrs[library.attr] = True  # LinkLibrary links it then (uses_blas, uses_conv_runtime)
         return tir.PrimFunc([*self.inputs, *self.outputs], body, attrs)
-
-
-def _kernel_calls(stmt: tir.Stmt) -> set[str]:
-    """Names of the GEMM and convolution calls in ``stmt`` (what the library links)."""
-    names, stack = set(), [stmt]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, tir.Evaluate) and is_kernel_call(node.value):
-            names.add(node.value.name)  # type: ignore[attr-defined]
-        stack.extend(stmt_children(node))
-    return names
 
 
 def plan_kernel(op_name: str, attrs: Attrs, shapes: Sequence[tuple[int, ...]], dtype: str,

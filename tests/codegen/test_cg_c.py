@@ -239,7 +239,7 @@ def test_store_into_input_and_unknown_intrinsic_and_missing_symbol_are_errors():
     with pytest.raises(IRError, match="input buffer 'a'"):
         render_prim_func(prim_func([a, out], loop(i, 2, tir.BufferStore(a, a.load(i), (i,))), 1, "bad"))
     bogus = tir.BufferStore(out, tir.Intrinsic("frobnicate", (a.load(i),), F32), (i,))
-    with pytest.raises(IRError, match="unknown math intrinsic 'frobnicate'"):
+    with pytest.raises(IRError, match="unknown intrinsic 'frobnicate'"):
         render_prim_func(prim_func([a, out], loop(i, 2, bogus), 1, "bad"))
     with pytest.raises(IRError, match="global_symbol"):
         render_prim_func(tir.PrimFunc([a, out], loop(i, 2, tir.BufferStore(out, a.load(i), (i,)))))

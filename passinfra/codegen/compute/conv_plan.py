@@ -46,7 +46,7 @@ The measurements behind it: one thread, the best of 10-15 calls of the kernel al
 with its bias + ReLU epilogue, in GFLOP/s. The generated loops are compiled with the
 portable default flags, so they use 4-lane SSE vectors, while OpenBLAS picks its
 AVX-512 kernels at run time. The machine is a shared 2-core one: ranges are over
-repeated runs. ``python bench/vs_onnxruntime.py --kernels`` prints the table (copy in
+repeated runs. ``python -m bench.vs_onnxruntime --kernels`` prints the table (copy in
 bench/results_vs_onnxruntime.md); "loop nest" is the generic path.
 
 =========================================  ==========  ======  ==========

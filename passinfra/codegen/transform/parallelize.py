@@ -36,16 +36,18 @@ and then a kernel that calls BLAS gets no parallel loops of its own.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from passinfra import tir
-from passinfra.codegen.gemm import library_splits_blas
+from passinfra.codegen.c_intrinsics import uses_library
+from passinfra.codegen.gemm import BLAS_LIBRARY, library_splits_blas
 from passinfra.codegen.prim_func_pass import create_prim_func_pass
 from passinfra.codegen.thread_pool import MIN_WORK_PER_THREAD, min_parallel_work
 from passinfra.tir.arith import RangeAnalyzer, affine_coefficient, const_int
-from passinfra.tir.functor import StmtExprVisitor, expr_children, iter_expr_post_order, substitute
+from passinfra.tir.functor import StmtExprVisitor, iter_expr_post_order, iter_expr_tree, substitute
 from passinfra.tir.intrinsics import (
     CONV_FIRST_PIXEL,
     DEPTHWISE_CONV_INTRINSIC,
@@ -145,14 +147,10 @@ def _expr_work(expr: tir.PrimExpr) -> float:
     as one node, its indices none). Not distinct nodes: which subexpressions are shared
     objects differs between a function and its copy sent to a worker, and the estimate
     is rendered into the C (parallel must equal sequential, byte for byte)."""
-    work, counted, stack = 0.0, 0, [expr]
-    while stack and counted < MAX_COUNTED_NODES:
-        node = stack.pop()
-        counted += 1
-        work += INTRINSIC_WORK if isinstance(node, tir.Intrinsic) else NODE_WORK
-        if not isinstance(node, tir.BufferLoad):  # index arithmetic is strength-reduced away
-            stack.extend(expr_children(node))
-    return work
+    # a load's index arithmetic is strength-reduced away: its indices are not counted
+    nodes = itertools.islice(iter_expr_tree(expr, lambda node: not isinstance(node, tir.BufferLoad)),
+                             MAX_COUNTED_NODES)
+    return sum(INTRINSIC_WORK if isinstance(node, tir.Intrinsic) else NODE_WORK for node in nodes)
 
 
 def _gemm_work(call: tir.Intrinsic) -> float:
@@ -546,7 +544,7 @@ def parallelize_prim_func(func: tir.PrimFunc, split_blas: bool = True,
     """``func`` with its top-level loop nests and GEMMs marked PARALLEL where that is
     safe and gives each of two threads ``min_work``; ``split_blas=False`` (OpenBLAS has
     the threads) leaves a kernel that calls BLAS serial."""
-    if not split_blas and func.attrs.get("uses_blas", False):
+    if not split_blas and uses_library(func, BLAS_LIBRARY.name):
         return func
     body = _parallel_top_level(func.body, split_blas, min_work)
     return func if body is func.body else func.with_body(body)
