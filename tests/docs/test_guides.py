@@ -1,5 +1,5 @@
 """Every code block of the guides (``docs/*.md``) runs, and every output they show is
-the output the code produces.
+the output the code produces; the reference pages among them show no code that does not.
 
 The convention the guides are written in:
 
@@ -14,6 +14,12 @@ The convention the guides are written in:
 * ```` ```output ```` right after a python or sh block: what that block prints (stdout
   and stderr as they interleave). A runnable block with no output block must print
   nothing. Any other fence is an error, so no block goes unchecked.
+
+The reference pages (``REFERENCE_PAGES``: the command line, the architecture, ...) are
+the pages of ``docs/`` that are not guides: they run nothing, and their only code blocks
+are ```` ```text ```` ones, things shown as they are (a recorded run's output, a map of
+the files); a block of Python or shell there would be code nobody runs, so it is an error
+(such a block belongs in a guide).
 
 The blocks run in a subprocess (``tests/docs/guide_runner.py``): a fresh interpreter
 per guide, so what one guide registers (passes, config keys) never reaches another
@@ -53,7 +59,9 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 RUNNER = Path(__file__).with_name("guide_runner.py")
 BIN = Path(sys.executable).parent
-GUIDES = sorted(DOCS.glob("*.md"))
+# the pages of docs/ that are reference, not guides: only ```text blocks, nothing to run
+REFERENCE_PAGES = ("architecture.md", "benchmarks.md", "cli.md", "codegen.md", "onnx_conformance.md")
+GUIDES = sorted(page for page in DOCS.glob("*.md") if page.name not in REFERENCE_PAGES)
 GUIDE_TIMEOUT = 400.0  # seconds for all blocks of one guide (a stuck block must not hang CI)
 
 RUNNABLE = ("python", "sh")
@@ -272,4 +280,44 @@ def test_guide_runs_and_shows_its_real_output(guide: Path):
 def test_the_guides_exist():
     """The guides the README links (an empty docs/ would otherwise pass by running nothing)."""
     names = {guide.name for guide in GUIDES}
-    assert {"writing_a_pass.md", "instrumenting_passes.md", "running_on_workers.md"} <= names
+    assert {"writing_a_pass.md", "instrumenting_passes.md", "running_on_workers.md", "python_api.md"} <= names
+
+
+def shown_blocks(text: str, page: str) -> list[int]:
+    """The lines of a reference page's code blocks (each a ```` ```text ```` block); any
+    other fence is a GuideFormatError."""
+    lines = text.splitlines()
+    starts: list[int] = []
+    inside = False
+    for number, line in enumerate(lines, 1):
+        if not line.lstrip().startswith("```"):
+            continue
+        if inside:
+            if line != "```":
+                raise GuideFormatError(f"{page}:{number}: a block ends with a bare ``` at column 0")
+            inside = False
+        elif line != "```text":
+            raise GuideFormatError(
+                f"{page}:{number}: a reference page shows code only in ```text blocks, and runs "
+                f"none ({line.strip()!r}); code to run belongs in a guide"
+            )
+        else:
+            starts.append(number)
+            inside = True
+    if inside:
+        raise GuideFormatError(f"{page}:{starts[-1]}: the code block is never closed")
+    return starts
+
+
+def test_shown_blocks_format():
+    assert shown_blocks("a\n```text\nx = 1\n```\nb\n", "r.md") == [2]
+    for bad in ("```python\nx\n```\n", "```sh\nls\n```\n", "```\nx\n```\n", "```text\nx\n"):
+        with pytest.raises(GuideFormatError):
+            shown_blocks(bad, "r.md")
+
+
+@pytest.mark.parametrize("name", REFERENCE_PAGES)
+def test_reference_page_runs_nothing_unchecked(name: str):
+    page = DOCS / name
+    assert page.exists(), f"docs/{name} is listed as a reference page but does not exist"
+    shown_blocks(page.read_text(), name)
