@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from passinfra.codegen.compile_c_pass import compile_counts
+from passinfra.codegen.passes.compile_c import compile_counts
 from scheduler.stats import RunStats
 
 if TYPE_CHECKING:  # rich is imported when a table is printed: a plain compile prints none

@@ -6,20 +6,23 @@ Tuples, TupleGetItems, Constants (weights), its parameters, and Let bindings of 
 weights, kernel outputs) and the kernel calls in evaluation order. Anything else (an
 If, a closure, a direct op call) is rejected with an error naming it.
 
-Two module passes build on it. Neither changes the IR: what they make are typed build
-products, recorded in the :class:`~passinfra.codegen.artifacts.LinkProducts` of the link
-step running them (see :mod:`passinfra.codegen.artifacts`).
+Two module passes build on it (:mod:`passinfra.codegen.passes.plan_memory` and
+:mod:`passinfra.codegen.passes.host_codegen`; this module is the machinery they share
+with the tests and the weights stream). Neither changes the IR: what they make are typed
+build products, recorded in the :class:`~passinfra.codegen.artifacts.LinkProducts` of the
+link step running them (see :mod:`passinfra.codegen.artifacts`).
 
-- ``PlanMemory`` assigns every intermediate tensor an offset in one shared workspace,
-  reusing memory by liveness (greedy by size, first fit, 64-byte aligned): a
-  :class:`~passinfra.codegen.artifacts.MemoryPlan` with the offsets, the planned peak
-  (``workspace_bytes``) and the sum of all intermediates (``naive_bytes``).
-- ``HostCodegen`` emits and compiles ``int raypass_main(void** inputs, void** outputs,
-  void* weights, void* workspace)``, which calls each kernel's ``<sym>_packed`` entry in
-  order (returning ``k + 1`` if kernel ``k`` fails), driven by constant tables of entry
-  points and argument locations. Weights go to a binary blob (64-byte aligned offsets),
-  never into C. Kernel results that are outputs of ``main`` are written straight into the
-  caller's output arrays. It also makes the runtime metadata (:func:`runtime_metadata`).
+- ``PlanMemory`` assigns every intermediate tensor an offset in one shared workspace
+  (:func:`plan_memory`), reusing memory by liveness (greedy by size, first fit, 64-byte
+  aligned): a :class:`~passinfra.codegen.artifacts.MemoryPlan` with the offsets, the
+  planned peak (``workspace_bytes``) and the sum of all intermediates (``naive_bytes``).
+- ``HostCodegen`` emits (:func:`render_host`) and compiles ``int raypass_main(void**
+  inputs, void** outputs, void* weights, void* workspace)``, which calls each kernel's
+  ``<sym>_packed`` entry in order (returning ``k + 1`` if kernel ``k`` fails), driven by
+  constant tables of entry points and argument locations. Weights go to a binary blob
+  (64-byte aligned offsets, :func:`pack_weights`), never into C. Kernel results that are
+  outputs of ``main`` are written straight into the caller's output arrays. It also makes
+  the runtime metadata (:func:`runtime_metadata`).
 
 Both passes start from the same analysis of ``main``. Inside one link step
 (:func:`shared_host_analysis`, entered by ``passinfra.build.run_link``) it is made once
@@ -40,12 +43,10 @@ from typing import Any
 
 import numpy as np
 
-from passinfra.codegen.artifacts import HostArtifact, MemoryPlan, current_link_products
+from passinfra.codegen.artifacts import MemoryPlan
 from passinfra.codegen.c_renderer import dtype_bytes, sanitize_identifier
-from passinfra.codegen.cc_driver import CompilerSettings, compile_c_result
 from passinfra.codegen.lower import flatten_tuples
 from passinfra.codegen.object_cache import count
-from passinfra.codegen.weights_stream import current_stream
 from passinfra.errors import IRError
 from passinfra.ir.expr import (
     BaseFunc,
@@ -66,10 +67,6 @@ from passinfra.ir.types import TensorType, TupleType, Type
 from passinfra.runtime.weights import PackedWeights
 from passinfra.scoped import pushed
 from passinfra.tir import PrimFunc
-from passinfra.transform.context import PassContext
-from passinfra.transform.pass_info import PassInfo
-from passinfra.transform.passes import ModulePass
-from passinfra.transform.registry import register_pass
 
 ALIGNMENT = 64
 HOST_SYMBOL = "raypass_main"
@@ -461,20 +458,6 @@ class _Lifetimes:
         return found
 
 
-def _plan_memory_pass(mod: IRModule, ctx: PassContext) -> IRModule:
-    plan = plan_memory(host_program(mod))
-    products = current_link_products()
-    if products is not None:
-        products.memory_plan = plan
-    return mod
-
-
-@register_pass("PlanMemory")
-def PlanMemory() -> ModulePass:  # noqa: N802 - pass factories are named like classes
-    """Plan the workspace of main's intermediates (the link step's ``memory_plan``)."""
-    return ModulePass(_plan_memory_pass, PassInfo(0, "PlanMemory"))
-
-
 # ----- weights and host C ------------------------------------------------------------------
 def pack_weights(weights: list[np.ndarray]) -> tuple[PackedWeights, list[int]]:
     """The weights blob's layout (each weight 64-byte aligned, C order, zeros between)
@@ -626,32 +609,6 @@ def runtime_metadata(
     }
 
 
-def _host_codegen_pass(mod: IRModule, ctx: PassContext) -> IRModule:
-    products = current_link_products()
-    program = host_program(mod)
-    planned = products.memory_plan if products is not None else None
-    plan = planned if planned is not None else plan_memory(program)
-    weights, weight_offsets = pack_weights(program.weights)
-    stream = current_stream()
-    written = stream.claim(program.weights) if stream is not None else None  # already being written
-    source = render_host(program, plan, weight_offsets)
-    compiled = compile_c_result(source, CompilerSettings.from_context(ctx), name=HOST_SYMBOL)
-    if not compiled.cache_hit:
-        count("host_compiles")  # so "kernels compiled" = compiles - host_compiles
-    if products is not None:
-        products.host = HostArtifact(source, compiled.object_code)
-        products.weights = written if written is not None else weights
-        products.metadata = runtime_metadata(program, plan, weights.nbytes, products.ret_type)
-    return mod
-
-
-@register_pass("HostCodegen")
-def HostCodegen() -> ModulePass:  # noqa: N802 - pass factories are named like classes
-    """Generate and compile the host entry ``raypass_main``; pack the weights (the link
-    step's ``host``, ``weights`` and ``metadata``)."""
-    return ModulePass(_host_codegen_pass, PassInfo(0, "HostCodegen"))
-
-
 __all__ = [
     "HostProgram",
     "KernelCall",
@@ -659,8 +616,6 @@ __all__ = [
     "MemoryPlan",
     "analyze_main",
     "plan_memory",
-    "PlanMemory",
-    "HostCodegen",
     "graph_output_types",
     "pack_weights",
     "main_weights",

@@ -1,5 +1,7 @@
-"""LowerToPrimFunc: each ``Primitive`` function (a fused group from FuseOps) becomes a
-loop-level :class:`~passinfra.tir.PrimFunc`.
+"""The lowering: each ``Primitive`` function (a fused group from FuseOps) becomes a
+loop-level :class:`~passinfra.tir.PrimFunc` (:func:`lower_primitive_function`; the
+LowerToPrimFunc pass that runs it over a module is
+:mod:`passinfra.codegen.passes.lower_to_prim_func`).
 
 The body of a primitive function is a dataflow graph of op calls over its parameters.
 Every call gets a description from its op's compute rule (:mod:`passinfra.codegen.compute`);
@@ -56,18 +58,14 @@ from passinfra.codegen.loop_tiling import elementwise_nest
 from passinfra.codegen.transform.widen_gemm_operands import PANEL_ELEMENTS
 from passinfra.errors import IRError
 from passinfra.ir.attrs import Attrs
-from passinfra.ir.expr import BaseFunc, Call, Constant, Expr, Function, Tuple, TupleGetItem, Var
+from passinfra.ir.expr import Call, Constant, Expr, Function, Tuple, TupleGetItem, Var
 from passinfra.ir.functor import iter_post_order
-from passinfra.ir.module import IRModule
 from passinfra.ir.op.registry import Op
 from passinfra.ir.op.weight_panels import OP_NAME as UNPACK_PANELS
 from passinfra.ir.types import HALF_DTYPES, TensorType, TupleType, Type
 from passinfra.tir.arith import affine_coefficient
 from passinfra.tir.functor import iter_expr_post_order, iter_expr_tree
 from passinfra.transform.context import PassContext
-from passinfra.transform.pass_info import PassInfo
-from passinfra.transform.passes import FunctionPass, Pass
-from passinfra.transform.registry import register_pass
 
 # an inlined value expression bigger than this is materialized instead (nodes)
 MAX_INLINE_SIZE = 256
@@ -692,43 +690,3 @@ def lower_primitive_function(func: Function, name: str, use_blas: bool | None = 
         raise IRError(f"LowerToPrimFunc: {name!r} is a {type(func).__name__}, not a graph-level Function")
     use_blas = uses_blas() if use_blas is None else use_blas and blas_library() is not None
     return _Lowerer(func, c_identifier(name), use_blas).run()
-
-
-# --------------------------------------------------------------------------- the pass
-
-
-def _name_in(mod: IRModule, func: BaseFunc) -> str:
-    for gv, candidate in mod.items():
-        if candidate is func:
-            return gv.name_hint
-    raise IRError("LowerToPrimFunc: cannot name a function that is not in the module "
-                  "(its C symbol is its GlobalVar name)")
-
-
-def _blas(ctx: PassContext) -> bool:
-    return bool(ctx.get_config("codegen.blas", True))
-
-
-class LowerToPrimFuncPass(FunctionPass):
-    """Function pass over the functions with a truthy ``Primitive`` attr; every other
-    function is left as it is."""
-
-    # the GlobalVar name is the C symbol: the pass reads it from the module view, which
-    # for a pass promising reads_module=False holds the function under its own name
-    # (every executor builds that view, see transform.module_view); nothing else is read
-    reads_module = False
-
-    def __init__(self) -> None:
-        super().__init__(
-            lambda func, mod, ctx: lower_primitive_function(func, _name_in(mod, func), _blas(ctx)),
-            PassInfo(0, "LowerToPrimFunc"))
-
-    def accepts(self, func: BaseFunc) -> bool:
-        return (isinstance(func, Function) and bool(func.attrs.get("Primitive", 0))
-                and not func.attrs.get("SkipOptimization", False))
-
-
-@register_pass("LowerToPrimFunc")
-def LowerToPrimFunc() -> Pass:  # noqa: N802  (TVM's factory naming)
-    """Lower every Primitive function of the module to a PrimFunc (opt_level 0)."""
-    return LowerToPrimFuncPass()

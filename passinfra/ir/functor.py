@@ -45,6 +45,20 @@ def expr_children(expr: Expr) -> tuple:
         raise TypeError(f"not an IR expression: {type(expr).__name__}") from None
 
 
+def iter_nodes(root: Expr, children: Callable[[Expr], tuple] = expr_children) -> Iterator[Expr]:
+    """Yield every node reachable from ``root`` through ``children`` once, parents before
+    children (an analysis that walks a scope only passes the children it enters)."""
+    seen: set = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        yield node
+        stack.extend(reversed(children(node)))
+
+
 def iter_post_order(root: Expr) -> Iterator[Expr]:
     """Yield every node reachable from ``root`` once, children before parents.
 

@@ -14,7 +14,7 @@ import numpy as np
 from passinfra.errors import EvaluationError
 from passinfra.ir.op.bitcast import reinterpret_array
 from passinfra.tir import nodes as n
-from passinfra.tir.functor import expr_children
+from passinfra.tir.functor import fold_expr
 from passinfra.tir.intrinsics import (
     BITWISE_INTRINSICS,
     REINTERPRET,
@@ -98,17 +98,9 @@ class _Interpreter:
         self.memory: dict[Buffer, np.ndarray] = {}
 
     def expr(self, root: PrimExpr) -> Any:
-        values: dict[int, Any] = {}
-        stack: list[tuple[Any, bool]] = [(root, False)]
-        while stack:
-            node, expanded = stack.pop()
-            kids = expr_children(node)
-            if not expanded:
-                stack.append((node, True))
-                stack.extend((kid, False) for kid in reversed(kids))
-                continue
-            values[id(node)] = self.expr_node(node, [values[id(k)] for k in kids])
-        return values[id(root)]
+        # a shared node's value is computed once: an expression reads memory that does not
+        # change while it is evaluated
+        return fold_expr(root, self.expr_node)
 
     def expr_node(self, node: Any, args: list[Any]) -> Any:
         kind = type(node)

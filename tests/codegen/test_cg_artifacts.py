@@ -22,8 +22,8 @@ from passinfra.codegen.artifacts import (
     kernel_c_source,
     kernel_object_code,
 )
-from passinfra.codegen.host import PlanMemory, graph_output_types
-from passinfra.codegen.link import LinkLibrary
+from passinfra.codegen.host import graph_output_types
+from passinfra.codegen.passes import LinkLibrary, PlanMemory
 from passinfra.errors import IRError
 from passinfra.ir import op
 from passinfra.ir.expr import Function, Tuple, const, var

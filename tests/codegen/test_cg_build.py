@@ -8,10 +8,8 @@ from cg_c_support import loop, prim_func
 
 from passinfra import tir
 from passinfra.codegen.artifacts import collect_link_products
-from passinfra.codegen.codegen_c_pass import CodegenC
-from passinfra.codegen.compile_c_pass import CompileC
-from passinfra.codegen.host import HostCodegen, PlanMemory, analyze_main, plan_memory
-from passinfra.codegen.link import LinkLibrary
+from passinfra.codegen.host import analyze_main, plan_memory
+from passinfra.codegen.passes import CodegenC, CompileC, HostCodegen, LinkLibrary, PlanMemory
 from passinfra.errors import EvaluationError, IRError
 from passinfra.ir import op
 from passinfra.ir.expr import Call, Function, GlobalVar, Let, Tuple, TupleGetItem, Var, const, var

@@ -12,8 +12,7 @@ from cg_c_support import CompiledKernel, loop, prim_func
 from passinfra import tir
 from passinfra.codegen.c_renderer import CRenderer, RenderOptions, render_prim_func
 from passinfra.codegen.cc_driver import CompileError, CompilerSettings, compile_c
-from passinfra.codegen.codegen_c_pass import CodegenC
-from passinfra.codegen.compile_c_pass import CompileC
+from passinfra.codegen.passes import CodegenC, CompileC
 from passinfra.codegen.thread_pool import PARALLEL_FOR
 from passinfra.errors import IRError
 from passinfra.ir import op

@@ -25,8 +25,8 @@ from passinfra.codegen.compute.conv_direct import ConvGeometry
 from passinfra.codegen.compute.conv_microkernel import CACHED_WEIGHT_BYTES, rows_per_block
 from passinfra.codegen.compute.conv_plan import CONV_KERNEL_CONFIG, choose_kernel
 from passinfra.codegen.conv_runtime import CHANNEL_CHUNK
-from passinfra.codegen.link import uses_conv_runtime
 from passinfra.codegen.lower import lower_primitive_function
+from passinfra.codegen.passes.link_library import uses_conv_runtime
 from passinfra.errors import RaypassError
 from passinfra.frontend import from_onnx
 from passinfra.ir import op
@@ -297,10 +297,10 @@ def test_the_linking_process_starts_the_runtime_compile_before_the_kernels(monke
     """StreamWeights (a module pass: it runs where the library is linked) starts the
     runtime's compile when the module has a convolution, even when the kernels compile
     elsewhere (workers do not start it)."""
-    from passinfra.codegen import compile_c_pass
+    from passinfra.codegen.passes import compile_c
     from passinfra.codegen.weights_stream import streaming_weights
 
-    monkeypatch.setattr(compile_c_pass, "prefetch_runtime_compile", lambda settings: None)  # as on workers
+    monkeypatch.setattr(compile_c, "prefetch_runtime_compile", lambda settings: None)  # as on workers
     _, data_shape, out_channels, kernel_shape, attrs = _case("valid_33_outputs")
     mod = from_onnx(conv_model(data_shape, out_channels, kernel_shape, **attrs))
     names = COMPILE_PIPELINE[:COMPILE_PIPELINE.index("StreamWeights") + 1]

@@ -21,7 +21,8 @@ from passinfra.codegen.gemm import (
     is_gemm,
     plan_contraction,
 )
-from passinfra.codegen.lower import LowerToPrimFunc, lower_primitive_function
+from passinfra.codegen.lower import lower_primitive_function
+from passinfra.codegen.passes import LowerToPrimFunc
 from passinfra.ir import op
 from passinfra.ir.attrs import Attrs
 from passinfra.ir.module import IRModule

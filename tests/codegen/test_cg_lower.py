@@ -11,7 +11,8 @@ import passinfra
 from passinfra import tir
 from passinfra.codegen.compute import ComputeOp, register_compute
 from passinfra.codegen.compute.conv_plan import CONV_KERNEL_CONFIG
-from passinfra.codegen.lower import MAX_INLINE_DEPTH, LowerToPrimFunc, lower_primitive_function
+from passinfra.codegen.lower import MAX_INLINE_DEPTH, lower_primitive_function
+from passinfra.codegen.passes import LowerToPrimFunc
 from passinfra.errors import IRError
 from passinfra.frontend.zoo.ir_models import demo_cnn, mlp, transformer_block
 from passinfra.ir import op

@@ -17,7 +17,7 @@ from passinfra.build import COMPILE_PIPELINE
 from passinfra.codegen.compute.conv_microkernel import PANEL_WIDTH
 from passinfra.codegen.compute.conv_plan import CONV_KERNEL_CONFIG
 from passinfra.codegen.lower import lower_primitive_function
-from passinfra.codegen.panel_weights_pass import PANELS_CONFIG, panel_weights
+from passinfra.codegen.passes.panel_weights import PANELS_CONFIG, panel_weights
 from passinfra.errors import IRTypeError
 from passinfra.ir import op
 from passinfra.ir.expr import Call, Constant

@@ -11,7 +11,7 @@ import pytest
 
 import passinfra
 from passinfra.build import compile_pipeline
-from passinfra.codegen.compile_c_pass import compile_records
+from passinfra.codegen.passes.compile_c import compile_records
 from passinfra.frontend.zoo.ir_models import demo_cnn, transformer_block
 from passinfra.ir.module import IRModule
 from passinfra.runtime.interpreter import evaluate

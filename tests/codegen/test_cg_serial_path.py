@@ -24,10 +24,8 @@ from passinfra.build import compile_pipeline, run_link
 from passinfra.codegen.artifacts import MemoryPlan, collect_link_products
 from passinfra.codegen.host import (
     ALIGNMENT,
-    HostCodegen,
     HostProgram,
     KernelCall,
-    PlanMemory,
     analyze_main,
     host_program,
     pack_weights,
@@ -36,8 +34,8 @@ from passinfra.codegen.host import (
     shared_host_analysis,
     workspace_tensors,
 )
-from passinfra.codegen.link import LinkLibrary
 from passinfra.codegen.object_cache import compile_stats
+from passinfra.codegen.passes import HostCodegen, LinkLibrary, PlanMemory
 from passinfra.ir import op
 from passinfra.ir.expr import Function, Tuple, const, var
 from passinfra.ir.module import IRModule

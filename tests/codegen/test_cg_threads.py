@@ -28,7 +28,7 @@ from passinfra.codegen.artifacts import kernel_c_source
 from passinfra.codegen.c_renderer import render_prim_func
 from passinfra.codegen.cc_driver import CompilerSettings, compile_c, link_shared
 from passinfra.codegen.gemm import gemm_call, library_splits_blas
-from passinfra.codegen.link import thread_pool_object
+from passinfra.codegen.passes.link_library import thread_pool_object
 from passinfra.codegen.thread_pool import SPIN_MICROSECONDS, pool_source
 from passinfra.codegen.transform.parallelize import (
     TARGET_ITERATIONS,

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from passinfra.build import COMPILE_PIPELINE, LINK_PIPELINE, compile_pipeline
-from passinfra.codegen.compile_c_pass import compile_records
+from passinfra.codegen.passes.compile_c import compile_records
 from passinfra.frontend.zoo.ir_models import demo_cnn
 from passinfra.tir import PrimFunc
 from passinfra.transform import PassContext

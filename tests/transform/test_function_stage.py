@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from passinfra import ir
-from passinfra.codegen.lower import LowerToPrimFunc, LowerToPrimFuncPass
+from passinfra.codegen.passes.lower_to_prim_func import LowerToPrimFunc, LowerToPrimFuncPass
 from passinfra.errors import IRError
 from passinfra.ir import op
 from passinfra.transform import PassContext, Sequential, function_pass

@@ -8,7 +8,7 @@ row, contiguously, zeros past ``N`` (:func:`to_panels`). A kernel that computes 
 output channels at a time (the convolution microkernels) then reads one contiguous run
 of memory per block instead of ``R`` short rows ``N`` floats apart, which the hardware
 prefetcher streams from memory; onnxruntime reorders its filters the same way, once, at
-load time. We do it at compile time: the :class:`~passinfra.codegen.panel_weights_pass.
+load time. We do it at compile time: the :class:`~passinfra.codegen.passes.panel_weights.
 PanelWeights` pass stores such constants in panels and reads them through this op, so
 the graph means what it meant (the interpreter computes :func:`from_panels`), and the
 lowering hands the panels to the microkernels as they are (its compute rule, an index

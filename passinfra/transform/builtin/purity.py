@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from passinfra.ir.expr import Call, Expr, Function, GlobalVar, Let, Var
-from passinfra.ir.functor import expr_children
+from passinfra.ir.functor import expr_children, iter_nodes
 from passinfra.ir.module import IRModule
 from passinfra.ir.op.registry import Op
 
@@ -63,15 +63,9 @@ class Purity:
     def add_scope(self, expr: Expr) -> None:
         """Record the Let-bound function literals of ``expr`` so calls through their vars
         can be analysed (vars are unique objects, so the binding is their only value)."""
-        stack, seen = [expr], set()
-        while stack:
-            node = stack.pop()
-            if node in seen:
-                continue
-            seen.add(node)
+        for node in iter_nodes(expr):
             if type(node) is Let and isinstance(node.value, Function):
                 self._let_functions[node.var] = node.value
-            stack.extend(expr_children(node))
 
     def is_pure(self, expr: Expr) -> bool:
         """True if evaluating ``expr`` cannot call a stateful op."""
@@ -170,30 +164,17 @@ class Purity:
 
 def _nodes_in_scope(root: Expr) -> Iterator[Expr]:
     """Every node evaluated with ``root`` (not descending into Function literals)."""
-    stack, seen = [root], set()
-    while stack:
-        node = stack.pop()
-        if node in seen:
-            continue
-        seen.add(node)
-        yield node
-        stack.extend(_children_in_scope(node))
+    return iter_nodes(root, _children_in_scope)
 
 
 def count_var_uses(root: Expr) -> dict[Var, int]:
     """For every var used in ``root``: the number of distinct nodes referring to it
     (binders are not uses)."""
     uses: dict[Var, int] = {}
-    stack, seen = [root], set()
-    while stack:
-        node = stack.pop()
-        if node in seen:
-            continue
-        seen.add(node)
+    for node in iter_nodes(root, use_children):
         for child in use_children(node):
             if type(child) is Var:
                 uses[child] = uses.get(child, 0) + 1
-            stack.append(child)
     return uses
 
 

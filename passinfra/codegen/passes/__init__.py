@@ -1,0 +1,26 @@
+"""The build-step passes of the code generator, one per module, each module named after
+the pass it registers (the snake_case of the registered name: ``CodegenC`` in
+``codegen_c.py``), as the loop passes are in :mod:`passinfra.codegen.transform`.
+
+A module here holds the pass factory, its pass function and what only that pass uses
+(its config keys, the run facts it reports); the machinery other code shares stays in
+the package above (:mod:`~passinfra.codegen.lower`, :mod:`~passinfra.codegen.host`,
+:mod:`~passinfra.codegen.weights_stream`, ...). Importing this package registers them.
+"""
+
+# isort: off
+# The order the passes are registered in, kept as it was before they moved here: the
+# registry is a dict, so this order is what iterating it yields (and it loads each
+# module's dependencies, which register config keys, in the order they always loaded).
+from passinfra.codegen.passes.codegen_c import CodegenC
+from passinfra.codegen.passes.compile_c import CompileC
+from passinfra.codegen.passes.lower_to_prim_func import LowerToPrimFunc
+from passinfra.codegen.passes.plan_memory import PlanMemory
+from passinfra.codegen.passes.host_codegen import HostCodegen
+from passinfra.codegen.passes.link_library import LinkLibrary
+from passinfra.codegen.passes.panel_weights import PanelWeights
+from passinfra.codegen.passes.stream_weights import StreamWeights
+# isort: on
+
+__all__ = ["CodegenC", "CompileC", "LowerToPrimFunc", "PlanMemory", "HostCodegen", "LinkLibrary",
+           "PanelWeights", "StreamWeights"]
