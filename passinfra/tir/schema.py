@@ -255,20 +255,27 @@ def _key_items(fields: tuple[Field, ...]) -> list[str]:
     return items
 
 
+# how a row holds each kind of field, and how the field is read back from the row:
+# (source of the row item from the field ``{v}``, source of the field from the item ``{r}``)
+_ROW_FORMS: dict[Role, tuple[str, str]] = {
+    Role.BUFFER: ("buffer_index({v})", "buffers[{r}]"),
+    Role.EXPR_SEQ: ("tuple(map(ref, {v}))", "tuple(map(node, {r}))"),
+    Role.STMT_SEQ: ("tuple(map(ref, {v}))", "tuple(map(node, {r}))"),
+    Role.OPT_STMT: ("_NO_ROW if {v} is None else ref({v})", "None if {r} == _NO_ROW else node({r})"),
+    Role.EXPR: ("ref({v})", "node({r})"),
+    Role.STMT: ("ref({v})", "node({r})"),
+    Role.BINDER: ("ref({v})", "node({r})"),
+}
+
+
 def _row_items(tag: str, fields: tuple[Field, ...]) -> list[str]:
     items = [repr(tag)]
     for f in fields:
-        old = f"node.{f.name}"
+        field_source = f"node.{f.name}"
         if f.role is Role.VALUE:
-            items.append(_encoded(f, old))
-        elif f.role is Role.BUFFER:
-            items.append(f"buffer_index({old})")
-        elif f.is_seq:
-            items.append(f"tuple(map(ref, {old}))")
-        elif f.role is Role.OPT_STMT:
-            items.append(f"_NO_ROW if {old} is None else ref({old})")
+            items.append(_encoded(f, field_source))
         else:
-            items.append(f"ref({old})")
+            items.append(_ROW_FORMS[f.role][0].format(v=field_source))
     return items
 
 
@@ -278,14 +285,8 @@ def _unrow_args(fields: tuple[Field, ...]) -> list[str]:
         item = f"row[{position}]"
         if f.role is Role.VALUE:
             args.append(f"_codec_{f.name}[1]({item})" if f.codec is not None else item)
-        elif f.role is Role.BUFFER:
-            args.append(f"buffers[{item}]")
-        elif f.is_seq:
-            args.append(f"tuple(map(node, {item}))")
-        elif f.role is Role.OPT_STMT:
-            args.append(f"None if {item} == _NO_ROW else node({item})")
         else:
-            args.append(f"node({item})")
+            args.append(_ROW_FORMS[f.role][1].format(r=item))
     return args
 
 
