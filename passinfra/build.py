@@ -135,6 +135,11 @@ def build(mod: IRModule, opt_level: int = 3, target: str = "c", scheduler: Any =
     if not isinstance(mod, IRModule):
         raise BuildError(f"build expects an IRModule, got {type(mod).__name__}")
     main_type = infer_type(mod["main"], mod)
+    if not main_type.is_static:
+        # the graph IR types symbolic dimensions; lowering them into C is still to come
+        names = ", ".join(var.name for var in main_type.dim_vars)
+        raise BuildError(f"main has symbolic dimensions ({names}): compiling dynamic shapes is not supported "
+                         "yet; give static sizes (raypass compile --shapes NAME=D0,D1,...)")
     store: Callable[[], None] | None = None
     # the weights file is written while the kernels compile (StreamWeights); the module
     # adopts it before the block ends, which removes it otherwise

@@ -21,6 +21,11 @@ class IRTypeError(IRError, TypeError):
     """A type check failed (op type relation, annotation mismatch, bad call)."""
 
 
+class DimError(IRError, ValueError):
+    """Symbolic dimension arithmetic that has no answer (a division that is not provably
+    exact, a truth value that depends on the binding, a variable with no value)."""
+
+
 class WellFormedError(IRError):
     """The well-formedness verifier rejected a program (message shows the IR)."""
 

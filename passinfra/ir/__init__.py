@@ -3,6 +3,7 @@
 from passinfra.ir import op
 from passinfra.ir.analysis import all_vars, bound_vars, free_vars
 from passinfra.ir.attrs import Attrs
+from passinfra.ir.dims import DimExpr, DimVar
 from passinfra.ir.expr import (
     BaseFunc,
     Call,
@@ -43,4 +44,5 @@ __all__ = [
     "assert_structural_equal", "structural_equal",
     "structural_hash", "infer_type", "DTYPES", "FuncType", "TensorType", "TupleType", "Type",
     "verify_well_formed", "well_formed", "infer_module", "all_vars", "bound_vars", "free_vars",
+    "DimVar", "DimExpr",
 ]

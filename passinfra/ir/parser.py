@@ -7,6 +7,13 @@ the parser only recurses into genuinely nested text (``if`` branches, ``fn`` lit
 ``{ ... }`` blocks, types, nested operands in hand-written text).
 
 Every error is a :class:`ParseError` carrying the line and column of the offending token.
+
+Symbolic dimensions: a shape entry is an int or a dimension expression (``batch``,
+``seq * 64 + 1``, ``floordiv(n + 1, 2)``, ``floormod(n, 4)``, a quoted name for one that
+is not an identifier). A ``def`` (or ``fn``) may declare its dimension variables and their
+bounds before its parameters, ``def @main[batch: 1..64, seq: 1.., n](...)``; a name that
+is not declared is a variable with the default bounds (0, unbounded). An expression's
+text declares them with a leading ``dims [...];`` and a type's with a leading ``[...]``.
 """
 
 from __future__ import annotations
@@ -20,7 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from passinfra.errors import IRError, OpNotFoundError, ParseError
+from passinfra.errors import DimError, IRError, OpNotFoundError, ParseError
+from passinfra.ir.dims import Dim, DimVar, floordiv, floormod
 from passinfra.ir.expr import Call, Constant, Expr, Function, GlobalVar, If, Let, Tuple, TupleGetItem, Var
 from passinfra.ir.module import IRModule
 from passinfra.ir.op._rel import REQUIRED
@@ -37,11 +45,11 @@ _TOKEN = re.compile(
     rf"""
     (?:\s+|//[^\n]*)*
     (?:
-     (?P<punct>->|[(){{}}\[\],;:=.\-])
+     (?P<punct>->|\.\.|[(){{}}\[\],;:=.\-+*])
     |(?P<temp>%\d+)
     |(?P<var>%{_NAME})
     |(?P<ident>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)
-    |(?P<number>\d+(?:\.\d*)?(?:[eE][+-]?\d+)?(?:[A-Za-z]\w*)?)
+    |(?P<number>\d+(?:\.(?!\.)\d*)?(?:[eE][+-]?\d+)?(?:[A-Za-z]\w*)?)
     |(?P<global>@{_NAME})
     |(?P<string>{_STRING})
     |(?P<badstring>"[^\n]*)
@@ -60,7 +68,8 @@ _SUFFIX_LIST = ", ".join(
 
 # words that can never name an op where an expression is expected
 _KEYWORDS = frozenset(
-    ("let", "if", "else", "fn", "def", "free_var", "meta", "metadata", "module_attrs", "type", "Tensor")
+    ("let", "if", "else", "fn", "def", "free_var", "meta", "metadata", "module_attrs", "type", "Tensor",
+     "dims")
 )
 _ATTR_WORDS = {
     "True": True, "true": True, "False": False, "false": False, "None": None,
@@ -131,6 +140,7 @@ class _Parser:
         self.temps: dict[str, Expr] = {}
         self.undo: list[list] = []  # per open scope: (table, name, previous value)
         self.global_vars: dict[str, GlobalVar] = {}
+        self.dims: dict[str, DimVar] = {}  # the dimension variables of the current def
         self.meta: list[Constant] | None = None
         self.meta_count = 0
         self._line_starts: list[int] | None = None
@@ -209,8 +219,8 @@ class _Parser:
             self.expect(":")
             type_token = self.peek()
             ty = self.parse_type()
-            if not isinstance(ty, TensorType):
-                raise self.error(f"meta[Constant][{index}] needs a Tensor type, got {ty}", type_token)
+            if not isinstance(ty, TensorType) or not ty.is_static:
+                raise self.error(f"meta[Constant][{index}] needs a static Tensor type, got {ty}", type_token)
             self.expect("=")
             entries[index] = self._decode_constant(self.expect("string", "a base64 string"), ty, index)
             self.expect(";")
@@ -417,9 +427,9 @@ class _Parser:
         if kind == "ident" and text == "Tensor":
             self.expect("[")
             self.expect("(")
-            dims = []
+            dims: list[Dim] = []
             while self.peek()[0] != ")":
-                dims.append(self.plain_int())
+                dims.append(self.dim_value())
                 if self.peek()[0] != ")":
                     self.expect(",", "',' or ')'")
             self.advance()
@@ -438,6 +448,91 @@ class _Parser:
             self.expect("->")
             return FuncType(args, self.parse_type())
         raise self.error(f"expected a type, found {_describe(token)}", token)
+
+    # -- symbolic dimensions
+
+    def dim_value(self) -> Dim:
+        """One shape entry: an int, or a dimension expression."""
+        token = self.peek()
+        if token[0] == "number" and self.tokens[self.pos + 1][0] in (",", ")"):
+            return self.plain_int()  # a static dim reads (and fails) exactly as it always did
+        try:
+            return self._dim_sum()
+        except DimError as err:
+            raise self.error(str(err), token) from None
+
+    def _dim_sum(self) -> Dim:
+        total = self._dim_product()
+        while self.peek()[0] in ("+", "-"):
+            sign = self.advance()[0]
+            term = self._dim_product()
+            total = total + term if sign == "+" else total - term
+        return total
+
+    def _dim_product(self) -> Dim:
+        product = self._dim_factor()
+        while self.peek()[0] == "*":
+            self.advance()
+            product = product * self._dim_factor()
+        return product
+
+    def _dim_factor(self) -> Dim:
+        token = self.advance()
+        kind, text, _ = token
+        if kind == "-":
+            return -self._dim_factor()
+        if kind == "number":
+            self.pos -= 1
+            return self.plain_int()
+        if kind == "(":
+            value = self._dim_sum()
+            self.expect(")", "')'")
+            return value
+        if kind == "ident" and text in ("floordiv", "floormod") and self.peek()[0] == "(":
+            self.advance()
+            num = self._dim_sum()
+            self.expect(",", "','")
+            den = self._dim_sum()
+            self.expect(")", "')'")
+            return floordiv(num, den) if text == "floordiv" else floormod(num, den)
+        if kind == "ident" and text not in ("inf", "dims") or kind == "string":
+            return self.dim_var(token)
+        raise self.error(f"expected a dimension (an int or a name), found {_describe(token)}", token)
+
+    def dim_var(self, token: Token) -> DimVar:
+        """The variable a name token stands for: declared in this def, else a new one
+        with the default bounds (kept, so the name means one variable throughout)."""
+        name = self.string_value(token) if token[0] == "string" else token[1]
+        var = self.dims.get(name)
+        if var is None:
+            var = self.dims[name] = DimVar(name)
+        return var
+
+    def dim_decls(self) -> None:
+        """``[name, name: lo..hi, name: lo..]``: declare dimension variables (the ``[``
+        is next); a name declared twice is an error."""
+        self.expect("[")
+        while self.peek()[0] != "]":
+            token = self.advance()
+            if token[0] not in ("ident", "string"):
+                raise self.error(f"expected a dimension name, found {_describe(token)}", token)
+            name = self.string_value(token) if token[0] == "string" else token[1]
+            lo, hi = 0, None
+            if self.peek()[0] == ":":
+                self.advance()
+                lo = self.plain_int()
+                self.expect("..", "'..'")
+                if self.peek()[0] == "number":
+                    hi = self.plain_int()
+            if name in self.dims:
+                raise self.error(f"dimension {name} is declared twice", token)
+            try:
+                self.dims[name] = DimVar(name, lo, hi)
+            except DimError as err:
+                raise self.error(str(err), token) from None
+            if self.peek()[0] != "]":
+                self.expect(",", "',' or ']'")
+        self.advance()
 
     def _type_list(self) -> tuple[list[Type], bool]:
         """Types up to the closing ')' (the '(' is already read)."""
@@ -620,6 +715,8 @@ class _Parser:
 
     def parse_fn(self) -> Function:
         self.advance()
+        if self.peek()[0] == "[":
+            self.dim_decls()
         return self.function_rest()
 
     def function_rest(self) -> Function:
@@ -716,11 +813,18 @@ class _Parser:
             name = self._token_name(name_token)
             if name in mod:
                 raise self.error(f"function @{name} is defined twice", name_token)
+            self.dims = {}  # each def binds its own dimension variables
+            if self.peek()[0] == "[":
+                self.dim_decls()
             mod[name] = self.function_rest()
         return mod
 
     def expression(self) -> Expr:
         self.enter_scope()
+        if self.at_word("dims") and self.tokens[self.pos + 1][0] == "[":
+            self.advance()
+            self.dim_decls()
+            self.expect(";", "';'")
         while self.at_word("free_var"):
             self.advance()
             var = self.binder()
@@ -762,8 +866,11 @@ def parse_expr(text: str) -> Expr:
 
 
 def parse_type(text: str) -> Type:
-    """Parse a type: ``Tensor[(2, 3), float32]``, ``(T1, T2)``, ``fn (T1) -> T2``."""
+    """Parse a type: ``Tensor[(2, 3), float32]``, ``(T1, T2)``, ``fn (T1) -> T2``; with
+    symbolic dimensions, ``[n: 1..64] Tensor[(n, 4), float32]`` declares their bounds."""
     def read(parser: _Parser) -> Type:
+        if parser.peek()[0] == "[":
+            parser.dim_decls()
         ty = parser.parse_type()
         parser.expect_end()
         return ty

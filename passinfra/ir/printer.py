@@ -26,6 +26,17 @@ that section, so they parse back to the module; the body stays as readable as wi
 it, and the text grows by 4/3 of the weights' bytes (a decimal literal per element would
 be several times that). ``show_meta_data=False`` leaves the section out, for reading.
 
+Symbolic dimensions print as their expressions (``Tensor[(batch, seq * 64), float32]``;
+floor division and modulus as ``floordiv(n, 2)`` / ``floormod(n, 4)``, since ``//`` starts
+a comment here). A ``def`` whose types mention dimension variables declares them once,
+with their bounds, before its parameters::
+
+    def @main[batch: 1..64, seq: 1.., n](%x: Tensor[(batch, seq, n), float32]) -> ...
+
+(``n`` alone: the default bounds 0..unbounded). A free-standing expression declares them
+on a first line ``dims [...];``, and ``astext`` of a type as a ``[...]`` prefix when some
+bound is not the default; ``str`` of a type leaves the bounds out, for messages.
+
 Printing runs three linear passes over a function (counting uses, placing nodes in
 blocks, emitting lines), all iterative, so program size never meets the recursion limit.
 """
@@ -42,6 +53,7 @@ from typing import Any
 import numpy as np
 
 from passinfra.errors import IRError
+from passinfra.ir.dims import DimVar, bounds_text, sorted_vars
 from passinfra.ir.expr import (
     BaseFunc,
     Call,
@@ -189,7 +201,7 @@ def attrs_text(attrs: Any) -> list[str]:
 def type_to_text(ty: Type) -> str:
     """``Tensor[(2, 3), float32]``, ``(T1, T2)``, ``fn (T1) -> T2``."""
     if isinstance(ty, TensorType):
-        dims = ", ".join(str(d) for d in ty.shape)
+        dims = ", ".join(str(d) for d in ty.shape)  # a symbolic dim's str is its expression
         return f"Tensor[({dims}), {ty.dtype}]"
     if isinstance(ty, TupleType):
         inner = ", ".join(type_to_text(f) for f in ty.fields)
@@ -198,6 +210,27 @@ def type_to_text(ty: Type) -> str:
         args = ", ".join(type_to_text(a) for a in ty.arg_types)
         return f"fn ({args}) -> {type_to_text(ty.ret_type)}"
     raise IRError(f"cannot print type {ty!r}")
+
+
+def dims_declaration(dim_vars: dict[str, DimVar]) -> str:
+    """``[batch: 1..64, seq]``: the declaration of dimension variables, in name order."""
+    return "[" + ", ".join(bounds_text(var) for var in sorted_vars(dim_vars.values())) + "]"
+
+
+def note_dims(table: dict[str, DimVar], value: Any) -> None:
+    """Record the dimension variables of a type (or of types inside an attribute value)
+    in ``table``; two different variables of one name in one function cannot be told
+    apart in the text, so that is an error."""
+    if isinstance(value, Type):
+        for var in value.dim_vars:
+            known = table.setdefault(var.name, var)
+            if known != var:
+                raise IRError(f"two dimension variables named {var.name!r} with different bounds "
+                              f"({bounds_text(known)} and {bounds_text(var)}) cannot be printed "
+                              "in one function")
+    elif isinstance(value, tuple):
+        for item in value:
+            note_dims(table, item)
 
 
 # ---------------------------------------------------------------------- block placement
@@ -325,6 +358,7 @@ class _FunctionPrinter:
         self.used_names: set[str] = set()
         self.next_suffix: dict[str, int] = {}
         self.temp_count = 0
+        self.dims: dict[str, DimVar] = {}  # dimension variables met so far, by name
 
     # -- names and atoms
 
@@ -348,7 +382,18 @@ class _FunctionPrinter:
         name = self.bind_name(var)
         if var.type_annotation is None:
             return name
-        return f"{name}: {type_to_text(var.type_annotation)}"
+        return f"{name}: {self.type_text(var.type_annotation)}"
+
+    def type_text(self, ty: Type) -> str:
+        if ty._dim_vars:
+            note_dims(self.dims, ty)
+        return type_to_text(ty)
+
+    def attrs_text(self, attrs: Any) -> list[str]:
+        if attrs:
+            for value in attrs.values():
+                note_dims(self.dims, value)
+        return attrs_text(attrs)
 
     def atom_text(self, node: Expr) -> str:
         kind = type(node)
@@ -497,7 +542,7 @@ class _FunctionPrinter:
                 var = node.var
                 place(extra, f"let {self.binder_text(var)} = ", text_of(node.value), ";")
             elif kind is Call:
-                args = [text_of(a) for a in node.args] + attrs_text(node.attrs)
+                args = [text_of(a) for a in node.args] + self.attrs_text(node.attrs)
                 finish(node, f"{text_of(node.op)}({', '.join(args)})")
             elif kind is Tuple:
                 fields = [text_of(f) for f in node.fields]
@@ -514,15 +559,17 @@ class _FunctionPrinter:
             else:  # Function
                 body_items = own_blocks[node][0].items
                 if node is root and as_def is not None:
-                    finish(node, (f"def {name_text('@', as_def)}{self._signature(node)} {{", body_items, "}"))
+                    signature = self._signature(node)  # first: it may meet more dimension variables
+                    declared = dims_declaration(self.dims) if self.dims else ""
+                    finish(node, (f"def {name_text('@', as_def)}{declared}{signature} {{", body_items, "}"))
                 else:
                     finish(node, (f"fn {self._signature(node)} {{", body_items, "}"))
 
     def _signature(self, func: Function) -> str:
-        items = [self.binder_text(p) for p in func.params] + attrs_text(func.attrs)
+        items = [self.binder_text(p) for p in func.params] + self.attrs_text(func.attrs)
         text = f"({', '.join(items)})"
         if func.ret_type is not None:
-            text += f" -> {type_to_text(func.ret_type)}"
+            text += f" -> {self.type_text(func.ret_type)}"
         return text
 
 
@@ -570,6 +617,8 @@ def _expr_text(expr: Expr, show_meta_data: bool) -> str:
     for var in free_vars(expr):  # declared first so their annotations survive
         top.items.append((0, f"free_var {printer.binder_text(var)};"))
     printer.print_root(expr, top)
+    if printer.dims:
+        top.items.insert(0, (0, f"dims {dims_declaration(printer.dims)};"))
     lines = _flatten(top.items)
     section = meta.section(show_meta_data)
     if section:
@@ -587,6 +636,10 @@ def astext(node: Any, show_meta_data: bool = True) -> str:
     if isinstance(node, IRModule):
         return _module_text(node, show_meta_data)
     if isinstance(node, Type):
+        if any(var.lo != 0 or var.hi is not None for var in node.dim_vars):
+            table: dict[str, DimVar] = {}
+            note_dims(table, node)
+            return f"{dims_declaration(table)} {type_to_text(node)}"
         return type_to_text(node)
     if isinstance(node, Expr):
         return _expr_text(node, show_meta_data)

@@ -9,6 +9,9 @@ tuples, so a chain of 100,000 calls pickles at Python's default recursion limit.
 * Every node is one row, so sharing survives the trip, and a Var used in many places
   (or by many functions of one module) comes back as one object.
 * Types and attrs are interned by value in side tables; rows refer to them by index.
+  A symbolic dimension in a type travels as its canonical form (a DimVar as its name
+  and bounds), so the receiver's types are equal to the sender's; a static type's
+  bytes are what they were before symbolic dimensions existed.
 * Inferred types (``_checked_type``) travel, so a worker need not infer them again;
   structural hash caches (``_shash``) do not.
 * A Constant's array travels as a buffer: with protocol 5 a ``pickle.PickleBuffer``

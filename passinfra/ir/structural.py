@@ -30,6 +30,19 @@ Hash
     process. A node's hash as a root is cached in its ``_shash`` slot; a Constant's hash
     does not depend on context and is reused wherever the Constant appears.
 
+Symbolic dimensions
+    A dimension variable (:class:`~passinfra.ir.dims.DimVar`) is bound by the function
+    being compared (the root, or each function of a module) when it is a whole dimension
+    of a parameter's type annotation: ``fn (%x: Tensor[(n, 4), float32])`` binds ``n``.
+    Both sides are renamed canonically before their types are compared, the i-th bound
+    variable (in order of first appearance in the parameters) becoming the i-th
+    placeholder with the same bounds, so functions equal up to a consistent renaming of
+    their bound dimension variables are equal, and hash equally (the hash encodes the
+    renamed types). Any other dimension variable is free: equal only to itself (same
+    name and bounds), also under ``map_free_vars``. Outside a function (comparing bare
+    types, or an expression that is not a Function) every dimension variable is free.
+    A function without symbolic parameters is compared and hashed exactly as before.
+
 Node kinds are described by :class:`StructuralRule` entries keyed by class, derived from
 each kind's schema (:mod:`passinfra.ir.schema`): the content compared with ``==`` is every
 declared value, type and attrs field and the length of every sequence field (an array
@@ -52,7 +65,8 @@ import numpy as np
 
 from passinfra.errors import IRError, RaypassError
 from passinfra.ir.attrs import Attrs
-from passinfra.ir.expr import Call, Constant, Expr, GlobalVar, Var
+from passinfra.ir.dims import DimVar, SymDim, canon_key, placeholder, substitute
+from passinfra.ir.expr import Call, Constant, Expr, Function, GlobalVar, Var
 from passinfra.ir.module import IRModule
 from passinfra.ir.op.registry import Op
 from passinfra.ir.schema import Field, FieldKind, NodeSchema, generate, schema_of, tuple_source
@@ -182,6 +196,62 @@ def _rule_for(node: Any) -> StructuralRule | None:
     return rule
 
 
+# --------------------------------------------------------------------------- dimensions
+
+
+def bound_dims(func: Function) -> tuple[DimVar, ...]:
+    """The dimension variables ``func`` binds: those that are a whole dimension of a
+    parameter's annotation, in order of first appearance (see the module docstring)."""
+    found: dict[DimVar, None] = {}
+    stack = [p.type_annotation for p in reversed(func.params) if p.type_annotation is not None]
+    while stack:
+        ty = stack.pop()
+        if ty.is_static:
+            continue
+        if isinstance(ty, TensorType):
+            found.update((dim, None) for dim in ty.shape if type(dim) is DimVar)
+        elif isinstance(ty, TupleType):
+            stack.extend(reversed(ty.fields))
+        elif isinstance(ty, FuncType):
+            stack.extend(reversed((*ty.arg_types, ty.ret_type)))
+    return tuple(found)
+
+
+class _Renamer:
+    """The canonical renaming of one side's bound dimension variables: the i-th becomes
+    the i-th placeholder, bounds kept. Applied to types and to the values that hold them
+    (attrs, tuples); everything else is returned as it is."""
+
+    def __init__(self, bound: tuple[DimVar, ...]) -> None:
+        self.mapping = {var: placeholder(i, var.lo, var.hi) for i, var in enumerate(bound)}
+        self.types: dict[Type, Type] = {}
+
+    def rename(self, value: Any) -> Any:
+        if isinstance(value, Type):
+            if value.is_static:
+                return value
+            renamed = self.types.get(value)
+            if renamed is None:
+                renamed = self.types[value] = self._type(value)
+            return renamed
+        if isinstance(value, tuple):
+            items = tuple(self.rename(v) for v in value)
+            return value if all(x is y for x, y in zip(items, value)) else items
+        if isinstance(value, Attrs):
+            items = {key: self.rename(v) for key, v in value.items()}
+            return value if all(items[key] is value[key] for key in items) else Attrs(items)
+        return value
+
+    def _type(self, ty: Type) -> Type:
+        if isinstance(ty, TensorType):
+            return TensorType([substitute(d, self.mapping) for d in ty.shape], ty.dtype)
+        if isinstance(ty, TupleType):
+            return TupleType([self.rename(f) for f in ty.fields])
+        if isinstance(ty, FuncType):
+            return FuncType([self.rename(a) for a in ty.arg_types], self.rename(ty.ret_type))
+        return ty
+
+
 # --------------------------------------------------------------------------- equality
 
 
@@ -252,10 +322,17 @@ class _Comparer:
         self.lhs_to_rhs: dict[Var, Var] = {}
         self.rhs_to_lhs: dict[Var, Var] = {}
         self.done: set[tuple[int, int]] = set()
+        # the canonical renamings of the dimension variables bound at the root functions
+        # (see the module docstring); None while neither root binds any
+        self.renaming: tuple[_Renamer, _Renamer] | None = None
 
     def compare(self, lhs: Any, rhs: Any, root_label: str) -> Mismatch | None:
         """The first difference between ``lhs`` and ``rhs``, or None."""
         root_path = (None, root_label, lhs, rhs)
+        if type(lhs) is Function and type(rhs) is Function:
+            lhs_dims, rhs_dims = bound_dims(lhs), bound_dims(rhs)
+            if lhs_dims or rhs_dims:
+                self.renaming = (_Renamer(lhs_dims), _Renamer(rhs_dims))
         if type(lhs) is Var or type(rhs) is Var:
             problem = self._var_leaf(lhs, rhs)
             return None if problem is None else self._mismatch(root_path, problem)
@@ -302,9 +379,9 @@ class _Comparer:
     def _compare_content(self, rule: StructuralRule, a: Any, b: Any) -> str | None:
         """Fields, constant bytes and bound variables of one pair of nodes."""
         fields_a, fields_b = rule.fields(a), rule.fields(b)
-        if fields_a != fields_b:
+        if fields_a != fields_b if self.renaming is None else not self._same_value(fields_a, fields_b):
             for what, va, vb in zip(rule.field_names, fields_a, fields_b):
-                if va != vb:
+                if not self._same_value(va, vb):
                     return f"different {what}: {_value_text(va)} vs {_value_text(vb)}"
         if type(a) is Constant:
             return _compare_constant_data(a, b)
@@ -314,8 +391,14 @@ class _Comparer:
                 return problem
         return None
 
+    def _same_value(self, a: Any, b: Any) -> bool:
+        """``a == b``, after the canonical renaming of bound dimension variables."""
+        if self.renaming is None:
+            return a == b
+        return self.renaming[0].rename(a) == self.renaming[1].rename(b)
+
     def _pair(self, a: Var, b: Var) -> str | None:
-        if a.type_annotation != b.type_annotation:
+        if not self._same_value(a.type_annotation, b.type_annotation):
             return (f"different type annotations of variables {a.name_hint} and {b.name_hint}: "
                     f"{_value_text(a.type_annotation)} vs {_value_text(b.type_annotation)}")
         self.lhs_to_rhs[a] = b
@@ -415,6 +498,8 @@ def _canon(value: Any) -> bytes:
         return b"Y" + str(len(value)).encode() + b":" + value
     if isinstance(value, tuple):
         return b"T" + str(len(value)).encode() + b":" + b"".join(_canon(v) for v in value)
+    if isinstance(value, SymDim):  # never in a static type, whose encoding stays as it was
+        return b"D" + _canon(canon_key(value))
     if isinstance(value, TensorType):
         return b"TT" + _canon(value.shape) + _canon(value.dtype)
     if isinstance(value, TupleType):
@@ -448,11 +533,15 @@ class _Hasher:
         self.digests: dict[int, bytes] = {}  # id(node) -> digest; the root keeps nodes alive
         self.var_count = 0
         self.fields_cache: dict[tuple, bytes] = {}
+        self.renamer: _Renamer | None = None  # bound dimension variables of a root function
 
     def hash_root(self, root: Any) -> bytes:
         """Walk in the comparer's order, numbering each Var when first met, and digest
         every distinct node once, after its children."""
         digests = self.digests
+        if type(root) is Function:
+            dims = bound_dims(root)
+            self.renamer = _Renamer(dims) if dims else None
         if type(root) is Var:
             self._encounter_var(root)
             return digests[id(root)]
@@ -498,13 +587,17 @@ class _Hasher:
         if id(var) not in self.digests:
             index = self.var_count
             self.var_count += 1
-            self.digests[id(var)] = _digest(b"Var", _canon(index), _canon(var.type_annotation))
+            annotation = var.type_annotation
+            if self.renamer is not None:
+                annotation = self.renamer.rename(annotation)
+            self.digests[id(var)] = _digest(b"Var", _canon(index), _canon(annotation))
 
     def _combine(self, rule: StructuralRule, node: Any) -> bytes:
         fields = rule.fields(node)
         encoded = self.fields_cache.get(fields)
         if encoded is None:
-            encoded = self.fields_cache[fields] = _canon(fields)
+            renamed = fields if self.renamer is None else self.renamer.rename(fields)
+            encoded = self.fields_cache[fields] = _canon(renamed)
         digests = self.digests
         defs = rule.defs(node)
         children = rule.children(node)

@@ -1,10 +1,14 @@
-"""Types of the graph-level IR: tensors with static shapes, tuples and functions.
+"""Types of the graph-level IR: tensors, tuples and functions.
 
-Types are value objects: frozen, compared structurally, hashed once.
+Types are value objects: frozen, compared structurally, hashed once. A tensor's
+dimensions are ints or symbolic dimensions (:mod:`passinfra.ir.dims`); a type whose
+dimensions are all ints is *static* and is exactly what it was before symbolic
+dimensions existed (same checks, hash, repr, text and wire bytes).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -12,6 +16,7 @@ import ml_dtypes  # noqa: F401  (registers "bfloat16" with NumPy: np.dtype("bflo
 import numpy as np
 
 from passinfra.errors import IRError
+from passinfra.ir.dims import Dim, DimVar, SymDim, bounds, dim_text, free_vars
 
 # float16 and bfloat16 are storage types: the interpreter computes every op on them in
 # float32 and rounds the result to nearest-even (passinfra.ir.op.precision), and compiled
@@ -64,7 +69,17 @@ _NUMPY_DTYPE_NAMES: dict[np.dtype, str] = {}
 class Type:
     """Base of all IR types. Subclasses are immutable and hash structurally."""
 
-    __slots__ = ("_hash",)
+    __slots__ = ("_hash", "_dim_vars")
+
+    @property
+    def is_static(self) -> bool:
+        """Whether every tensor dimension in this type is an int."""
+        return not self._dim_vars
+
+    @property
+    def dim_vars(self) -> tuple[DimVar, ...]:
+        """The symbolic dimension variables this type mentions (first appearance first)."""
+        return self._dim_vars
 
     def __setattr__(self, key: str, value: Any) -> None:
         raise AttributeError(f"{type(self).__name__} is immutable")
@@ -90,22 +105,43 @@ class Type:
         return (type(self), self._key())
 
 
+def _merge_dim_vars(groups: Iterable[tuple[DimVar, ...]]) -> tuple[DimVar, ...]:
+    """The variables of several types, each once, in order of first appearance."""
+    merged: dict[DimVar, None] = {}
+    for group in groups:
+        merged.update(dict.fromkeys(group))
+    return tuple(merged)
+
+
 class TensorType(Type):
-    """A tensor of static ``shape`` (tuple of ints) and ``dtype`` (a name in DTYPES)."""
+    """A tensor of ``shape`` (a tuple of dims: ints, or symbolic dimensions such as
+    ``DimVar("batch")`` or ``seq * 64``) and ``dtype`` (a name in DTYPES)."""
 
     __slots__ = ("shape", "dtype")
 
-    def __init__(self, shape: Iterable[int] = (), dtype: Any = "float32") -> None:
-        dims = []
+    def __init__(self, shape: Iterable[Dim] = (), dtype: Any = "float32") -> None:
+        shape = tuple(shape)
+        dims: list[Dim] = []
+        symbolic: list[tuple[DimVar, ...]] = []
         for dim in shape:
+            if type(dim) is int and dim >= 0:  # the common case first
+                dims.append(dim)
+                continue
+            if isinstance(dim, SymDim):
+                _check_symbolic_dim(dim, shape)
+                symbolic.append(free_vars(dim))
+                dims.append(dim)
+                continue
             if isinstance(dim, (bool, np.bool_)) or not isinstance(dim, (int, np.integer)):
-                raise IRError(f"TensorType shape must hold ints, got {dim!r} in {tuple(shape)!r}")
+                raise IRError(f"TensorType shape must hold ints (or symbolic dimensions), got {dim!r} "
+                              f"in {shape!r}")
             if dim < 0:
-                raise IRError(f"TensorType shape must be non-negative, got {tuple(shape)!r}")
+                raise IRError(f"TensorType shape must be non-negative, got {shape!r}")
             dims.append(int(dim))
         object.__setattr__(self, "shape", tuple(dims))
         object.__setattr__(self, "dtype", normalize_dtype(dtype))
         object.__setattr__(self, "_hash", hash(("TensorType", self.shape, self.dtype)))
+        object.__setattr__(self, "_dim_vars", _merge_dim_vars(symbolic) if symbolic else ())
 
     def _key(self) -> tuple:
         return (self.shape, self.dtype)
@@ -115,11 +151,24 @@ class TensorType(Type):
         return len(self.shape)
 
     @property
-    def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+    def size(self) -> Dim:
+        """The number of elements: an int for a static shape, else a symbolic dimension
+        (callers that need an int check ``is_static`` first)."""
+        if not self._dim_vars:
+            return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)
 
     def __repr__(self) -> str:
         return f"TensorType({self.shape!r}, {self.dtype!r})"
+
+
+def _check_symbolic_dim(dim: SymDim, shape: Iterable[Dim]) -> None:
+    # a dim that may be negative for some bindings (n - 1 with n >= 0) is accepted: the
+    # binding decides; one that is negative for every binding is a mistake now
+    hi = bounds(dim)[1]
+    if hi is not None and hi < 0:
+        shown = ", ".join(dim_text(d) if isinstance(d, SymDim) else repr(d) for d in shape)
+        raise IRError(f"TensorType shape must be non-negative, got ({shown}): {dim} is at most {hi}")
 
 
 class TupleType(Type):
@@ -134,6 +183,7 @@ class TupleType(Type):
                 raise IRError(f"TupleType fields must be types, got {field!r}")
         object.__setattr__(self, "fields", fields)
         object.__setattr__(self, "_hash", hash(("TupleType", fields)))
+        object.__setattr__(self, "_dim_vars", _merge_dim_vars(f._dim_vars for f in fields))
 
     def _key(self) -> tuple:
         return (self.fields,)
@@ -155,6 +205,9 @@ class FuncType(Type):
         object.__setattr__(self, "arg_types", arg_types)
         object.__setattr__(self, "ret_type", ret_type)
         object.__setattr__(self, "_hash", hash(("FuncType", arg_types, ret_type)))
+        object.__setattr__(
+            self, "_dim_vars", _merge_dim_vars(t._dim_vars for t in (*arg_types, ret_type))
+        )
 
     def _key(self) -> tuple:
         return (self.arg_types, self.ret_type)

@@ -292,3 +292,16 @@ def test_same_model_links_to_byte_identical_libraries(ctx):
     assert first.library_bytes == second.library_bytes
     assert first.metadata == second.metadata
     assert first.metadata["workspace_bytes"] <= first.metadata["naive_intermediate_bytes"]
+
+
+def test_a_main_with_symbolic_dimensions_is_one_clear_build_error() -> None:
+    """The graph IR types dynamic shapes; until they are compiled, build says so by name
+    instead of failing somewhere inside lowering."""
+    import passinfra
+    from passinfra.build import BuildError
+    from passinfra.ir import DimVar
+
+    x = var("x", (DimVar("batch", 1, 64), 16))
+    mod = IRModule.from_expr(Function([x], op.nn.relu(x)))
+    with pytest.raises(BuildError, match=r"main has symbolic dimensions \(batch\).*--shapes"):
+        passinfra.build(mod)

@@ -1,9 +1,15 @@
 """Shared pieces of op type relations: checks with messages that name the types involved,
-NumPy broadcasting of static shapes, axis normalization, window output sizes, and
-registration with an attribute schema.
+NumPy broadcasting of shapes, axis normalization, window output sizes, and registration
+with an attribute schema.
 
 Every check raises :class:`IRTypeError` whose message names what was expected and what
 was found; :meth:`Op.infer_type` prefixes the op name.
+
+Symbolic dimensions (:mod:`passinfra.ir.dims`): an op registered with ``symbolic=True``
+has a relation that computes with them (through the helpers here: ``broadcast_shapes``,
+``same_dim``, ``expect_static_dims``); every other op is given static shapes only, and
+:meth:`Op.infer_type` rejects a symbolic input with an error naming the op, the input
+and the dimension before its relation runs.
 """
 
 from __future__ import annotations
@@ -15,7 +21,8 @@ import numpy as np
 
 from passinfra.errors import IRTypeError
 from passinfra.ir.attrs import Attrs
-from passinfra.ir.op.registry import NumpyImpl, Op, OpPattern, TypeRelation, register_op
+from passinfra.ir.dims import Dim, SymDim, dim_text, prove_equal
+from passinfra.ir.op.registry import SYMBOLIC_SHAPES, NumpyImpl, Op, OpPattern, TypeRelation, register_op
 from passinfra.ir.types import FLOAT_DTYPES, INT_DTYPES, FuncType, TensorType, TupleType, Type
 
 # Which ops accept which dtypes is decided by these sets: float ops (exp, softmax, conv2d,
@@ -32,7 +39,7 @@ def type_text(ty: Any) -> str:
     """A type as the text printer shows it, for error messages (kept free of the printer
     so an op's errors never depend on another module working)."""
     if isinstance(ty, TensorType):  # the printer's form: Tensor[(3), float32]
-        return f"Tensor[({', '.join(map(str, ty.shape))}), {ty.dtype}]"
+        return f"Tensor[({', '.join(map(str, ty.shape))}), {ty.dtype}]"  # str of a dim is its text
     if isinstance(ty, TupleType):
         return "(" + ", ".join(type_text(f) for f in ty.fields) + ("," if len(ty.fields) == 1 else "") + ")"
     if isinstance(ty, FuncType):
@@ -88,18 +95,78 @@ def expect_ndim(ty: TensorType, ndim: int, what: str, layout: str = "") -> None:
         raise IRTypeError(f"expected {what} of rank {ndim}{hint}, got {type_text(ty)}")
 
 
-def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
-    """The NumPy broadcast of static shapes; a clash names every shape involved."""
+def shape_text(shape: Sequence[Dim]) -> str:
+    """A shape for a message: ``(2, 3)`` as Python prints a tuple, dims as their text."""
+    items = [dim_text(d) if isinstance(d, SymDim) else str(d) for d in shape]
+    return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"  # () when empty
+
+
+def broadcast_shapes(*shapes: Sequence[Dim]) -> tuple[Dim, ...]:
+    """The NumPy broadcast of shapes; a clash names every shape involved.
+
+    With symbolic dims: a 1 broadcasts; provably equal dims unify; an int other than 1
+    against a symbol gives the int (the symbol must be 1 or that int at run time); two
+    symbols that are not provably equal are an error naming both, since which of them
+    is 1, if either, is only known at run time.
+    """
     ndim = max((len(s) for s in shapes), default=0)
-    result = []
+    result: list[Dim] = []
     for position in range(-ndim, 0):
         dims = {s[position] for s in shapes if len(s) >= -position}
         non_unit = dims - {1}
-        if len(non_unit) > 1:
-            shown = ", ".join(str(tuple(s)) for s in shapes)
-            raise IRTypeError(f"shapes {shown} cannot be broadcast together (dimension {position})")
-        result.append(non_unit.pop() if non_unit else 1)
+        if len(non_unit) <= 1:
+            result.append(non_unit.pop() if non_unit else 1)
+            continue
+        if not any(isinstance(d, SymDim) for d in non_unit):
+            raise IRTypeError(f"shapes {_shapes_text(shapes)} cannot be broadcast together "
+                              f"(dimension {position})")
+        result.append(_broadcast_symbolic([s[position] for s in shapes if len(s) >= -position],
+                                          shapes, position))
     return tuple(result)
+
+
+def _shapes_text(shapes: Sequence[Sequence[Dim]]) -> str:
+    return ", ".join(shape_text(s) for s in shapes)
+
+
+def _broadcast_symbolic(dims: list[Dim], shapes: Sequence[Sequence[Dim]], position: int) -> Dim:
+    """One broadcast position where a symbolic dim meets another non-unit dim."""
+    statics = {d for d in dims if not isinstance(d, SymDim) and d != 1}
+    if len(statics) > 1:
+        raise IRTypeError(f"shapes {_shapes_text(shapes)} cannot be broadcast together "
+                          f"(dimension {position})")
+    symbols = [d for d in dims if isinstance(d, SymDim)]
+    if statics:
+        size = statics.pop()
+        for symbol in symbols:
+            # the symbol must be 1 or the int; if its bounds rule out both, say so now
+            if prove_equal(symbol, size) is False and prove_equal(symbol, 1) is False:
+                raise IRTypeError(f"shapes {_shapes_text(shapes)} cannot be broadcast together "
+                                  f"(dimension {position}: {symbol} can be neither 1 nor {size})")
+        return size
+    first = symbols[0]
+    for other in symbols[1:]:
+        if prove_equal(first, other) is not True:
+            raise IRTypeError(f"shapes {_shapes_text(shapes)} cannot be broadcast together "
+                              f"(dimension {position}: {first} and {other} are not provably equal)")
+    return first
+
+
+def same_dim(a: Dim, b: Dim) -> bool:
+    """Whether two dims are provably equal (for ints: equal)."""
+    if not isinstance(a, SymDim) and not isinstance(b, SymDim):
+        return a == b
+    return prove_equal(a, b) is True
+
+
+def expect_static_dims(ty: TensorType, axes: Iterable[int], what: str) -> None:
+    """Reject a symbolic dim on ``axes`` of ``ty`` (say, the spatial axes of a
+    convolution whose batch may be symbolic), naming the axis and the dim."""
+    for axis in axes:
+        dim = ty.shape[axis]
+        if isinstance(dim, SymDim):
+            raise IRTypeError(f"{what} {type_text(ty)} has the symbolic dimension {dim} on axis {axis}, "
+                              "where only a static size is supported")
 
 
 def normalize_axis(axis: int, ndim: int, what: str = "axis") -> int:
@@ -186,13 +253,16 @@ REQUIRED: Any = _Required()  # an attribute the op has no default for
 
 
 def register_tensor_op(name: str, *, attrs: Mapping[str, Any], num_inputs: int, type_rel: TypeRelation,
-                       impl: NumpyImpl, pattern: OpPattern, stateful: bool = False, doc: str = "") -> Op:
+                       impl: NumpyImpl, pattern: OpPattern, stateful: bool = False, doc: str = "",
+                       symbolic: bool = False) -> Op:
     """:func:`register_op` with an attribute schema (name -> default, or REQUIRED).
 
     A call built by hand or parsed from text may leave attributes out: the relation and
     the implementation then see the defaults, so they never fail with a bare KeyError. A
     missing required attribute or an unknown one is an IRTypeError naming it. The schema
     is kept on the op as ``op.get_attr("attr_defaults")`` for tools such as the parser.
+    ``symbolic=True`` says the relation handles symbolic dimensions (see the module
+    docstring); without it the op sees static shapes only.
     """
     schema = dict(attrs)
     complete = _attr_completer(name, schema)
@@ -206,6 +276,8 @@ def register_tensor_op(name: str, *, attrs: Mapping[str, Any], num_inputs: int, 
         doc=doc,
     )
     op.set_attr("attr_defaults", schema)
+    if symbolic:
+        op.set_attr(SYMBOLIC_SHAPES, True)
     return op
 
 

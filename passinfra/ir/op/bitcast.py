@@ -81,7 +81,7 @@ def _relation(arg_types: Sequence[Type], attrs: Attrs) -> Type:
 _OP = register_tensor_op("bitcast", attrs={"dtype": REQUIRED}, num_inputs=1, type_rel=_relation,
                          impl=lambda args, attrs: reinterpret_array(args[0], attrs["dtype"]),
                          pattern=OpPattern.ELEMWISE,
-                         doc="each element's bits read as another dtype of the same size")
+                         doc="each element's bits read as another dtype of the same size", symbolic=True)
 _OP.set_attr(BITS_ATTR, True)  # a float16 argument's bits, not its float32 widening
 
 

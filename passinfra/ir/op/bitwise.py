@@ -25,10 +25,10 @@ _BINARY = {"bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or, "bitwise_
 for _name, _kernel in _BINARY.items():
     register_tensor_op(_name, attrs={}, num_inputs=2, type_rel=_binary_relation(INT_DTYPES),
                        impl=_binary_impl(_kernel), pattern=OpPattern.BROADCAST,
-                       doc=f"elementwise {_name} of integers, with NumPy broadcasting")
+                       doc=f"elementwise {_name} of integers, with NumPy broadcasting", symbolic=True)
 register_tensor_op("bitwise_not", attrs={}, num_inputs=1, type_rel=_unary_relation(INT_DTYPES),
                    impl=_unary_impl(np.invert), pattern=OpPattern.ELEMWISE,
-                   doc="every bit of an integer flipped (~x)")
+                   doc="every bit of an integer flipped (~x)", symbolic=True)
 
 
 def bitwise_and(lhs: Any, rhs: Any) -> Call:

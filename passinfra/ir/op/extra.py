@@ -15,6 +15,7 @@ import numpy as np
 
 from passinfra.errors import IRTypeError
 from passinfra.ir.attrs import Attrs
+from passinfra.ir.dims import Dim, SymDim, bounds, floordiv, prove_le
 from passinfra.ir.expr import Call
 from passinfra.ir.op._rel import (
     FLOAT_DTYPES,
@@ -114,6 +115,7 @@ for _name, (_kernel, _schema, _allowed) in _UNARY_OPS.items():
         impl=_elementwise(_kernel),
         pattern=OpPattern.ELEMWISE,
         doc=f"elementwise {_name}",
+        symbolic=True,
     )
 
 
@@ -140,8 +142,49 @@ def _strided_slice_relation(arg_types: Sequence[Type], attrs: Attrs) -> Type:
     data = expect_tensor(arg_types[0], "the data")
     for axis in attrs["axes"]:
         normalize_axis(axis, data.ndim)
-    shape = [len(range(extent)[bound]) for extent, bound in zip(data.shape, _slice_bounds(data.shape, attrs))]
+    shape = [
+        len(range(extent)[bound]) if type(extent) is int else _symbolic_slice_length(extent, bound, axis)
+        for axis, (extent, bound) in enumerate(zip(data.shape, _slice_bounds(data.shape, attrs)))
+    ]
     return TensorType(shape, data.dtype)
+
+
+# On a symbolic axis a stop at least this large (ONNX writes INT32_MAX or INT64_MAX for
+# "to the end") means the end: symbolic sizes are taken to stay below 2**31 - 1.
+SLICE_TO_END = 2**31 - 1
+
+
+def _symbolic_slice_length(extent: SymDim, bound: slice, axis: int) -> Dim:
+    """The length of ``range(extent)[bound]`` for a symbolic ``extent`` and a positive
+    step (what the builder stores for a symbolic axis: a start that may count from the
+    end, a stop that does not), when the bounds of ``extent`` decide it."""
+    step = 1 if bound.step is None else bound.step
+    if step < 0:
+        raise IRTypeError(f"a negative step on axis {axis}, of symbolic size {extent}, is not supported")
+    start = 0 if bound.start is None else bound.start
+    begin = extent + start if start < 0 else start
+    if bound.stop is None or bound.stop >= SLICE_TO_END:
+        end: Dim = extent
+    elif prove_le(bound.stop, extent):
+        end = bound.stop
+    elif prove_le(extent, bound.stop):
+        end = extent
+    else:
+        raise IRTypeError(f"cannot tell whether the stop {bound.stop} on axis {axis} lies within its "
+                          f"symbolic size {extent} (bounds {_bounds_text(extent)}); "
+                          "give it bounds that decide")
+    if prove_le(0, begin) is not True or prove_le(begin, end) is not True:
+        if prove_le(end, begin) is True:
+            return 0
+        raise IRTypeError(f"cannot tell whether the start {start} on axis {axis} lies within [0, {end}] "
+                          f"for its symbolic size {extent} (bounds {_bounds_text(extent)}); "
+                          "give it bounds that decide")
+    return floordiv(end - begin + step - 1, step)
+
+
+def _bounds_text(extent: SymDim) -> str:
+    lo, hi = bounds(extent)
+    return f"{'-inf' if lo is None else lo}..{'' if hi is None else hi}"
 
 
 def _strided_slice_impl(args: Sequence[Any], attrs: Attrs) -> np.ndarray:
@@ -157,6 +200,7 @@ register_tensor_op(
     impl=_strided_slice_impl,
     pattern=OpPattern.INJECTIVE,
     doc="data[begin:end:strides] on the listed axes (bounds normalized at build time)",
+    symbolic=True,
 )
 
 
@@ -168,15 +212,26 @@ def strided_slice(
     end: Sequence[int],
     strides: Sequence[int],
 ) -> Call:
-    """Slice ``data`` (of static ``shape``) with NumPy/ONNX semantics: out-of-range bounds
-    are clamped and negative ones count from the end; the builder stores them normalized."""
+    """Slice ``data`` (of ``shape``) with NumPy/ONNX semantics: out-of-range bounds
+    are clamped and negative ones count from the end; the builder stores them normalized.
+
+    On a symbolic axis nothing can be clamped yet: the step must be positive, the start
+    is stored as given (negative: from the end) and the stop too (at least
+    ``SLICE_TO_END``: to the end); a stop counted from the end is not supported there."""
     norm_axes, norm_begin, norm_end, norm_steps = [], [], [], []
     for axis, start, stop, step in zip(axes, begin, end, strides):
         if step == 0:
             raise IRTypeError("strided_slice: a step of 0 is not allowed")
         axis = normalize_axis(int(axis), len(shape))
-        # clamp huge ONNX sentinels (INT64_MAX) before Python's slice normalization
         extent = shape[axis]
+        if isinstance(extent, SymDim):
+            first, last, stride = _symbolic_slice(extent, start, stop, step)
+            norm_axes.append(axis)
+            norm_begin.append(first)
+            norm_end.append(last)
+            norm_steps.append(stride)
+            continue
+        # clamp huge ONNX sentinels (INT64_MAX) before Python's slice normalization
         start = int(np.clip(start, -extent - 1, extent + 1))
         stop = int(np.clip(stop, -extent - 1, extent + 1))
         lo, hi, st = slice(start, stop, int(step)).indices(extent)
@@ -192,6 +247,15 @@ def strided_slice(
         end=tuple(norm_end),
         strides=tuple(norm_steps),
     )
+
+
+def _symbolic_slice(extent: SymDim, start: int, stop: int, step: int) -> tuple[int, int, int]:
+    """(start, stop, step) as stored for a symbolic axis (see strided_slice)."""
+    if step < 0 or stop < 0:
+        what = "a negative step" if step < 0 else f"the stop {stop}, counted from the end,"
+        raise IRTypeError(f"strided_slice: {what} on an axis of symbolic size {extent} is not supported")
+    int64_max = 2**63 - 1
+    return (int(np.clip(start, -int64_max, int64_max)), int(min(stop, int64_max)), int(step))
 
 
 # --------------------------------------------------------------------------- pad

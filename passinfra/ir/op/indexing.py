@@ -466,7 +466,7 @@ _BINARY: dict[str, tuple[Callable, Sequence[str], str]] = {
 
 for _name, (_kernel, _allowed, _doc) in _BINARY.items():
     register_tensor_op(_name, attrs={}, num_inputs=2, type_rel=_binary_relation(_allowed), impl=_kernel,
-                       pattern=OpPattern.BROADCAST, doc=_doc)
+                       pattern=OpPattern.BROADCAST, doc=_doc, symbolic=True)
 
 
 def mod(lhs: Any, rhs: Any) -> Call:

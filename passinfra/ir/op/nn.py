@@ -34,6 +34,7 @@ from passinfra.ir.op._rel import (
     expect_dtype,
     expect_ndim,
     expect_same_dtype,
+    expect_static_dims,
     expect_tensor,
     expect_vector,
     int_tuple,
@@ -41,6 +42,7 @@ from passinfra.ir.op._rel import (
     pad_tuple_2d,
     positive_ints,
     register_tensor_op,
+    same_dim,
     type_text,
     window_out_size,
 )
@@ -92,6 +94,13 @@ def _window_attrs(strides: Any, padding: Any, dilation: Any = (1, 1)) -> dict[st
 # --------------------------------------------------------------------------- conv2d, dense
 
 
+def _static_but_batch(data: TensorType, layout: str, what: str) -> None:
+    """Windowed ops take a symbolic batch (N) only: their output sizes come from the
+    spatial extents, and their kernels from the channels."""
+    if not data.is_static:
+        expect_static_dims(data, [layout.index(c) for c in "CHW"], what)
+
+
 def _conv2d_relation(arg_types: Sequence[Type], attrs: Attrs) -> Type:
     data_layout, kernel_layout = attrs["data_layout"], attrs["kernel_layout"]
     data = expect_tensor(arg_types[0], "the data")
@@ -100,6 +109,9 @@ def _conv2d_relation(arg_types: Sequence[Type], attrs: Attrs) -> Type:
     expect_ndim(weight, 4, "the weight", kernel_layout)
     expect_same_dtype(data, weight, "the weight", "the data")
     expect_dtype(data, NUMERIC_DTYPES, "the data")
+    # a symbolic batch passes through; channels and the window's axes must be static
+    _static_but_batch(data, data_layout, "the data")
+    expect_static_dims(weight, range(4), "the weight")
     batch, channels, height, width = _permuted(data.shape, _to_canonical(data_layout, "NCHW"))
     out_channels, group_channels, kh, kw = _permuted(weight.shape, _to_canonical(kernel_layout, "OIHW"))
     groups = attrs["groups"]
@@ -128,7 +140,7 @@ def _conv2d_impl(args: Sequence[Any], attrs: Attrs) -> np.ndarray:
 
 register_tensor_op(
     "nn.conv2d", attrs=_CONV2D_DEFAULTS, num_inputs=2, type_rel=_conv2d_relation, impl=_conv2d_impl,
-    pattern=OpPattern.OUT_EWISE_FUSABLE, doc="2-D convolution (NCHW/OIHW), groups, dilation",
+    pattern=OpPattern.OUT_EWISE_FUSABLE, doc="2-D convolution (NCHW/OIHW), groups, dilation", symbolic=True,
 )
 
 
@@ -138,7 +150,7 @@ def _dense_relation(arg_types: Sequence[Type], attrs: Attrs) -> Type:
     expect_same_dtype(data, weight, "the weight", "the data")
     expect_dtype(data, NUMERIC_DTYPES, "the data")
     expect_ndim(weight, 2, "the weight", "units, in_features")
-    if data.ndim == 0 or data.shape[-1] != weight.shape[1]:
+    if data.ndim == 0 or not same_dim(data.shape[-1], weight.shape[1]):
         raise IRTypeError(f"expected the data's last dimension to be {weight.shape[1]} (the weight's "
                           f"in_features), got data {type_text(data)}, weight {type_text(weight)}")
     return TensorType(data.shape[:-1] + (weight.shape[0],), data.dtype)
@@ -150,7 +162,8 @@ def _dense_impl(args: Sequence[Any], attrs: Attrs) -> np.ndarray:
 
 
 register_tensor_op("nn.dense", attrs={}, num_inputs=2, type_rel=_dense_relation, impl=_dense_impl,
-            pattern=OpPattern.OUT_EWISE_FUSABLE, doc="data @ weight.T, weight (units, in_features)")
+            pattern=OpPattern.OUT_EWISE_FUSABLE, doc="data @ weight.T, weight (units, in_features)",
+            symbolic=True)
 
 
 def conv2d(data: Any, weight: Any, strides: Any = (1, 1), padding: Any = (0, 0), dilation: Any = (1, 1),
@@ -193,7 +206,7 @@ def _bias_add_impl(args: Sequence[Any], attrs: Attrs) -> np.ndarray:
 
 register_tensor_op(
     "nn.bias_add", attrs={"axis": 1}, num_inputs=2, type_rel=_bias_add_relation, impl=_bias_add_impl,
-    pattern=OpPattern.BROADCAST, doc="add a 1-D bias along axis",
+    pattern=OpPattern.BROADCAST, doc="add a 1-D bias along axis", symbolic=True,
 )
 
 
@@ -236,19 +249,19 @@ def _dropout_impl(args: Sequence[Any], attrs: Attrs) -> np.ndarray:
 
 register_tensor_op(
     "nn.relu", attrs={}, num_inputs=1, type_rel=_same_type_relation(NUMERIC_DTYPES), impl=_relu_impl,
-    pattern=OpPattern.ELEMWISE, doc="max(x, 0)",
+    pattern=OpPattern.ELEMWISE, doc="max(x, 0)", symbolic=True,
 )
 register_tensor_op(
     "nn.gelu", attrs={}, num_inputs=1, type_rel=_same_type_relation(FLOAT_DTYPES), impl=_gelu_impl,
-    pattern=OpPattern.ELEMWISE, doc="0.5 * x * (1 + erf(x / sqrt(2)))",
+    pattern=OpPattern.ELEMWISE, doc="0.5 * x * (1 + erf(x / sqrt(2)))", symbolic=True,
 )
 register_tensor_op(
     "nn.softmax", attrs={"axis": -1}, num_inputs=1, type_rel=_same_type_relation(FLOAT_DTYPES),
-    impl=_softmax_impl, pattern=OpPattern.OPAQUE, doc="softmax along axis",
+    impl=_softmax_impl, pattern=OpPattern.OPAQUE, doc="softmax along axis", symbolic=True,
 )
 register_tensor_op(
     "nn.dropout", attrs={"rate": 0.5}, num_inputs=1, type_rel=_same_type_relation(FLOAT_DTYPES),
-    impl=_dropout_impl, pattern=OpPattern.OPAQUE, doc="dropout; the identity at inference",
+    impl=_dropout_impl, pattern=OpPattern.OPAQUE, doc="dropout; the identity at inference", symbolic=True,
 )
 
 
@@ -324,10 +337,12 @@ def _layer_norm_impl(args: Sequence[Any], attrs: Attrs) -> np.ndarray:
 register_tensor_op(
     "nn.batch_norm", attrs={"axis": 1, "epsilon": 1e-5}, num_inputs=5, type_rel=_batch_norm_relation,
     impl=_batch_norm_impl, pattern=OpPattern.OPAQUE, doc="batch norm with moving stats; (out, mean, var)",
+    symbolic=True,
 )
 register_tensor_op(
     "nn.layer_norm", attrs={"axis": -1, "epsilon": 1e-5}, num_inputs=3, type_rel=_layer_norm_relation,
     impl=_layer_norm_impl, pattern=OpPattern.OPAQUE, doc="normalize along axis, then scale and shift",
+    symbolic=True,
 )
 
 
@@ -352,6 +367,7 @@ def _pool_relation(allowed: Sequence[str]) -> Callable:
         data = expect_tensor(arg_types[0], "the data")
         expect_ndim(data, 4, "the data", layout)
         expect_dtype(data, allowed, "the data")
+        _static_but_batch(data, layout, "the data")
         batch, channels, height, width = _permuted(data.shape, _to_canonical(layout, "NCHW"))
         (ph, pw), (sh, sw) = attrs["pool_size"], attrs["strides"]
         top, left, bottom, right = attrs["padding"]
@@ -401,15 +417,17 @@ def _global_pool_impl(args: Sequence[Any], attrs: Attrs) -> np.ndarray:
 register_tensor_op(
     "nn.max_pool2d", attrs=_POOL_DEFAULTS, num_inputs=1, type_rel=_pool_relation(NUMERIC_DTYPES),
     impl=_in_nchw(_max_pool_kernel), pattern=OpPattern.OUT_EWISE_FUSABLE, doc="2-D max pooling",
+    symbolic=True,
 )
 register_tensor_op(
     "nn.avg_pool2d", attrs={**_POOL_DEFAULTS, "count_include_pad": False}, num_inputs=1,
     type_rel=_pool_relation(FLOAT_DTYPES), impl=_in_nchw(_avg_pool_kernel),
-    pattern=OpPattern.OUT_EWISE_FUSABLE, doc="2-D average pooling",
+    pattern=OpPattern.OUT_EWISE_FUSABLE, doc="2-D average pooling", symbolic=True,
 )
 register_tensor_op(
     "nn.global_avg_pool2d", attrs={"layout": "NCHW"}, num_inputs=1, type_rel=_global_pool_relation,
     impl=_global_pool_impl, pattern=OpPattern.OUT_EWISE_FUSABLE, doc="mean over H and W, kept as size-1 axes",
+    symbolic=True,
 )
 
 

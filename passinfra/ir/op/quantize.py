@@ -195,6 +195,7 @@ register_tensor_op(
     "qnn.quantize", attrs={}, num_inputs=3, type_rel=_quantize_relation, impl=_quantize_impl,
     pattern=OpPattern.BROADCAST,
     doc="saturate(rne(x / scale) + zero_point) in the zero point's dtype (ONNX QuantizeLinear)",
+    symbolic=True,
 )
 
 
@@ -241,6 +242,7 @@ register_tensor_op(
     "qnn.dequantize", attrs={"out_dtype": None}, num_inputs=3, type_rel=_dequantize_relation,
     impl=_dequantize_impl, pattern=OpPattern.BROADCAST,
     doc="float32(x - zero_point) * scale, in out_dtype (default: the scale's) (ONNX DequantizeLinear)",
+    symbolic=True,
 )
 
 
@@ -274,7 +276,7 @@ def _requantize_impl(args: Sequence[Any], attrs: Attrs) -> np.ndarray:
 register_tensor_op(
     "qnn.requantize", attrs={}, num_inputs=3, type_rel=_requantize_relation, impl=_requantize_impl,
     pattern=OpPattern.BROADCAST,
-    doc="saturate(rne(float32(acc) * multiplier) + zero_point) of an int32 accumulator",
+    doc="saturate(rne(float32(acc) * multiplier) + zero_point) of an int32 accumulator", symbolic=True,
 )
 
 
@@ -434,10 +436,12 @@ def _mul_impl(args: Sequence[Any], attrs: Attrs) -> np.ndarray:
 register_tensor_op(
     "qnn.add", attrs={}, num_inputs=8, type_rel=_binary_relation, impl=_add_impl, pattern=OpPattern.BROADCAST,
     doc="QLinearAdd: a + b of two quantized int8/uint8 tensors, requantized (MLAS's float32 formula)",
+    symbolic=True,
 )
 register_tensor_op(
     "qnn.mul", attrs={}, num_inputs=8, type_rel=_binary_relation, impl=_mul_impl, pattern=OpPattern.BROADCAST,
     doc="QLinearMul: a * b of two quantized int8/uint8 tensors, requantized (MLAS's float32 formula)",
+    symbolic=True,
 )
 
 

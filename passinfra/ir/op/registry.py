@@ -4,7 +4,8 @@ An :class:`Op` is itself an expression (the callee of a ``Call``) and a singleto
 name, so ``Op.get("add") is Op.get("add")``. Each op carries its type relation, its NumPy
 reference implementation (shared by the interpreter and FoldConstant: one semantics),
 its fusion pattern kind and whether it is stateful. Later issues attach more (lowering)
-through :meth:`Op.set_attr`.
+through :meth:`Op.set_attr`; ``op.set_attr(SYMBOLIC_SHAPES, True)`` (``symbolic=True`` of
+``register_tensor_op``) says the type relation handles symbolic dimensions.
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ import enum
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from passinfra.errors import IRError, IRTypeError, OpNotFoundError
+from passinfra.errors import DimError, IRError, IRTypeError, OpNotFoundError, RaypassError
 from passinfra.ir.attrs import Attrs
+from passinfra.ir.dims import SymDim
 from passinfra.ir.expr import Expr
-from passinfra.ir.types import Type
+from passinfra.ir.types import TensorType, TupleType, Type
 
 
 class OpPattern(enum.IntEnum):
@@ -37,6 +39,36 @@ TypeRelation = Callable[[Sequence[Type], Attrs], Type]
 NumpyImpl = Callable[[Sequence[Any], Attrs], Any]
 
 _REGISTRY: dict[str, Op] = {}
+
+# op attr: the op's type relation handles symbolic dimensions (see Op.infer_type)
+SYMBOLIC_SHAPES = "symbolic_shapes"
+
+
+def _types_text(arg_types: Sequence[Type]) -> str:
+    return ", ".join(str(ty) for ty in arg_types)
+
+
+def _symbolic_input(arg_types: Sequence[Type]) -> str:
+    """Which input holds a symbolic dimension, where, and which: for an error message."""
+    for index, ty in enumerate(arg_types):
+        found = _first_symbolic(ty)
+        if found is not None:
+            where, dim = found
+            return f"input {index} ({ty}) has the symbolic dimension {dim}{where}"
+    return "an input has a symbolic dimension"
+
+
+def _first_symbolic(ty: Type) -> tuple[str, SymDim] | None:
+    if isinstance(ty, TensorType):
+        for axis, dim in enumerate(ty.shape):
+            if isinstance(dim, SymDim):
+                return (f" at axis {axis}", dim)
+    elif isinstance(ty, TupleType):
+        for index, field in enumerate(ty.fields):
+            found = _first_symbolic(field)
+            if found is not None:
+                return (f" in field {index}{found[0]}", found[1])
+    return None
 
 
 class Op(Expr):
@@ -77,15 +109,34 @@ class Op(Expr):
         return sorted(_REGISTRY)
 
     def infer_type(self, arg_types: Sequence[Type], attrs: Attrs) -> Type:
-        """Run the type relation; errors are re-raised naming this op."""
+        """Run the type relation; errors are re-raised naming this op.
+
+        An input with symbolic dimensions reaches only a relation that says it handles
+        them (the op attr ``SYMBOLIC_SHAPES``); for any other op it is an IRTypeError
+        naming the op, the input and the dimension, so no relation written for static
+        shapes ever computes with a symbol.
+        """
         if self.num_inputs >= 0 and len(arg_types) != self.num_inputs:
             raise IRTypeError(f"op {self.name} expects {self.num_inputs} arguments, got {len(arg_types)}")
+        symbolic = any(not ty.is_static for ty in arg_types if isinstance(ty, Type))
+        if symbolic and not self._extra.get(SYMBOLIC_SHAPES):
+            raise IRTypeError(f"op {self.name}: {_symbolic_input(arg_types)}; {self.name} supports "
+                              "static shapes only")
         try:
             return self.type_rel(arg_types, attrs)
         except IRTypeError as err:
             if str(err).startswith(f"op {self.name}:"):
                 raise
             raise IRTypeError(f"op {self.name}: {err}") from None
+        except DimError as err:  # symbolic arithmetic without an answer (a division, ...)
+            raise IRTypeError(f"op {self.name}: {err}") from None
+        except (TypeError, ValueError, ArithmeticError) as err:
+            if not symbolic or isinstance(err, RaypassError):
+                raise
+            # a relation that handles symbolic dims met a case it did not foresee: still
+            # an error of ours, naming the op and its inputs, not a Python one from inside
+            raise IRTypeError(f"op {self.name}: cannot infer the type for symbolic inputs "
+                              f"{_types_text(arg_types)} ({type(err).__name__}: {err})") from err
 
     def compute(self, args: Sequence[Any], attrs: Attrs) -> Any:
         """Evaluate with the NumPy reference implementation."""

@@ -24,6 +24,7 @@ Semantics worth knowing:
 from __future__ import annotations
 
 import builtins
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -31,6 +32,7 @@ import numpy as np
 
 from passinfra.errors import EvaluationError, IRError, IRTypeError
 from passinfra.ir.attrs import Attrs
+from passinfra.ir.dims import Dim, SymDim, exact_div, prove_equal, prove_le
 from passinfra.ir.expr import Call, Expr, Tuple, const
 from passinfra.ir.op._impl import erf as _erf
 from passinfra.ir.op._impl import truncating_divide
@@ -48,6 +50,8 @@ from passinfra.ir.op._rel import (
     normalize_axes,
     normalize_axis,
     register_tensor_op,
+    same_dim,
+    shape_text,
     type_text,
 )
 from passinfra.ir.op.registry import Op, OpPattern
@@ -164,14 +168,15 @@ _LOGICAL = {"logical_and": np.logical_and, "logical_or": np.logical_or}
 for _name, _kernel in _ARITHMETIC.items():
     register_tensor_op(_name, attrs={}, num_inputs=2, type_rel=_binary_relation(NUMERIC_DTYPES),
                 impl=_binary_impl(_kernel), pattern=OpPattern.BROADCAST,
-                doc=f"elementwise {_name} with NumPy broadcasting")
+                doc=f"elementwise {_name} with NumPy broadcasting", symbolic=True)
 for _name, (_kernel, _allowed) in _COMPARISONS.items():
     register_tensor_op(_name, attrs={}, num_inputs=2, type_rel=_binary_relation(_allowed, "bool"),
                 impl=_binary_impl(_kernel, "bool"), pattern=OpPattern.BROADCAST,
-                doc=f"elementwise {_name} comparison, a bool tensor")
+                doc=f"elementwise {_name} comparison, a bool tensor", symbolic=True)
 for _name, _kernel in _LOGICAL.items():
     register_tensor_op(_name, attrs={}, num_inputs=2, type_rel=_binary_relation(("bool",)),
-                impl=_binary_impl(_kernel), pattern=OpPattern.BROADCAST, doc=f"elementwise {_name}")
+                impl=_binary_impl(_kernel), pattern=OpPattern.BROADCAST, doc=f"elementwise {_name}",
+                symbolic=True)
 
 
 def _unary_relation(allowed: Sequence[str]) -> Callable:
@@ -210,7 +215,8 @@ _UNARY = {
 }
 for _name, (_kernel, _allowed) in _UNARY.items():
     register_tensor_op(_name, attrs={}, num_inputs=1, type_rel=_unary_relation(_allowed),
-                       impl=_unary_impl(_kernel), pattern=OpPattern.ELEMWISE, doc=f"elementwise {_name}")
+                       impl=_unary_impl(_kernel), pattern=OpPattern.ELEMWISE, doc=f"elementwise {_name}",
+                       symbolic=True)
 
 
 def _clip_impl(args: Sequence[Any], attrs: Attrs) -> np.ndarray:
@@ -221,7 +227,7 @@ def _clip_impl(args: Sequence[Any], attrs: Attrs) -> np.ndarray:
 register_tensor_op(
     "clip", attrs={"a_min": REQUIRED, "a_max": REQUIRED}, num_inputs=1,
     type_rel=_unary_relation(NUMERIC_DTYPES), impl=_clip_impl, pattern=OpPattern.ELEMWISE,
-    doc="clamp every element into [a_min, a_max]",
+    doc="clamp every element into [a_min, a_max]", symbolic=True,
 )
 
 
@@ -235,7 +241,7 @@ def _cast_impl(args: Sequence[Any], attrs: Attrs) -> np.ndarray:
 
 
 register_tensor_op("cast", attrs={"dtype": REQUIRED}, num_inputs=1, type_rel=_cast_relation, impl=_cast_impl,
-            pattern=OpPattern.ELEMWISE, doc="convert every element to attrs dtype")
+            pattern=OpPattern.ELEMWISE, doc="convert every element to attrs dtype", symbolic=True)
 
 
 def add(lhs: Any, rhs: Any) -> Call:
@@ -373,17 +379,19 @@ def cast(data: Any, dtype: Any) -> Call:
 # --------------------------------------------------------------------------- layout and shape
 
 
-def reshape_shape(shape: Sequence[int], newshape: Sequence[int]) -> tuple[int, ...]:
+def reshape_shape(shape: Sequence[Dim], newshape: Sequence[int]) -> tuple[Dim, ...]:
     """The shape ``reshape(x, newshape)`` gives for ``x`` of ``shape`` (Relay rules):
-    0 copies the input dimension at that position, one -1 is inferred."""
+    0 copies the input dimension at that position, one -1 is inferred. With symbolic
+    dims the -1 is the element count divided exactly (as polynomials) by the rest, and
+    without a -1 the counts must be provably equal."""
     newshape = int_tuple(newshape, None, "newshape")  # text IR may write newshape=(2, 1e308)
-    out: list[int] = []
+    out: list[Dim] = []
     inferred = None
     for position, dim in enumerate(newshape):
         if dim == 0:
             if position >= len(shape):
                 raise IRTypeError(f"newshape {tuple(newshape)} copies dimension {position} (0) "
-                                  f"but the input {tuple(shape)} has rank {len(shape)}")
+                                  f"but the input {shape_text(shape)} has rank {len(shape)}")
             out.append(shape[position])
         elif dim == -1:
             if inferred is not None:
@@ -394,6 +402,8 @@ def reshape_shape(shape: Sequence[int], newshape: Sequence[int]) -> tuple[int, .
             raise IRTypeError(f"newshape {tuple(newshape)} has unsupported entry {dim} (use 0 or -1)")
         else:
             out.append(dim)
+    if not builtins.all(type(d) is int for d in (*shape, *out)):
+        return _symbolic_reshape(shape, newshape, out, inferred)
     total = int(np.prod(shape, dtype=np.int64))
     known = int(np.prod(out, dtype=np.int64))
     if inferred is not None:
@@ -407,6 +417,21 @@ def reshape_shape(shape: Sequence[int], newshape: Sequence[int]) -> tuple[int, .
     return tuple(out)
 
 
+def _symbolic_reshape(shape: Sequence[Dim], newshape: tuple[int, ...], out: list[Dim],
+                      inferred: int | None) -> tuple[Dim, ...]:
+    total, known = math.prod(shape), math.prod(out)
+    if inferred is not None:
+        filled = None if known == 0 else exact_div(total, known)
+        if filled is None:
+            raise IRTypeError(f"cannot reshape {shape_text(shape)} into {tuple(newshape)}: "
+                              f"{total} elements are not provably a multiple of {known}, to fill the -1")
+        out[inferred] = filled
+    elif not same_dim(known, total):
+        raise IRTypeError(f"cannot reshape {shape_text(shape)} ({total} elements) into "
+                          f"{shape_text(out)} ({known} elements): the counts are not provably equal")
+    return tuple(out)
+
+
 def _reshape_relation(arg_types: Sequence[Type], attrs: Attrs) -> Type:
     data = expect_tensor(arg_types[0], "the data")
     return TensorType(reshape_shape(data.shape, attrs["newshape"]), data.dtype)
@@ -416,13 +441,25 @@ def _squeeze_relation(arg_types: Sequence[Type], attrs: Attrs) -> Type:
     data = expect_tensor(arg_types[0], "the data")
     axes = attrs["axis"]
     if axes is None:
-        return TensorType(tuple(d for d in data.shape if d != 1), data.dtype)
+        return TensorType(tuple(d for d in data.shape if not _is_unit(d, data)), data.dtype)
     dropped = normalize_axes(axes, data.ndim)
     for axis in dropped:
-        if data.shape[axis] != 1:
+        if not same_dim(data.shape[axis], 1):
             raise IRTypeError(f"cannot squeeze axis {axis} of size {data.shape[axis]}; "
                               f"expected size 1 in {type_text(data)}")
     return TensorType(tuple(d for i, d in enumerate(data.shape) if i not in dropped), data.dtype)
+
+
+def _is_unit(dim: Dim, data: TensorType) -> bool:
+    """Whether squeeze(axis=None) drops ``dim``: a symbolic dim must be provably 1 or
+    provably not, since the output's rank cannot depend on the binding."""
+    if type(dim) is int:
+        return dim == 1
+    unit = prove_equal(dim, 1)
+    if unit is None:
+        raise IRTypeError(f"squeeze without axes cannot tell whether the symbolic dimension {dim} of "
+                          f"{type_text(data)} is 1; name the axes to squeeze")
+    return unit
 
 
 def _expand_dims_relation(arg_types: Sequence[Type], attrs: Attrs) -> Type:
@@ -457,7 +494,7 @@ for _name, _relation, _schema in (
 ):
     register_tensor_op(
         _name, attrs=_schema, num_inputs=1, type_rel=_relation, impl=_reshape_like_impl(_relation),
-        pattern=OpPattern.INJECTIVE, doc=f"{_name} (a reshape of the same elements)",
+        pattern=OpPattern.INJECTIVE, doc=f"{_name} (a reshape of the same elements)", symbolic=True,
     )
 
 
@@ -483,7 +520,7 @@ def _transpose_impl(args: Sequence[Any], attrs: Attrs) -> np.ndarray:
 
 register_tensor_op(
     "transpose", attrs={"axes": None}, num_inputs=1, type_rel=_transpose_relation, impl=_transpose_impl,
-    pattern=OpPattern.INJECTIVE, doc="permute axes (reversed when axes is None)",
+    pattern=OpPattern.INJECTIVE, doc="permute axes (reversed when axes is None)", symbolic=True,
 )
 
 
@@ -498,7 +535,7 @@ def _concatenate_relation(arg_types: Sequence[Type], attrs: Attrs) -> Type:
         tensor = expect_tensor(field, f"field {index}")
         expect_same_dtype(first, tensor, f"field {index}", "field 0")
         if tensor.ndim != first.ndim or builtins.any(
-            a != b for i, (a, b) in enumerate(zip(tensor.shape, first.shape)) if i != axis
+            not same_dim(a, b) for i, (a, b) in enumerate(zip(tensor.shape, first.shape)) if i != axis
         ):
             raise IRTypeError(f"expected field {index} to match field 0 {type_text(first)} except "
                               f"on axis {axis}, got {type_text(tensor)}")
@@ -515,7 +552,7 @@ def _concatenate_impl(args: Sequence[Any], attrs: Attrs) -> np.ndarray:
 
 register_tensor_op(
     "concatenate", attrs={"axis": 0}, num_inputs=1, type_rel=_concatenate_relation, impl=_concatenate_impl,
-    pattern=OpPattern.INJECTIVE, doc="join the fields of one tuple argument along axis",
+    pattern=OpPattern.INJECTIVE, doc="join the fields of one tuple argument along axis", symbolic=True,
 )
 
 
@@ -536,12 +573,33 @@ def _split_bounds(extent: int, indices_or_sections: int | tuple[int, ...]) -> li
 def _split_relation(arg_types: Sequence[Type], attrs: Attrs) -> Type:
     data = expect_tensor(arg_types[0], "the data")
     axis = normalize_axis(attrs["axis"], data.ndim)
+    extent = data.shape[axis]
+    if isinstance(extent, SymDim):
+        sizes = _symbolic_split_sizes(extent, attrs["indices_or_sections"])
+    else:
+        sizes = [stop - start for start, stop in _split_bounds(extent, attrs["indices_or_sections"])]
     pieces = []
-    for start, stop in _split_bounds(data.shape[axis], attrs["indices_or_sections"]):
+    for size in sizes:
         shape = list(data.shape)
-        shape[axis] = stop - start
+        shape[axis] = size
         pieces.append(TensorType(shape, data.dtype))
     return TupleType(pieces)
+
+
+def _symbolic_split_sizes(extent: SymDim, indices_or_sections: int | tuple[int, ...]) -> list[Dim]:
+    """Piece sizes along a symbolic axis: equal sections must divide it provably, and
+    the split points must provably lie within it."""
+    if isinstance(indices_or_sections, int):
+        step = exact_div(extent, indices_or_sections) if indices_or_sections >= 1 else None
+        if step is None:
+            raise IRTypeError(f"cannot split the symbolic axis of size {extent} into {indices_or_sections} "
+                              "equal sections: not provably divisible")
+        return [step] * indices_or_sections
+    cuts = [0, *indices_or_sections]
+    if builtins.any(b < a for a, b in zip(cuts, cuts[1:])) or prove_le(cuts[-1], extent) is not True:
+        raise IRTypeError(f"split indices {indices_or_sections} must be ascending and provably within "
+                          f"[0, {extent}]")
+    return [b - a for a, b in zip(cuts, cuts[1:])] + [extent - cuts[-1]]
 
 
 def _split_impl(args: Sequence[Any], attrs: Attrs) -> tuple[np.ndarray, ...]:
@@ -559,6 +617,7 @@ def _split_impl(args: Sequence[Any], attrs: Attrs) -> tuple[np.ndarray, ...]:
 register_tensor_op(
     "split", attrs={"indices_or_sections": REQUIRED, "axis": 0}, num_inputs=1, type_rel=_split_relation,
     impl=_split_impl, pattern=OpPattern.INJECTIVE, doc="split into a tuple: equal sections or at indices",
+    symbolic=True,
 )
 
 
@@ -584,7 +643,7 @@ def _take_impl(args: Sequence[Any], attrs: Attrs) -> np.ndarray:
 
 
 register_tensor_op("take", attrs={"axis": None}, num_inputs=2, type_rel=_take_relation, impl=_take_impl,
-            pattern=OpPattern.INJECTIVE, doc="gather along axis (flattened when axis is None)")
+            pattern=OpPattern.INJECTIVE, doc="gather along axis (flattened when axis is None)", symbolic=True)
 
 
 def _where_relation(arg_types: Sequence[Type], attrs: Attrs) -> Type:
@@ -602,7 +661,8 @@ def _where_impl(args: Sequence[Any], attrs: Attrs) -> np.ndarray:
 
 
 register_tensor_op("where", attrs={}, num_inputs=3, type_rel=_where_relation, impl=_where_impl,
-            pattern=OpPattern.BROADCAST, doc="pick from the true or false values by a bool condition")
+            pattern=OpPattern.BROADCAST, doc="pick from the true or false values by a bool condition",
+            symbolic=True)
 
 
 def reshape(data: Any, newshape: Any) -> Call:
@@ -700,7 +760,7 @@ _REDUCTIONS = {
 for _name, (_kernel, _allowed) in _REDUCTIONS.items():
     register_tensor_op(_name, attrs={"axis": None, "keepdims": False}, num_inputs=1,
                        type_rel=_reduce_relation(_allowed), impl=_reduce_impl(_kernel, _name),
-                pattern=OpPattern.COMM_REDUCE, doc=f"{_name} over axis (all axes when None)")
+                pattern=OpPattern.COMM_REDUCE, doc=f"{_name} over axis (all axes when None)", symbolic=True)
 
 
 def sum(data: Any, axis: Any = None, keepdims: bool = False) -> Call:
@@ -736,7 +796,7 @@ def _matmul_relation(arg_types: Sequence[Type], attrs: Attrs) -> Type:
     # numpy.matmul: a 1-D left operand is a row (1, k), a 1-D right one a column (k, 1)
     lhs_shape = (1, *lhs.shape) if lhs.ndim == 1 else lhs.shape
     rhs_shape = (*rhs.shape, 1) if rhs.ndim == 1 else rhs.shape
-    if lhs_shape[-1] != rhs_shape[-2]:
+    if not same_dim(lhs_shape[-1], rhs_shape[-2]):
         raise IRTypeError(f"inner dimensions differ: {type_text(lhs)} @ {type_text(rhs)} "
                           f"({lhs_shape[-1]} != {rhs_shape[-2]})")
     batch = broadcast_shapes(lhs_shape[:-2], rhs_shape[:-2])
@@ -751,7 +811,7 @@ def _matmul_impl(args: Sequence[Any], attrs: Attrs) -> np.ndarray:
 
 
 register_tensor_op("matmul", attrs={}, num_inputs=2, type_rel=_matmul_relation, impl=_matmul_impl,
-            pattern=OpPattern.OUT_EWISE_FUSABLE, doc="numpy.matmul, batch dims broadcast")
+            pattern=OpPattern.OUT_EWISE_FUSABLE, doc="numpy.matmul, batch dims broadcast", symbolic=True)
 
 
 def _full_relation(arg_types: Sequence[Type], attrs: Attrs) -> Type:

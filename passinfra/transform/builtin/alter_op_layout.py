@@ -101,7 +101,10 @@ class _NHWCRewriter(ir.ExprMutator):
         if arg in self.nhwc and _tensor_type(arg) == out_type:
             return self.nhwc[arg]
         arg_type = _tensor_type(arg)
-        if arg_type is None or arg_type.ndim > 4 or arg_type.size >= out_type.size:
+        if arg_type is None or arg_type.ndim > 4:
+            return None
+        # sizes compare only when static: with symbolic dims, leave the operand alone
+        if not (arg_type.is_static and out_type.is_static) or arg_type.size >= out_type.size:
             return None
         relaid = self._relaid_operands.get(arg)
         if relaid is None:

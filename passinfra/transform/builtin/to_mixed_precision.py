@@ -131,6 +131,7 @@ def weight_parameters(func: Function, min_elements: int = MIN_WEIGHT_ELEMENTS) -
         param: index for index, param in enumerate(func.params)
         if isinstance(param.type_annotation, TensorType)
         and param.type_annotation.dtype == _FLOAT32
+        and param.type_annotation.is_static  # a weight has a static shape
         and param.type_annotation.size >= min_elements
     }
     if not candidates:
