@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from passinfra.errors import EvaluationError
+from passinfra.errors import DimError, EvaluationError
 from passinfra.ir.analysis import free_vars
 from passinfra.ir.attrs import Attrs
 from passinfra.ir.expr import (
@@ -39,6 +39,7 @@ from passinfra.ir.module import IRModule
 from passinfra.ir.op.precision import compute_op
 from passinfra.ir.op.registry import Op
 from passinfra.ir.types import FuncType, TensorType, TupleType, Type
+from passinfra.runtime.shape_binding import bind_dims, bound_type
 
 __all__ = ["Closure", "evaluate"]
 
@@ -79,13 +80,15 @@ MAX_CALL_DEPTH = 100_000
 class _Frame:
     """One function activation: the closure run, its memo and its pending tasks."""
 
-    __slots__ = ("closure", "memo", "tasks", "return_to")
+    __slots__ = ("closure", "memo", "tasks", "return_to", "dims")
 
-    def __init__(self, closure: Closure, memo: dict, return_to: Call | None) -> None:
+    def __init__(self, closure: Closure, memo: dict, return_to: Call | None,
+                 dims: dict[str, int] | None = None) -> None:
         self.closure = closure
         self.memo = memo
         self.tasks: list[tuple[int, Expr, Any]] = [(_EVAL, closure.func.body, None)]
         self.return_to = return_to  # the Call in the caller's frame that receives the result
+        self.dims = dims or {}  # the sizes of the symbolic dimensions of its parameters
 
 
 class _Interpreter:
@@ -163,18 +166,26 @@ class _Interpreter:
                 f"{closure.name} expects {len(params)} arguments ({names}), got {len(args)}"
             )
         memo = dict(closure.env)
-        for param, arg in zip(params, args):
-            what = f"argument %{param.name_hint} of {closure.name}"
-            if from_python:
-                arg = _from_python(arg, param.type_annotation, what)
-            _check_value(arg, param.type_annotation, what)
+        whats = [f"argument %{param.name_hint} of {closure.name}" for param in params]
+        types = [param.type_annotation for param in params]
+        if from_python:
+            args = [_from_python(arg, ty, what) for ty, arg, what in zip(types, args, whats)]
+        # symbolic dimensions take their sizes from the arguments (checked for agreement
+        # and bounds), and the types are checked as those sizes make them
+        dims = bind_dims(list(zip(whats, types, args)))
+        for param, arg, what in zip(params, args, whats):
+            _check_value(arg, bound_type(param.type_annotation, dims), what)
             memo[param] = arg
-        return _Frame(closure, memo, return_to)
+        return _Frame(closure, memo, return_to, dims)
 
     def _leave(self, frame: _Frame) -> Any:
         func = frame.closure.func
         result = frame.memo[func.body]
-        _check_value(result, func.ret_type, f"the result of {frame.closure.name}")
+        try:
+            ret_type = bound_type(func.ret_type, frame.dims)
+        except DimError:  # a dimension no parameter gives: only the op itself knows its size
+            ret_type = None
+        _check_value(result, ret_type, f"the result of {frame.closure.name}")
         return result
 
     # -- one node -----------------------------------------------------------------------
