@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import runpy
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -29,23 +30,29 @@ class CliUserError(RaypassError):
 
 
 # ----- MODEL ------------------------------------------------------------------------------
-def load_model(spec: str, shapes: dict[str, list[int]] | None = None) -> IRModule:
+def load_model(
+    spec: str,
+    shapes: dict[str, list[int]] | None = None,
+    dims: dict[str, tuple[int, int | None]] | None = None,
+) -> IRModule:
     """An IRModule from a zoo spec (``zoo:transformer?layers=2``), an ``.onnx`` file or a
     text-IR file (anything else). A model that cannot be compiled as given (unreadable,
     undecodable, empty, ill-typed) is a user error naming the file, raised before anything
-    is built or written."""
+    is built or written. ``dims``: bounds of an ONNX model's symbolic dims (``--dim``)."""
     if spec.startswith(ZOO_PREFIX):
         from passinfra.frontend import from_onnx
         from passinfra.frontend.zoo import zoo_spec
 
-        return from_onnx(zoo_spec(spec), shapes)
+        return from_onnx(zoo_spec(spec), shapes, dims)
     path = _model_path(spec)
     if path.suffix == ".onnx":
         from passinfra.frontend import from_onnx
 
-        return from_onnx(str(path), shapes)  # OnnxImportError (a user error) names the file
+        return from_onnx(str(path), shapes, dims)  # OnnxImportError (a user error) names the file
     if shapes:
         raise CliUserError("--shapes applies to ONNX models only; a text-IR file states its own shapes")
+    if dims:
+        raise CliUserError("--dim applies to ONNX models only; a text-IR file states its own dims")
     return _load_text_ir(spec, path)
 
 
@@ -104,6 +111,24 @@ def parse_shapes(items: Sequence[str]) -> dict[str, list[int]]:
                 f"bad --shapes value {item!r}; expected name=d0,d1,... (e.g. input=1,3,224,224)"
             ) from None
     return shapes
+
+
+_DIM_OPTION = re.compile(r"([^=\s]+)=(\d+)\.\.(\d*)")
+
+
+def parse_dims(items: Sequence[str]) -> dict[str, tuple[int, int | None]]:
+    """``["batch=1..64", "past=0.."]`` -> ``{"batch": (1, 64), "past": (0, None)}``
+    (inclusive bounds; no upper bound: unbounded)."""
+    dims: dict[str, tuple[int, int | None]] = {}
+    for item in items:
+        match = _DIM_OPTION.fullmatch(item.strip())
+        lo, hi = (int(match[2]), int(match[3]) if match[3] else None) if match else (0, None)
+        if match is None or (hi is not None and hi < lo):
+            why = "" if match is None else f" (empty range: {lo} > {hi})"
+            raise CliUserError(f"bad --dim value {item!r}{why}; expected NAME=LO..HI or NAME=LO.. "
+                               "(e.g. batch=1..64, past=0..)")
+        dims[match[1]] = (lo, hi)
+    return dims
 
 
 def split_names(values: Sequence[str]) -> list[str]:

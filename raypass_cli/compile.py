@@ -24,6 +24,7 @@ from raypass_cli.common import (
     command_scheduler,
     context_kwargs,
     load_model,
+    parse_dims,
     parse_shapes,
     split_names,
 )
@@ -151,8 +152,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
         raise CliUserError("compile needs -o LIB (or --emit c|ir to write source instead)")
     with command_scheduler(args) as scheduler:
         with process.measure(LOAD_SPAN):
-            mod = load_model(args.model, parse_shapes(args.shapes))
-        outcome = compile_model(mod, args, scheduler, emit=args.emit)
+            mod = load_model(args.model, parse_shapes(args.shapes), parse_dims(args.dim))
+        outcome = _compile_or_explain(mod, args, scheduler)
     for note in outcome.stats.notes:
         print(f"raypass: note: {note}", file=sys.stderr)
     with process.measure(WRITE_SPAN):
@@ -164,6 +165,18 @@ def cmd_compile(args: argparse.Namespace) -> int:
         path = write_trace(args.trace, [*process.spans, *outcome.spans], outcome.stats)
         print(f"wrote the trace to {path} (open it in https://ui.perfetto.dev)")
     return 0
+
+
+def _compile_or_explain(mod: IRModule, args: argparse.Namespace, scheduler: Any) -> BuildOutcome:
+    """compile_model, for a main with static shapes: a model with symbolic dims imports,
+    but cannot be compiled (or emitted) yet, which is the user's one-line error."""
+    from passinfra.build import BuildError, static_main_type
+
+    try:
+        static_main_type(mod, f"emitting {args.emit} for" if args.emit is not None else "compiling")
+    except BuildError as err:
+        raise CliUserError(str(err)) from None
+    return compile_model(mod, args, scheduler, emit=args.emit)
 
 
 def _write_outputs(args: argparse.Namespace, outcome: BuildOutcome) -> None:
@@ -201,6 +214,13 @@ def add_parser(sub: Any) -> None:
         default=[],
         metavar="NAME=D0,D1,...",
         help="static input shapes for an ONNX model (repeatable)",
+    )
+    parser.add_argument(
+        "--dim",
+        action="append",
+        default=[],
+        metavar="NAME=LO..HI",
+        help="bounds of an ONNX model's symbolic dimension, inclusive; LO.. for no upper bound (repeatable)",
     )
     add_build_options(parser)
     parser.add_argument("--timing", action="store_true", help="print the pass timing table")

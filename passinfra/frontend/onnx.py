@@ -1,18 +1,21 @@
 """Import ONNX models into an IRModule.
 
-``from_onnx(model_or_path, shapes=None)`` walks the graph in its (topological) node order
+``from_onnx(model_or_path, shapes=None, dims=None)`` walks the graph in its (topological) node order
 and converts each node with the converter registered for its op type and the model's
 opset (``passinfra.frontend.onnx_ops``). Values known at import time (initializers,
 Constants, shape computations) stay NumPy arrays and fold as the walk goes, through the
-ops' own NumPy implementations, so the IR keeps static shapes. The result has one
-function, ``main``: the graph inputs (initializers excluded) as parameters in order,
-returning the graph output or a tuple of the outputs.
+ops' own NumPy implementations, so the IR keeps static shapes; over symbolic input dims
+(a ``dim_param`` not fixed by ``shapes``) they fold to dims (:mod:`.onnx_ops.shape_values`).
+The result has one function, ``main``: the graph inputs (initializers excluded) as
+parameters in order, returning the graph output or a tuple of the outputs.
 """
 
 from __future__ import annotations
 
+import ast
 import collections
 import os
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -25,8 +28,15 @@ from passinfra.file_pages import release_file_pages
 from passinfra.frontend.onnx_dtypes import UnsupportedDtypesError, listing, unsupported_dtypes
 from passinfra.frontend.onnx_functions import ModelFunctions, convert_function_node
 from passinfra.frontend.onnx_ops import lookup
-from passinfra.frontend.onnx_ops.context import NodeContext, OnnxImportError, OnnxImportWarning, TypeTracker
+from passinfra.frontend.onnx_ops.context import (
+    NodeContext,
+    OnnxImportError,
+    OnnxImportWarning,
+    TypeTracker,
+    is_symbolic_value,
+)
 from passinfra.frontend.onnx_ops.registry import DEFAULT_DOMAINS, op_key
+from passinfra.frontend.onnx_ops.shape_values import fold_symbolic
 from passinfra.frontend.onnx_ops.tensor import onnx_dtype
 from passinfra.frontend.onnx_reader import read_mapped
 from passinfra.frontend.onnx_subgraph import (
@@ -36,6 +46,7 @@ from passinfra.frontend.onnx_subgraph import (
     missing_in_subgraphs,
 )
 from passinfra.frontend.onnx_weights import initializer_array
+from passinfra.ir.dims import Dim, DimVar, SymDim, bounds
 from passinfra.ir.expr import Constant, Expr, Function, Tuple, Var
 from passinfra.ir.module import IRModule
 from passinfra.ir.types import TensorType, normalize_dtype
@@ -147,7 +158,9 @@ def _names(model: onnx.ModelProto) -> Iterator[str | bytes]:
         yield from (attr.name for attr in node.attribute)
 
 
-def _input_type(value_info: onnx.ValueInfoProto, shapes: Mapping[str, Sequence[int]]) -> TensorType:
+def _input_type(
+    value_info: onnx.ValueInfoProto, shapes: Mapping[str, Sequence[int]], dims: _DimNames
+) -> TensorType:
     name = value_info.name
     tensor_type = value_info.type.tensor_type
     if not value_info.type.HasField("tensor_type"):
@@ -160,16 +173,101 @@ def _input_type(value_info: onnx.ValueInfoProto, shapes: Mapping[str, Sequence[i
         return TensorType(_checked_dims(name, [int(d) for d in shapes[name]]), dtype)
     if not tensor_type.HasField("shape"):
         raise OnnxImportError(f"graph input {name!r} has no shape; pass it in shapes={{{name!r}: (...)}}")
-    dims = []
+    shape: list[Dim] = []
     for position, dim in enumerate(tensor_type.shape.dim):
-        if not dim.HasField("dim_value"):
-            label = dim.dim_param or "?"
-            raise OnnxImportError(
-                f"graph input {name!r} has a dynamic dimension {label!r} at position {position}; "
-                f"give its static shape with shapes={{{name!r}: (...)}}"
-            )
-        dims.append(dim.dim_value)
-    return TensorType(_checked_dims(name, dims), dtype)
+        if dim.HasField("dim_value"):
+            shape.append(_checked_dims(name, [dim.dim_value])[0])
+        else:
+            shape.append(dims.dim(dim.dim_param, name, position))
+    return TensorType(shape, dtype)
+
+
+# what an exporter may write in a dim_param that is an expression ("past + seq",
+# "past_sequence_length + 1"): names, integers, + - * and floor division, parentheses
+_DIM_EXPR_NODES = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Name, ast.Constant, ast.Load,
+                   ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.USub, ast.UAdd)
+
+
+class _DimNames:
+    """The symbolic dims of a model's inputs: one DimVar per name across all inputs (so a
+    ``batch`` shared by two inputs is one variable), with the bounds ``from_onnx(dims=)``
+    gives (default 0.., as ONNX allows empty dims and a first decode step has past = 0)."""
+
+    def __init__(self, bounds: Mapping[str, tuple[int, int | None]]) -> None:
+        self.bounds = dict(bounds)
+        self.vars: dict[str, DimVar] = {}
+
+    def var(self, name: str) -> DimVar:
+        if name not in self.vars:
+            lo, hi = self.bounds.get(name, (0, None))
+            try:
+                self.vars[name] = DimVar(name, lo, hi)
+            except RaypassError as err:
+                raise OnnxImportError(f"dims[{name!r}]: {err}") from None
+        return self.vars[name]
+
+    def dim(self, param: str, input_name: str, position: int) -> Dim:
+        """The dim a ``dim_param`` names (an expression over names when it is one), or a
+        fresh variable for an unnamed dim."""
+        param = param.strip()
+        if not param:
+            return self.var(_sanitize(f"{input_name}_dim{position}"))
+        if param in self.bounds or _IDENTIFIER.fullmatch(param):
+            return self.var(param)
+        parsed = _parse_dim_expr(param, self.var)
+        return parsed if parsed is not None else self.var(_sanitize(param))
+
+    def check_used(self) -> None:
+        """A ``dims`` entry no input mentions is a typo, not a bound to drop silently."""
+        unused = sorted(set(self.bounds) - set(self.vars))
+        if unused:
+            known = ", ".join(sorted(self.vars)) or "none"
+            raise OnnxImportError(f"dims names {', '.join(map(repr, unused))}, which no graph input has "
+                                  f"as a symbolic dimension (the model's: {known})")
+
+
+_IDENTIFIER = re.compile(r"[A-Za-z_]\w*", re.ASCII)
+
+
+def _sanitize(name: str) -> str:
+    return re.sub(r"\W", "_", name, flags=re.ASCII) or "dim"
+
+
+def _parse_dim_expr(text: str, var: Any) -> Dim | None:
+    """``text`` as a dim expression over named variables, or None when it is not one."""
+    try:
+        tree = ast.parse(text, mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # ValueError: a NUL byte
+        return None
+    if not all(isinstance(n, _DIM_EXPR_NODES) for n in ast.walk(tree)):
+        return None
+    if any(isinstance(n, ast.Constant) and type(n.value) is not int for n in ast.walk(tree)):
+        return None
+
+    def value(node: ast.AST) -> Dim:
+        if isinstance(node, ast.Name):
+            return var(node.id)
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, ast.UnaryOp):
+            return -value(node.operand) if isinstance(node.op, ast.USub) else value(node.operand)
+        assert isinstance(node, ast.BinOp)
+        left, right = value(node.left), value(node.right)
+        if isinstance(node.op, ast.Add):
+            return left + right
+        if isinstance(node.op, ast.Sub):
+            return left - right
+        if isinstance(node.op, ast.Mult):
+            return left * right
+        return left // right
+
+    try:
+        result = value(tree.body)
+    except (RaypassError, ZeroDivisionError):  # "n // m" by a dim: not an expression the IR has
+        return None
+    # an expression that may be negative for every binding is no size: keep the name instead
+    hi = bounds(result)[1] if isinstance(result, SymDim) else result
+    return None if hi is not None and hi < 0 else result
 
 
 def _checked_dims(name: str, dims: list[int]) -> tuple[int, ...]:
@@ -196,6 +294,7 @@ class _Importer:
         shapes: Mapping[str, Sequence[int]],
         base_dir: str | None = None,
         raw: RawWeights = None,
+        dims: Mapping[str, tuple[int, int | None]] | None = None,
     ) -> None:
         self.model = model
         self.base_dir = base_dir
@@ -203,6 +302,7 @@ class _Importer:
         self.graph = model.graph
         self.opset = _default_opset(model)
         self.shapes = shapes
+        self.dims = _DimNames(dims or {})
         self.tracker = TypeTracker()
         self.values: dict[str, Any] = {}
         self.checker = _checker_context(model)
@@ -240,9 +340,10 @@ class _Importer:
         for value_info in self.graph.input:
             if value_info.name in self.values:  # an initializer listed as an input (old exporters)
                 continue
-            param = Var(value_info.name, _input_type(value_info, self.shapes))
+            param = Var(value_info.name, _input_type(value_info, self.shapes, self.dims))
             self.values[value_info.name] = param
             params.append(param)
+        self.dims.check_used()
         for node in self.graph.node:
             self._convert(node)
         outputs = [self._output(o.name) for o in self.graph.output]
@@ -273,11 +374,20 @@ class _Importer:
         attrs = {a.name: attribute_value(self, node, a) for a in node.attribute}  # graphs: Subgraph
         context = NodeContext(node, inputs, attrs, self.opset, self.tracker)
         try:
-            result = lookup(op_key(node), self.opset)(context)
+            result = fold_symbolic(context)  # a shape computation over symbolic dims
+            if result is None:
+                result = lookup(op_key(node), self.opset)(context)
         except OnnxImportError:
             raise
         except IRError as err:  # an IR constructor rejected what the node asks for
             raise context.fail(str(err)) from err
+        except TypeError as err:
+            # a converter that computes with sizes as ints met a symbolic one: one clear
+            # error naming the input and its dim, never int(DimVar)'s TypeError
+            symbolic = self._symbolic_input(context)
+            if symbolic is None:
+                raise
+            raise context.fail(f"{symbolic}; this op does not support symbolic dimensions yet") from err
         results = result if isinstance(result, list) else [result]
         # a node with subgraphs may read outer values its inputs do not show: its converter
         # returns known arrays itself where it can
@@ -291,6 +401,17 @@ class _Importer:
                 self._check(value, context)
                 value = self._fold(value, context) if foldable else value
             self.values[name] = value
+
+    def _symbolic_input(self, context: NodeContext) -> str | None:
+        """Describe the first input of ``context`` whose type has a symbolic dim, if any."""
+        for index, value in enumerate(context.inputs):
+            if value is None or is_symbolic_value(value) or isinstance(value, np.ndarray):
+                continue
+            ty = self.tracker.type_of(value)
+            if isinstance(ty, TensorType) and not ty.is_static:
+                return (f"input {index} ({context.node.input[index]!r}) has the type {ty} "
+                        f"with the symbolic dimension {ty.dim_vars[0]}")
+        return None
 
     def _fold(self, expr: Expr, context: NodeContext) -> np.ndarray:
         """Evaluate an expression of known inputs with the ops' NumPy implementations
@@ -320,14 +441,23 @@ class _Importer:
             raise OnnxImportError(f"{context.where()}: {err}") from err
 
 
-def from_onnx(model_or_path: Any, shapes: Mapping[str, Sequence[int]] | None = None) -> IRModule:
+def from_onnx(
+    model_or_path: Any,
+    shapes: Mapping[str, Sequence[int]] | None = None,
+    dims: Mapping[str, tuple[int, int | None]] | None = None,
+) -> IRModule:
     """Import an ONNX model (a ``ModelProto`` or a path) as an IRModule with entry ``main``.
 
-    ``shapes`` maps input names to static shapes: it fills dynamic dimensions (a dynamic
-    dimension without one is an error naming the input) and overrides declared shapes.
+    ``shapes`` maps input names to static shapes: it fixes dynamic dimensions and
+    overrides declared shapes. A dynamic dimension it does not fix stays symbolic: a
+    ``dim_param`` is a :class:`~passinfra.ir.dims.DimVar` of that name, shared by every
+    input that names it (an expression such as ``"past + seq"`` is that sum of the
+    variables), an unnamed one a fresh variable named ``<input>_dim<position>``. ``dims``
+    maps a dim name to its inclusive bounds ``(lo, hi)`` (``hi`` None: unbounded); the
+    default is ``(0, None)``.
     A model with unsupported ops raises :class:`UnsupportedOpsError` listing all of them;
     one declaring tensors of dtypes the IR lacks (float8, int4, ...) raises
     :class:`UnsupportedDtypesError` listing those.
     """
     model, base_dir, raw = _load(model_or_path)
-    return _Importer(model, dict(shapes or {}), base_dir, raw).run()
+    return _Importer(model, dict(shapes or {}), base_dir, raw, dims).run()

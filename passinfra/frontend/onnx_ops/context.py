@@ -14,12 +14,34 @@ from typing import Any
 import numpy as np
 
 from passinfra.errors import IRTypeError, RaypassError
+from passinfra.ir.dims import SymDim, free_vars
 from passinfra.ir.expr import Call, Constant, Expr, Tuple, TupleGetItem, Var
 from passinfra.ir.functor import expr_children
 from passinfra.ir.op.registry import Op
 from passinfra.ir.types import TensorType, TupleType, Type, normalize_dtype
 
 Value = Any  # np.ndarray | Expr
+
+# A known *shape value* may hold symbolic dimensions (the Shape of a tensor whose type has
+# them): it is then an object-dtype array of dims (ints and SymDims), standing for an
+# int64 tensor. An array keeps it "known" to every converter (``isinstance(value,
+# np.ndarray)``) and NumPy's indexing, concatenation and object arithmetic do the shape
+# algebra with the dims' own operators; only the ops in :mod:`.shape_values` compute on it,
+# every other converter gets one clear error (:meth:`NodeContext.reject_symbolic`).
+
+
+def is_symbolic_value(value: Value) -> bool:
+    """Whether ``value`` is a known shape value holding symbolic dimensions."""
+    return isinstance(value, np.ndarray) and value.dtype == object
+
+
+def symbolic_value(dims: Any) -> np.ndarray:
+    """``dims`` as a known value: an int64 array when every entry is an int (so static
+    shapes stay what they always were), else an object array of dims."""
+    array = np.asarray(dims, dtype=object)
+    if all(type(d) is int or isinstance(d, np.integer) for d in array.reshape(-1)):
+        return array.astype(np.int64)
+    return array
 
 
 class OnnxImportError(RaypassError, ValueError):
@@ -121,12 +143,38 @@ class NodeContext:
         return value
 
     def known_ints(self, index: int, what: str) -> list[int]:
-        return [int(v) for v in self.known(index, what).reshape(-1)]
+        value = self.known(index, what)
+        if value.dtype == object:
+            raise self.symbolic_error(index, what, value)
+        return [int(v) for v in value.reshape(-1)]
+
+    def symbolic_error(self, index: int, what: str, value: np.ndarray) -> OnnxImportError:
+        """The one error for a converter that needs a static value and got a symbolic
+        one: names the node, the input and the dimension."""
+        entries = list(value.reshape(-1))
+        names = dict.fromkeys(v.name for d in entries if isinstance(d, SymDim) for v in free_vars(d))
+        shown = "[" + ", ".join(str(d) for d in value.reshape(-1)) + "]"
+        dims = f"dimension {next(iter(names))}" if len(names) == 1 else f"dimensions {', '.join(names)}"
+        return self.fail(f"input {index} ({what}) is {shown}, which depends on the symbolic {dims}; "
+                         f"{self.op_type} needs it static here (fix the dimension with shapes=)")
+
+    def reject_symbolic(self) -> None:
+        """Raise :meth:`symbolic_error` for the first input that is a symbolic value."""
+        for index, value in enumerate(self.inputs):
+            if is_symbolic_value(value):
+                name = self.node.input[index] if index < len(self.node.input) else str(index)
+                raise self.symbolic_error(index, repr(name), value)
 
     def expr(self, value: Value) -> Expr:
         """``value`` as an IR expression (known arrays become Constants)."""
         if isinstance(value, Expr):
             return value
+        if is_symbolic_value(value):
+            index = next((i for i, v in enumerate(self.inputs) if v is value), None)
+            if index is not None:
+                raise self.symbolic_error(index, repr(self.node.input[index]), value)
+            raise self.fail(f"the value [{', '.join(map(str, value.reshape(-1)))}] depends on a symbolic "
+                            "dimension and cannot become a tensor constant")
         array = np.asarray(value)
         try:
             normalize_dtype(array.dtype)
@@ -143,7 +191,7 @@ class NodeContext:
     # -- static type information
     def tensor_type(self, value: Value) -> TensorType:
         if isinstance(value, np.ndarray):
-            return TensorType(value.shape, normalize_dtype(value.dtype))
+            return TensorType(value.shape, self.dtype(value))
         ty = self._tracker.type_of(value)
         if not isinstance(ty, TensorType):
             raise IRTypeError(f"{self.where()}: expected a tensor input, got a tuple")
@@ -156,7 +204,7 @@ class NodeContext:
 
     def dtype(self, value: Value) -> str:
         if isinstance(value, np.ndarray):
-            return value.dtype.name
+            return "int64" if value.dtype == object else value.dtype.name
         return self.tensor_type(value).dtype
 
     def attr(self, name: str, default: Any = None) -> Any:

@@ -1,8 +1,9 @@
 """Creation, layout and indexing ONNX ops: Constant, Reshape, Squeeze, Slice, Pad, ...
 
 Shape-valued inputs (Reshape's shape, Slice's bounds, Pad's pads, ...) must be known at
-import time; the importer folds the shape subgraphs that produce them, so the IR has
-static shapes only.
+import time; the importer folds the shape subgraphs that produce them. Over symbolic input
+dims a shape value holds dims (:mod:`.shape_values`): Reshape, Flatten, Squeeze/Unsqueeze
+and Expand take them where the IR ops can express the result; the others need static ones.
 """
 
 from __future__ import annotations
@@ -13,9 +14,15 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from passinfra.frontend.onnx_ops.context import NodeContext, OnnxImportError
+from passinfra.frontend.onnx_ops.context import (
+    NodeContext,
+    OnnxImportError,
+    is_symbolic_value,
+    symbolic_value,
+)
 from passinfra.frontend.onnx_ops.registry import converter
 from passinfra.ir import op
+from passinfra.ir.dims import SymDim, exact_div, prove_equal
 from passinfra.ir.expr import Expr, TupleGetItem
 from passinfra.ir.op import extra
 
@@ -53,6 +60,7 @@ def _constant(node: NodeContext) -> np.ndarray:
 
 @converter("ConstantOfShape", since=9)
 def _constant_of_shape(node: NodeContext) -> np.ndarray:
+    # a symbolic shape would need op.full with a symbolic shape attribute (ints only)
     shape = node.known_ints(0, "shape")
     value = node.attr("value")
     fill = numpy_helper.to_array(value).reshape(-1) if value is not None else np.zeros(1, np.float32)
@@ -61,14 +69,17 @@ def _constant_of_shape(node: NodeContext) -> np.ndarray:
 
 @converter("Shape")
 def _shape(node: NodeContext) -> np.ndarray:
-    dims = np.asarray(node.shape(node.input(0)), dtype=np.int64)
+    dims = symbolic_value(list(node.shape(node.input(0))))  # int64 unless a dim is symbolic
     start, end = node.attr("start", 0), node.attr("end", None)
     return dims[start:end]
 
 
 @converter("Size")
 def _size(node: NodeContext) -> np.ndarray:
-    return np.asarray(int(np.prod(node.shape(node.input(0)))), dtype=np.int64)
+    shape = node.shape(node.input(0))
+    if any(isinstance(d, SymDim) for d in shape):
+        return symbolic_value(math.prod(shape))
+    return np.asarray(int(np.prod(shape)), dtype=np.int64)
 
 
 @converter("Range", since=11)
@@ -80,13 +91,21 @@ def _range(node: NodeContext) -> np.ndarray:
 # --------------------------------------------------------------------------- reshaping
 
 
-def _static_reshape(node: NodeContext, data, target: list[int], allow_zero: bool = False):
+def _static_reshape(node: NodeContext, data, target: list, allow_zero: bool = False):
+    if any(isinstance(d, SymDim) for d in target):  # Squeeze/Unsqueeze/Flatten of a symbolic shape
+        return _symbolic_reshape(node, data, np.array(target, dtype=object), allow_zero)
     in_shape = node.shape(data)
     if not allow_zero and 0 in target[len(in_shape) :]:  # a 0 copies the input dimension at its place
         raise node.fail(f"shape {target} copies (0) a dimension beyond the input's rank {len(in_shape)}")
     out = [in_shape[i] if d == 0 and not allow_zero else d for i, d in enumerate(target)]
     if out.count(-1) > 1:
         raise node.fail(f"shape {target} has more than one -1")
+    if any(isinstance(d, SymDim) for d in in_shape):  # the op copies 0s and infers a -1 symbolically
+        if allow_zero and 0 in target:
+            shown = ", ".join(map(str, in_shape))
+            raise node.fail(f"shape {target} with allowzero=1 on the symbolic shape ({shown}): "
+                            "the reshape op reads a 0 as a copy")
+        return op.reshape(node.expr(data), target)
     if -1 in out:
         known = int(np.prod([d for d in out if d != -1]))
         total = int(np.prod(in_shape))
@@ -107,7 +126,52 @@ def _reshape_attr(node: NodeContext):
 
 @converter("Reshape", since=5)
 def _reshape(node: NodeContext):
-    return _static_reshape(node, node.input(0), node.known_ints(1, "shape"), bool(node.attr("allowzero", 0)))
+    allow_zero = bool(node.attr("allowzero", 0))
+    target = node.known(1, "shape")
+    if is_symbolic_value(target):
+        return _symbolic_reshape(node, node.input(0), target, allow_zero)
+    return _static_reshape(node, node.input(0), node.known_ints(1, "shape"), allow_zero)
+
+
+def _symbolic_reshape(node: NodeContext, data, target: np.ndarray, allow_zero: bool) -> Expr:
+    """Reshape to a computed target with symbolic entries. The reshape op's newshape takes
+    ints only, so the target is first resolved to dims (0 copies, -1 by exact division),
+    then each symbolic dim becomes a 0 (it is the input's dim at that place) or the one -1
+    the op infers; the type the op infers is checked against the resolved target, so the
+    IR says exactly what the model asked for."""
+    if node.is_known(data):
+        raise node.symbolic_error(1, "shape", target)
+    in_shape = node.shape(data)
+    entries = list(target.reshape(-1))
+    shown = "[" + ", ".join(map(str, entries)) + "]"
+    copies = [] if allow_zero else [i for i, d in enumerate(entries) if not isinstance(d, SymDim) and d == 0]
+    if any(i >= len(in_shape) for i in copies):
+        raise node.fail(f"shape {shown} copies (0) a dimension beyond the input's rank {len(in_shape)}")
+    dims = [in_shape[i] if i in copies else d for i, d in enumerate(entries)]
+    inferred = [i for i, d in enumerate(entries) if not isinstance(d, SymDim) and d == -1]
+    if len(inferred) > 1:
+        raise node.fail(f"shape {shown} has more than one -1")
+    if inferred:
+        rest = math.prod(d for i, d in enumerate(dims) if i != inferred[0])
+        dims[inferred[0]] = exact_div(math.prod(in_shape), rest)
+        if dims[inferred[0]] is None:
+            raise node.fail(f"cannot reshape ({', '.join(map(str, in_shape))}) into {shown}: the element "
+                            "count does not divide exactly")
+    newshape = [
+        d if not isinstance(d, SymDim)
+        else 0 if not allow_zero and i < len(in_shape) and prove_equal(d, in_shape[i]) else -1
+        for i, d in enumerate(dims)
+    ]
+    if newshape.count(-1) > 1:
+        raise node.fail(f"the computed shape {shown} has more than one entry that is neither static nor "
+                        "the input's dim at its place; the reshape op cannot express it")
+    result = op.reshape(node.expr(data), newshape)
+    out = node.tensor_type(result).shape
+    for position, (want, got) in enumerate(zip(dims, out)):
+        if prove_equal(want, got) is not True:
+            raise node.fail(f"reshape to the computed shape {shown}: dim {position} would be {got}, "
+                            f"which is not provably {want}")
+    return result
 
 
 @converter("Flatten")
@@ -116,6 +180,8 @@ def _flatten(node: NodeContext):
     shape = node.shape(data)
     axis = node.attr("axis", 1)
     axis = axis + len(shape) if axis < 0 else axis
+    if any(isinstance(d, SymDim) for d in shape):
+        return _static_reshape(node, data, [math.prod(shape[:axis]), math.prod(shape[axis:])])
     outer = int(np.prod(shape[:axis]))
     return _static_reshape(node, data, [outer, int(np.prod(shape[axis:]))])
 
@@ -219,7 +285,25 @@ def _gather(node: NodeContext) -> Expr:
 
 @converter("Expand", since=8)
 def _expand(node: NodeContext) -> Expr:
+    target = node.known(1, "shape")
+    if is_symbolic_value(target):
+        return _symbolic_expand(node, target)
     return extra.broadcast_to(node.arg(0), node.known_ints(1, "shape"))
+
+
+def _symbolic_expand(node: NodeContext, target: np.ndarray) -> Expr:
+    """Expand to a symbolic shape: broadcast_to takes static shapes only, so this is the
+    case that needs no op (the target broadcasts to the input's own shape, as an Expand
+    to ``Shape(x)`` does); anything else is the one clear error naming the dim."""
+    shape = node.shape(node.input(0))
+    entries = list(target.reshape(-1))
+    same = len(entries) <= len(shape) and all(
+        (not isinstance(want, SymDim) and want == 1) or prove_equal(want, have) is True
+        for want, have in zip(entries, shape[len(shape) - len(entries):])
+    )
+    if not same:
+        raise node.symbolic_error(1, "shape", target)
+    return node.arg(0)
 
 
 @converter("Tile", since=6)

@@ -1,0 +1,141 @@
+"""Issue 31: the ONNX importer keeps dim_param and unnamed dims symbolic, folds shape
+computations over them, and the CLI takes ``--dim`` and stops a dynamic build clearly."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from passinfra import transform
+from passinfra.frontend import OnnxImportError, from_onnx
+from passinfra.frontend.zoo.dynamic_models import bert_encoder, cnn, gpt_decoder, mlp
+from passinfra.ir.dims import DimVar
+from passinfra.ir.types import TensorType
+from raypass_cli import main as cli
+
+F, I64 = TensorProto.FLOAT, TensorProto.INT64
+BATCH, SEQ, PAST, ROWS = DimVar("batch"), DimVar("seq"), DimVar("past"), DimVar("rows")
+
+
+def _main_type(mod):
+    return transform.InferType()(mod)["main"].checked_type
+
+
+def _model(nodes, inputs, outputs, initializers=()):
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
+        [helper.make_tensor_value_info(n, t, None) for n, t in outputs],
+        initializer=[onnx.numpy_helper.from_array(a, n) for n, a in initializers],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_mlp_and_cnn_import_with_symbolic_types():
+    mod = from_onnx(mlp())
+    assert _main_type(mod).arg_types == (TensorType((ROWS, 64), "float32"),)
+    assert _main_type(mod).ret_type == TensorType((ROWS, 10), "float32")
+    assert mod.astext().startswith("def @main[rows](%input: Tensor[(rows, 64), float32])")
+
+    mod = from_onnx(cnn())  # Flatten of (batch, 16, 1, 1) keeps the batch
+    assert _main_type(mod).ret_type == TensorType((BATCH, 10), "float32")
+    assert "Tensor[(batch, 3, 32, 32), float32]" in mod.astext()
+
+
+def test_bert_and_gpt_stop_at_the_ops_the_ir_cannot_express_yet():
+    # the position ids are a registered buffer sliced to the run-time seq: the IR has no
+    # slice with a symbolic bound (then Expand over [batch, seq] needs a symbolic broadcast_to)
+    with pytest.raises(OnnxImportError, match=r"Slice node .*input 2 \(ends\) is \[seq\].*dimension seq"):
+        from_onnx(bert_encoder())
+    # arange(past, past + seq): the IR has no op for a run-time length range
+    with pytest.raises(OnnxImportError, match=r"Range node .*input 0 .* is \[past\].*dimension past"):
+        from_onnx(gpt_decoder())
+
+
+def test_dim_params_are_shared_and_expressions_are_parsed():
+    nodes = [helper.make_node("Identity", [name], [f"{name}_out"]) for name in ("ids", "mask", "x")]
+    model = _model(
+        nodes,
+        [("ids", I64, ["batch", "seq"]), ("mask", I64, ["batch", "past + seq"]), ("x", F, [None, "n/2", 2])],
+        [("ids_out", I64), ("mask_out", I64), ("x_out", F)],
+    )
+    args = _main_type(from_onnx(model, dims={"batch": (1, 8), "past": (0, 127)})).arg_types
+    batch, past = DimVar("batch", 1, 8), DimVar("past", 0, 127)
+    assert args[0].shape == (batch, SEQ)
+    assert args[1].shape == (batch, past + SEQ) and args[1].dim_vars == (batch, past, SEQ)
+    # unnamed: a fresh variable after the input and position; "n/2" is no dim expression: a name
+    assert args[2].shape == (DimVar("x_dim0"), DimVar("n_2"), 2)
+    with pytest.raises(OnnxImportError, match="'pst'.*no graph input"):
+        from_onnx(model, dims={"pst": (0, 4)})
+
+
+def test_shape_computations_fold_into_a_symbolic_reshape():
+    # x.view(x.size(0) * x.size(1), -1) and Size, as exporters write them
+    shape = helper.make_node("Shape", ["x"], ["s"])
+    sizes = [helper.make_node("Gather", ["s", f"i{i}"], [f"d{i}"], axis=0) for i in range(2)]
+    nodes = [
+        shape,
+        *sizes,
+        helper.make_node("Mul", ["d0", "d1"], ["rows"]),
+        helper.make_node("Unsqueeze", ["rows", "axis0"], ["rows1"]),
+        helper.make_node("Concat", ["rows1", "minus1"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["y"]),
+        helper.make_node("Size", ["x"], ["n"]),
+        helper.make_node("Range", ["zero", "n", "one"], ["r"]),
+    ]
+    inits = [("i0", np.array(0)), ("i1", np.array(1)), ("axis0", np.array([0])), ("minus1", np.array([-1])),
+             ("zero", np.array(0)), ("one", np.array(1))]
+    model = _model(nodes[:-2], [("x", F, ["b", "t", 8])], [("y", F)], inits)
+    b, t = DimVar("b"), DimVar("t")
+    assert _main_type(from_onnx(model)).ret_type == TensorType((b * t, 8), "float32")
+    ranged = _model(nodes, [("x", F, ["b", "t", 8])], [("r", I64)], inits)
+    # no IR op for a run-time length range: the one clear error naming node, input and dims
+    with pytest.raises(OnnxImportError,
+                       match=r"Range node .*input 1 \('n'\) is \[b \* t \* 8\].*dimensions b, t"):
+        from_onnx(ranged)
+
+
+_CACHE = [f"past_key_values.{i}.{kind}" for i in range(2) for kind in ("key", "value")]
+_GPT_SHAPES = {"input_ids": (2, 3), "attention_mask": (2, 7), **dict.fromkeys(_CACHE, (2, 4, 4, 16))}
+
+
+@pytest.mark.parametrize("build, shapes", [
+    (mlp, {"input": (3, 64)}),
+    (cnn, {"input": (2, 3, 32, 32)}),
+    (bert_encoder, {"input_ids": (2, 5), "attention_mask": (2, 5)}),
+    (gpt_decoder, _GPT_SHAPES),
+])
+def test_shapes_give_the_ir_of_the_statically_declared_model(build, shapes):
+    # the same model with every dim declared as the value shapes= gives: the same IR text
+    # (checked by hand against the importer before symbolic dims: byte-identical)
+    model, declared = build(), build()
+    for value in declared.graph.input:
+        for dim, size in zip(value.type.tensor_type.shape.dim, shapes[value.name]):
+            dim.dim_value = size
+    fixed = from_onnx(model, shapes=shapes)
+    assert _main_type(fixed).is_static and fixed.astext() == from_onnx(declared).astext()
+
+
+def _cli(capsys, *args: str) -> tuple[int, str]:
+    capsys.readouterr()
+    status = cli.main([str(a) for a in args])
+    return status, capsys.readouterr().err
+
+
+def test_cli_dynamic_compile_and_dim_option(tmp_path, capsys):
+    path = tmp_path / "mlp.onnx"
+    onnx.save(mlp(), path)
+    base = ("compile", path, "-o", tmp_path / "m.so", "--backend", "local")
+    status, err = _cli(capsys, *base, "--dim", "rows=1..64")
+    assert status == 2 and err.count("\n") == 1
+    assert err.startswith("raypass: error: main has symbolic dimensions (rows)")
+    for bad in ("rows=1..x", "rows", "rows=4..2"):
+        status, err = _cli(capsys, *base, "--dim", bad)
+        assert status == 2 and err.startswith(f"raypass: error: bad --dim value {bad!r}")
+    status, err = _cli(capsys, *base, "--dim", "batch=1..")
+    assert status == 2 and "'batch'" in err
