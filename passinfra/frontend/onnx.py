@@ -399,7 +399,10 @@ class _Importer:
                 # typed before folding: an ill-typed node is the model's mistake, named as
                 # such, not a failure of the interpreter that folds it
                 self._check(value, context)
-                value = self._fold(value, context) if foldable else value
+                # a value of a symbolic type (a buffer sliced to the run-time seq, a range to
+                # past + seq) has known inputs but no value until a call gives the sizes
+                if foldable and self.tracker.type_of(value).is_static:
+                    value = self._fold(value, context)
             self.values[name] = value
 
     def _symbolic_input(self, context: NodeContext) -> str | None:

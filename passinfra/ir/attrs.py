@@ -8,19 +8,21 @@ from typing import Any
 import numpy as np
 
 from passinfra.errors import IRError
+from passinfra.ir.dims import SymDim
 
 
 def freeze_value(value: Any) -> Any:
     """Turn an attribute value into an immutable, hashable, picklable one.
 
     Lists become tuples, NumPy scalars become Python scalars; strings, bytes (e.g. object
-    code a compile pass attaches to a kernel), numbers, bools, None and types pass
-    through. Anything else is rejected, because an attribute that
+    code a compile pass attaches to a kernel), numbers, bools, None, types and symbolic
+    dimensions (:mod:`passinfra.ir.dims`: a slice end or range stop that is a run-time
+    size) pass through. Anything else is rejected, because an attribute that
     could change would break the IR's immutability.
     """
     from passinfra.ir.types import Type
 
-    if value is None or isinstance(value, (bool, int, float, str, bytes, Type)):
+    if value is None or isinstance(value, (bool, int, float, str, bytes, Type, SymDim)):
         return value
     if isinstance(value, np.generic):
         return value.item()
@@ -35,10 +37,11 @@ class Attrs(Mapping):
     """A read-only, hashable mapping from attribute names to frozen values.
 
     Keys keep their insertion order, which the printer shows; equality and hashing
-    ignore order.
+    ignore order. :attr:`has_dims` says whether a value holds a symbolic dimension
+    (computed once: the interpreter asks at every call).
     """
 
-    __slots__ = ("_items", "_hash")
+    __slots__ = ("_items", "_hash", "_has_dims")
 
     def __init__(self, items: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         merged: dict[str, Any] = {}
@@ -49,6 +52,12 @@ class Attrs(Mapping):
                 merged[key] = freeze_value(value)
         object.__setattr__(self, "_items", merged)
         object.__setattr__(self, "_hash", hash(frozenset((k, _hashable(v)) for k, v in merged.items())))
+        object.__setattr__(self, "_has_dims", any(holds_dims(v) for v in merged.values()))
+
+    @property
+    def has_dims(self) -> bool:
+        """Whether a value (or an item of a tuple value) is a symbolic dimension."""
+        return self._has_dims
 
     def __setattr__(self, key: str, value: Any) -> None:
         raise AttributeError("Attrs is immutable")
@@ -81,6 +90,13 @@ class Attrs(Mapping):
 
     def __reduce__(self):
         return (Attrs, (self._items,))
+
+
+def holds_dims(value: Any) -> bool:
+    """Whether a frozen attribute value is, or (in tuples) holds, a symbolic dimension."""
+    if isinstance(value, SymDim):
+        return True
+    return isinstance(value, tuple) and any(holds_dims(v) for v in value)
 
 
 def _hashable(value: Any) -> Any:

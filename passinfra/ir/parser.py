@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from passinfra.errors import DimError, IRError, OpNotFoundError, ParseError
-from passinfra.ir.dims import Dim, DimVar, floordiv, floormod
+from passinfra.ir.dims import Dim, DimVar, SymDim, floordiv, floormod
 from passinfra.ir.expr import Call, Constant, Expr, Function, GlobalVar, If, Let, Tuple, TupleGetItem, Var
 from passinfra.ir.module import IRModule
 from passinfra.ir.op._rel import REQUIRED
@@ -92,8 +92,8 @@ def _same_kind(default: Any, value: Any) -> bool:
         return True
     if isinstance(default, bool):
         return isinstance(value, bool)
-    if isinstance(default, int):
-        return _is_int(value)
+    if isinstance(default, int):  # a dim is an int known at run time (arange's start=dim(past))
+        return _is_int(value) or isinstance(value, SymDim)
     if isinstance(default, float):
         return isinstance(value, float)
     if isinstance(default, tuple):
@@ -359,7 +359,8 @@ class _Parser:
         return Constant(np.array(values, dtype=dtypes.pop()).reshape(shape))
 
     def attr_value(self) -> Any:
-        """An attribute value: int, float, bool, string, None, tuple, ``type(T)`` or ``bytes("b64")``."""
+        """An attribute value: int, float, bool, string, None, tuple, ``type(T)``, ``bytes("b64")``
+        or ``dim(expr)`` (a symbolic dimension of the enclosing def)."""
         token = self.advance()
         kind, text, _ = token
         if kind == "-":
@@ -393,6 +394,11 @@ class _Parser:
                 return ty
             if text == "bytes":
                 return self._bytes_value()
+            if text == "dim":  # a symbolic dimension, as the printer writes one: dim(seq + 1)
+                self.expect("(")
+                dim = self.dim_value()
+                self.expect(")")
+                return dim
         raise self.error(f"expected an attribute value, found {_describe(token)}", token)
 
     def _bytes_value(self) -> bytes:

@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 
 from passinfra.errors import IRError
-from passinfra.ir.dims import DimVar, bounds_text, sorted_vars
+from passinfra.ir.dims import DimVar, SymDim, bounds_text, dim_text, free_vars, sorted_vars
 from passinfra.ir.expr import (
     BaseFunc,
     Call,
@@ -185,6 +185,8 @@ def attr_value_text(value: Any) -> str:
         return f"({inner},)" if len(value) == 1 else f"({inner})"
     if isinstance(value, Type):
         return f"type({type_to_text(value)})"
+    if isinstance(value, SymDim):  # dim(...): a bare name would read as an unknown word
+        return f"dim({dim_text(value)})"
     raise IRError(f"attribute value {value!r} of type {type(value).__name__} cannot be printed")
 
 
@@ -221,8 +223,8 @@ def note_dims(table: dict[str, DimVar], value: Any) -> None:
     """Record the dimension variables of a type (or of types inside an attribute value)
     in ``table``; two different variables of one name in one function cannot be told
     apart in the text, so that is an error."""
-    if isinstance(value, Type):
-        for var in value.dim_vars:
+    if isinstance(value, (Type, SymDim)):
+        for var in value.dim_vars if isinstance(value, Type) else free_vars(value):
             known = table.setdefault(var.name, var)
             if known != var:
                 raise IRError(f"two dimension variables named {var.name!r} with different bounds "

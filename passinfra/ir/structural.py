@@ -237,6 +237,8 @@ class _Renamer:
         if isinstance(value, tuple):
             items = tuple(self.rename(v) for v in value)
             return value if all(x is y for x, y in zip(items, value)) else items
+        if isinstance(value, SymDim):  # an attribute's dim (a slice end): renamed as in types
+            return substitute(value, self.mapping)
         if isinstance(value, Attrs):
             items = {key: self.rename(v) for key, v in value.items()}
             return value if all(items[key] is value[key] for key in items) else Attrs(items)
@@ -460,7 +462,10 @@ def _compare_constant_data(a: Constant, b: Constant) -> str | None:
     if data_a.nbytes <= _SMALL_CONSTANT_BYTES:
         if data_a.tobytes() == data_b.tobytes():  # a copy, but cheaper than numpy calls
             return None
-    elif (a._shash is None or a._shash == b._shash) and np.array_equal(_bit_view(data_a), _bit_view(data_b)):
+    # the digests decide only when both are cached (after structural_hash of one side only,
+    # the other's is None, and the bits must be compared)
+    elif (a._shash is None or b._shash is None or a._shash == b._shash) and np.array_equal(
+            _bit_view(data_a), _bit_view(data_b)):
         return None
     bits_a, bits_b = _bit_view(data_a), _bit_view(data_b)
     first = int(np.flatnonzero(bits_a != bits_b)[0])

@@ -11,6 +11,13 @@ frame has its own task stack and memo (node -> value, which also holds the varia
 bindings). So neither a 100,000-op dataflow chain, nor a 100,000-binding Let chain, nor
 deep recursion between functions touches Python's recursion limit. Shared nodes are
 evaluated once per activation; untaken If branches are not evaluated at all.
+
+Each frame binds the symbolic dimensions of its function's parameters from the arguments
+(:mod:`passinfra.runtime.shape_binding`). A call whose attrs hold dims (a slice to
+``seq``, ``arange(past, past + seq)``) is computed with those dims replaced by the frame's
+sizes, so op implementations only ever see ints; the op's ``DIM_ATTR_CHECK`` first checks
+what its symbolic type assumed of them, and a dim the frame does not bind is an
+EvaluationError naming it.
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ import numpy as np
 from passinfra.errors import DimError, EvaluationError
 from passinfra.ir.analysis import free_vars
 from passinfra.ir.attrs import Attrs
+from passinfra.ir.dims import SymDim
+from passinfra.ir.dims import evaluate as evaluate_dim
 from passinfra.ir.expr import (
     Call,
     Constant,
@@ -37,7 +46,7 @@ from passinfra.ir.expr import (
 )
 from passinfra.ir.module import IRModule
 from passinfra.ir.op.precision import compute_op
-from passinfra.ir.op.registry import Op
+from passinfra.ir.op.registry import DIM_ATTR_CHECK, Op
 from passinfra.ir.types import FuncType, TensorType, TupleType, Type
 from passinfra.runtime.shape_binding import bind_dims, bound_type
 
@@ -249,7 +258,10 @@ class _Interpreter:
             callee = memo[callee_expr]
         args = [memo[arg] for arg in node.args]
         if isinstance(callee, Op):
-            memo[node] = _apply_op(callee, args, node.attrs)
+            attrs = node.attrs
+            if attrs.has_dims:  # compute functions see ints only: this frame's sizes
+                attrs = _bind_attrs(callee, args, attrs, frame.dims)
+            memo[node] = _apply_op(callee, args, attrs)
             return None
         if isinstance(callee, Closure):
             return self._enter(callee, args, node, from_python=False)
@@ -293,6 +305,31 @@ def _apply_op(op: Op, args: list[Any], attrs: Attrs) -> Any:
     except Exception as err:
         raise EvaluationError(f"op {op.name} failed: {type(err).__name__}: {err}") from err
     return _op_output(op, out)
+
+
+def _bind_attrs(op: Op, args: list[Any], attrs: Attrs, dims: dict[str, int]) -> Attrs:
+    """``attrs`` with each symbolic dimension replaced by its size under ``dims`` (the
+    frame's binding), after the op's check of what its type assumed of those sizes."""
+    try:
+        bound = Attrs({key: _bound_value(value, dims) for key, value in attrs.items()})
+    except DimError as err:
+        raise EvaluationError(f"op {op.name}: an attribute holds a dimension the call's arguments do "
+                              f"not give: {err}") from None
+    check = op.get_attr(DIM_ATTR_CHECK)
+    if check is not None:
+        try:
+            check(args, attrs, bound)
+        except ValueError as err:
+            raise EvaluationError(f"op {op.name}: {err}") from None
+    return bound
+
+
+def _bound_value(value: Any, dims: dict[str, int]) -> Any:
+    if isinstance(value, SymDim):
+        return evaluate_dim(value, dims)
+    if isinstance(value, tuple):
+        return tuple(_bound_value(item, dims) for item in value)
+    return value
 
 
 def _op_output(op: Op, out: Any) -> Any:

@@ -308,6 +308,8 @@ case("full", "scalar-fill", lambda v: op.full(v, (2, 3)), f32())
 case("full", "cast-fill", lambda v: op.full(v, (3, 2), "float64"), f32())
 case("zeros", "f32", lambda: op.zeros((2, 3)))
 case("ones", "int32", lambda: op.ones((3, 2), "int32"))
+case("arange", "int64", lambda: extra.arange(7, start=-2, step=3))
+case("arange", "int32-down", lambda: extra.arange(-4, start=5, step=-2, dtype="int32"))
 
 # contractions below and above the BLAS threshold (checked by test_gemm_cases_straddle_the_threshold)
 SMALL_MATMULS = {

@@ -8,7 +8,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from passinfra import transform
+from passinfra import evaluate, transform
 from passinfra.frontend import OnnxImportError, from_onnx
 from passinfra.frontend.zoo.dynamic_models import bert_encoder, cnn, gpt_decoder, mlp
 from passinfra.ir.dims import DimVar
@@ -47,14 +47,20 @@ def test_mlp_and_cnn_import_with_symbolic_types():
     assert "Tensor[(batch, 3, 32, 32), float32]" in mod.astext()
 
 
-def test_bert_and_gpt_stop_at_the_ops_the_ir_cannot_express_yet():
-    # the position ids are a registered buffer sliced to the run-time seq: the IR has no
-    # slice with a symbolic bound (then Expand over [batch, seq] needs a symbolic broadcast_to)
-    with pytest.raises(OnnxImportError, match=r"Slice node .*input 2 \(ends\) is \[seq\].*dimension seq"):
-        from_onnx(bert_encoder())
-    # arange(past, past + seq): the IR has no op for a run-time length range
-    with pytest.raises(OnnxImportError, match=r"Range node .*input 0 .* is \[past\].*dimension past"):
-        from_onnx(gpt_decoder())
+def test_bert_and_gpt_import_with_symbolic_types():
+    # the position / token-type buffers sliced to the run-time seq (strided_slice with a dim
+    # end), the token types expanded to [batch, seq] (broadcast_to with dims) and GPT's
+    # positions arange(past, past + seq) and arange(0, past + seq) are ops with dims in attrs
+    mod = from_onnx(bert_encoder())
+    assert _main_type(mod).ret_type == TensorType((BATCH, SEQ, 64), "float32")
+    text = mod.astext()
+    assert "end=(dim(seq),)" in text and "broadcast_to(%1, shape=(dim(batch), dim(seq)))" in text
+    mod = from_onnx(gpt_decoder())
+    present = TensorType((BATCH, 4, PAST + SEQ, 16), "float32")
+    assert _main_type(mod).ret_type.fields == (TensorType((BATCH, SEQ, 97), "float32"), *[present] * 4)
+    text = mod.astext()
+    assert 'arange(start=dim(past), stop=dim(past + seq), step=1, dtype="int64")' in text
+    assert 'arange(start=0, stop=dim(past + seq), step=1, dtype="int64")' in text
 
 
 def test_dim_params_are_shared_and_expressions_are_parsed():
@@ -94,10 +100,12 @@ def test_shape_computations_fold_into_a_symbolic_reshape():
     b, t = DimVar("b"), DimVar("t")
     assert _main_type(from_onnx(model)).ret_type == TensorType((b * t, 8), "float32")
     ranged = _model(nodes, [("x", F, ["b", "t", 8])], [("r", I64)], inits)
-    # no IR op for a run-time length range: the one clear error naming node, input and dims
+    assert _main_type(from_onnx(ranged)).ret_type == TensorType((b * t * 8,), "int64")  # arange(0, b*t*8)
+    # a run-time step has no arange: the one clear error naming node, input and dims
+    nodes[-1] = helper.make_node("Range", ["zero", "n", "n"], ["r"])
     with pytest.raises(OnnxImportError,
-                       match=r"Range node .*input 1 \('n'\) is \[b \* t \* 8\].*dimensions b, t"):
-        from_onnx(ranged)
+                       match=r"Range node .*input 2 \(delta\) is \[b \* t \* 8\].*dimensions b, t"):
+        from_onnx(_model(nodes, [("x", F, ["b", "t", 8])], [("r", I64)], inits))
 
 
 _CACHE = [f"past_key_values.{i}.{kind}" for i in range(2) for kind in ("key", "value")]
@@ -139,3 +147,22 @@ def test_cli_dynamic_compile_and_dim_option(tmp_path, capsys):
         assert status == 2 and err.startswith(f"raypass: error: bad --dim value {bad!r}")
     status, err = _cli(capsys, *base, "--dim", "batch=1..")
     assert status == 2 and "'batch'" in err
+
+
+def test_constant_of_shape_and_expand_to_a_symbolic_shape_run():
+    # full(2.5) of Shape(x), and a [1, 8] row expanded to [b, 8]: ops with dims in attrs,
+    # evaluated by the interpreter with the sizes of x
+    fill = helper.make_tensor("value", F, [1], [2.5])
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("ConstantOfShape", ["s"], ["c"], value=fill),
+        helper.make_node("Expand", ["row", "s"], ["e"]),
+    ]
+    row = np.arange(8, dtype=np.float32)[None]
+    mod = from_onnx(_model(nodes, [("x", F, ["b", 8])], [("c", F), ("e", F)], [("row", row)]))
+    b = DimVar("b")
+    assert _main_type(mod).ret_type.fields == (TensorType((b, 8), "float32"),) * 2
+    for rows in (0, 3):
+        full, expanded = evaluate(mod, np.zeros((rows, 8), np.float32))
+        np.testing.assert_array_equal(full, np.full((rows, 8), 2.5, np.float32))
+        np.testing.assert_array_equal(expanded, np.broadcast_to(row, (rows, 8)))

@@ -190,3 +190,16 @@ def _constant_fill(name: str, fill: int) -> None:
 
 _constant_fill("zeros", 0)
 _constant_fill("ones", 1)
+
+
+@register_compute("arange")
+def _arange(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> ComputeOp:
+    # static attrs only: a symbolic main never reaches codegen yet (build rejects it), and
+    # FoldConstant leaves no-argument calls, so a hand-built static arange lands here
+    dtype = out_type.dtype
+
+    def value(idx: Indices) -> tir.PrimExpr:
+        position = idx[0] if idx[0].dtype == dtype else tir.Cast(dtype, idx[0])
+        return imm(attrs["start"], dtype) + position * imm(attrs["step"], dtype)
+
+    return ComputeOp("arange", output_shape(out_type), dtype, value)

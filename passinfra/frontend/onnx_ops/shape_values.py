@@ -20,8 +20,9 @@ from passinfra.frontend.onnx_ops.tensor import onnx_dtype
 from passinfra.ir.dims import Dim, exact_div
 
 # ops whose converter takes a symbolic shape value as its shape input (Reshape's target,
-# Expand's shape) and builds IR from it; the data input stays an expression
-CONVERTER_HANDLES = frozenset(("Reshape", "Expand"))
+# Expand's shape, ConstantOfShape's shape, Range's bounds) and builds IR from it; the data
+# input stays an expression
+CONVERTER_HANDLES = frozenset(("Reshape", "Expand", "ConstantOfShape", "Range"))
 
 
 def _operand(node: NodeContext, index: int) -> np.ndarray:
@@ -137,13 +138,16 @@ FOLDERS: dict[str, Callable[[NodeContext], np.ndarray]] = {
 
 def fold_symbolic(node: NodeContext) -> np.ndarray | None:
     """The value of ``node`` (one output) when an input is a symbolic shape value and
-    every input is known; None when no input is symbolic or the converter handles it.
-    Anything else (an op with no folder, a tensor sliced by a symbolic bound) is the one
-    clear error naming the node, the input and the dim."""
+    every input is known; None when no input is symbolic or the converter handles it (a
+    tensor, not a shape value, sliced to a symbolic bound becomes a strided_slice with
+    dims). Anything else (an op with no folder) is the one clear error naming the node,
+    the input and the dim."""
     if not any(is_symbolic_value(v) for v in node.inputs):
         return None
     if node.op_type in CONVERTER_HANDLES:
         return None
+    if node.op_type == "Slice" and not is_symbolic_value(node.inputs[0]):
+        return None  # a tensor (a constant buffer too) sliced to a run-time length: strided_slice
     folder = FOLDERS.get(node.op_type)
     if folder is None or not all(v is None or isinstance(v, np.ndarray) for v in node.inputs):
         node.reject_symbolic()

@@ -3,7 +3,10 @@
 Shape-valued inputs (Reshape's shape, Slice's bounds, Pad's pads, ...) must be known at
 import time; the importer folds the shape subgraphs that produce them. Over symbolic input
 dims a shape value holds dims (:mod:`.shape_values`): Reshape, Flatten, Squeeze/Unsqueeze
-and Expand take them where the IR ops can express the result; the others need static ones.
+and Expand take them where the IR ops can express the result, and so do ops whose IR op
+holds dims in its attributes: Slice's starts/ends (strided_slice), Expand's shape
+(broadcast_to), Range's start/limit with a known delta (arange) and ConstantOfShape's
+shape (full); the others need static ones.
 """
 
 from __future__ import annotations
@@ -59,11 +62,13 @@ def _constant(node: NodeContext) -> np.ndarray:
 
 
 @converter("ConstantOfShape", since=9)
-def _constant_of_shape(node: NodeContext) -> np.ndarray:
-    # a symbolic shape would need op.full with a symbolic shape attribute (ints only)
-    shape = node.known_ints(0, "shape")
+def _constant_of_shape(node: NodeContext) -> np.ndarray | Expr:
     value = node.attr("value")
     fill = numpy_helper.to_array(value).reshape(-1) if value is not None else np.zeros(1, np.float32)
+    target = node.known(0, "shape")
+    if is_symbolic_value(target):  # a run-time shape: op.full with dims in its shape
+        return op.full(fill[:1].reshape(()), list(target.reshape(-1)), dtype=fill.dtype.name)
+    shape = node.known_ints(0, "shape")
     return np.full(shape, fill[0], dtype=fill.dtype)
 
 
@@ -83,8 +88,15 @@ def _size(node: NodeContext) -> np.ndarray:
 
 
 @converter("Range", since=11)
-def _range(node: NodeContext) -> np.ndarray:
+def _range(node: NodeContext) -> np.ndarray | Expr:
     start, limit, delta = (node.known(i, what) for i, what in enumerate(("start", "limit", "delta")))
+    if is_symbolic_value(start) or is_symbolic_value(limit):
+        # arange(past, past + seq): the arange op with dims; its delta must be a known int
+        step = node.known_ints(2, "delta")
+        if len(step) != 1 or step[0] == 0:
+            raise node.fail(f"delta must be one nonzero int, got {step}")
+        bounds = [v.reshape(-1)[0] if is_symbolic_value(v) else int(v.reshape(-1)[0]) for v in (start, limit)]
+        return extra.arange(bounds[1], start=bounds[0], step=step[0], dtype=node.dtype(node.input(2)))
     return np.arange(start.item(), limit.item(), delta.item()).astype(start.dtype)
 
 
@@ -265,10 +277,19 @@ def _slice_attrs(node: NodeContext) -> Expr:
 @converter("Slice", since=10)
 def _slice_inputs(node: NodeContext) -> Expr:
     data = node.input(0)
-    starts, ends = node.known_ints(1, "starts"), node.known_ints(2, "ends")
+    # starts and ends may hold dims (a buffer sliced to the run-time seq): strided_slice
+    # takes them; axes and steps must be static
+    starts, ends = _known_dims(node, 1, "starts"), _known_dims(node, 2, "ends")
     axes = node.known_ints(3, "axes") if node.has_input(3) else list(range(len(starts)))
     steps = node.known_ints(4, "steps") if node.has_input(4) else [1] * len(starts)
     return _slice(node, data, axes, starts, ends, steps)
+
+
+def _known_dims(node: NodeContext, index: int, what: str) -> list:
+    value = node.known(index, what)
+    if is_symbolic_value(value):
+        return list(value.reshape(-1))
+    return [int(v) for v in value.reshape(-1)]
 
 
 def _slice(node: NodeContext, data, axes, starts, ends, steps):
@@ -292,18 +313,17 @@ def _expand(node: NodeContext) -> Expr:
 
 
 def _symbolic_expand(node: NodeContext, target: np.ndarray) -> Expr:
-    """Expand to a symbolic shape: broadcast_to takes static shapes only, so this is the
-    case that needs no op (the target broadcasts to the input's own shape, as an Expand
-    to ``Shape(x)`` does); anything else is the one clear error naming the dim."""
+    """Expand to a symbolic shape: no op when the target broadcasts to the input's own
+    shape (an Expand to ``Shape(x)`` of x), else broadcast_to with dims in its shape."""
     shape = node.shape(node.input(0))
     entries = list(target.reshape(-1))
     same = len(entries) <= len(shape) and all(
         (not isinstance(want, SymDim) and want == 1) or prove_equal(want, have) is True
         for want, have in zip(entries, shape[len(shape) - len(entries):])
     )
-    if not same:
-        raise node.symbolic_error(1, "shape", target)
-    return node.arg(0)
+    if same:
+        return node.arg(0)
+    return extra.broadcast_to(node.arg(0), entries)
 
 
 @converter("Tile", since=6)

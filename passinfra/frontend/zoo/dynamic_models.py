@@ -2,8 +2,9 @@
 
 Each builder writes, with the onnx helper API, the graph pattern an exporter emits for a
 model that is meant to run at any size, with the symbolic dimensions named in the graph's
-inputs and outputs. They are not registered as ``zoo:`` models yet: the importer fixes
-every symbolic dimension until the IR carries symbolic dims.
+inputs and outputs. They are not registered as ``zoo:`` models: the importer keeps their dims
+symbolic and the reference interpreter runs them at any size, but the C backend does not
+compile symbolic sizes yet.
 
 - :func:`gpt_decoder`: a GPT-2 style decoder-only language model as ``torch.onnx.export``
   (through Hugging Face Optimum's ``decoder_with_past`` / merged decoder) emits it for

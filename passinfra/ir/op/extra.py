@@ -28,10 +28,10 @@ from passinfra.ir.op._rel import (
     register_tensor_op,
     type_text,
 )
-from passinfra.ir.op.registry import OpPattern
+from passinfra.ir.op.registry import DIM_ATTR_CHECK, Op, OpPattern
 from passinfra.ir.op.tensor import call_op
 from passinfra.ir.op.window import conv_transpose_impl, conv_transpose_relation, pool_impl, pool_relation
-from passinfra.ir.types import TensorType, Type
+from passinfra.ir.types import TensorType, Type, normalize_dtype
 
 __all__ = [
     "unary",
@@ -39,6 +39,8 @@ __all__ = [
     "pad",
     "tile",
     "broadcast_to",
+    "arange",
+    "dim_tuple",
     "trilu",
     "argmax",
     "argmin",
@@ -142,11 +144,53 @@ def _strided_slice_relation(arg_types: Sequence[Type], attrs: Attrs) -> Type:
     data = expect_tensor(arg_types[0], "the data")
     for axis in attrs["axes"]:
         normalize_axis(axis, data.ndim)
+    if attrs.has_dims:
+        return TensorType(_dim_bound_slice_shape(data.shape, attrs), data.dtype)
     shape = [
         len(range(extent)[bound]) if type(extent) is int else _symbolic_slice_length(extent, bound, axis)
         for axis, (extent, bound) in enumerate(zip(data.shape, _slice_bounds(data.shape, attrs)))
     ]
     return TensorType(shape, data.dtype)
+
+
+def _dim_bound_slice_shape(shape: Sequence[Dim], attrs: Attrs) -> list[Dim]:
+    """The shape of a slice some of whose begin/end entries are dims (a run-time length).
+
+    Such an axis is stored with 0 <= begin <= end <= size assumed (the builder already
+    clamped what the bounds decide): its length is ``end - begin`` (step 1, exact) or
+    ``floordiv(end - begin + step - 1, step)`` (exact for end >= begin). What the bounds
+    cannot prove, :func:`_check_dim_bound_slice` checks at run time."""
+    out = list(shape)
+    for axis, start, stop, step in zip(attrs["axes"], attrs["begin"], attrs["end"], attrs["strides"]):
+        extent = shape[axis]
+        if not isinstance(start, SymDim) and not isinstance(stop, SymDim):
+            bound = slice(start, None if stop < 0 else stop, step)  # as _slice_bounds stores it
+            out[axis] = len(range(extent)[bound]) if type(extent) is int else _symbolic_slice_length(
+                extent, bound, axis)
+            continue
+        if type(step) is not int or step <= 0:
+            raise IRTypeError(f"axis {axis}: a slice with a symbolic begin or end needs a positive "
+                              f"int step, got {step}")
+        for what, low, high in (("begin", 0, start), ("end", start, stop), ("size", stop, extent)):
+            if prove_le(low, high) is False:
+                raise IRTypeError(f"axis {axis}: the slice [{start}:{stop}] of size {extent} has its "
+                                  f"{what} out of order (0 <= begin <= end <= size is required)")
+        length = stop - start
+        out[axis] = length if step == 1 else floordiv(length + step - 1, step)
+    return out
+
+
+def _check_dim_bound_slice(args: Sequence[Any], attrs: Attrs, bound: Attrs) -> None:
+    """The run-time side of :func:`_dim_bound_slice_shape`'s assumption."""
+    shape = np.shape(args[0])
+    for index, axis in enumerate(attrs["axes"]):
+        if not isinstance(attrs["begin"][index], SymDim) and not isinstance(attrs["end"][index], SymDim):
+            continue
+        start, stop = bound["begin"][index], bound["end"][index]
+        if not 0 <= start <= stop <= shape[axis]:
+            raise ValueError(f"axis {axis}: the slice [{start}:{stop}] (begin {attrs['begin'][index]}, end "
+                             f"{attrs['end'][index]}) of an axis of size {shape[axis]} breaks 0 <= begin <= "
+                             "end <= size, which its symbolic type assumes")
 
 
 # On a symbolic axis a stop at least this large (ONNX writes INT32_MAX or INT64_MAX for
@@ -199,9 +243,11 @@ register_tensor_op(
     type_rel=_strided_slice_relation,
     impl=_strided_slice_impl,
     pattern=OpPattern.INJECTIVE,
-    doc="data[begin:end:strides] on the listed axes (bounds normalized at build time)",
+    doc="data[begin:end:strides] on the listed axes (bounds normalized at build time; a begin or "
+        "end may be a symbolic dim, then 0 <= begin <= end <= size is assumed and checked at run time)",
     symbolic=True,
 )
+Op.get("strided_slice").set_attr(DIM_ATTR_CHECK, _check_dim_bound_slice)
 
 
 def strided_slice(
@@ -217,13 +263,29 @@ def strided_slice(
 
     On a symbolic axis nothing can be clamped yet: the step must be positive, the start
     is stored as given (negative: from the end) and the stop too (at least
-    ``SLICE_TO_END``: to the end); a stop counted from the end is not supported there."""
+    ``SLICE_TO_END``: to the end); a stop counted from the end is not supported there.
+
+    A begin or end may itself be a dim (``seq``: a constant buffer sliced to the run-time
+    length, as ONNX Slice with a computed end). The step must then be a positive int, the
+    dims are taken as non-negative (not from the end) and the axis is stored as
+    (begin, end) with 0 <= begin <= end <= size assumed: an end the bounds prove to reach
+    the size is stored as the size (ONNX's clamp), an int bound is normalized against the
+    size; what the bounds leave open the interpreter checks at run time."""
     norm_axes, norm_begin, norm_end, norm_steps = [], [], [], []
     for axis, start, stop, step in zip(axes, begin, end, strides):
         if step == 0:
             raise IRTypeError("strided_slice: a step of 0 is not allowed")
         axis = normalize_axis(int(axis), len(shape))
         extent = shape[axis]
+        if isinstance(start, SymDim) or isinstance(stop, SymDim):
+            norm_axes.append(axis)
+            norm_begin.append(_dim_bound(extent, start))
+            norm_end.append(_dim_bound(extent, stop))
+            if not isinstance(step, (int, np.integer)) or step < 0:
+                raise IRTypeError(f"strided_slice: a slice with a symbolic begin or end needs a positive "
+                                  f"int step, got {step}")
+            norm_steps.append(int(step))
+            continue
         if isinstance(extent, SymDim):
             first, last, stride = _symbolic_slice(extent, start, stop, step)
             norm_axes.append(axis)
@@ -247,6 +309,20 @@ def strided_slice(
         end=tuple(norm_end),
         strides=tuple(norm_steps),
     )
+
+
+def _dim_bound(extent: Dim, value: Dim) -> Dim:
+    """One bound of a slice with a symbolic bound, as stored (see strided_slice)."""
+    if isinstance(value, SymDim):
+        return extent if prove_le(extent, value) is True else value  # ONNX clamps at the size
+    value = int(value)
+    if value >= SLICE_TO_END:
+        return extent
+    if value < 0:  # from the end: size + value, clamped at 0 where the size is known
+        return max(extent + value, 0) if type(extent) is int else extent + value
+    if type(extent) is int or prove_le(extent, value) is True:
+        return min(extent, value) if type(extent) is int else extent
+    return value
 
 
 def _symbolic_slice(extent: SymDim, start: int, stop: int, step: int) -> tuple[int, int, int]:
@@ -350,14 +426,98 @@ register_tensor_op(
         np.broadcast_to(args[0], np.broadcast_shapes(np.shape(args[0]), attrs["shape"]))
     ),
     pattern=OpPattern.BROADCAST,
-    doc="broadcast the data with a shape (both ways, as ONNX Expand)",
+    doc="broadcast the data with a shape (both ways, as ONNX Expand); the shape may hold symbolic dims",
+    symbolic=True,
 )
 
 
-def broadcast_to(data: Any, shape: Sequence[int]) -> Call:
+def broadcast_to(data: Any, shape: Sequence[Dim]) -> Call:
     """The data broadcast together with ``shape`` (ONNX Expand: the result may be larger
-    than ``shape`` where the data's dimension is bigger)."""
+    than ``shape`` where the data's dimension is bigger). An entry of ``shape`` may be a
+    symbolic dim (Expand to ``Shape(x)``); the broadcast then follows the symbolic rules
+    of :func:`passinfra.ir.op._rel.broadcast_shapes`."""
+    if any(isinstance(d, SymDim) for d in shape):
+        return call_op("broadcast_to", data, shape=dim_tuple(shape, "shape"))
     return call_op("broadcast_to", data, shape=int_tuple(shape, None, "shape"))
+
+
+def dim_tuple(values: Sequence[Any], what: str) -> tuple[Dim, ...]:
+    """A tuple of ints and symbolic dims (an attribute that may hold run-time sizes)."""
+    items = []
+    for value in values:
+        if isinstance(value, SymDim):
+            items.append(value)
+        elif isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+            items.append(int(value))
+        else:
+            raise IRTypeError(f"{what} must hold ints or symbolic dims, got {value!r}")
+    return tuple(items)
+
+
+# --------------------------------------------------------------------------- arange
+
+
+def _range_span(start: Dim, stop: Dim, step: int) -> Dim:
+    """How far the range runs in the direction of its step (its length times |step|, up
+    to rounding): negative when the range is empty."""
+    return stop - start if step > 0 else start - stop
+
+
+def _arange_relation(arg_types: Sequence[Type], attrs: Attrs) -> Type:
+    start, stop, step = attrs["start"], attrs["stop"], attrs["step"]
+    for what, value in (("start", start), ("stop", stop), ("step", step)):
+        if not isinstance(value, (int, SymDim)) or isinstance(value, bool):
+            raise IRTypeError(f"{what} must be an int or a symbolic dim, got {value!r}")
+    if type(step) is not int or step == 0:
+        raise IRTypeError(f"step must be a nonzero int, got {step}")
+    dtype = attrs["dtype"]
+    expect_dtype(TensorType((), dtype), ("int32", "int64"), "the dtype")
+    if type(start) is int and type(stop) is int:
+        return TensorType((len(range(start, stop, step)),), dtype)
+    span = _range_span(start, stop, step)
+    if prove_le(span, 0) is True:
+        return TensorType((0,), dtype)
+    # the true length is max(0, ceil(span / |step|)); a symbolic max has no form here, so
+    # span >= 0 is assumed (checked at run time), and then ceil is exact as a floordiv
+    length = span if abs(step) == 1 else floordiv(span + abs(step) - 1, abs(step))
+    return TensorType((length,), dtype)
+
+
+def _check_arange(args: Sequence[Any], attrs: Attrs, bound: Attrs) -> None:
+    span = _range_span(bound["start"], bound["stop"], bound["step"])
+    if span < 0 and prove_le(_range_span(attrs["start"], attrs["stop"], attrs["step"]), 0) is not True:
+        raise ValueError(f"the range from {bound['start']} to {bound['stop']} by {bound['step']} (start "
+                         f"{attrs['start']}, stop {attrs['stop']}) runs backwards; its symbolic type "
+                         "assumes it does not")
+
+
+register_tensor_op(
+    "arange",
+    attrs={"start": 0, "stop": REQUIRED, "step": 1, "dtype": "int64"},
+    num_inputs=0,
+    type_rel=_arange_relation,
+    impl=lambda args, attrs: np.arange(attrs["start"], attrs["stop"], attrs["step"], dtype=attrs["dtype"]),
+    pattern=OpPattern.INJECTIVE,
+    doc="numpy.arange(start, stop, step) of ints (ONNX Range); start and stop may be symbolic dims",
+    symbolic=True,
+)
+Op.get("arange").set_attr(DIM_ATTR_CHECK, _check_arange)
+
+
+def arange(stop: Dim, start: Dim = 0, step: int = 1, dtype: str = "int64") -> Call:
+    """``numpy.arange(start, stop, step)`` of ints (ONNX Range), a call with no arguments.
+
+    ``start`` and ``stop`` may be symbolic dims (``arange(past + seq, past)`` are the
+    positions of a decoder's new tokens): the length is then ``stop - start`` for a step
+    of 1 and ``floordiv(stop - start + step - 1, step)`` for a larger one (``start -
+    stop`` and ``|step|`` for a negative step), exact when the range does not run
+    backwards, which the type assumes unless the bounds prove otherwise (then the length
+    is 0) and the interpreter checks at run time."""
+    for value in (start, stop):
+        if not isinstance(value, (SymDim, int, np.integer)) or isinstance(value, (bool, np.bool_)):
+            raise IRTypeError(f"arange: start and stop must be ints or symbolic dims, got {value!r}")
+    bounds_ = [v if isinstance(v, SymDim) else int(v) for v in (start, stop)]
+    return call_op("arange", start=bounds_[0], stop=bounds_[1], step=int(step), dtype=normalize_dtype(dtype))
 
 
 def _trilu_relation(arg_types: Sequence[Type], attrs: Attrs) -> Type:

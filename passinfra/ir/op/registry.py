@@ -5,7 +5,10 @@ name, so ``Op.get("add") is Op.get("add")``. Each op carries its type relation, 
 reference implementation (shared by the interpreter and FoldConstant: one semantics),
 its fusion pattern kind and whether it is stateful. Later issues attach more (lowering)
 through :meth:`Op.set_attr`; ``op.set_attr(SYMBOLIC_SHAPES, True)`` (``symbolic=True`` of
-``register_tensor_op``) says the type relation handles symbolic dimensions.
+``register_tensor_op``) says the type relation handles symbolic dimensions, in its
+inputs' types and in its attribute values (a slice end, a range stop or a target shape
+that is a run-time size); ``op.set_attr(DIM_ATTR_CHECK, check)`` gives the run-time
+check of what such a relation had to assume (see :data:`DIM_ATTR_CHECK`).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from passinfra.errors import DimError, IRError, IRTypeError, OpNotFoundError, RaypassError
-from passinfra.ir.attrs import Attrs
+from passinfra.ir.attrs import Attrs, holds_dims
 from passinfra.ir.dims import SymDim
 from passinfra.ir.expr import Expr
 from passinfra.ir.types import TensorType, TupleType, Type
@@ -42,6 +45,12 @@ _REGISTRY: dict[str, Op] = {}
 
 # op attr: the op's type relation handles symbolic dimensions (see Op.infer_type)
 SYMBOLIC_SHAPES = "symbolic_shapes"
+# op attr: check(args, attrs, bound_attrs) -> None, raising ValueError with the reason.
+# A relation over attrs that hold dims may have to assume what no bound proves (a slice
+# end within its axis, a range stop not before its start); the interpreter substitutes
+# the call's sizes into the attrs (bound_attrs) and calls this first, so a size that
+# breaks the assumption is a clear error, not a result that disagrees with its type.
+DIM_ATTR_CHECK = "dim_attr_check"
 
 
 def _types_text(arg_types: Sequence[Type]) -> str:
@@ -122,6 +131,15 @@ class Op(Expr):
         if symbolic and not self._extra.get(SYMBOLIC_SHAPES):
             raise IRTypeError(f"op {self.name}: {_symbolic_input(arg_types)}; {self.name} supports "
                               "static shapes only")
+        if getattr(attrs, "has_dims", False):
+            symbolic = True
+            if not self._extra.get(SYMBOLIC_SHAPES):
+                from passinfra.ir.printer import attr_value_text  # the printer imports this module
+
+                key = next(k for k, v in attrs.items() if holds_dims(v))
+                raise IRTypeError(f"op {self.name}: attribute {key} holds a symbolic dimension "
+                                  f"({attr_value_text(attrs[key])}); {self.name} supports static "
+                                  "attributes only")
         try:
             return self.type_rel(arg_types, attrs)
         except IRTypeError as err:

@@ -836,19 +836,25 @@ def _constant_fill(value: int) -> tuple[Callable, Callable]:
     return relation, impl
 
 
+# the shape of full/zeros/ones may hold symbolic dims (ONNX ConstantOfShape of a computed
+# shape): the type is that shape, and the interpreter substitutes the call's sizes
 register_tensor_op(
     "full", attrs={"shape": REQUIRED, "dtype": None}, num_inputs=1, type_rel=_full_relation, impl=_full_impl,
-    pattern=OpPattern.INJECTIVE, doc="a tensor of shape filled with a scalar expression",
+    pattern=OpPattern.INJECTIVE, doc="a tensor of shape filled with a scalar expression", symbolic=True,
 )
 for _name, _value in (("zeros", 0), ("ones", 1)):
     _relation, _impl_fn = _constant_fill(_value)
     register_tensor_op(
         _name, attrs={"shape": REQUIRED, "dtype": "float32"}, num_inputs=0, type_rel=_relation, impl=_impl_fn,
-        pattern=OpPattern.INJECTIVE, doc=f"a tensor of {_name} (no arguments)",
+        pattern=OpPattern.INJECTIVE, doc=f"a tensor of {_name} (no arguments)", symbolic=True,
     )
 
 
-def _shape_attr(shape: Any) -> tuple[int, ...]:
+def _shape_attr(shape: Any) -> tuple[Dim, ...]:
+    if not isinstance(shape, (int, np.integer)) and builtins.any(isinstance(d, SymDim) for d in shape):
+        from passinfra.ir.op.extra import dim_tuple  # extra builds on this module
+
+        return dim_tuple(shape, "shape")
     dims = int_tuple(shape, None, "shape")
     if builtins.any(d < 0 for d in dims):
         raise IRError(f"shape must be non-negative, got {dims}")

@@ -106,7 +106,8 @@ class ConstantFolder(ExprMutator):
     def visit_call(self, call: Call) -> Expr:
         new = super().visit_call(call)
         op = new.op
-        if not isinstance(op, Op) or op.stateful or not new.args:
+        # attrs holding dims (a slice to a run-time length) have no value until a call binds them
+        if not isinstance(op, Op) or op.stateful or not new.args or new.attrs.has_dims:
             return new
         if not all(self._checker.check(arg) for arg in new.args):
             return new
