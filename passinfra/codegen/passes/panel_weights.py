@@ -22,6 +22,10 @@ just before: a weight it stored in 16 bits is not float32 any more and stays as 
 The primitive function's parameter becomes the panels, read through
 ``weight_panels.unpack``, which the lowering hands to the microkernels as it is.
 
+Symbolic shapes: a call whose operand or result types have symbolic dimensions gets no
+panels (its kernel is chosen by sizes a symbolic shape leaves open), so a function with
+symbolic parameters keeps its weights as they are.
+
 Where: after ToMixedPrecision and before StreamWeights, so the weights file holds the
 panels. Config ``codegen.weight_panels`` (bool, default True) turns it off.
 """
@@ -61,6 +65,10 @@ def _planned_panels(call: Call, use_blas: bool) -> int:
     arg_types = [arg.checked_type for arg in call.args]
     out_type = call.checked_type
     if not (all(isinstance(t, TensorType) for t in arg_types) and isinstance(out_type, TensorType)):
+        return 0
+    if not (out_type.is_static and all(t.is_static for t in arg_types)):
+        # plan_kernel picks the kernel by its sizes, which a symbolic shape leaves open
+        # (and the C backend does not lower symbolic functions yet): weights stay as they are
         return 0
     shapes = [tuple(t.shape) for t in arg_types]
     attrs = complete_attrs(call.op, call.attrs)

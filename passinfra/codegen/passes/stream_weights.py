@@ -7,7 +7,8 @@ file. When the module convolves or multiplies matrices, it also starts compiling
 convolution runtime the link will need (:func:`~passinfra.codegen.conv_runtime.
 prefetch_runtime_compile`): this pass runs in the process that links, while the kernels
 may compile on workers, which never start that compile. Outside a build (no stream open)
-it does nothing. It never changes the IR.
+it does nothing. It never changes the IR. Symbolic shapes change nothing here: it reads
+only ``main``'s constants, whose shapes are always static, and no type.
 """
 
 from __future__ import annotations

@@ -46,6 +46,15 @@ GlobalVars or function values are opaque. Functions with attr ``Primitive`` or
 ``SkipOptimization`` are left as they are. The new functions follow the existing ones in
 the module. Effective opt level 0 (``fuse_opt_level=0``, or -1 with ``opt_level=0``)
 fuses nothing: every op call becomes a primitive function of its own (still shared).
+
+Symbolic dimensions: a primitive function takes the sizes of its dims from its arguments
+(a dim that is a variable alone binds it, see :mod:`passinfra.runtime.shape_binding`), so
+a group is lifted only if every variable of its parameters' types, of its values' types
+and of its calls' attrs (``arange(start=past)``) is such a whole dimension of a
+parameter. A group that fails this (an ``arange`` whose sizes come from no tensor it
+reads) stays in the caller as plain op calls, evaluated under the caller's binding;
+static groups are never affected. Lifted symbolic functions print their dims
+(``def @fused_add[batch, seq](...)``).
 """
 
 from __future__ import annotations
@@ -56,6 +65,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from passinfra.errors import IRError
+from passinfra.ir.dims import DimVar, SymDim, free_vars
 from passinfra.ir.expr import Call, Expr, Function, GlobalVar, Tuple, TupleGetItem, Var
 from passinfra.ir.graph import (
     IndexedForwardGraph,
@@ -70,6 +80,7 @@ from passinfra.ir.op.registry import Op, OpPattern
 from passinfra.ir.schema import map_children
 from passinfra.ir.structural import structural_equal, structural_hash
 from passinfra.ir.type_infer import infer_type
+from passinfra.ir.types import TensorType, TupleType, Type
 from passinfra.transform.config import register_config
 from passinfra.transform.context import PassContext
 from passinfra.transform.pass_info import PassInfo
@@ -387,7 +398,7 @@ class _FunctionFuser:
             members.setdefault(root, []).append(index)
         lifted = {
             root for root, group in members.items()
-            if any(_is_op_call(graph.nodes[i].expr) for i in group)
+            if any(_is_op_call(graph.nodes[i].expr) for i in group) and self._binds_its_dims(group)
         }
         unit_of = [root if root in lifted else index for index, root in enumerate(self.roots)]
         new_of = self.new_of
@@ -401,6 +412,33 @@ class _FunctionFuser:
         if body is self.func.body:
             return self.func
         return Function(self.func.params, body, self.func.ret_type, self.func.attrs)
+
+    def _group_inputs(self, group: list[int]) -> list[int]:
+        """The nodes outside ``group`` that its members read (each once, in order)."""
+        in_group = set(group)
+        inputs: dict[int, None] = {}
+        for index in group:
+            for child in self.graph.nodes[index].inputs:
+                if child not in in_group:
+                    inputs[child] = None
+        return list(inputs)
+
+    def _binds_its_dims(self, group: list[int]) -> bool:
+        """Whether every dimension variable the lifted ``group`` would use is a whole
+        dimension of one of its parameters (module docstring); True when all is static."""
+        nodes = self.graph.nodes
+        used: set[DimVar] = set()
+        for index in group:
+            expr = nodes[index].expr
+            used.update(_type_vars(type_of(expr)))
+            if isinstance(expr, Call) and expr.attrs.has_dims:
+                used.update(_attr_vars(tuple(expr.attrs.values())))
+        bound: set[DimVar] = set()
+        for child in self._group_inputs(group):
+            ty = type_of(nodes[child].expr)
+            used.update(_type_vars(ty))
+            bound.update(_whole_dims(ty))
+        return used <= bound
 
     def _lift(self, group: list[int]) -> None:
         """Make ``group`` (node indexes, topological) a primitive function and call it."""
@@ -440,6 +478,32 @@ class _FunctionFuser:
         else:
             for position, index in enumerate(outputs):
                 self.new_of[index] = TupleGetItem(call, position)
+
+
+def _tensor_types(ty: Type | None) -> list[TensorType]:
+    if isinstance(ty, TensorType):
+        return [ty]
+    if isinstance(ty, TupleType):
+        return [tensor for field in ty.fields for tensor in _tensor_types(field)]
+    return []
+
+
+def _type_vars(ty: Type | None) -> tuple[DimVar, ...]:
+    return ty.dim_vars if isinstance(ty, Type) else ()
+
+
+def _whole_dims(ty: Type | None) -> set[DimVar]:
+    """The variables that are a whole dimension of ``ty``: those a call's argument of this
+    type gives a size to (an expression dim such as ``past + seq`` gives none)."""
+    return {dim for tensor in _tensor_types(ty) for dim in tensor.shape if type(dim) is DimVar}
+
+
+def _attr_vars(value: object) -> set[DimVar]:
+    if isinstance(value, SymDim):
+        return set(free_vars(value))
+    if isinstance(value, tuple):
+        return {var for item in value for var in _attr_vars(item)}
+    return set()
 
 
 def _should_fuse(func: object) -> bool:
