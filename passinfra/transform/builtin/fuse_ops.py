@@ -433,11 +433,12 @@ class _FunctionFuser:
             used.update(_type_vars(type_of(expr)))
             if isinstance(expr, Call) and expr.attrs.has_dims:
                 used.update(_attr_vars(tuple(expr.attrs.values())))
-        bound: set[DimVar] = set()
-        for child in self._group_inputs(group):
-            ty = type_of(nodes[child].expr)
+        input_types = [type_of(nodes[child].expr) for child in self._group_inputs(group)]
+        for ty in input_types:
             used.update(_type_vars(ty))
-            bound.update(_whole_dims(ty))
+        if not used:  # a static group: nothing to bind
+            return True
+        bound = {var for ty in input_types for var in _whole_dims(ty)}
         return used <= bound
 
     def _lift(self, group: list[int]) -> None:
