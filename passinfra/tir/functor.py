@@ -38,23 +38,39 @@ BINARY_CLASSES = (nodes.Add, nodes.Sub, nodes.Mul, nodes.Div, nodes.FloorDiv, no
 COMPARE_CLASSES = (nodes.EQ, nodes.NE, nodes.LT, nodes.LE, nodes.GT, nodes.GE, nodes.And, nodes.Or)
 
 
+class _KindTable(dict):
+    """``class -> schema`` of the expression (or statement) kinds, filled on first use:
+    after that a walk's lookup is one dict subscript, no call (walks are the hot loops of
+    codegen); a class of the other sort, or no node kind at all, is an IRError."""
+
+    def __init__(self, statements: bool) -> None:
+        super().__init__()
+        self.statements = statements
+
+    def __missing__(self, cls: type) -> TirSchema:
+        schema = schema_of(cls)
+        if schema.is_stmt != self.statements:
+            what = "statement" if self.statements else "expression"
+            raise IRError(f"not a loop-level {what}: {cls.__name__}")
+        self[cls] = schema
+        return schema
+
+
+_EXPRS = _KindTable(statements=False)
+_STMTS = _KindTable(statements=True)
+
+
 def _expr_schema(node: Any) -> TirSchema:
-    schema = schema_of(type(node))
-    if schema.is_stmt:
-        raise IRError(f"not a loop-level expression: {type(node).__name__}")
-    return schema
+    return _EXPRS[type(node)]
 
 
 def _stmt_schema(node: Any) -> TirSchema:
-    schema = schema_of(type(node))
-    if not schema.is_stmt:
-        raise IRError(f"not a loop-level statement: {type(node).__name__}")
-    return schema
+    return _STMTS[type(node)]
 
 
 def expr_children(expr: PrimExpr) -> tuple:
     """The sub-expressions of ``expr``, in field order."""
-    return _expr_schema(expr).children(expr)
+    return _EXPRS[type(expr)].children(expr)
 
 
 def stmt_children(stmt: Stmt) -> tuple[Stmt, ...]:
@@ -100,7 +116,7 @@ def iter_exprs(root: PrimExpr) -> Iterator[PrimExpr]:
             continue
         seen.add(id(node))
         yield node
-        stack.extend(reversed(expr_children(node)))
+        stack.extend(reversed(_EXPRS[type(node)].children(node)))
 
 
 def any_expr(root: PrimExpr, predicate: Callable[[PrimExpr], bool]) -> bool:
@@ -118,7 +134,7 @@ def iter_expr_tree(root: PrimExpr, enter: Callable[[PrimExpr], bool] | None = No
         node = stack.pop()
         yield node
         if enter is None or enter(node):
-            stack.extend(reversed(expr_children(node)))
+            stack.extend(reversed(_EXPRS[type(node)].children(node)))
 
 
 def fold_expr(root: PrimExpr, combine: Callable[[PrimExpr, list], Any]) -> Any:
@@ -131,7 +147,7 @@ def fold_expr(root: PrimExpr, combine: Callable[[PrimExpr, list], Any]) -> Any:
         node, expanded = stack.pop()
         if id(node) in done:
             continue
-        kids = expr_children(node)
+        kids = _EXPRS[type(node)].children(node)
         if expanded or not kids:
             done[id(node)] = combine(node, [done[id(kid)] for kid in kids])
             continue
@@ -153,7 +169,8 @@ def iter_expr_post_order(expr: PrimExpr) -> Iterator[PrimExpr]:
             continue
         seen.add(id(node))
         stack.append((node, True))
-        stack.extend((child, False) for child in reversed(expr_children(node)) if id(child) not in seen)
+        kids = _EXPRS[type(node)].children(node)
+        stack.extend((child, False) for child in reversed(kids) if id(child) not in seen)
 
 
 def same_expr(a: PrimExpr, b: PrimExpr) -> bool:
@@ -166,7 +183,7 @@ def same_expr(a: PrimExpr, b: PrimExpr) -> bool:
             continue
         if type(x) is not type(y):
             return False
-        schema = _expr_schema(x)
+        schema = _EXPRS[type(x)]
         if schema.variable or schema.key(x) != schema.key(y):
             return False  # distinct variables, or different values, buffers or arity
         stack.extend(zip(schema.children(x), schema.children(y)))
@@ -214,7 +231,7 @@ class StmtExprVisitor:
         stack = [expr]
         while stack:
             node = stack.pop()
-            schema = _expr_schema(node)
+            schema = _EXPRS[type(node)]
             getattr(self, _VISIT[type(node)], _ignore)(node)
             stack.extend(reversed(schema.children(node)))
 
@@ -260,7 +277,7 @@ class StmtExprMutator:
             node, expanded = stack.pop()
             if id(node) in done:
                 continue
-            schema = _expr_schema(node)
+            schema = _EXPRS[type(node)]
             kids = schema.children(node)
             if not expanded:
                 stack.append((node, True))

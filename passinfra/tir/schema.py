@@ -350,8 +350,11 @@ def node_kind(hook: str | None = None, variable: bool = False, abstract: bool = 
     kind itself. ``check``: verify child fields' classes when a node is built."""
 
     def declare(cls: type) -> type:
-        if check and "__post_init__" not in cls.__dict__:
-            # the dataclass __init__ calls it: the checks run for every node built
+        own = [value.metadata.get(_META) for value in cls.__dict__.values()
+               if isinstance(value, dataclasses.Field)]
+        if check and "__post_init__" not in cls.__dict__ and any(role in _CHECKED_CLASS for role in own):
+            # the dataclass __init__ calls it: the checks run for every node built (a kind
+            # with only plain values, IntImm, gets no hook and no call)
             cls.__post_init__ = _run_checks  # type: ignore[attr-defined]
         cls = dataclasses.dataclass(frozen=True, slots=True, eq=False)(cls)
         fields = tuple(
@@ -367,20 +370,23 @@ def node_kind(hook: str | None = None, variable: bool = False, abstract: bool = 
         _bind(schema)
         _KINDS[cls] = schema
         _BY_TAG[cls.__name__] = cls
-        if check and any(f.is_child or f.role is Role.BUFFER for f in fields):
-            _CHECKS[cls] = schema.check
+        if "__post_init__" in dir(cls):
+            # the generated __init__ looks the hook up on each call: the kind's own check
+            # replaces the placeholder, so building a node costs one call, no lookup
+            checks = check and any(f.is_child or f.role is Role.BUFFER for f in fields)
+            cls.__post_init__ = schema.check if checks else _no_checks  # type: ignore[attr-defined]
         return cls
 
     return declare
 
 
-_CHECKS: dict[type, Callable[[Any], None]] = {}
-
-
 def _run_checks(node: Any) -> None:
-    check = _CHECKS.get(type(node))
-    if check is not None:
-        check(node)
+    """The placeholder hook a declared class starts with (``node_kind`` replaces it with
+    the kind's check); an abstract base's own instances are not checked."""
+
+
+def _no_checks(node: Any) -> None:
+    return None
 
 
 def _bind(schema: TirSchema) -> None:
