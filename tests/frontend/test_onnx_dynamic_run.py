@@ -4,11 +4,10 @@ imported GPT module reproduces onnxruntime's tokens."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-
 import numpy as np
 import onnx
 import pytest
+from ort_support import Run, ort_runner
 
 import passinfra
 from passinfra.errors import EvaluationError
@@ -16,24 +15,11 @@ from passinfra.frontend import from_onnx
 from passinfra.frontend.zoo import dynamic_models as dm
 from passinfra.ir.module import IRModule
 
-ort = pytest.importorskip("onnxruntime")
-
 # The interpreter's NumPy matmuls and reductions sum in another order than onnxruntime's
 # kernels: with outputs of spread ~1-3 the difference is ~1e-6; 1e-4 leaves room.
 TOL = {"rtol": 1e-4, "atol": 1e-4}
 LAYERS, HIDDEN, HEADS, VOCAB = 2, 64, 4, 97
 HEAD_DIM = HIDDEN // HEADS
-
-Run = Callable[[dict[str, np.ndarray]], Sequence[np.ndarray]]
-
-
-def _ort(model: onnx.ModelProto) -> Run:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = options.inter_op_num_threads = 1
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    return lambda feed: session.run(None, feed)
-
 
 def _interp(model: onnx.ModelProto, mod: IRModule) -> Run:
     names = [value.name for value in model.graph.input]
@@ -46,7 +32,7 @@ def _interp(model: onnx.ModelProto, mod: IRModule) -> Run:
 
 
 def _pair(model: onnx.ModelProto) -> tuple[Run, Run]:
-    return _ort(model), _interp(model, from_onnx(model))  # no shapes: one symbolic module
+    return ort_runner(model), _interp(model, from_onnx(model))  # no shapes: one symbolic module
 
 
 def _check(ours: Run, theirs: Run, feed: dict[str, np.ndarray]) -> None:

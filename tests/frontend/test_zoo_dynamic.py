@@ -4,16 +4,15 @@ sequence, causal and padding masks that hold, and a deterministic greedy decode.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import onnx
 import pytest
+from ort_support import Run, ort_runner
 
 from passinfra.frontend.zoo import dynamic_models as dm
 from passinfra.frontend.zoo.params import ZooSpecError
-
-ort = pytest.importorskip("onnxruntime")
 
 LAYERS, HIDDEN, HEADS, VOCAB = 2, 32, 4, 53
 HEAD_DIM = HIDDEN // HEADS
@@ -21,27 +20,16 @@ HEAD_DIM = HIDDEN // HEADS
 # outputs of spread ~1-3 agree to ~1e-6; 1e-4 leaves room for any CPU's kernels.
 TOL = {"rtol": 1e-4, "atol": 1e-4}
 
-Run = Callable[[dict[str, np.ndarray]], Sequence[np.ndarray]]
-
-
-def _runner(model: onnx.ModelProto) -> Run:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = options.inter_op_num_threads = 1
-    # no fusions: the graph runs as written, with the same kernels every time
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    return lambda feed: session.run(None, feed)
-
-
 @pytest.fixture(scope="module")
 def decoder() -> tuple[onnx.ModelProto, Run]:
     model = dm.gpt_decoder(layers=LAYERS, hidden=HIDDEN, heads=HEADS, vocab=VOCAB, max_positions=64)
-    return model, _runner(model)
+    return model, ort_runner(model)
 
 
 @pytest.fixture(scope="module")
 def bert() -> Run:
-    return _runner(dm.bert_encoder(layers=LAYERS, hidden=HIDDEN, heads=HEADS, vocab=VOCAB, max_positions=64))
+    model = dm.bert_encoder(layers=LAYERS, hidden=HIDDEN, heads=HEADS, vocab=VOCAB, max_positions=64)
+    return ort_runner(model)
 
 
 def _tokens(batch: int, seq: int, seed: int = 0) -> np.ndarray:
@@ -174,13 +162,13 @@ def test_bert_padding_does_not_change_the_tokens(bert):
 
 @pytest.mark.parametrize("batch", [1, 4])
 def test_cnn_output_shape(batch):
-    run = _runner(dm.cnn(width=4))
+    run = ort_runner(dm.cnn(width=4))
     (out,) = run({"input": np.random.default_rng(6).standard_normal((batch, 3, 32, 32)).astype(np.float32)})
     assert out.shape == (batch, 10)
 
 
 def test_mlp_output_shapes():
-    run = _runner(dm.mlp(layers=3))
+    run = ort_runner(dm.mlp(layers=3))
     for rows in (0, 1, 5, 33):
         (out,) = run({"input": np.random.default_rng(rows).standard_normal((rows, 64)).astype(np.float32)})
         assert out.shape == (rows, 10)
