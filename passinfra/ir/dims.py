@@ -704,8 +704,29 @@ def sorted_vars(dims: Iterable[DimVar]) -> list[DimVar]:
     return sorted(set(dims), key=lambda var: var._order)
 
 
+def linear_unknown(dim: Dim, known: Iterable[DimVar]) -> tuple[DimVar, int, Dim] | None:
+    """``(u, sign, rest)`` when ``dim`` is ``sign * u + rest`` with ``sign`` = +-1, ``u``
+    its one variable not in ``known`` and ``rest`` free of ``u``: then the size of ``dim``
+    gives ``u = sign * (size - rest)``. ``past + seq`` with ``seq`` known gives ``past``.
+    None for anything else (no unknown, several, or ``u`` not linear)."""
+    known = set(known)
+    unknown = [var for var in free_vars(dim) if var not in known]
+    if len(unknown) != 1:
+        return None
+    u = unknown[0]
+    rest = substitute(dim, {u: 0})
+    linear = _norm(dim) - rest
+    if u in free_vars(rest):
+        return None
+    if linear == u:
+        return u, 1, rest
+    if _norm(linear) + u == 0:
+        return u, -1, rest
+    return None
+
+
 __all__ = [
     "Dim", "SymDim", "DimVar", "DimExpr", "floordiv", "floormod", "exact_div", "is_static", "as_dim",
-    "free_vars", "evaluate", "substitute", "bounds", "prove_equal", "prove_le", "dim_text",
+    "free_vars", "linear_unknown", "evaluate", "substitute", "bounds", "prove_equal", "prove_le", "dim_text",
     "bounds_text", "name_text", "canon_key", "sorted_vars", "placeholder", "RESERVED_NAMES",
 ]

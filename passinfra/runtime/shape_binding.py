@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from passinfra.errors import EvaluationError
-from passinfra.ir.dims import DimVar, SymDim, dim_text, evaluate, free_vars
+from passinfra.ir.dims import DimVar, SymDim, dim_text, evaluate, free_vars, linear_unknown
 from passinfra.ir.types import TensorType, TupleType, Type
 
 
@@ -62,6 +62,7 @@ def bind_dims(params: Sequence[tuple[str, Type | None, Any]]) -> dict[str, int]:
             _check_bounds(dim, size, where)
             binding[dim.name] = size
             seen_at[dim.name] = where
+    _solve_linear_dims(found, binding, seen_at)
     for what, ty, value in found:
         shape = _shape_of(value, ty, what)
         for axis, dim in enumerate(ty.shape):
@@ -81,6 +82,32 @@ def bind_dims(params: Sequence[tuple[str, Type | None, Any]]) -> dict[str, int]:
                 shown = f"{dim_text(dim)} = {expected}" if isinstance(dim, SymDim) else str(expected)
                 raise DimBindingError(f"{where}: expected {shown}, got {shape[axis]}")
     return binding
+
+
+def _solve_linear_dims(found: list[tuple[str, TensorType, Any]], binding: dict[str, int],
+                       seen_at: dict[str, str]) -> None:
+    """Bind the variables that no argument gives whole but one gives as ``past + seq``
+    with the others known (:func:`~passinfra.ir.dims.linear_unknown`), until nothing more
+    follows; what they then imply is checked with every other dimension."""
+    progress = True
+    while progress:
+        progress = False
+        for what, ty, value in found:
+            shape = _shape_of(value, ty, what)
+            for axis, dim in enumerate(ty.shape):
+                if not isinstance(dim, SymDim) or type(dim) is DimVar:
+                    continue
+                known = [var for var in free_vars(dim) if var.name in binding]
+                solved = linear_unknown(dim, known)
+                if solved is None:
+                    continue
+                var, sign, rest = solved
+                size = sign * (shape[axis] - evaluate(rest, binding))
+                where = f"{what} axis {axis} ({dim_text(dim)})"
+                _check_bounds(var, size, where)
+                binding[var.name] = size
+                seen_at[var.name] = where
+                progress = True
 
 
 def _shape_of(value: Any, ty: TensorType, what: str) -> tuple[int, ...]:

@@ -69,3 +69,15 @@ def test_an_expression_dimension_is_checked_against_its_value() -> None:
     alone = ir.var("mask", (PAST + SEQ,))
     with pytest.raises(DimBindingError, match=r"uses (past, seq|seq, past), which no argument gives"):
         evaluate(ir.IRModule.from_expr(ir.Function([alone], alone)), np.ones(3, "float32"))
+
+
+def test_a_variable_given_only_inside_a_sum_is_solved_from_it() -> None:
+    """``past`` is no argument's whole dimension, but the mask's ``past + seq`` gives it
+    once ``seq`` is known (what lets FuseOps lift an attention core that sees only it)."""
+    mask, key = ir.var("mask", (BATCH, PAST + SEQ)), ir.var("key", (BATCH, SEQ, 8))
+    binding = bind_dims([("mask", mask.type_annotation, np.ones((2, 9))),
+                         ("key", key.type_annotation, np.ones((2, 4, 8)))])
+    assert binding == {"batch": 2, "seq": 4, "past": 5}
+    with pytest.raises(DimBindingError, match=r"mask axis 1 \(past \+ seq\): dimension past = -1 is outside"):
+        bind_dims([("mask", mask.type_annotation, np.ones((2, 3))),
+                   ("key", key.type_annotation, np.ones((2, 4, 8)))])

@@ -27,7 +27,7 @@ from passinfra.frontend import from_onnx
 from passinfra.frontend.zoo import dynamic_models as dm
 from passinfra.instrument import DumpIR
 from passinfra.ir import DimVar, IRModule, TensorType, Type, Var, op
-from passinfra.ir.dims import SymDim, free_vars
+from passinfra.ir.dims import SymDim, free_vars, linear_unknown
 from passinfra.ir.expr import Call, Function
 from passinfra.ir.functor import iter_post_order
 from passinfra.ir.graph import is_primitive, type_of
@@ -128,10 +128,20 @@ def _tensors(ty: Type) -> list[TensorType]:
     return [ty] if isinstance(ty, TensorType) else [t for field in ty.fields for t in _tensors(field)]
 
 
-def _whole_dims(func: Function) -> set[DimVar]:
-    """The dims a call of ``func`` binds: those that are a whole dim of a parameter."""
-    return {dim for param in func.params for tensor in _tensors(param.type_annotation)
-            for dim in tensor.shape if type(dim) is DimVar}
+def _given_dims(func: Function) -> set[DimVar]:
+    """The dims a call of ``func`` binds: a whole dim of a parameter, or the one unknown
+    of a parameter's dim such as ``past + seq`` once the others are bound."""
+    shapes = [tensor.shape for param in func.params for tensor in _tensors(param.type_annotation)]
+    given = {dim for shape in shapes for dim in shape if type(dim) is DimVar}
+    progress = True
+    while progress:
+        progress = False
+        for dim in (dim for shape in shapes for dim in shape if isinstance(dim, SymDim)):
+            solved = linear_unknown(dim, given)
+            if solved is not None and solved[0] not in given:
+                given.add(solved[0])
+                progress = True
+    return given
 
 
 def _used_dims(func: Function) -> set[DimVar]:
@@ -163,20 +173,33 @@ def test_fused_functions_take_their_dims_from_their_parameters_and_print_them(ca
     symbolic = {name: func for name, func in _primitives(compiled).items() if _used_dims(func)}
     assert symbolic, "FuseOps lifted no function with symbolic parameters"
     for name, func in symbolic.items():
-        # every dim the function uses is a whole dim of a parameter: a call binds it
-        assert _used_dims(func) <= _whole_dims(func), name
-        names = ", ".join(sorted(var.name for var in _whole_dims(func)))
+        # every dim the function uses follows from its parameters: a call binds it
+        assert _used_dims(func) <= _given_dims(func), name
+        names = ", ".join(sorted(var.name for var in _used_dims(func)))
         assert f"def @{name}[{names}](" in text
 
 
-def test_the_decoder_s_positions_stay_in_main():
+def test_the_decoder_s_causal_mask_and_attention_fuse_with_past_from_past_plus_seq():
     _, compiled = _compiled("gpt")
-    # arange(start=past, stop=past + seq) reads no tensor: in a primitive function of its
-    # own no argument would give past, so the call stays in main, under main's binding
+    # the key positions' arange(0, past + seq) fuses with the mask it builds: the function
+    # reads the query positions [seq] and the attention mask [batch, past + seq], which
+    # give past; the query positions' arange(past, past + seq) reads no tensor at all and
+    # stays in main, under main's binding
     main = compiled["main"]
-    assert any(isinstance(node, Call) and getattr(node.op, "name", "") == "arange"
-               for node in iter_post_order(main.body))
-    assert all("arange(" not in func.astext() for func in _primitives(compiled).values())
+    in_main = [node for node in iter_post_order(main.body)
+               if isinstance(node, Call) and getattr(node.op, "name", "") == "arange"]
+    assert len(in_main) == 1 and in_main[0].attrs["start"] == DimVar("past")
+    with_range = [func for func in _primitives(compiled).values() if "arange(" in func.astext()]
+    assert with_range
+    past = DimVar("past")
+    for func in with_range:
+        whole = {dim for param in func.params for tensor in _tensors(param.type_annotation)
+                 for dim in tensor.shape if type(dim) is DimVar}
+        assert past not in whole and past in _given_dims(func)
+    # and so does the attention core: softmax over [batch, heads, seq, past + seq]
+    assert any("nn.softmax(" in func.astext() for func in _primitives(compiled).values())
+    assert not any(isinstance(node, Call) and getattr(node.op, "name", "") == "nn.softmax"
+                   for node in iter_post_order(main.body))
 
 
 def test_panel_weights_leaves_symbolic_calls_alone():

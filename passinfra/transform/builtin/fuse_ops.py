@@ -48,13 +48,13 @@ the module. Effective opt level 0 (``fuse_opt_level=0``, or -1 with ``opt_level=
 fuses nothing: every op call becomes a primitive function of its own (still shared).
 
 Symbolic dimensions: a primitive function takes the sizes of its dims from its arguments
-(a dim that is a variable alone binds it, see :mod:`passinfra.runtime.shape_binding`), so
-a group is lifted only if every variable of its parameters' types, of its values' types
-and of its calls' attrs (``arange(start=past)``) is such a whole dimension of a
-parameter. A group that fails this (an ``arange`` whose sizes come from no tensor it
-reads) stays in the caller as plain op calls, evaluated under the caller's binding;
-static groups are never affected. Lifted symbolic functions print their dims
-(``def @fused_add[batch, seq](...)``).
+(a dim that is a variable alone binds it, and ``past + seq`` binds ``past`` once ``seq``
+is known: see :mod:`passinfra.runtime.shape_binding`), so a group is lifted only if every
+variable of its parameters' types, of its values' types and of its calls' attrs
+(``arange(start=past)``) follows that way from its parameters. A group that fails
+this (an ``arange`` whose sizes come from no tensor it reads) stays in the caller as
+plain op calls, evaluated under the caller's binding; static groups are never affected.
+Lifted symbolic functions print their dims (``def @fused_add[batch, seq](...)``).
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from passinfra.errors import IRError
-from passinfra.ir.dims import DimVar, SymDim, free_vars
+from passinfra.ir.dims import DimVar, SymDim, free_vars, linear_unknown
 from passinfra.ir.expr import Call, Expr, Function, GlobalVar, Tuple, TupleGetItem, Var
 from passinfra.ir.graph import (
     IndexedForwardGraph,
@@ -439,6 +439,18 @@ class _FunctionFuser:
         if not used:  # a static group: nothing to bind
             return True
         bound = {var for ty in input_types for var in _whole_dims(ty)}
+        # as the call's binding does: a variable given as ``past + seq`` with the
+        # others known follows from that dimension (shape_binding._solve_linear_dims)
+        expression_dims = [dim for ty in input_types for tensor in _tensor_types(ty) for dim in tensor.shape
+                           if isinstance(dim, SymDim) and type(dim) is not DimVar]
+        progress = True
+        while progress and not used <= bound:
+            progress = False
+            for dim in expression_dims:
+                solved = linear_unknown(dim, bound)
+                if solved is not None:
+                    bound.add(solved[0])
+                    progress = True
         return used <= bound
 
     def _lift(self, group: list[int]) -> None:
