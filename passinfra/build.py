@@ -75,17 +75,6 @@ class BuildError(RaypassError):
     """The build cannot run (unknown target, a pass it needs is not available)."""
 
 
-def static_main_type(mod: IRModule, doing: str = "compiling") -> Type:
-    """The type of ``mod``'s main; a BuildError naming its symbolic dimensions if it has
-    any: the graph IR types dynamic shapes, lowering them into C is still to come."""
-    main_type = infer_type(mod["main"], mod)
-    if not main_type.is_static:
-        names = ", ".join(var.name for var in main_type.dim_vars)
-        raise BuildError(f"main has symbolic dimensions ({names}): {doing} dynamic shapes is not supported "
-                         "yet; give static sizes (raypass compile --shapes NAME=D0,D1,...)")
-    return main_type
-
-
 def _passes(names: tuple[str, ...]) -> list[Pass]:
     return [get_pass(name) for name in names]
 
@@ -145,7 +134,7 @@ def build(mod: IRModule, opt_level: int = 3, target: str = "c", scheduler: Any =
         raise BuildError(f"unsupported target {target!r}; supported targets: {', '.join(SUPPORTED_TARGETS)}")
     if not isinstance(mod, IRModule):
         raise BuildError(f"build expects an IRModule, got {type(mod).__name__}")
-    main_type = static_main_type(mod)
+    main_type = infer_type(mod["main"], mod)
     store: Callable[[], None] | None = None
     # the weights file is written while the kernels compile (StreamWeights); the module
     # adopts it before the block ends, which removes it otherwise

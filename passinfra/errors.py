@@ -26,6 +26,11 @@ class DimError(IRError, ValueError):
     exact, a truth value that depends on the binding, a variable with no value)."""
 
 
+class SymbolicSizeError(IRError):
+    """A function with symbolic dimensions uses an op (or kernel plan) that cannot be
+    compiled for sizes known only at run time yet; static sizes compile it."""
+
+
 class WellFormedError(IRError):
     """The well-formedness verifier rejected a program (message shows the IR)."""
 

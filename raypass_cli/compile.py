@@ -153,7 +153,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     with command_scheduler(args) as scheduler:
         with process.measure(LOAD_SPAN):
             mod = load_model(args.model, parse_shapes(args.shapes), parse_dims(args.dim))
-        outcome = _compile_or_explain(mod, args, scheduler)
+        outcome = compile_model(mod, args, scheduler, emit=args.emit)
     for note in outcome.stats.notes:
         print(f"raypass: note: {note}", file=sys.stderr)
     with process.measure(WRITE_SPAN):
@@ -165,18 +165,6 @@ def cmd_compile(args: argparse.Namespace) -> int:
         path = write_trace(args.trace, [*process.spans, *outcome.spans], outcome.stats)
         print(f"wrote the trace to {path} (open it in https://ui.perfetto.dev)")
     return 0
-
-
-def _compile_or_explain(mod: IRModule, args: argparse.Namespace, scheduler: Any) -> BuildOutcome:
-    """compile_model, for a main with static shapes: a model with symbolic dims imports,
-    but cannot be compiled (or emitted) yet, which is the user's one-line error."""
-    from passinfra.build import BuildError, static_main_type
-
-    try:
-        static_main_type(mod, f"emitting {args.emit} for" if args.emit is not None else "compiling")
-    except BuildError as err:
-        raise CliUserError(str(err)) from None
-    return compile_model(mod, args, scheduler, emit=args.emit)
 
 
 def _write_outputs(args: argparse.Namespace, outcome: BuildOutcome) -> None:

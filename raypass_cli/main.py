@@ -52,8 +52,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def user_error_types() -> tuple[type[BaseException], ...]:
     """Errors that mean the command was wrong, not raypass: exit status 2."""
+    from passinfra.errors import SymbolicSizeError
     from passinfra.frontend import OnnxImportError, UnsupportedOpsError
     from passinfra.frontend.zoo import ZooSpecError
+    from passinfra.runtime.shape_binding import DimBindingError
     from passinfra.transform import PassArgumentError, PassConfigError, PassDependencyError, PassNotFoundError
     from scheduler.reproducer import ReproducerError
 
@@ -68,6 +70,8 @@ def user_error_types() -> tuple[type[BaseException], ...]:
         PassArgumentError,
         ParseError,
         ReproducerError,
+        SymbolicSizeError,
+        DimBindingError,
     )
 
 

@@ -22,7 +22,24 @@ def random_input(shape: list[int], dtype: str, rng: np.random.Generator, high: i
     return rng.standard_normal(shape).astype(dtype)
 
 
-def _inputs(specs: list[dict[str, Any]], items: list[str], seed: int) -> list[np.ndarray]:
+def _sizes(lib: Any, items: list[str]) -> dict[str, int]:
+    """``--dim NAME=N`` values: the sizes of a library's symbolic dimensions for its
+    random inputs (the others take the smallest size their bounds allow, at least 1)."""
+    names = [var.name for var in lib.dim_vars]
+    sizes: dict[str, int] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not value.strip().isdigit():
+            raise CliUserError(f"bad --dim value {item!r}; expected NAME=N (a size of a symbolic dimension)")
+        if name not in names:
+            known = ", ".join(names) or "none: its shapes are static"
+            raise CliUserError(f"the library has no symbolic dimension {name!r}; its dimensions: {known}")
+        sizes[name] = int(value)
+    return sizes
+
+
+def _inputs(specs: list[dict[str, Any]], shapes: list[tuple[int, ...]], items: list[str],
+            seed: int) -> list[np.ndarray]:
     given: dict[str, str] = {}
     for item in items:
         name, sep, source = item.partition("=")
@@ -35,10 +52,10 @@ def _inputs(specs: list[dict[str, Any]], items: list[str], seed: int) -> list[np
         raise CliUserError(f"the library has no input named {sorted(unknown)[0]!r}; its inputs: {known}")
     rng = np.random.default_rng(seed)
     arrays = []
-    for spec in specs:
+    for spec, shape in zip(specs, shapes):
         source = given.get(spec["name"], RANDOM)
         if source == RANDOM:
-            arrays.append(random_input(spec["shape"], spec["dtype"], rng))
+            arrays.append(random_input(list(shape), spec["dtype"], rng))
             continue
         if not Path(source).is_file():
             raise CliUserError(f"input file {source!r} for {spec['name']!r} does not exist")
@@ -72,7 +89,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.threads is not None:
         lib.set_num_threads(args.threads)
     print(f"threads {lib.num_threads}")
-    arrays = _inputs(lib.metadata["inputs"], args.input, args.seed)
+    sizes = _sizes(lib, args.dim)
+    shapes = lib.input_shapes(sizes)
+    if lib.dim_vars:  # the sizes random inputs get (a given .npy input has its own)
+        defaults = dict(zip((v.name for v in lib.dim_vars), (s for s in _default_sizes(lib))))
+        print("dims " + " ".join(f"{name}={sizes.get(name, defaults[name])}" for name in defaults))
+    arrays = _inputs(lib.metadata["inputs"], shapes, args.input, args.seed)
     for spec, array in zip(lib.metadata["inputs"], arrays):
         print(f"input  {spec['name']}: {array.shape} {array.dtype}")
     outputs = _flatten(lib(*arrays))
@@ -90,6 +112,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _default_sizes(lib: Any) -> list[int]:
+    return [min(max(var.lo, 1), var.hi if var.hi is not None else max(var.lo, 1)) for var in lib.dim_vars]
+
+
 def add_parser(sub: Any) -> None:
     parser = sub.add_parser("run", help="run a compiled library and summarize its outputs")
     parser.add_argument("library", metavar="LIB", help="a library written by `raypass compile -o LIB`")
@@ -99,6 +125,14 @@ def add_parser(sub: Any) -> None:
         default=[],
         metavar="NAME=FILE.npy|random",
         help="an input array (default: random for every input)",
+    )
+    parser.add_argument(
+        "--dim",
+        action="append",
+        default=[],
+        metavar="NAME=N",
+        help="the size of a symbolic dimension for the random inputs of a library compiled for "
+        "dynamic shapes (default: the smallest its bounds allow, at least 1)",
     )
     parser.add_argument("--output", metavar="DIR", help="save every output as DIR/output_<i>.npy")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")

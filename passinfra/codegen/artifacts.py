@@ -28,7 +28,7 @@ import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -71,11 +71,27 @@ def with_kernel_object_code(func: PrimFunc, object_code: bytes) -> PrimFunc:
 # ----- module-level products ---------------------------------------------------------------
 @dataclass(frozen=True)
 class MemoryPlan:
-    """Where main's intermediates live in the one shared workspace (PlanMemory)."""
+    """Where main's intermediates live in the one shared workspace (PlanMemory).
+
+    A plan for intermediates of symbolic sizes (``binding`` set) fixes the layout, not the
+    offsets: ``offsets`` are those at the representative ``binding``, and the host
+    computes the real ones at each call from ``order``, ``conflicts`` and ``sizes``
+    (:func:`passinfra.codegen.host.symbolic_layout`); ``workspace_bytes`` is then None and
+    ``naive_bytes`` a symbolic dimension."""
 
     offsets: dict[int, int]  # intermediate tensor id -> byte offset in the workspace
-    workspace_bytes: int  # planned peak
-    naive_bytes: int  # sum of every intermediate's size
+    workspace_bytes: int | None  # planned peak (None: it depends on the sizes of a call)
+    naive_bytes: Any  # sum of every intermediate's size (an int, or a symbolic dimension)
+    # symbolic plans only: the tensors in layout order, the earlier ones each must lie
+    # above, each one's size in bytes (a dimension), and the representative binding
+    order: tuple[int, ...] = ()
+    conflicts: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    sizes: dict[int, Any] = field(default_factory=dict)
+    binding: dict[str, int] | None = None
+
+    @property
+    def is_symbolic(self) -> bool:
+        return self.binding is not None
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,8 @@ from passinfra.codegen.compute.conv_microkernel import PANEL_WIDTH, matmul_call,
 from passinfra.codegen.compute.nn import _window_index
 from passinfra.errors import IRError
 from passinfra.ir.attrs import Attrs
+from passinfra.ir.dims import bounds as dim_bounds
+from passinfra.ir.dims import is_static as is_static_dim
 from passinfra.tir.intrinsics import GEMM_INTRINSIC, evaluate_gemm, is_gemm
 from passinfra.transform.config import register_config
 from passinfra.transform.context import PassContext
@@ -153,13 +155,30 @@ THREADS_SETTER = "scipy_openblas_set_num_threads"
 # --------------------------------------------------------------------------- the GEMM statement
 
 
-def gemm_call(a: tir.BufferLoad, b: tir.BufferLoad, c: tir.BufferLoad, m: int, n: int, k: int,
+def gemm_call(a: tir.BufferLoad, b: tir.BufferLoad, c: tir.BufferLoad, m: Any, n: Any, k: Any,
               trans_b: bool) -> tir.Stmt:
     """``C[m, n] = A[m, k] x op(B)`` (row-major, contiguous rows) with A, B, C starting at
-    the given elements; ``op(B)`` is ``B[k, n]``, or ``B[n, k]`` transposed."""
+    the given elements; ``op(B)`` is ``B[k, n]``, or ``B[n, k]`` transposed. A size may be
+    symbolic (a graph-level dimension, read at run time)."""
     ldb = k if trans_b else n
-    ints = [tir.IntImm(v, "int32") for v in (m, n, k, k, ldb, n, int(trans_b))]
+    ints = [_int32(v) for v in (m, n, k, k, ldb, n, int(trans_b))]
     return tir.Evaluate(tir.Intrinsic(GEMM_INTRINSIC, (a, b, c, *ints), "int32"))
+
+
+def _int32(value: Any) -> tir.PrimExpr:
+    if is_static_dim(value):
+        return tir.IntImm(int(value), "int32")
+    return tir.Cast("int32", tir.as_prim(value))
+
+
+def _pays(macs: Any, min_macs: int) -> bool:
+    """Whether a contraction of ``macs`` multiply-adds is worth a BLAS call; a symbolic
+    count is judged by its upper bound (none: it may be large, so yes). rp_gemm takes
+    the matrix-vector path at run time when a size comes out as 1."""
+    if is_static_dim(macs):
+        return macs >= min_macs
+    high = dim_bounds(macs)[1]
+    return high is None or high >= min_macs
 
 
 def render_gemm(args: Sequence[str]) -> str:
@@ -225,7 +244,7 @@ def _plan_dense(attrs: Attrs, shapes: Sequence[tuple[int, ...]], out_shape: tupl
         return None
     k, n = data[-1], weight[0]
     m = math.prod(data[:-1])
-    if m * n * k < min_macs:
+    if not _pays(m * n * k, min_macs):
         return None
 
     def emit(inputs: Sequence[tir.Buffer], out: tir.Buffer, new_buffer: Callable,
@@ -243,12 +262,14 @@ def _plan_matmul(attrs: Attrs, shapes: Sequence[tuple[int, ...]], out_shape: tup
         return None  # vector operands: leave them to the loop nest
     m, k, n = lhs[-2], lhs[-1], rhs[-1]
     batch_shape = out_shape[:-2]
-    if math.prod(batch_shape) * m * n * k < min_macs:
+    if not _pays(math.prod(batch_shape) * m * n * k, min_macs):
         return None
     if len(rhs) == 2 and tuple(lhs[:-2]) == tuple(batch_shape):
         # every batch of the left operand meets the same matrix: one tall GEMM
         rows = math.prod(lhs[:-1])
-        microkernel = rows >= MIN_MICROKERNEL_ROWS and n >= MIN_MICROKERNEL_COLUMNS and matmul_microkernel()
+        static_rows = is_static_dim(rows)
+        wide = is_static_dim(n) and n >= MIN_MICROKERNEL_COLUMNS and matmul_microkernel()
+        microkernel = wide and static_rows and rows >= MIN_MICROKERNEL_ROWS
 
         def emit_flat(inputs: Sequence[tir.Buffer], out: tir.Buffer, new_buffer: Callable,
                       epilogue: Epilogue | None = None):
@@ -257,6 +278,11 @@ def _plan_matmul(attrs: Attrs, shapes: Sequence[tuple[int, ...]], out_shape: tup
                 call = matmul_call(lhs, rhs, out, rows, k, n)  # the weight [k, n], or its panels
             else:
                 call = gemm_call(_first(lhs), _first(rhs), _first(out), rows, n, k, trans_b=False)
+                if wide and not static_rows and lhs.dtype == rhs.dtype == "float32":
+                    # rows known at run time: the microkernels from MIN_MICROKERNEL_ROWS on,
+                    # BLAS (sgemv for a decode step's one row) below
+                    enough = tir.GE(tir.as_prim(rows), tir.IntImm(MIN_MICROKERNEL_ROWS))
+                    call = tir.IfThenElse(enough, matmul_call(lhs, rhs, out, rows, k, n), call)
             return _with_epilogue(call, out, epilogue), []
 
         return GemmPlan("matmul", emit_flat, PANEL_WIDTH if microkernel else 0)
@@ -464,9 +490,9 @@ def _batch_start(buffer: tir.Buffer, batch: tuple[tir.TVar, ...],
     return tir.BufferLoad(buffer, (*index, tir.IntImm(0), tir.IntImm(0)))
 
 
-def _serial_loops(loop_vars: Sequence[tir.TVar], extents: Sequence[int], body: tir.Stmt) -> tir.Stmt:
+def _serial_loops(loop_vars: Sequence[tir.TVar], extents: Sequence[Any], body: tir.Stmt) -> tir.Stmt:
     for loop_var, extent in zip(reversed(tuple(loop_vars)), reversed(tuple(extents))):
-        body = tir.For(loop_var, tir.IntImm(0), tir.IntImm(int(extent)), tir.ForKind.SERIAL, body)
+        body = tir.For(loop_var, tir.IntImm(0), tir.as_prim(extent), tir.ForKind.SERIAL, body)
     return body
 
 

@@ -24,6 +24,15 @@ link step running them (see :mod:`passinfra.codegen.artifacts`).
   outputs of ``main`` are written straight into the caller's output arrays. It also makes
   the runtime metadata (:func:`runtime_metadata`).
 
+A main with symbolic dimensions (its parameter types have :mod:`passinfra.ir.dims`
+dimensions) calls kernels compiled for symbolic sizes (``PrimFunc.dims``): the analysis
+gives each such call the main-level value of each kernel size (``KernelCall.sizes``), the
+planner fixes the workspace's layout once and leaves the offsets to the host, which
+computes them from the sizes of each call (:func:`_plan_symbolic`), and the host takes the
+sizes as a fifth argument, ``const int64_t* dims``, with ``raypass_workspace_bytes(dims)``
+next to it (:func:`_render_symbolic_host`). The runtime binds the sizes from the inputs.
+Static mains get exactly what they always got.
+
 Both passes start from the same analysis of ``main``. Inside one link step
 (:func:`shared_host_analysis`, entered by ``passinfra.build.run_link``) it is made once
 and reused while ``main`` and every kernel it calls are the very objects it was made
@@ -48,6 +57,21 @@ from passinfra.codegen.c_renderer import dtype_bytes, sanitize_identifier
 from passinfra.codegen.lower import flatten_tuples
 from passinfra.codegen.object_cache import count
 from passinfra.errors import IRError
+from passinfra.ir.dims import (
+    Dim,
+    DimError,
+    DimVar,
+    SymDim,
+    dim_text,
+    dim_to_json,
+    evaluate,
+    exact_div,
+    free_vars,
+    placeholder,
+    prove_equal,
+    sorted_vars,
+    substitute,
+)
 from passinfra.ir.expr import (
     BaseFunc,
     Call,
@@ -78,10 +102,10 @@ Ref = Any
 @dataclass(frozen=True)
 class TensorInfo:
     kind: str  # "input" | "weight" | "intermediate"
-    shape: tuple[int, ...]
+    shape: tuple[Dim, ...]  # ints, or main-level symbolic dimensions
     dtype: str
     index: int  # position among inputs / weights / intermediates
-    nbytes: int
+    nbytes: Dim  # an int when the shape is static
 
 
 @dataclass(frozen=True)
@@ -89,6 +113,9 @@ class KernelCall:
     symbol: str
     args: tuple[int, ...]  # tensor ids read
     outputs: tuple[int, ...]  # tensor ids written
+    # a kernel compiled for symbolic sizes: the main-level value of each of its size
+    # variables (``func.dims``, in order), passed after the buffers; () for a static kernel
+    sizes: tuple[Dim, ...] = ()
 
 
 @dataclass
@@ -99,11 +126,23 @@ class HostProgram:
     input_ids: list[int] = field(default_factory=list)
     weights: list[np.ndarray] = field(default_factory=list)
     result: Ref = None
+    # main's symbolic dimensions (those of its parameters' types), in canonical order: the
+    # order of the ``dims`` array the host entry of a symbolic main takes
+    dim_vars: list[DimVar] = field(default_factory=list)
+    # results of kernels with symbolic sizes whose ``shape`` is their (flattened) output
+    # buffers', not a graph-level shape: only their element counts mean anything
+    flat: set[int] = field(default_factory=set)
 
-    def add_tensor(self, kind: str, shape: tuple[int, ...], dtype: str, index: int) -> int:
-        shape = tuple(int(d) for d in shape)
+    def add_tensor(self, kind: str, shape: tuple[Dim, ...], dtype: str, index: int) -> int:
+        shape = tuple(d if isinstance(d, SymDim) else int(d) for d in shape)
         self.tensors.append(TensorInfo(kind, shape, dtype, index, math.prod(shape) * dtype_bytes(dtype)))
         return len(self.tensors) - 1
+
+    @property
+    def is_symbolic(self) -> bool:
+        """Whether main has symbolic dimensions or calls a kernel compiled for symbolic
+        sizes: its host entry then takes the sizes (:func:`render_host`)."""
+        return bool(self.dim_vars) or any(call.sizes for call in self.calls)
 
     @property
     def output_ids(self) -> list[int]:
@@ -161,6 +200,8 @@ def _analyze(mod: IRModule) -> tuple[HostProgram, dict[GlobalVar, _KernelSignatu
         refs[param] = tensor
         program.input_names.append(param.name_hint)
         program.input_ids.append(tensor)
+    program.dim_vars = sorted_vars(
+        var for t in program.input_ids for dim in program.tensors[t].shape for var in free_vars(dim))
 
     nodes = list(iter_post_order(main.body))
     let_values = {node.var: node.value for node in nodes if isinstance(node, Let)}
@@ -202,7 +243,26 @@ def _analyze(mod: IRModule) -> tuple[HostProgram, dict[GlobalVar, _KernelSignatu
                 f"lets); it cannot handle {type(node).__name__}"
             )
     program.result = ref_of(main.body)
+    _check_dims_known(program)
     return program, signatures
+
+
+def _check_dims_known(program: HostProgram) -> None:
+    """Every symbolic size the host computes must follow from main's inputs."""
+    known = set(program.dim_vars)
+    for info in program.tensors:
+        for dim in info.shape:
+            for var in free_vars(dim):
+                if var not in known:
+                    raise IRError(f"host codegen: dimension {dim_text(var)} of a {info.kind} tensor "
+                                  f"{info.dtype}[{', '.join(map(dim_text, info.shape))}] is not given by any "
+                                  "parameter of main")
+    for call in program.calls:
+        for size in call.sizes:
+            for var in free_vars(size):
+                if var not in known:
+                    raise IRError(f"host codegen: size {dim_text(size)} of kernel {call.symbol} uses "
+                                  f"dimension {dim_text(var)}, which no parameter of main gives")
 
 
 @dataclass(frozen=True)
@@ -247,35 +307,284 @@ def _kernel_call(
         raise IRError(
             f"host codegen: @{name} takes {sig.num_inputs} input buffers, main passes {len(args)} tensors"
         )
+    kernel_dims = tuple(getattr(sig.func, "dims", ()))
+    sizes = _kernel_sizes(sig.func, name, args, program) if kernel_dims else ()
     for position, (tensor, spec) in enumerate(zip(args, sig.input_specs)):
         info = program.tensors[tensor]
-        if (info.dtype, info.nbytes) != spec:
-            buffer = sig.func.params[position]
+        buffer = sig.func.params[position]
+        matches = (
+            _symbolic_input_matches(info, buffer, program, kernel_dims, sizes)
+            if kernel_dims
+            else (info.dtype, info.nbytes) == spec
+        )
+        if not matches:
             raise IRError(
-                f"host codegen: argument {position} of @{name} is {info.dtype}{list(info.shape)}, "
+                f"host codegen: argument {position} of @{name} is {info.dtype}{_shape_text(info.shape)}, "
                 f"but the kernel's buffer {buffer.name!r} is {buffer.dtype}{list(buffer.shape)}"
             )
     outputs = []
-    for shape, dtype in _output_types(call, sig.func.params[sig.num_inputs :]):
+    values = {id(var): size for var, size in zip(kernel_dims, sizes)}
+    typed, types = _output_types(call, sig.func.params[sig.num_inputs :], name, values)
+    if not typed and kernel_dims:
+        recorded = _recorded_output_shapes(sig.func, sizes, [dtype for _, dtype in types])
+        if recorded is not None:
+            typed, types = True, recorded
+    for shape, dtype in types:
         outputs.append(program.add_tensor("intermediate", shape, dtype, intermediates))
+        if not typed and kernel_dims:
+            program.flat.add(outputs[-1])
         intermediates += 1
-    program.calls.append(KernelCall(sig.symbol, tuple(args), tuple(outputs)))
+    program.calls.append(KernelCall(sig.symbol, tuple(args), tuple(outputs), sizes))
     ref: Ref = outputs[0] if len(outputs) == 1 else tuple(outputs)
     return ref, intermediates
 
 
-def _output_types(call: Call, buffers: tuple) -> list[tuple[tuple[int, ...], str]]:
+def _recorded_output_shapes(func: PrimFunc, sizes: tuple[Dim, ...],
+                            dtypes: list[str]) -> list[tuple[tuple[Dim, ...], str]] | None:
+    """The outputs' graph-level shapes the lowering recorded (attr ``output_shapes``, over
+    the kernel's own dimensions), in main's dimensions at this call; None without them."""
+    recorded = func.attrs.get("output_shapes")
+    names = _attr_tuple(func, "size_names")
+    if recorded is None or names is None or len(recorded) != len(dtypes):
+        return None
+    by_name = dict(zip(names, sizes))
+    shapes = []
+    for shape, dtype in zip(recorded, dtypes):
+        mapping = {var: by_name[var.name] for dim in shape for var in free_vars(dim) if var.name in by_name}
+        shapes.append((tuple(substitute(dim, mapping) for dim in shape), dtype))
+    return shapes
+
+
+def _output_types(
+    call: Call, buffers: tuple, name: str = "", sizes: dict[int, Dim] | None = None
+) -> tuple[bool, list[tuple[tuple[Dim, ...], str]]]:
     """Graph-level shapes of the outputs when the call's type is known (buffers may be
-    flattened), else the buffers' own shapes."""
-    from_buffers = [(b.shape, b.dtype) for b in buffers]
+    flattened), else the buffers' own shapes; and whether they are the call's type.
+
+    A kernel compiled for symbolic sizes has buffer shapes over its own size variables:
+    the call's type is in main's dimensions already; without one, the buffers' shapes are
+    rewritten with each size variable replaced by its value at this call (``sizes``:
+    ``id(variable)`` -> main-level dimension), which gives the right byte counts though
+    the buffers may be flattened."""
     ty = call._checked_type
     fields = list(ty.fields) if isinstance(ty, TupleType) else [ty]
+    symbolic = not all(type(d) is int for b in buffers for d in b.shape)
     if ty is not None and len(fields) == len(buffers) and all(isinstance(f, TensorType) for f in fields):
         typed = [(tuple(f.shape), f.dtype) for f in fields]
-        sizes_match = all(math.prod(s) == b.size and d == b.dtype for (s, d), b in zip(typed, buffers))
-        if sizes_match:
-            return typed
-    return from_buffers
+        if symbolic or not all(f.is_static for f in fields):
+            if all(d == b.dtype for (_, d), b in zip(typed, buffers)):
+                return True, typed
+        else:
+            sizes_match = all(math.prod(s) == b.size and d == b.dtype for (s, d), b in zip(typed, buffers))
+            if sizes_match:
+                return True, typed
+    if not symbolic:
+        return False, [(b.shape, b.dtype) for b in buffers]
+    shapes = []
+    for buffer in buffers:
+        shape = tuple(_tir_to_dim(d, sizes or {}) for d in buffer.shape)
+        if any(d is None for d in shape):
+            raise IRError(f"host codegen: cannot compute the shape {list(buffer.shape)} of @{name}'s output "
+                          f"buffer {buffer.name!r} from the sizes of the call")
+        shapes.append((shape, buffer.dtype))
+    return False, shapes
+
+
+def _tir_to_dim(expr: Any, values: dict[int, Dim]) -> Dim | None:
+    """An int64 loop-level expression over a kernel's size variables as a graph-level
+    dimension, each variable replaced by ``values[id(variable)]``; None for anything
+    that is not integer arithmetic of the kinds dimensions have."""
+    from passinfra.tir import nodes as t
+
+    if type(expr) is int:
+        return expr
+    if isinstance(expr, t.IntImm):
+        return int(expr.value)
+    if isinstance(expr, t.TVar):
+        return values.get(id(expr))
+    if isinstance(expr, t.Cast):
+        return _tir_to_dim(expr.value, values)
+    if not isinstance(expr, (t.Add, t.Sub, t.Mul, t.FloorDiv, t.FloorMod)):
+        return None
+    a, b = _tir_to_dim(expr.a, values), _tir_to_dim(expr.b, values)
+    if a is None or b is None:
+        return None
+    if isinstance(expr, t.Add):
+        return a + b
+    if isinstance(expr, t.Sub):
+        return a - b
+    if isinstance(expr, t.Mul):
+        return a * b
+    if type(b) is not int or b <= 0:
+        return None
+    return a // b if isinstance(expr, t.FloorDiv) else a % b
+
+
+def _shape_text(shape: tuple[Dim, ...]) -> str:
+    if all(type(d) is int for d in shape):
+        return str(list(shape))
+    return f"[{', '.join(dim_text(d) for d in shape)}]"
+
+
+def _attr_tuple(func: PrimFunc, key: str) -> tuple | None:
+    value = func.attrs.get(key)
+    if value is None:
+        return None
+    return tuple(tuple(v) if isinstance(v, (list, tuple)) else v for v in value)
+
+
+def _kernel_sizes(func: PrimFunc, name: str, args: list[int], program: HostProgram) -> tuple[Dim, ...]:
+    """The main-level value of each size variable of a kernel compiled for symbolic sizes.
+
+    In this order: the argument's dimension its ``size_sources`` attr points at, when that
+    argument's shape is graph-level (an input, a weight, a typed call's result); else
+    solved from the element count of an input buffer whose size is linear in the one
+    variable still unknown (kernel results in a lowered main are typed by their flattened
+    buffers only); for a size no input has as a whole dimension (source ``(-1, -1)``),
+    main's dimension of the name ``size_names`` gives it. A size none of these gives is an
+    error naming the kernel and the size."""
+    kernel_dims = tuple(func.dims)
+    names = _attr_tuple(func, "size_names")
+    sources = _attr_tuple(func, "size_sources")
+    if names is None or len(names) != len(kernel_dims):
+        raise IRError(f"host codegen: @{name} has {len(kernel_dims)} size variables but its size_names attr "
+                      f"is {names!r}")
+    if sources is None:
+        sources = ((-1, -1),) * len(kernel_dims)
+    if len(sources) != len(kernel_dims):
+        raise IRError(f"host codegen: @{name} has {len(kernel_dims)} size variables but {len(sources)} "
+                      "size_sources")
+    resolved: dict[int, Dim] = {}
+    for k, (index, axis) in enumerate(sources):
+        if index < 0:
+            continue
+        if index >= len(args) or not 0 <= axis < len(program.tensors[args[index]].shape):
+            if args[index:index + 1] and args[index] in program.flat:
+                continue
+            raise IRError(f"host codegen: size {names[k]!r} of @{name} comes from axis {axis} of input "
+                          f"{index}, which the call does not have")
+        if args[index] not in program.flat:
+            resolved[k] = program.tensors[args[index]].shape[axis]
+    by_name = {var.name: var for var in program.dim_vars}
+    for k, (index, _) in enumerate(sources):
+        if index < 0 and names[k] in by_name:
+            resolved[k] = by_name[names[k]]
+    _solve_sizes(func, args, program, resolved)
+    guessed = [k for k, name_k in enumerate(names) if k not in resolved and name_k in by_name]
+    for k in guessed:  # given by no typed input nor element count: main's dimension of that name
+        resolved[k] = by_name[names[k]]
+    missing = [k for k in range(len(kernel_dims)) if k not in resolved]
+    if missing:
+        k = missing[0]
+        known = ", ".join(by_name) or "none"
+        raise IRError(f"host codegen: cannot tell size {names[k]!r} ({kernel_dims[k].name}) of @{name} at "
+                      f"this call: no input gives it as a whole dimension or by its size, and main's "
+                      f"dimensions ({known}) have no such name")
+    if guessed:
+        _check_sizes(func, name, args, program, resolved, [names[k] for k in guessed])
+    return tuple(resolved[k] for k in range(len(kernel_dims)))
+
+
+def _check_sizes(func: PrimFunc, name: str, args: list[int], program: HostProgram, resolved: dict[int, Dim],
+                 guessed: list[str]) -> None:
+    """Sizes taken by name must give every input buffer exactly its argument's element
+    count, as polynomials in main's dimensions (a kernel FuseOps shared between calls
+    may name a size differently from this call): else an IRError, never a wrong size."""
+    values = {id(var): resolved[k] for k, var in enumerate(func.dims)}
+    num_inputs = int(func.attrs.get("num_inputs", len(func.params)))
+    for buffer, tensor in zip(func.params[:num_inputs], args):
+        count = _tir_to_dim(buffer.size, values)
+        given = math.prod(program.tensors[tensor].shape)
+        if count is None or not _same_dim(count, given):
+            raise IRError(f"host codegen: the sizes {', '.join(guessed)} of @{name}, taken from main's "
+                          f"dimensions of those names, do not fit its buffer {buffer.name!r} at this call "
+                          f"({count} elements, the argument has {given})")
+
+
+def _same_dim(a: Dim, b: Dim) -> bool:
+    return prove_equal(a, b) is True
+
+
+def _solve_sizes(func: PrimFunc, args: list[int], program: HostProgram, resolved: dict[int, Dim]) -> None:
+    """Complete ``resolved`` (size variable index -> main-level dimension) from the input
+    buffers' element counts: a buffer of ``rows * 64`` elements given an argument of
+    ``batch * 64`` elements gives ``rows = batch``."""
+    kernel_dims = tuple(func.dims)
+    unknowns = {k: placeholder(k, 0, None) for k in range(len(kernel_dims))}
+    progress = True
+    while progress and len(resolved) < len(kernel_dims):
+        progress = False
+        for buffer, tensor in zip(func.params, args):
+            values = {id(var): resolved.get(k, unknowns[k]) for k, var in enumerate(kernel_dims)}
+            expr = _tir_to_dim(buffer.size, values)
+            if expr is None:
+                continue
+            left = [k for k in unknowns if k not in resolved and unknowns[k] in free_vars(expr)]
+            if len(left) != 1:
+                continue
+            u = unknowns[left[0]]
+            rest = substitute(expr, {u: 0})
+            coefficient = exact_div(expr - rest, u)
+            if coefficient is None or coefficient == 0 or u in free_vars(coefficient):
+                continue
+            value = exact_div(math.prod(program.tensors[tensor].shape) - rest, coefficient)
+            if value is None:
+                continue
+            resolved[left[0]] = value
+            progress = True
+
+
+def representative_binding(dim_vars: list[DimVar]) -> dict[str, int]:
+    """One binding of main's dimensions the symbolic planner decides its layout at (and
+    the host analysis checks buffer sizes at): each at 64, or the bound nearest it. A
+    moderate size makes the tensors whose sizes grow with a dimension compare with the
+    fixed ones as they do at typical batch and sequence sizes; the bounds keep it valid."""
+    binding = {}
+    for var in dim_vars:
+        value = max(var.lo, 64)
+        binding[var.name] = value if var.hi is None else min(value, var.hi)
+    return binding
+
+
+def _symbolic_input_matches(info: TensorInfo, buffer: Any, program: HostProgram, kernel_dims: tuple,
+                            sizes: tuple[Dim, ...]) -> bool:
+    """An argument of a kernel with size variables fits its buffer: the same dtype, and the
+    same byte count at the representative binding (when both can be evaluated)."""
+    if info.dtype != buffer.dtype:
+        return False
+    binding = representative_binding(program.dim_vars)
+    try:
+        values = {id(var): evaluate(size, binding) for var, size in zip(kernel_dims, sizes)}
+        nbytes = evaluate(info.nbytes, binding)
+    except DimError:
+        return True
+    elements = _eval_index(buffer.size, values)
+    return elements is None or elements * dtype_bytes(buffer.dtype) == nbytes
+
+
+def _eval_index(expr: Any, values: dict[int, int]) -> int | None:
+    """An int64 loop-level expression over a kernel's size variables, evaluated (None for
+    anything this small evaluator does not know)."""
+    from passinfra.tir import nodes as t
+
+    if type(expr) is int:
+        return expr
+    if isinstance(expr, t.IntImm):
+        return int(expr.value)
+    if isinstance(expr, t.TVar):
+        return values.get(id(expr))
+    if isinstance(expr, t.Cast):
+        return _eval_index(expr.value, values)
+    if isinstance(expr, t.BinaryOp):
+        a, b = _eval_index(expr.a, values), _eval_index(expr.b, values)
+        if a is None or b is None:
+            return None
+        ops = {t.Add: lambda: a + b, t.Sub: lambda: a - b, t.Mul: lambda: a * b,
+               t.FloorDiv: lambda: a // b if b else None, t.FloorMod: lambda: a % b if b else None,
+               t.Min: lambda: min(a, b), t.Max: lambda: max(a, b)}
+        op = ops.get(type(expr))
+        return None if op is None else op()
+    return None
 
 
 # ----- one analysis per link step -----------------------------------------------------------
@@ -362,18 +671,38 @@ def plan_memory(program: HostProgram) -> MemoryPlan:
     The placed tensors whose lifetimes overlap a tensor's come from :class:`_Lifetimes`,
     which never looks at one once per step the two share: with many long-lived tensors
     (a concatenation of many early results) that made the planning cubic in their
-    number. ``plan_memory_candidates`` counts the overlapping tensors examined."""
+    number. ``plan_memory_candidates`` counts the overlapping tensors examined.
+
+    When a workspace tensor has a symbolic size, see :func:`_plan_symbolic`."""
     tensors = workspace_tensors(program)
     first, last = tensor_lifetimes(program)
+    if any(isinstance(program.tensors[t].nbytes, SymDim) for t in tensors):
+        return _plan_symbolic(program, tensors, first, last)
     slot_size = {t: _align(max(program.tensors[t].nbytes, 1)) for t in tensors}
+    offsets, candidates, _ = _first_fit(tensors, first, last, len(program.calls), slot_size)
+    count("plan_memory_candidates", candidates)
+    peak = max((offsets[t] + slot_size[t] for t in tensors), default=0)
+    naive = sum(program.tensors[t].nbytes for t in tensors)
+    return MemoryPlan(offsets, peak, naive)
+
+
+def _first_fit(
+    tensors: list[int], first: dict[int, int], last: dict[int, int], steps: int, slot_size: dict[int, int],
+    record: bool = False,
+) -> tuple[dict[int, int], int, dict[int, set[int]]]:
+    """The greedy of :func:`plan_memory`: offsets, the number of candidates examined and
+    (``record``) the tensors placed before each one whose lifetimes overlap its own."""
     order = sorted(tensors, key=lambda t: (-slot_size[t], first[t], t))
-    placed = _Lifetimes(len(program.calls))
+    placed = _Lifetimes(steps)
     offsets: dict[int, int] = {}
+    overlaps: dict[int, set[int]] = {}
     candidates = 0
     for t in order:
         size = slot_size[t]
         overlapping = placed.overlapping(first[t], last[t])
         candidates += len(overlapping)
+        if record:
+            overlaps[t] = overlapping
         conflicts = sorted({(offsets[o], slot_size[o]) for o in overlapping})
         offset = 0
         for other_offset, other_size in conflicts:
@@ -382,10 +711,58 @@ def plan_memory(program: HostProgram) -> MemoryPlan:
             offset = max(offset, other_offset + other_size)
         offsets[t] = offset
         placed.add(first[t], last[t], t)
+    return offsets, candidates, overlaps
+
+
+def _plan_symbolic(program: HostProgram, tensors: list[int], first: dict[int, int],
+                   last: dict[int, int]) -> MemoryPlan:
+    """A plan for intermediates with symbolic sizes: the layout is decided once, the
+    offsets are computed by the host at every call from the sizes of that call.
+
+    The greedy of :func:`plan_memory` runs on the sizes at :func:`representative_binding`.
+    Its layout fixes, for every two tensors whose lifetimes overlap, which lies below the
+    other; ``order`` lists the tensors by their offset there, and ``conflicts[t]`` the
+    tensors before ``t`` in it whose lifetimes overlap ``t``'s (without those implied by
+    another: ``u`` below ``v`` below ``t``). At a call,
+    ``offset[t] = align64(max(offset[u] + size[u] for u in conflicts[t]))`` (0 for none)
+    and the workspace is ``max(offset[t] + size[t])`` (:func:`symbolic_layout`): every
+    tensor lies above those it must not overlap, at every binding, and at the
+    representative binding the offsets are the greedy's own (where no size there is 0)."""
+    binding = representative_binding(program.dim_vars)
+    sizes = {t: program.tensors[t].nbytes for t in tensors}
+    slot_size = {t: _align(max(evaluate(sizes[t], binding), 1)) for t in tensors}
+    steps = len(program.calls)
+    offsets, candidates, overlaps = _first_fit(tensors, first, last, steps, slot_size, record=True)
     count("plan_memory_candidates", candidates)
-    peak = max((offsets[t] + slot_size[t] for t in tensors), default=0)
-    naive = sum(program.tensors[t].nbytes for t in tensors)
-    return MemoryPlan(offsets, peak, naive)
+    neighbours: dict[int, set[int]] = {t: set() for t in tensors}
+    for t, overlapping in overlaps.items():
+        for u in overlapping:
+            neighbours[t].add(u)
+            neighbours[u].add(t)
+    order = sorted(tensors, key=lambda t: (offsets[t], t))
+    position = {t: i for i, t in enumerate(order)}
+    below = {t: {u for u in neighbours[t] if position[u] < position[t]} for t in tensors}
+    conflicts: dict[int, tuple[int, ...]] = {}
+    for t in order:
+        direct = below[t]
+        if len(direct) <= 64:  # u below v below t: v's end bounds u's (quadratic, so only when few)
+            direct = {u for u in direct if not any(u in below[v] for v in direct)}
+        conflicts[t] = tuple(sorted(direct, key=position.__getitem__))
+    naive: Dim = sum((sizes[t] for t in tensors), 0)
+    return MemoryPlan(offsets, None, naive, order=tuple(order), conflicts=conflicts, sizes=sizes,
+                      binding=binding)
+
+
+def symbolic_layout(plan: MemoryPlan, binding: dict[str, int]) -> tuple[dict[int, int], int]:
+    """The workspace offsets and bytes of a symbolic plan at ``binding`` (what the host
+    computes at a call; see :func:`_plan_symbolic`)."""
+    offsets: dict[int, int] = {}
+    total = 0
+    for t in plan.order:
+        end = max((offsets[u] + evaluate(plan.sizes[u], binding) for u in plan.conflicts[t]), default=0)
+        offsets[t] = _align(end)
+        total = max(total, offsets[t] + evaluate(plan.sizes[t], binding))
+    return offsets, total
 
 
 class _Lifetimes:
@@ -487,7 +864,12 @@ def render_host(program: HostProgram, plan: MemoryPlan, weight_offsets: list[int
     one loop. Straight-line code with one block per call made gcc -O2 spend ~0.6 s on a
     24-layer transformer's host, serially, after every kernel compiled in parallel; the
     tables compile in a few milliseconds at any model size.
+
+    A main with symbolic dimensions gets straight-line code instead
+    (:func:`_render_symbolic_host`).
     """
+    if program.is_symbolic:
+        return _render_symbolic_host(program, plan, weight_offsets)
     outputs = program.output_ids
     direct: dict[int, int] = {}
     for position, t in enumerate(outputs):
@@ -560,6 +942,149 @@ def render_host(program: HostProgram, plan: MemoryPlan, weight_offsets: list[int
     return "\n".join(lines)
 
 
+# ----- host C for symbolic sizes ------------------------------------------------------------
+WORKSPACE_SYMBOL = "raypass_workspace_bytes"
+
+_SYMBOLIC_PRELUDE = [
+    "/* floor division and modulus by a positive constant, also for negative numerators */",
+    "static inline int64_t rp_floordiv(int64_t a, int64_t b) {",
+    "  const int64_t q = a / b;",
+    "  return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;",
+    "}",
+    "static inline int64_t rp_floormod(int64_t a, int64_t b) {",
+    "  const int64_t r = a % b;",
+    "  return (r != 0 && (r < 0) != (b < 0)) ? r + b : r;",
+    "}",
+    "static inline int64_t rp_max(int64_t a, int64_t b) { return a > b ? a : b; }",
+    "static inline int64_t rp_align(int64_t n) {",
+    f"  return (n + {ALIGNMENT - 1}) / {ALIGNMENT} * {ALIGNMENT};",
+    "}",
+]
+
+
+def _c_int(value: int) -> str:
+    return str(value) if -(2**31) < value < 2**31 else f"INT64_C({value})"
+
+
+def c_dim(dim: Dim, names: dict[str, str]) -> str:
+    """``dim`` as a C int64 expression, each variable written as ``names[var.name]``;
+    parenthesized unless it is a single name or a non-negative constant."""
+    if not isinstance(dim, SymDim):
+        value = int(dim)
+        return _c_int(value) if value >= 0 else f"({_c_int(value)})"
+    if type(dim) is DimVar:
+        return names[dim.name]
+    parts: list[str] = []
+    for mono, coeff in dim.terms:
+        factors = [_c_atom(atom, names) for atom, exp in mono for _ in range(exp)]
+        magnitude = abs(coeff)
+        if not factors:
+            text = _c_int(magnitude)
+        else:
+            text = " * ".join(factors) + ("" if magnitude == 1 else f" * {_c_int(magnitude)}")
+        if not parts:
+            parts.append(text if coeff > 0 else f"-{text}")
+        else:
+            parts.append(f"{'+' if coeff > 0 else '-'} {text}")
+    return f"({' '.join(parts)})"
+
+
+def _c_atom(atom: Any, names: dict[str, str]) -> str:
+    if type(atom) is DimVar:
+        return names[atom.name]
+    function = "rp_floordiv" if type(atom).__name__ == "_FloorDiv" else "rp_floormod"
+    return f"{function}({c_dim(atom.num, names)}, {_c_int(atom.den)})"
+
+
+def _comment(text: str) -> str:
+    return text.replace("*/", "* /")
+
+
+def _render_symbolic_host(program: HostProgram, plan: MemoryPlan, weight_offsets: list[int]) -> str:
+    """C source of a host for a main with symbolic dimensions: ``int raypass_main(void**
+    inputs, void** outputs, void* weights, void* workspace, const int64_t* dims)`` and
+    ``int64_t raypass_workspace_bytes(const int64_t* dims)``, ``dims`` holding the size of
+    each of main's dimensions (:attr:`HostProgram.dim_vars` order, the metadata's
+    ``dims``). Straight-line code: the workspace offsets computed from the sizes
+    (:func:`_plan_symbolic`), then one block per kernel call passing its buffers and then a
+    pointer to each of its size values. Dynamic models are small next to the deep static
+    ones the tables of :func:`render_host` are for."""
+    names = {var.name: f"d{i}" for i, var in enumerate(program.dim_vars)}
+    outputs = program.output_ids
+    direct: dict[int, int] = {}
+    for position, t in enumerate(outputs):
+        if program.tensors[t].kind == "intermediate":
+            direct.setdefault(t, position)
+    slots = list(plan.order) if plan.is_symbolic else sorted(plan.offsets, key=lambda t: (plan.offsets[t], t))
+    slot_of = {t: i for i, t in enumerate(slots)}
+
+    def pointer(t: int) -> str:
+        info = program.tensors[t]
+        if info.kind == "input":
+            return f"inputs[{info.index}]"
+        if info.kind == "weight":
+            return f"(void*)(w + {weight_offsets[info.index]})"
+        if t in direct:
+            return f"outputs[{direct[t]}]"
+        return f"(void*)(ws + off[{slot_of[t]}])"
+
+    def load_dims(indent: str) -> list[str]:
+        lines = [f"{indent}const int64_t {names[var.name]} = dims[{i}];  /* {_comment(dim_text(var))} */"
+                 for i, var in enumerate(program.dim_vars)]
+        used = " ".join(f"(void){names[var.name]};" for var in program.dim_vars)
+        return lines + [f"{indent}(void)dims;{' ' + used if used else ''}"]
+
+    symbols = sorted({call.symbol for call in program.calls})
+    lines = ["/* generated by raypass host codegen (symbolic sizes) */", "#include <stdint.h>",
+             "#include <string.h>", ""]
+    lines += [f"int {symbol}_packed(void** args);" for symbol in symbols]
+    lines += ["", *_SYMBOLIC_PRELUDE, ""]
+    # the layout: each workspace tensor's offset, and the bytes the workspace needs
+    lines += ["/* the intermediates' workspace offsets at these sizes; returns the workspace's bytes */",
+              "static int64_t raypass_layout(const int64_t* dims, int64_t* off) {",
+              *load_dims("  "), "  (void)off;", "  int64_t end = 0, total = 0;", "  (void)end;"]
+    for i, t in enumerate(slots):
+        size = c_dim(program.tensors[t].nbytes, names)
+        if plan.is_symbolic:
+            lines.append("  end = 0;")
+            lines += [f"  end = rp_max(end, off[{slot_of[u]}] + {c_dim(program.tensors[u].nbytes, names)});"
+                      for u in plan.conflicts[t]]
+            lines.append(f"  off[{i}] = rp_align(end);")
+        else:
+            lines.append(f"  off[{i}] = {plan.offsets[t]};")
+        lines.append(f"  total = rp_max(total, off[{i}] + {size});")
+    lines += ["  return total;", "}", ""]
+    lines += [f"int64_t {WORKSPACE_SYMBOL}(const int64_t* dims) {{",
+              f"  int64_t off[{max(len(slots), 1)}];",
+              "  return raypass_layout(dims, off);", "}", ""]
+    lines += [
+        f"int {HOST_SYMBOL}(void** inputs, void** outputs, void* weights, void* workspace, "
+        "const int64_t* dims) {",
+        "  char* const w = (char*)weights;",
+        "  char* const ws = (char*)workspace;",
+        f"  int64_t off[{max(len(slots), 1)}];",
+        "  raypass_layout(dims, off);",
+        *load_dims("  "),
+        "  (void)inputs; (void)outputs; (void)w; (void)ws; (void)off;",
+    ]
+    for step, call in enumerate(program.calls):
+        buffers = [pointer(t) for t in (*call.args, *call.outputs)]
+        lines.append(f"  {{  /* call {step}: {call.symbol} */")
+        if call.sizes:
+            values = ", ".join(c_dim(size, names) for size in call.sizes)
+            lines.append(f"    int64_t z[{len(call.sizes)}] = {{{values}}};")
+            buffers += [f"&z[{k}]" for k in range(len(call.sizes))]
+        lines.append(f"    void* a[{max(len(buffers), 1)}] = {{{', '.join(buffers) or '0'}}};")
+        lines.append(f"    if ({call.symbol}_packed(a) != 0) return {step + 1};")
+        lines.append("  }")
+    for position, t in enumerate(outputs):
+        if direct.get(t) != position:  # an input, a weight, or a repeated output
+            nbytes = c_dim(program.tensors[t].nbytes, names)
+            lines.append(f"  memcpy(outputs[{position}], {pointer(t)}, (size_t){nbytes});")
+    lines += ["  return 0;", "}", ""]
+    return "\n".join(lines)
+
+
 def graph_output_types(ret_type: Type) -> list[TensorType]:
     """The tensors of a graph-level return type, flattened in output order."""
     fields: list[TensorType] = []
@@ -581,7 +1106,7 @@ def _output_shapes(program: HostProgram, ret_type: Type | None) -> list[list[int
     if ret_type is not None:
         typed = graph_output_types(ret_type)
         if len(typed) == len(shapes):
-            shapes = [[int(d) for d in ty.shape] for ty in typed]
+            shapes = [[d if isinstance(d, SymDim) else int(d) for d in ty.shape] for ty in typed]
     return shapes
 
 
@@ -589,24 +1114,41 @@ def runtime_metadata(
     program: HostProgram, plan: MemoryPlan, weights_size: int, ret_type: Type | None = None
 ) -> dict[str, Any]:
     """What the runtime needs to call the library (stored as JSON next to it).
-    ``ret_type``: main's graph-level return type, which gives the outputs their shapes."""
-    return {
+    ``ret_type``: main's graph-level return type, which gives the outputs their shapes.
+
+    A symbolic main's metadata also has ``dims`` (each of main's dimensions: name and
+    bounds, in the order the host takes their sizes); symbolic shape entries are
+    :func:`~passinfra.ir.dims.dim_to_json` objects, ``workspace_bytes`` is None (the
+    library's ``raypass_workspace_bytes`` says it per call) and
+    ``naive_intermediate_bytes`` may be symbolic too."""
+    metadata = {
         "format": "raypass-library/1",
         "entry": HOST_SYMBOL,
         "inputs": [
-            {"name": name, "shape": list(program.tensors[t].shape), "dtype": program.tensors[t].dtype}
+            {"name": name, "shape": _json_shape(program.tensors[t].shape), "dtype": program.tensors[t].dtype}
             for name, t in zip(program.input_names, program.input_ids)
         ],
         "outputs": [
-            {"shape": shape, "dtype": program.tensors[t].dtype}
+            {"shape": _json_shape(shape), "dtype": program.tensors[t].dtype}
             for t, shape in zip(program.output_ids, _output_shapes(program, ret_type))
         ],
         "output_structure": program.output_structure(),
         "workspace_bytes": plan.workspace_bytes,
-        "naive_intermediate_bytes": plan.naive_bytes,
+        "naive_intermediate_bytes": dim_to_json(plan.naive_bytes),
         "weights_bytes": weights_size,
         "kernels": [call.symbol for call in program.calls],
     }
+    if program.is_symbolic:
+        metadata["dims"] = [{"name": var.name, "lo": var.lo, "hi": var.hi} for var in program.dim_vars]
+        if not plan.is_symbolic:  # sizes of a call never change the workspace: say it
+            metadata["workspace_bytes"] = plan.workspace_bytes
+        else:
+            metadata["workspace_bytes"] = None
+    return metadata
+
+
+def _json_shape(shape: Any) -> list[Any]:
+    return [dim_to_json(d) if isinstance(d, SymDim) else d for d in shape]
 
 
 __all__ = [
@@ -622,6 +1164,10 @@ __all__ = [
     "render_host",
     "runtime_metadata",
     "HOST_SYMBOL",
+    "WORKSPACE_SYMBOL",
+    "c_dim",
+    "representative_binding",
+    "symbolic_layout",
     "host_program",
     "shared_host_analysis",
 ]

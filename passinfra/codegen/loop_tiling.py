@@ -28,12 +28,14 @@ partition independent iterations (no reduction), so they cannot change a value:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from passinfra import tir
 from passinfra.codegen.compute.base import seq
 from passinfra.codegen.transform.simplify import Simplifier
 from passinfra.tir.arith import affine_coefficient
 from passinfra.tir.functor import StmtExprMutator, iter_expr_post_order, substitute
+from passinfra.tir.sizes import is_static_extent
 
 # tile sizes tried, largest first: 16 float32 are one 64-byte cache line
 TILE_SIZES = (16, 8, 4)
@@ -41,8 +43,9 @@ TILE_SIZES = (16, 8, 4)
 # keeps its selects past this)
 MAX_PIECES = 8
 
-# a loop: (variable, start, extent)
-Loop = tuple[tir.TVar, int, int]
+# a loop: (variable, start, extent); the extent of a loop over a symbolic size is an index
+# expression, and such a loop is never split or tiled (it runs whole, as it is)
+Loop = tuple[tir.TVar, int, Any]
 
 
 def elementwise_nest(loop_vars: Sequence[tir.TVar], extents: Sequence[int],
@@ -50,7 +53,8 @@ def elementwise_nest(loop_vars: Sequence[tir.TVar], extents: Sequence[int],
     """The loop nests running ``store`` (indexed by ``loop_vars``) over ``extents``,
     split at select boundaries, split by a divisor of the innermost variable, and tiled
     when a load is transposed (module docstring)."""
-    loops = [(var, 0, int(extent)) for var, extent in zip(loop_vars, extents)]
+    loops = [(var, 0, int(extent) if is_static_extent(extent) else tir.as_prim(extent))
+             for var, extent in zip(loop_vars, extents)]
     return seq(*(_tiled(*_divisor_split(piece_loops, piece)) for piece_loops, piece in _pieces(loops, store)))
 
 
@@ -87,7 +91,7 @@ def _select_cut(loops: list[Loop], value: tir.PrimExpr) -> tuple[int, int] | Non
             continue
         position = positions[id(bound[0])]
         _, start, extent = loops[position]
-        if start < bound[1] < start + extent:
+        if type(extent) is int and start < bound[1] < start + extent:
             return position, bound[1]
     return None
 
@@ -127,12 +131,14 @@ def _decide_selects(store: tir.BufferStore, var: tir.TVar, low: int, high: int) 
 def _divisor_split(loops: list[Loop], store: tir.BufferStore) -> tuple[list[Loop], tir.BufferStore]:
     """``loops`` and ``store`` with the innermost loop split by the divisor its variable
     is divided by in the stored value (module docstring), or both unchanged."""
-    if not loops or loops[-1][1] != 0 or not _divides(store.value, loops[-1][0]):
+    if not loops or loops[-1][1] != 0 or type(loops[-1][2]) is not int:
+        return loops, store
+    if not _divides(store.value, loops[-1][0]):
         return loops, store
     var, _, extent = loops[-1]
     # the index arithmetic of reshapes and transposes, reduced with the loops' ranges
     # (the Simplify pass would do the same later), shows what divides the variable
-    ranges = {loop_var: (start, start + count - 1) for loop_var, start, count in loops}
+    ranges = {loop_var: (start, start + count - 1) for loop_var, start, count in loops if type(count) is int}
     value = Simplifier(ranges).visit_expr(store.value)
     divisor = _divisor_of(value, var, extent)
     if divisor is None:
@@ -166,7 +172,9 @@ def _tiled(loops: list[Loop], store: tir.BufferStore) -> tir.Stmt:
     """The nest of ``loops`` around ``store``, tiled when a load is transposed."""
     loop_vars = tuple(var for var, _, _ in loops)
     partner = _transposed_partner(store.value, loop_vars) if len(loops) >= 2 else None
-    inner_tile = _tile(loops[-1][2]) if partner is not None else 1
+    if partner is not None and type(loops[partner][2]) is not int:
+        partner = None
+    inner_tile = _tile(loops[-1][2]) if partner is not None and type(loops[-1][2]) is int else 1
     if partner is None or inner_tile == 1:
         return _nest(loops, store)
     last = len(loops) - 1
@@ -226,7 +234,7 @@ def _split(loop: Loop, tile: int) -> tuple[list[Loop], tir.PrimExpr]:
 
 def _nest(loops: Sequence[Loop], body: tir.Stmt) -> tir.Stmt:
     for var, start, extent in reversed(tuple(loops)):
-        body = tir.For(var, tir.IntImm(start), tir.IntImm(extent), tir.ForKind.SERIAL, body)
+        body = tir.For(var, tir.IntImm(start), tir.as_prim(extent), tir.ForKind.SERIAL, body)
     return body
 
 

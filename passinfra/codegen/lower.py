@@ -56,8 +56,9 @@ from passinfra.codegen.compute.conv_plan import ConvPlan, plan_conv2d
 from passinfra.codegen.gemm import Epilogue, GemmPlan, blas_library, plan_contraction
 from passinfra.codegen.loop_tiling import elementwise_nest
 from passinfra.codegen.transform.widen_gemm_operands import PANEL_ELEMENTS
-from passinfra.errors import IRError
+from passinfra.errors import IRError, SymbolicSizeError
 from passinfra.ir.attrs import Attrs
+from passinfra.ir.dims import DimError, DimVar
 from passinfra.ir.expr import Call, Constant, Expr, Function, Tuple, TupleGetItem, Var
 from passinfra.ir.functor import iter_post_order
 from passinfra.ir.op.registry import Op
@@ -65,6 +66,7 @@ from passinfra.ir.op.weight_panels import OP_NAME as UNPACK_PANELS
 from passinfra.ir.types import HALF_DTYPES, TensorType, TupleType, Type
 from passinfra.tir.arith import affine_coefficient
 from passinfra.tir.functor import iter_expr_post_order, iter_expr_tree
+from passinfra.tir.sizes import SizeScope, is_static_extent, size_scope
 from passinfra.transform.context import PassContext
 
 # an inlined value expression bigger than this is materialized instead (nodes)
@@ -228,6 +230,9 @@ class _Lowerer:
         self.op_names: list[str] = []
         # stack of "touch" records: pending reduction -> (accumulator, indices of each read)
         self.touch_stack: list[dict[_Tensor, tuple[tir.Buffer, list[tuple]]]] = []
+        # symbolic sizes: the kernel's size variables, and each input's graph-level shape
+        self.sizes = SizeScope()
+        self.input_shapes: list[tuple] = []
 
     # -- naming and buffers
 
@@ -244,7 +249,8 @@ class _Lowerer:
         if isinstance(ty, TensorType):
             buffer = self.new_buffer(name, ty.shape, ty.dtype)
             self.inputs.append(buffer)
-            return BufferHandle(buffer)
+            self.input_shapes.append(ty.shape)
+            return BufferHandle(buffer, None if ty.is_static else ty.shape)
         if isinstance(ty, TupleType):
             return tuple(self._param_value(f"{name}_{i}", f) for i, f in enumerate(ty.fields))
         raise IRError(f"LowerToPrimFunc: parameter {name!r} of function {self.symbol!r} needs a tensor or "
@@ -528,6 +534,8 @@ class _Lowerer:
         (EfficientNet's squeeze-excite pools: 9% of the model). False when it does not
         apply (then the caller emits that form)."""
         desc: ReduceOp = tensor.desc
+        if not all(map(is_static_extent, (*tensor.shape[-1:], *desc.reduce_extents))):
+            return False  # symbolic sizes: the one-accumulator form
         channels = int(tensor.shape[-1]) if tensor.shape else 0
         steps = math.prod(int(e) for e in desc.reduce_extents) if desc.reduce_extents else 0
         if channels < MIN_CHANNEL_REDUCE_BLOCK or steps <= MAX_UNROLLED_REDUCTION_STEPS:
@@ -556,6 +564,8 @@ class _Lowerer:
     def _combined_taps(self, desc: ReduceOp, out_vars: tuple) -> tir.PrimExpr | None:
         """``combine(...combine(init, body(r0))..., body(rk))`` over every reduction index
         in loop order, when there are at most MAX_UNROLLED_REDUCTION_STEPS of them."""
+        if not all(map(is_static_extent, desc.reduce_extents)):
+            return None
         extents = [int(e) for e in desc.reduce_extents]
         if not out_vars or not extents or math.prod(extents) > MAX_UNROLLED_REDUCTION_STEPS:
             return None
@@ -634,10 +644,11 @@ class _Lowerer:
         steps stay within ``unroll_steps`` are marked for unrolling."""
         steps = 1
         for loop_var, extent in zip(reversed(tuple(loop_vars)), reversed(tuple(extents))):
-            steps *= int(extent)
+            static = is_static_extent(extent)
+            steps = steps * int(extent) if static else unroll_steps + 1  # a symbolic loop: never unrolled
             kind = tir.ForKind.UNROLLED if steps <= unroll_steps else tir.ForKind.SERIAL
             unroll_steps = unroll_steps if kind is tir.ForKind.UNROLLED else 0  # only innermost ones
-            body = tir.For(loop_var, tir.IntImm(0), tir.IntImm(int(extent)), kind, body)
+            body = tir.For(loop_var, tir.IntImm(0), tir.as_prim(extent), kind, body)
         return body
 
     # -- phase 3: the function
@@ -658,7 +669,25 @@ class _Lowerer:
                  "op_names": tuple(self.op_names)}
         for library in kernel_libraries(body):
             attrs[library.attr] = True  # LinkLibrary links it then (uses_blas, uses_conv_runtime)
-        return tir.PrimFunc([*self.inputs, *self.outputs], body, attrs)
+        dims = self.sizes.dims()
+        if dims:
+            attrs["size_names"] = self.sizes.names()
+            attrs["size_sources"] = self._size_sources()
+            # the outputs' graph-level shapes (the buffers get flattened): what the host
+            # types the results with, in the caller's dimensions
+            attrs["output_shapes"] = tuple(tuple(leaf.shape) for leaf in flatten_tuples(result))
+        return tir.PrimFunc([*self.inputs, *self.outputs], body, attrs, dims)
+
+    def _size_sources(self) -> tuple[tuple[int, int], ...]:
+        """Per size variable (in ``dims`` order): (input buffer, axis) of an input whose
+        graph-level shape has the dimension bare there, or (-1, -1): where the caller
+        finds the size's value."""
+        found: dict[str, tuple[int, int]] = {}
+        for index, shape in enumerate(self.input_shapes):
+            for axis, dim in enumerate(shape):
+                if isinstance(dim, DimVar):
+                    found.setdefault(dim.name, (index, axis))
+        return tuple(found.get(name, (-1, -1)) for name in self.sizes.names())
 
 
 def plan_kernel(op_name: str, attrs: Attrs, shapes: Sequence[tuple[int, ...]], dtype: str,
@@ -689,4 +718,21 @@ def lower_primitive_function(func: Function, name: str, use_blas: bool | None = 
     if not isinstance(func, Function):
         raise IRError(f"LowerToPrimFunc: {name!r} is a {type(func).__name__}, not a graph-level Function")
     use_blas = uses_blas() if use_blas is None else use_blas and blas_library() is not None
-    return _Lowerer(func, c_identifier(name), use_blas).run()
+    lowerer = _Lowerer(func, c_identifier(name), use_blas)
+    with size_scope(lowerer.sizes):
+        try:
+            return lowerer.run()
+        except (TypeError, DimError) as error:
+            types = [p.type_annotation or p._checked_type for p in func.params]
+            types.append(func.ret_type or func.body._checked_type)
+            symbolic = [ty for ty in types if ty is not None and not ty.is_static]
+            if not symbolic and not lowerer.sizes.variables:
+                raise
+            # a compute rule or kernel plan that still needs a static size: say which
+            # function, its ops and its sizes, instead of a TypeError from deep inside
+            ops = ", ".join(dict.fromkeys(lowerer.op_names)) or "no ops"
+            sizes = ", ".join(sorted({v.name for ty in symbolic for v in ty.dim_vars}
+                                     | {v.name for v in lowerer.sizes.variables}))
+            raise SymbolicSizeError(
+                f"LowerToPrimFunc: function {name!r} ({ops}) cannot be compiled for symbolic sizes ({sizes}) "
+                f"yet: {error}; give static sizes (raypass compile --shapes NAME=D0,D1,...)") from error

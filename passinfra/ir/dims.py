@@ -725,8 +725,81 @@ def linear_unknown(dim: Dim, known: Iterable[DimVar]) -> tuple[DimVar, int, Dim]
     return None
 
 
+# --------------------------------------------------------------------------- JSON
+
+
+def dim_to_json(dim: Dim) -> Any:
+    """``dim`` as a JSON value: an int stays an int, a variable is ``{"var": name}`` and
+    any other dimension its canonical polynomial, ``{"poly": [[monomial, coeff], ...]}``
+    with a monomial a list of ``[atom, exponent]`` and an atom a variable's name or
+    ``{"floordiv": <dim>, "den": d}`` / ``{"floormod": <dim>, "den": d}``. Variables go by
+    name only: their bounds are declared once, elsewhere (:func:`dim_from_json` takes
+    them). ``dim_from_json(dim_to_json(d), vars) == d``."""
+    dim = _norm(dim)
+    if type(dim) is int:
+        return dim
+    if type(dim) is DimVar:
+        return {"var": dim.name}
+    return {"poly": [[[[_atom_to_json(atom), exp] for atom, exp in mono], coeff]
+                     for mono, coeff in dim.terms]}
+
+
+def _atom_to_json(atom: Any) -> Any:
+    if type(atom) is DimVar:
+        return atom.name
+    word = "floordiv" if type(atom) is _FloorDiv else "floormod"
+    return {word: dim_to_json(atom.num), "den": atom.den}
+
+
+def dim_from_json(obj: Any, vars_by_name: Mapping[str, DimVar]) -> Dim:
+    """The dimension :func:`dim_to_json` wrote, its variables looked up by name in
+    ``vars_by_name``; a DimError for an unknown name or a malformed value."""
+    if type(obj) is int:
+        return obj
+    try:
+        if isinstance(obj, dict) and set(obj) == {"var"}:
+            return _var_named(obj["var"], vars_by_name)
+        if isinstance(obj, dict) and set(obj) == {"poly"}:
+            poly: Poly = {}
+            for mono_json, coeff in obj["poly"]:
+                powers = [(_atom_from_json(atom, vars_by_name), exp) for atom, exp in mono_json]
+                if type(coeff) is not int or any(type(exp) is not int or exp < 1 for _, exp in powers):
+                    raise ValueError("coefficients and exponents must be ints")
+                mono = tuple(sorted(powers, key=lambda item: item[0]._order))
+                poly[mono] = poly.get(mono, 0) + coeff
+            return _from_poly(poly)
+    except (TypeError, ValueError, KeyError) as error:
+        raise DimError(f"malformed dimension in JSON {obj!r}: {error}") from None
+    raise DimError(f"malformed dimension in JSON {obj!r}")
+
+
+def _var_named(name: Any, vars_by_name: Mapping[str, DimVar]) -> DimVar:
+    var = vars_by_name.get(name) if isinstance(name, str) else None
+    if var is None:
+        known = ", ".join(sorted(vars_by_name)) or "none"
+        raise DimError(f"dimension {name!r} in JSON is not declared (declared: {known})")
+    return var
+
+
+def _atom_from_json(obj: Any, vars_by_name: Mapping[str, DimVar]) -> Any:
+    if isinstance(obj, str):
+        return _var_named(obj, vars_by_name)
+    if isinstance(obj, dict) and len(obj) == 2 and "den" in obj:
+        den = obj["den"]
+        if type(den) is not int or den < 2:
+            raise ValueError(f"a floordiv/floormod divisor must be an int > 1, got {den!r}")
+        for word, kind in (("floordiv", _FloorDiv), ("floormod", _FloorMod)):
+            if word in obj:
+                num = dim_from_json(obj[word], vars_by_name)
+                if not isinstance(num, SymDim):
+                    raise ValueError(f"the numerator of {word} must be symbolic, got {num!r}")
+                return kind(num, den)
+    raise ValueError(f"unknown atom {obj!r}")
+
+
 __all__ = [
     "Dim", "SymDim", "DimVar", "DimExpr", "floordiv", "floormod", "exact_div", "is_static", "as_dim",
     "free_vars", "linear_unknown", "evaluate", "substitute", "bounds", "prove_equal", "prove_le", "dim_text",
     "bounds_text", "name_text", "canon_key", "sorted_vars", "placeholder", "RESERVED_NAMES",
+    "dim_to_json", "dim_from_json",
 ]

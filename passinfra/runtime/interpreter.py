@@ -13,7 +13,8 @@ deep recursion between functions touches Python's recursion limit. Shared nodes 
 evaluated once per activation; untaken If branches are not evaluated at all.
 
 Each frame binds the symbolic dimensions of its function's parameters from the arguments
-(:mod:`passinfra.runtime.shape_binding`). A call whose attrs hold dims (a slice to
+(:mod:`passinfra.runtime.shape_binding`); a dimension no argument gives is the caller's
+of that name (a fused ``arange(past, past + seq)`` reads no tensor). A call whose attrs hold dims (a slice to
 ``seq``, ``arange(past, past + seq)``) is computed with those dims replaced by the frame's
 sizes, so op implementations only ever see ints; the op's ``DIM_ATTR_CHECK`` first checks
 what its symbolic type assumed of them, and a dim the frame does not bind is an
@@ -166,7 +167,8 @@ class _Interpreter:
                 tasks.append((_EVAL, branch, None))
 
     def _enter(
-        self, closure: Closure, args: Sequence[Any], return_to: Call | None, from_python: bool
+        self, closure: Closure, args: Sequence[Any], return_to: Call | None, from_python: bool,
+        caller_dims: dict[str, int] | None = None,
     ) -> _Frame:
         params = closure.func.params
         if len(args) != len(params):
@@ -181,7 +183,10 @@ class _Interpreter:
             args = [_from_python(arg, ty, what) for ty, arg, what in zip(types, args, whats)]
         # symbolic dimensions take their sizes from the arguments (checked for agreement
         # and bounds), and the types are checked as those sizes make them
-        dims = bind_dims(list(zip(whats, types, args)))
+        # a dimension no argument gives is the caller's of that name
+        dims = bind_dims(list(zip(whats, types, args)), caller_dims)
+        if caller_dims:
+            dims = {**caller_dims, **dims}
         for param, arg, what in zip(params, args, whats):
             _check_value(arg, bound_type(param.type_annotation, dims), what)
             memo[param] = arg
@@ -264,7 +269,7 @@ class _Interpreter:
             memo[node] = _apply_op(callee, args, attrs)
             return None
         if isinstance(callee, Closure):
-            return self._enter(callee, args, node, from_python=False)
+            return self._enter(callee, args, node, from_python=False, caller_dims=frame.dims)
         raise EvaluationError(f"cannot call {_describe_value(callee)}; only ops and functions are callable")
 
     def _bind(self, let: Let, frame: _Frame) -> None:

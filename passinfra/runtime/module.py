@@ -8,6 +8,13 @@ On disk a module is three files (written by ``export_library(path)``, read by
   workspace size; see :func:`passinfra.codegen.host.runtime_metadata`);
 - ``path + ".weights.bin"``: the weights blob the library reads at the offsets baked into
   its host code; ``load_module`` maps it rather than reading it (:mod:`.weights`).
+
+A library of a main with symbolic dimensions (metadata ``dims``) runs at every size its
+bounds allow: a call binds the sizes from the inputs
+(:func:`~passinfra.runtime.shape_binding.bind_dims`, whose one error names the input and
+the dimension, raised before anything runs), makes the outputs at their sizes, grows this
+thread's workspace to what ``raypass_workspace_bytes`` says the sizes need, and passes the
+sizes to the host as a fifth argument.
 """
 
 from __future__ import annotations
@@ -27,7 +34,10 @@ import ml_dtypes  # noqa: F401  (registers bfloat16: np.dtype("bfloat16") for in
 import numpy as np
 
 from passinfra.atomic_io import atomic_copy, atomic_write
-from passinfra.errors import EvaluationError, RaypassError
+from passinfra.errors import DimError, EvaluationError, RaypassError
+from passinfra.ir.dims import DimVar, dim_from_json
+from passinfra.ir.types import TensorType
+from passinfra.runtime.shape_binding import bind_dims, bound_shape
 from passinfra.runtime.threads import LibraryThreads
 from passinfra.runtime.weights import PackedWeights, WrittenWeights, aligned_empty, as_blob, map_file
 
@@ -84,6 +94,15 @@ class Module:
             raise
         self._entry.restype = ctypes.c_int
         self._entry.argtypes = [ctypes.c_void_p] * 4
+        self._symbolic: _SymbolicSignature | None = None
+        if "dims" in self.metadata:  # a main with symbolic dimensions: the sizes are a 5th argument
+            try:
+                self._symbolic = _SymbolicSignature(self.metadata, self._cdll)
+            except (AttributeError, KeyError, TypeError, ValueError, DimError) as error:
+                shutil.rmtree(self._dir, ignore_errors=True)
+                message = f"cannot load the compiled library: bad symbolic metadata: {error}"
+                raise RaypassError(message) from error
+            self._entry.argtypes = [ctypes.c_void_p] * 4 + [ctypes.POINTER(ctypes.c_int64)]
         self._finalizer = weakref.finalize(self, shutil.rmtree, self._dir, True)
         self._scratch = threading.local()
         self._threads = LibraryThreads(self._cdll)  # starts at its default thread count
@@ -164,6 +183,22 @@ class Module:
     def input_names(self) -> list[str]:
         return [spec["name"] for spec in self.metadata["inputs"]]
 
+    @property
+    def dim_vars(self) -> list[DimVar]:
+        """main's symbolic dimensions, in the order the library takes their sizes ([] for a
+        static main)."""
+        return list(self._symbolic.variables) if self._symbolic is not None else []
+
+    def input_shapes(self, sizes: Mapping[str, int] | None = None) -> list[tuple[int, ...]]:
+        """Each input's shape, with every symbolic dimension at ``sizes[name]`` (by default
+        the smallest size its bounds allow that is at least 1): shapes to make inputs of."""
+        if self._symbolic is None:
+            return [tuple(spec["shape"]) for spec in self.metadata["inputs"]]
+        binding = {var.name: min(max(var.lo, 1), var.hi if var.hi is not None else max(var.lo, 1))
+                   for var in self._symbolic.variables}
+        binding.update(sizes or {})
+        return [bound_shape(ty, binding) for ty in self._symbolic.input_types]
+
     def __getitem__(self, name: str) -> Callable[..., Any]:
         if name == "main":
             return self.__call__
@@ -174,6 +209,8 @@ class Module:
         if len(arrays) != len(specs):
             names = ", ".join(self.input_names) or "none"
             raise EvaluationError(f"main takes {len(specs)} inputs ({names}), got {len(arrays)}")
+        if self._symbolic is not None:
+            return self._call_symbolic(self._symbolic, arrays)
         inputs = [self._checked_input(array, spec) for array, spec in zip(arrays, specs)]
         outputs = [np.empty(tuple(s["shape"]), dtype=s["dtype"]) for s in self.metadata["outputs"]]
         workspace = self._workspace()
@@ -186,15 +223,52 @@ class Module:
             raise EvaluationError(f"compiled kernel {name} failed (out of memory?)")
         return _restructure(self.metadata["output_structure"], outputs)
 
-    def _workspace(self) -> np.ndarray:
+    def _call_symbolic(self, signature: _SymbolicSignature, arrays: tuple[Any, ...]) -> Any:
+        """A call of a main with symbolic dimensions: the sizes are bound from the inputs
+        (one :class:`DimBindingError` naming the input and the dimension, before anything
+        runs), the outputs allocated at their sizes, the workspace grown to what the
+        library says these sizes need, and the sizes passed to the host."""
+        specs = self.metadata["inputs"]
+        values = [self._checked_dtype(array, spec) for array, spec in zip(arrays, specs)]
+        binding = bind_dims([(f"input {spec['name']!r}", ty, value)
+                             for spec, ty, value in zip(specs, signature.input_types, values)])
+        inputs = [np.ascontiguousarray(value) for value in values]
+        dims = (ctypes.c_int64 * max(len(signature.names), 1))(*[binding[name] for name in signature.names])
+        outputs = [np.empty(bound_shape(ty, binding), dtype=ty.dtype) for ty in signature.output_types]
+        workspace = self._workspace(int(signature.workspace_bytes(dims)))
+        input_ptrs = (ctypes.c_void_p * max(len(inputs), 1))(*[a.ctypes.data for a in inputs])
+        output_ptrs = (ctypes.c_void_p * max(len(outputs), 1))(*[a.ctypes.data for a in outputs])
+        status = self._entry(input_ptrs, output_ptrs, self._weights.ctypes.data, workspace.ctypes.data, dims)
+        if status != 0:
+            kernels = self.metadata.get("kernels", [])
+            name = kernels[status - 1] if 0 < status <= len(kernels) else f"#{status}"
+            raise EvaluationError(f"compiled kernel {name} failed (out of memory?)")
+        return _restructure(self.metadata["output_structure"], outputs)
+
+    def _workspace(self, nbytes: int | None = None) -> np.ndarray:
         """This thread's scratch memory for the planned intermediates, kept between calls
         (a fresh one per call page-faults it in every time: 3% of resnet20's latency);
         one per thread, since a call runs without the GIL and two threads may call."""
         workspace = getattr(self._scratch, "workspace", None)
+        if nbytes is not None:  # symbolic sizes: grown to the largest call so far, never shrunk
+            if workspace is None or workspace.nbytes < nbytes:
+                workspace = aligned_empty(nbytes)
+                self._scratch.workspace = workspace
+            return workspace
         if workspace is None:
             workspace = aligned_empty(int(self.metadata["workspace_bytes"]))
             self._scratch.workspace = workspace
         return workspace
+
+    @staticmethod
+    def _checked_dtype(array: Any, spec: Mapping[str, Any]) -> np.ndarray:
+        name, dtype = spec["name"], np.dtype(spec["dtype"])
+        value = np.asarray(array)
+        if value.dtype != dtype:
+            hint = " (make one with x.astype(ml_dtypes.bfloat16))" if dtype.name == "bfloat16" else ""
+            got = value.dtype.name
+            raise EvaluationError(f"input {name!r}: expected dtype {dtype.name}, got {got}{hint}")
+        return value
 
     @staticmethod
     def _checked_input(array: Any, spec: Mapping[str, Any]) -> np.ndarray:
@@ -226,6 +300,28 @@ class Module:
 
     def __repr__(self) -> str:
         return f"runtime.Module(inputs={self.input_names}, kernels={len(self.metadata.get('kernels', []))})"
+
+
+class _SymbolicSignature:
+    """What calling a library of a symbolic main needs, read once from its metadata: the
+    dimensions (in the order the host takes their sizes), the inputs' and outputs' types
+    with those dimensions, and the library's ``raypass_workspace_bytes``."""
+
+    def __init__(self, metadata: Mapping[str, Any], cdll: ctypes.CDLL) -> None:
+        variables = [DimVar(d["name"], int(d["lo"]), None if d["hi"] is None else int(d["hi"]))
+                     for d in metadata["dims"]]
+        by_name = {var.name: var for var in variables}
+        self.variables = variables
+        self.names = [var.name for var in variables]
+
+        def tensor_type(spec: Mapping[str, Any]) -> TensorType:
+            return TensorType(tuple(dim_from_json(d, by_name) for d in spec["shape"]), spec["dtype"])
+
+        self.input_types = [tensor_type(spec) for spec in metadata["inputs"]]
+        self.output_types = [tensor_type(spec) for spec in metadata["outputs"]]
+        self.workspace_bytes = cdll.raypass_workspace_bytes
+        self.workspace_bytes.restype = ctypes.c_int64
+        self.workspace_bytes.argtypes = [ctypes.POINTER(ctypes.c_int64)]
 
 
 def _restructure(structure: Any, outputs: list[np.ndarray]) -> Any:

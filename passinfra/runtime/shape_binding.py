@@ -36,10 +36,12 @@ def _tensors(ty: Type | None, value: Any, what: str) -> Iterable[tuple[str, Tens
             yield from _tensors(field_type, field, f"{what}[{index}]")
 
 
-def bind_dims(params: Sequence[tuple[str, Type | None, Any]]) -> dict[str, int]:
+def bind_dims(params: Sequence[tuple[str, Type | None, Any]],
+              fallback: Mapping[str, int] | None = None) -> dict[str, int]:
     """The sizes of the symbolic dimensions in ``params`` ((what, type, value) triples:
     a value is an array, or a tuple of them for a tuple type), checked against every use
-    and every bound; {} when the types are static."""
+    and every bound; {} when the types are static. ``fallback``: sizes by name for the
+    variables no argument gives (a primitive function's call: the caller's binding)."""
     found = [entry for what, ty, value in params for entry in _tensors(ty, value, what)
              if not entry[1].is_static]
     binding: dict[str, int] = {}
@@ -63,6 +65,13 @@ def bind_dims(params: Sequence[tuple[str, Type | None, Any]]) -> dict[str, int]:
             binding[dim.name] = size
             seen_at[dim.name] = where
     _solve_linear_dims(found, binding, seen_at)
+    if fallback:
+        unbound = {var.name for _, ty, _ in found for var in ty.dim_vars} - binding.keys()
+        for name in unbound & fallback.keys():
+            binding[name] = fallback[name]
+            seen_at[name] = "the caller"
+        if unbound & fallback.keys():
+            _solve_linear_dims(found, binding, seen_at)
     for what, ty, value in found:
         shape = _shape_of(value, ty, what)
         for axis, dim in enumerate(ty.shape):

@@ -6,7 +6,7 @@ and ``FloorMod``, float32 arithmetic in float32) and bounds-checked buffer acces
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -127,6 +127,11 @@ class _Interpreter:
                 raise EvaluationError(f"the TIR interpreter has no intrinsic {node.name!r}")
             return _scalar(function(*args), node.dtype)
         if kind is n.BufferLoad:
+            held = self.memory.get(node.buffer)
+            if held is not None and held.size == 0:
+                # the unused side of a select over an empty tensor (a KV cache of past 0):
+                # C may read there too, and never uses what it reads
+                return _garbage(node.buffer.dtype)
             return self.array(node.buffer, args)[tuple(int(i) for i in args)]
         raise EvaluationError(f"cannot evaluate a {kind.__name__}")
 
@@ -142,6 +147,9 @@ class _Interpreter:
     def flat_view(self, load: n.BufferLoad) -> np.ndarray:
         """The memory of the loaded buffer from the loaded element on, as a 1-d view."""
         indices = [int(self.expr(i)) for i in load.indices]
+        held = self.memory.get(load.buffer)
+        if held is not None and held.size == 0:
+            return held.reshape(-1)  # a call on no elements (a size 0 at run time) reads none
         array = self.array(load.buffer, indices) if indices else self.memory[load.buffer]
         flat = array.reshape(-1)
         assert np.shares_memory(flat, array), "buffers are contiguous"
@@ -166,7 +174,8 @@ class _Interpreter:
             self.array(node.buffer, indices)[tuple(int(i) for i in indices)] = value
         elif kind is n.Allocate:
             # garbage-filled, like C's uninitialized memory, so reads before writes show up
-            self.memory[node.buffer] = np.full(node.buffer.shape, _garbage(node.buffer.dtype))
+            shape = tuple(d if type(d) is int else int(self.expr(d)) for d in node.buffer.shape)
+            self.memory[node.buffer] = np.full(shape, _garbage(node.buffer.dtype))
             self.stmt(node.body)
             del self.memory[node.buffer]
         elif kind is n.IfThenElse:
@@ -194,27 +203,39 @@ def _garbage(dtype: str) -> Any:
     return np.iinfo(dtype).max if dtype != "bool" else True
 
 
-def run_prim_func(func: PrimFunc, *arrays: np.ndarray) -> Any:
+def run_prim_func(func: PrimFunc, *arrays: np.ndarray, sizes: Mapping[str, int] | None = None) -> Any:
     """Run ``func`` on NumPy arrays; return its output(s) (one array, or a tuple).
 
     Give either the inputs only (outputs are allocated, zero-filled) or every parameter
     (outputs are written in place). An array may have any shape with the buffer's number
     of elements, so one set of N-d arrays runs a function before and after flattening.
+    ``sizes``: the value of each of the function's size variables (``func.dims``), by
+    name, for a kernel compiled for symbolic sizes.
     """
     params = func.params
     num_inputs = int(func.attrs.get("num_inputs", len(params) - 1))
+    interpreter = _Interpreter()
+    sizes = dict(sizes or {})
+    for var in func.dims:
+        if var.name not in sizes:
+            raise EvaluationError(f"run_prim_func: no value for the size {var.name} (give sizes={{...}})")
+        interpreter.env[var] = np.int64(sizes[var.name])
+
+    def shape_of(buffer: Any) -> tuple[int, ...]:
+        return tuple(d if type(d) is int else int(interpreter.expr(d)) for d in buffer.shape)
+
     if len(arrays) == num_inputs:
-        arrays = (*arrays, *(np.zeros(p.shape, p.dtype) for p in params[num_inputs:]))
+        arrays = (*arrays, *(np.zeros(shape_of(p), p.dtype) for p in params[num_inputs:]))
     if len(arrays) != len(params):
         raise EvaluationError(f"run_prim_func: the function takes {num_inputs} inputs "
                               f"({len(params)} parameters), got {len(arrays)} arrays")
-    interpreter = _Interpreter()
     for param, array in zip(params, arrays):
         array = np.asarray(array)
-        if array.dtype != np.dtype(param.dtype) or array.size != param.size:
-            raise EvaluationError(f"parameter {param.name} is a {param.dtype} buffer of shape {param.shape}, "
+        shape = shape_of(param)
+        if array.dtype != np.dtype(param.dtype) or array.size != math.prod(shape):
+            raise EvaluationError(f"parameter {param.name} is a {param.dtype} buffer of shape {shape}, "
                                   f"got a {array.dtype} array of shape {array.shape}")
-        view = array.reshape(param.shape)
+        view = array.reshape(shape)
         if not np.shares_memory(view, array) and array.size:
             raise EvaluationError(f"parameter {param.name}: the array must be contiguous")
         interpreter.memory[param] = view

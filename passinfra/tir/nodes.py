@@ -23,13 +23,17 @@ This module imports only :mod:`passinfra.tir.schema` from the package.
 
 from __future__ import annotations
 
+import contextvars
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Union
+
+import numpy as np
 
 from passinfra.errors import IRError
 from passinfra.ir.attrs import Attrs, as_attrs
+from passinfra.ir.dims import SymDim
 from passinfra.ir.expr import BaseFunc
 from passinfra.ir.types import is_float_dtype, normalize_dtype
 from passinfra.tir import schema
@@ -85,7 +89,23 @@ def as_prim(value: Any, dtype: str = INDEX_DTYPE) -> PrimExpr:
         return FloatImm(float(value), dtype) if is_float_dtype(dtype) else IntImm(value, dtype)
     if isinstance(value, float):
         return FloatImm(value, dtype if is_float_dtype(dtype) else "float32")
+    if isinstance(value, np.integer):
+        return as_prim(int(value), dtype)
+    converted = _convert_symbolic(value)
+    if converted is not None:
+        return converted
     raise IRError(f"cannot use {value!r} ({type(value).__name__}) as a loop-level expression")
+
+
+# set by passinfra.tir.sizes: turns a graph-level symbolic dimension into an index
+# expression over the size variables of the kernel being built (None outside one)
+# (a context variable: kernels may be lowered in several threads at once)
+_symbolic_converter: contextvars.ContextVar[Any] = contextvars.ContextVar("symbolic_converter", default=None)
+
+
+def _convert_symbolic(value: Any) -> PrimExpr | None:
+    convert = _symbolic_converter.get()
+    return None if convert is None else convert(value)
 
 
 class Stmt:
@@ -94,28 +114,57 @@ class Stmt:
     __slots__ = ()
 
 
+# a buffer's extent along one axis: an int, or (in a kernel compiled for symbolic sizes)
+# an index expression over the PrimFunc's ``dims`` variables
+Extent = Union[int, "PrimExpr"]  # noqa: UP007
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class Buffer:
-    """A named tensor in memory: shape and dtype; compared by identity like a Var."""
+    """A named tensor in memory: shape and dtype; compared by identity like a Var.
+
+    A shape entry is an int, or an int64 expression over the size variables of the
+    PrimFunc holding the buffer (:attr:`PrimFunc.dims`): a kernel compiled once for
+    every ``rows`` has buffers of shape ``(rows, 64)``."""
 
     name: str
-    shape: tuple[int, ...]
+    shape: tuple[Extent, ...]
     dtype: str
     scope: str = "global"
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
+        object.__setattr__(self, "shape", tuple(_extent(d) for d in self.shape))
         object.__setattr__(self, "dtype", normalize_dtype(self.dtype))
 
     def load(self, *indices: Any) -> BufferLoad:
         return BufferLoad(self, tuple(as_prim(i) for i in indices))
 
     @property
-    def size(self) -> int:
-        size = 1
+    def is_static(self) -> bool:
+        return all(type(d) is int for d in self.shape)
+
+    @property
+    def size(self) -> Extent:
+        """The number of elements: an int, or an expression when the shape is symbolic."""
+        size: Extent = 1
         for dim in self.shape:
-            size *= dim
+            size = dim if type(size) is int and size == 1 else size * dim
         return size
+
+
+def _extent(dim: Any) -> Extent:
+    if type(dim) is int:
+        return dim
+    if isinstance(dim, PrimExpr):
+        if isinstance(dim, IntImm):
+            return int(dim.value)
+        if dim.dtype != INDEX_DTYPE:
+            raise IRError(f"a symbolic buffer extent must be an {INDEX_DTYPE} expression, got {dim.dtype}")
+        return dim
+    if isinstance(dim, (bool, np.bool_)) or not isinstance(dim, (int, np.integer)):
+        # a graph-level symbolic dimension becomes an expression inside a size scope
+        return _extent(as_prim(dim))
+    return int(dim)
 
 
 schema.set_bases(PrimExpr=PrimExpr, Stmt=Stmt, Buffer=Buffer)
@@ -134,8 +183,25 @@ schema.set_bases(TVar=TVar)
 
 @schema.node_kind()
 class IntImm(PrimExpr):
+    """An integer constant. Built from a symbolic size instead (a graph-level dimension
+    inside a size scope, :mod:`passinfra.tir.sizes`, or a buffer extent that is an index
+    expression: a compute rule's ``IntImm(extent)``), it is that size's index expression,
+    so rules written for static shapes build kernels for symbolic ones."""
+
     value: int = schema.value(codec=schema.INT_CODEC)
     dtype: str = schema.value(default=INDEX_DTYPE)
+
+
+def _int_imm_new(cls: type, value: Any = 0, dtype: str = INDEX_DTYPE) -> Any:
+    if type(value) is int or not isinstance(value, (SymDim, PrimExpr)):
+        return object.__new__(cls)
+    # a symbolic size: a graph-level one (an IRError outside a size scope), or a buffer
+    # extent that is an index expression already
+    expr = as_prim(value)
+    return expr if normalize_dtype(dtype) == expr.dtype else Cast(normalize_dtype(dtype), expr)
+
+
+IntImm.__new__ = _int_imm_new  # type: ignore[assignment,method-assign]
 
 
 @schema.node_kind()
@@ -356,13 +422,18 @@ class Evaluate(Stmt):
 class PrimFunc(BaseFunc):
     """A loop-level function: ``params`` buffers (inputs, then outputs) and a body.
 
+    ``dims``: the int64 size variables of a kernel compiled for symbolic sizes (empty for
+    a static one). The caller passes their values after the buffers; buffer shapes and
+    loop extents are expressions over them.
+
     ``attrs`` is read-only; by convention ``num_inputs`` says how many leading params are
     inputs, and ``global_symbol`` names the C function.
     """
 
-    __slots__ = ("params", "body")
+    __slots__ = ("params", "body", "dims")
 
-    def __init__(self, params: Sequence[Buffer], body: Stmt, attrs: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, params: Sequence[Buffer], body: Stmt, attrs: Mapping[str, Any] | None = None,
+                 dims: Sequence[TVar] = ()) -> None:
         super().__init__()
         params = tuple(params)
         for i, param in enumerate(params):
@@ -370,15 +441,20 @@ class PrimFunc(BaseFunc):
                 raise IRError(f"PrimFunc parameter {i} must be a Buffer, got {type(param).__name__}")
         if not isinstance(body, Stmt):
             raise IRError(f"PrimFunc body must be a statement, got {type(body).__name__}")
+        dims = tuple(dims)
+        for dim in dims:
+            if not isinstance(dim, TVar) or dim.dtype != INDEX_DTYPE:
+                raise IRError(f"PrimFunc size variables must be {INDEX_DTYPE} TVars, got {dim!r}")
         object.__setattr__(self, "params", params)
         object.__setattr__(self, "body", body)
         object.__setattr__(self, "attrs", as_attrs(attrs))
+        object.__setattr__(self, "dims", dims)
 
     def with_attr(self, key: str, value: Any) -> PrimFunc:
-        return PrimFunc(self.params, self.body, self.attrs.with_item(key, value))
+        return PrimFunc(self.params, self.body, self.attrs.with_item(key, value), self.dims)
 
     def with_body(self, body: Stmt) -> PrimFunc:
-        return PrimFunc(self.params, body, self.attrs)
+        return PrimFunc(self.params, body, self.attrs, self.dims)
 
     def astext(self, show_meta_data: bool = True) -> str:
         """The function's loop-level text (``show_meta_data`` is accepted for the

@@ -183,7 +183,7 @@ class _Printer:
             self.stmt(child, depth + 1)
 
     def buffer_decl(self, buf: Buffer) -> str:
-        dims = ", ".join(str(d) for d in buf.shape)
+        dims = ", ".join(str(d) if type(d) is int else self.expr(d) for d in buf.shape)
         shape = f"({dims},)" if len(buf.shape) == 1 else f"({dims})"
         scope = "" if buf.scope == "global" else f", scope={json.dumps(buf.scope)}"
         return f"{self.name(buf)}: Buffer({shape}, {buf.dtype}{scope})"
@@ -192,7 +192,8 @@ class _Printer:
         attrs = ", ".join(f"{key}={_attr_text(value)}" for key, value in func.attrs.items())
         self.emit(0, f"@prim_func({attrs})" if attrs else "@prim_func")
         name = name or str(func.attrs.get("global_symbol", "func"))
-        params = ", ".join(self.buffer_decl(p) for p in func.params)
+        params = ", ".join([*(self.buffer_decl(p) for p in func.params),
+                            *(f"{self.name(v)}: size" for v in func.dims)])
         self.emit(0, f"def {name}({params}):")
         self.stmt(func.body, 1)
 

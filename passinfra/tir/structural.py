@@ -19,8 +19,23 @@ from __future__ import annotations
 
 from typing import Any
 
+from passinfra.errors import IRError
 from passinfra.ir.attrs import Attrs
-from passinfra.tir.nodes import Buffer, PrimExpr, PrimFunc, Stmt, TVar
+from passinfra.tir.nodes import (
+    Add,
+    Buffer,
+    FloorDiv,
+    FloorMod,
+    IntImm,
+    Max,
+    Min,
+    Mul,
+    PrimExpr,
+    PrimFunc,
+    Stmt,
+    Sub,
+    TVar,
+)
 from passinfra.tir.printer import tir_astext
 from passinfra.tir.schema import NO_ROW, kind_by_tag, schema_of
 
@@ -39,6 +54,7 @@ class FlatTIR:
         self.var_index: dict[int, int] = {}
         self.buffer_index: dict[int, int] = {}
         self.params: tuple[int, ...] = ()
+        self.dims: tuple[int, ...] = ()  # variable numbers of a PrimFunc's size variables
         self.root = NO_ROW
         self._alive: list[Any] = []  # keeps id() keys valid for the table's lifetime
 
@@ -46,9 +62,23 @@ class FlatTIR:
         index = self.buffer_index.get(id(buf))
         if index is None:
             index = self.buffer_index[id(buf)] = len(self.buffers)
-            self.buffers.append((buf.name, buf.shape, buf.dtype, buf.scope))
+            shape = buf.shape if buf.is_static else tuple(self._extent(d) for d in buf.shape)
+            self.buffers.append((buf.name, shape, buf.dtype, buf.scope))
             self._alive.append(buf)
         return index
+
+    def _extent(self, extent: Any) -> Any:
+        """A symbolic buffer extent as a small tree: ints, ("v", variable number), and
+        (kind name, a, b) for the index arithmetic sizes are made of."""
+        if type(extent) is int:
+            return extent
+        if isinstance(extent, IntImm):
+            return int(extent.value)
+        if isinstance(extent, TVar):
+            return ("v", self._variable(extent))
+        if type(extent) in _EXTENT_KINDS:
+            return (type(extent).__name__, self._extent(extent.a), self._extent(extent.b))
+        raise IRError(f"a buffer extent may only use size variables and + - * // % min max, got {extent!r}")
 
     def _variable(self, var: TVar) -> int:
         index = self.var_index.get(id(var))
@@ -106,6 +136,7 @@ def _same(node: Any) -> Any:
 
 def flatten_prim_func(func: PrimFunc) -> FlatTIR:
     flat = FlatTIR()
+    flat.dims = tuple(flat._variable(v) for v in func.dims)
     flat.params = tuple(flat.buffer(p) for p in func.params)
     flat.root = flat.add(func.body)
     return flat
@@ -127,6 +158,7 @@ def canonical_key(node: PrimFunc | Stmt | PrimExpr) -> tuple:
         tuple(buf[1:] for buf in flat.buffers),
         flat.params,
         flat.root,
+        flat.dims,
     )
 
 
@@ -149,16 +181,34 @@ def assert_tir_equal(a: Any, b: Any) -> None:
 # ----------------------------------------------------------------------------- rebuild
 
 
-def unflatten(rows: list[tuple], variables: list[tuple], buffers: list[tuple]) -> tuple[list, list[Buffer]]:
-    """The nodes of a table in row order, and the buffers (inverse of :class:`FlatTIR`)."""
-    var_objects = [TVar(name, dtype) for name, dtype in variables]
-    buffer_objects = [Buffer(name, shape, dtype, scope) for name, shape, dtype, scope in buffers]
+def unflatten(rows: list[tuple], variables: list[tuple], buffers: list[tuple],
+              var_objects: list[TVar] | None = None) -> tuple[list, list[Buffer]]:
+    """The nodes of a table in row order, and the buffers (inverse of :class:`FlatTIR`).
+    ``var_objects``: the variables to use (made from ``variables`` when not given)."""
+    if var_objects is None:
+        var_objects = [TVar(name, dtype) for name, dtype in variables]
+    buffer_objects = [Buffer(name, tuple(_unextent(d, var_objects) for d in shape), dtype, scope)
+                      for name, shape, dtype, scope in buffers]
     nodes: list[Any] = []
     node = nodes.__getitem__
     for row in rows:
         schema = schema_of(kind_by_tag(row[0]))
         nodes.append(var_objects[row[1]] if schema.variable else schema.unrow(row, node, buffer_objects))
     return nodes, buffer_objects
+
+
+def _unextent(extent: Any, var_objects: list[TVar]) -> Any:
+    if type(extent) is int:
+        return extent
+    if extent[0] == "v":
+        return var_objects[extent[1]]
+    kind, a, b = extent
+    operands = (_unextent(x, var_objects) for x in (a, b))
+    return _EXTENT_KINDS_BY_NAME[kind](*(IntImm(x) if type(x) is int else x for x in operands))
+
+
+_EXTENT_KINDS = (Add, Sub, Mul, FloorDiv, FloorMod, Min, Max)
+_EXTENT_KINDS_BY_NAME = {kind.__name__: kind for kind in _EXTENT_KINDS}
 
 
 # ------------------------------------------------------------------------ registration
@@ -183,14 +233,15 @@ def _structural_fields(func: PrimFunc) -> tuple:
 def _encode(func: PrimFunc, encoder: Any) -> tuple:
     flat = flatten_prim_func(func)
     return (tuple(flat.rows), tuple(flat.variables), tuple(flat.buffers), flat.params, flat.root,
-            encoder.attrs_ref(func.attrs))
+            encoder.attrs_ref(func.attrs), flat.dims)
 
 
 def _decode(payload: tuple, decoder: Any) -> PrimFunc:
-    rows, variables, buffers, params, root, attrs_ref = payload
-    nodes, buffer_objects = unflatten(list(rows), list(variables), list(buffers))
+    rows, variables, buffers, params, root, attrs_ref, dims = payload
+    var_objects = [TVar(name, dtype) for name, dtype in variables]
+    nodes, buffer_objects = unflatten(list(rows), list(variables), list(buffers), var_objects)
     attrs: Attrs = decoder.attrs(attrs_ref)
-    return PrimFunc([buffer_objects[p] for p in params], nodes[root], attrs)
+    return PrimFunc([buffer_objects[p] for p in params], nodes[root], attrs, [var_objects[d] for d in dims])
 
 
 def _register() -> None:

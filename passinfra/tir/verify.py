@@ -117,6 +117,9 @@ class _Verifier:
         if self.flattened and len(buf.shape) != 1:
             self.problem(f"buffer {buf.name} has shape {buf.shape}; "
                          "a flattened function has 1-d buffers only")
+        for extent in buf.shape:
+            if type(extent) is not int:  # symbolic: over the function's size variables only
+                self.expr(extent)
 
     def require_bool(self, what: str, expr: PrimExpr) -> None:
         if expr.dtype != "bool":
@@ -139,7 +142,7 @@ class _Verifier:
                 self.problem(f"{what} buffer {buf.name}: index {axis} has dtype {index.dtype}; "
                              "indices are integers")
             extent = buf.shape[axis] if axis < len(buf.shape) else 1
-            if type(index) is n.IntImm and not 0 <= index.value < extent:
+            if type(index) is n.IntImm and type(extent) is int and not 0 <= index.value < extent:
                 self.problem(f"{what} buffer {buf.name}: constant index {index.value} is out of bounds "
                              f"for dimension {axis} of extent {extent}")
 
@@ -193,6 +196,10 @@ def verify_prim_func(func: PrimFunc, flattened: bool | None = None, name: str | 
     if flattened is None:
         flattened = bool(func.attrs.get("flattened", False))
     verifier = _Verifier(flattened)
+    for var in func.dims:
+        if var in verifier.bound_vars:
+            verifier.problem(f"size variable {var.name} is a parameter twice")
+        verifier.bound_vars.add(var)
     for param in func.params:
         if param in verifier.live_buffers:
             verifier.problem(f"buffer {param.name} is a parameter twice")

@@ -35,8 +35,12 @@ class CompiledKernel:
         self._entry = getattr(self._lib, f"{symbol}_packed")
         self._entry.restype = ctypes.c_int
 
-    def __call__(self, *arrays: np.ndarray) -> int:
+    def __call__(self, *arrays: np.ndarray, sizes: dict[str, int] | None = None) -> int:
         for array, buffer in zip(arrays, self.func.params):
             assert array.dtype == np.dtype(buffer.dtype) and array.flags.c_contiguous
-        pointers = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
+        # a kernel compiled for symbolic sizes takes a pointer to each size's int64 value
+        # after the buffers (in the order of func.dims)
+        values = [ctypes.c_int64(int(sizes[var.name])) for var in self.func.dims] if sizes else []
+        addresses = [a.ctypes.data for a in arrays] + [ctypes.addressof(v) for v in values]
+        pointers = (ctypes.c_void_p * max(len(addresses), 1))(*addresses)
         return self._entry(pointers)

@@ -294,14 +294,41 @@ def test_same_model_links_to_byte_identical_libraries(ctx):
     assert first.metadata["workspace_bytes"] <= first.metadata["naive_intermediate_bytes"]
 
 
-def test_a_main_with_symbolic_dimensions_is_one_clear_build_error() -> None:
-    """The graph IR types dynamic shapes; until they are compiled, build says so by name
-    instead of failing somewhere inside lowering."""
+def test_a_main_with_symbolic_dimensions_builds_once_for_every_size() -> None:
     import passinfra
-    from passinfra.build import BuildError
     from passinfra.ir import DimVar
+    from passinfra.runtime.shape_binding import DimBindingError
 
     x = var("x", (DimVar("batch", 1, 64), 16))
-    mod = IRModule.from_expr(Function([x], op.nn.relu(x)))
-    with pytest.raises(BuildError, match=r"main has symbolic dimensions \(batch\).*--shapes"):
-        passinfra.build(mod)
+    lib = passinfra.build(IRModule.from_expr(Function([x], op.nn.relu(op.add(x, x)))))
+    assert lib.metadata["dims"] == [{"name": "batch", "lo": 1, "hi": 64}]
+    for batch in (1, 7, 64):
+        data = np.random.default_rng(batch).standard_normal((batch, 16)).astype(np.float32)
+        np.testing.assert_array_equal(lib(data), np.maximum(data + data, 0))
+    with pytest.raises(DimBindingError, match="batch"):
+        lib(np.zeros((65, 16), np.float32))
+
+
+def test_an_op_whose_rule_needs_static_sizes_is_one_clear_error_naming_it() -> None:
+    """A compute rule written for static shapes only (here a user's op that loops over
+    ``range(extent)``): the build names the function, its op and the sizes."""
+    import passinfra
+    from passinfra.codegen.compute import ComputeOp, register_compute
+    from passinfra.errors import SymbolicSizeError
+    from passinfra.ir import DimVar
+    from passinfra.ir.op.registry import SYMBOLIC_SHAPES, OpPattern, register_op
+
+    reverse = register_op("test_cg_build.reverse", num_inputs=1, type_rel=lambda types, attrs: types[0],
+                          impl=lambda args, attrs: args[0][::-1], pattern=OpPattern.INJECTIVE, override=True)
+    reverse.set_attr(SYMBOLIC_SHAPES, True)
+
+    def rule(inputs, attrs, out_type):
+        (data,) = inputs
+        last = int(data.shape[0]) - 1  # a static size only
+        return ComputeOp("reverse", data.shape, data.dtype, lambda idx: data.load(last - idx[0], *idx[1:]))
+
+    register_compute("test_cg_build.reverse")(rule)
+    x = var("x", (DimVar("batch", 1, 64), 16))
+    expected = r"test_cg_build\.reverse.*symbolic sizes \(batch\).*--shapes"
+    with pytest.raises(SymbolicSizeError, match=expected):
+        passinfra.build(IRModule.from_expr(Function([x], op.nn.relu(Call(reverse, [x])))))

@@ -13,7 +13,8 @@ from passinfra.tir.printer import tir_astext
 from passinfra.tir.structural import tir_structural_equal
 
 # the package's layering, bottom first: a module may import only modules before it
-LAYERS = ["schema", "nodes", "functor", "printer", "structural", "arith", "intrinsics", "evaluator", "verify"]
+LAYERS = ["schema", "nodes", "sizes", "functor", "printer", "structural", "arith", "intrinsics", "evaluator",
+          "verify"]
 
 
 def _sample() -> tir.PrimFunc:

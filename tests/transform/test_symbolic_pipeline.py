@@ -31,7 +31,9 @@ from passinfra.ir.dims import SymDim, free_vars, linear_unknown
 from passinfra.ir.expr import Call, Function
 from passinfra.ir.functor import iter_post_order
 from passinfra.ir.graph import is_primitive, type_of
+from passinfra.ir.op.registry import Op
 from passinfra.ir.type_infer import infer_type
+from passinfra.runtime.interpreter import evaluate
 from passinfra.transform import PassContext
 from passinfra.transform.builtin.fuse_ops import fuse_ops
 from passinfra.transform.registry import get_pass
@@ -172,9 +174,11 @@ def test_fused_functions_take_their_dims_from_their_parameters_and_print_them(ca
     text = compiled.astext()
     symbolic = {name: func for name, func in _primitives(compiled).items() if _used_dims(func)}
     assert symbolic, "FuseOps lifted no function with symbolic parameters"
+    main_dims = _given_dims(compiled["main"])
     for name, func in symbolic.items():
-        # every dim the function uses follows from its parameters: a call binds it
-        assert _used_dims(func) <= _given_dims(func), name
+        # every dim the function uses follows from its parameters (a call binds it) or,
+        # given by no argument (an arange over positions), is main's of that name
+        assert _used_dims(func) <= _given_dims(func) | main_dims, name
         names = ", ".join(sorted(var.name for var in _used_dims(func)))
         assert f"def @{name}[{names}](" in text
 
@@ -184,22 +188,20 @@ def test_the_decoder_s_causal_mask_and_attention_fuse_with_past_from_past_plus_s
     # the key positions' arange(0, past + seq) fuses with the mask it builds: the function
     # reads the query positions [seq] and the attention mask [batch, past + seq], which
     # give past; the query positions' arange(past, past + seq) reads no tensor at all and
-    # stays in main, under main's binding
+    # is lifted too, taking past and seq from main (a dim no argument gives is the caller's)
     main = compiled["main"]
-    in_main = [node for node in iter_post_order(main.body)
-               if isinstance(node, Call) and getattr(node.op, "name", "") == "arange"]
-    assert len(in_main) == 1 and in_main[0].attrs["start"] == DimVar("past")
+    assert not any(isinstance(node, Call) and isinstance(node.op, Op) for node in iter_post_order(main.body))
     with_range = [func for func in _primitives(compiled).values() if "arange(" in func.astext()]
-    assert with_range
     past = DimVar("past")
+    from_caller = [func for func in with_range if not func.params]
+    assert len(from_caller) == 1 and past in _used_dims(from_caller[0])
     for func in with_range:
-        whole = {dim for param in func.params for tensor in _tensors(param.type_annotation)
-                 for dim in tensor.shape if type(dim) is DimVar}
-        assert past not in whole and past in _given_dims(func)
+        if func.params:
+            whole = {dim for param in func.params for tensor in _tensors(param.type_annotation)
+                     for dim in tensor.shape if type(dim) is DimVar}
+            assert past not in whole and past in _given_dims(func)
     # and so does the attention core: softmax over [batch, heads, seq, past + seq]
     assert any("nn.softmax(" in func.astext() for func in _primitives(compiled).values())
-    assert not any(isinstance(node, Call) and getattr(node.op, "name", "") == "nn.softmax"
-                   for node in iter_post_order(main.body))
 
 
 def test_panel_weights_leaves_symbolic_calls_alone():
@@ -211,14 +213,19 @@ def test_panel_weights_leaves_symbolic_calls_alone():
     assert compiled.astext() == before_panels.astext()
 
 
-def test_fuse_ops_keeps_a_group_no_argument_gives_the_sizes_of_in_the_caller():
+def test_fuse_ops_lifts_a_group_whose_sizes_only_the_caller_gives():
     n, k = DimVar("n"), DimVar("k")
     x, y = Var("x", TensorType((n,))), Var("y", TensorType((k,)))
-    # softmax stands alone and would take only [n + k]: nothing there binds n or k
+    # softmax stands alone and takes only [n + k]: no argument binds n or k, main does
     main = Function([x, y], op.nn.softmax(op.concatenate([op.exp(x), y], axis=0)))
-    fused = fuse_ops(IRModule.from_expr(main), opt_level=3)
-    assert list(_primitives(fused)) == ["fused_exp_concatenate"]
-    assert "@fused_exp_concatenate(%x, %y);\n  nn.softmax(%0, axis=-1)" in fused["main"].astext()
+    mod = IRModule.from_expr(main)
+    fused = fuse_ops(mod, opt_level=3)
+    assert list(_primitives(fused)) == ["fused_exp_concatenate", "fused_nn_softmax"]
+    assert "def @fused_nn_softmax[k, n](%p0: Tensor[(k + n), float32]" in fused.astext()
+    for sizes in ((1, 1), (3, 5)):
+        args = [np.linspace(-1, 1, size, dtype=np.float32) for size in sizes]
+        np.testing.assert_allclose(evaluate(fused, *args), evaluate(mod, *args), rtol=1e-6)
+
     a, b = np.arange(3, dtype=np.float32), np.ones(2, np.float32)
     np.testing.assert_array_equal(passinfra.evaluate(fused, a, b),
                                   passinfra.evaluate(IRModule.from_expr(main), a, b))

@@ -30,6 +30,7 @@ import numpy as np
 from passinfra import tir
 from passinfra.errors import IRError
 from passinfra.ir.attrs import Attrs
+from passinfra.ir.dims import SymDim, exact_div, is_static
 from passinfra.ir.op.registry import Op
 from passinfra.ir.types import TensorType, Type, is_float_dtype
 
@@ -56,13 +57,16 @@ Value = Union[TensorHandle, tuple["Value", ...]]  # noqa: UP007  (a recursive al
 
 @dataclass(frozen=True)
 class BufferHandle:
-    """A materialized tensor: loads read its buffer."""
+    """A materialized tensor: loads read its buffer. ``dims``: its graph-level shape when
+    that is symbolic (rules do their shape arithmetic on graph-level dimensions; the
+    buffer's own shape is then loop-level expressions)."""
 
     buffer: tir.Buffer
+    dims: tuple[Any, ...] | None = None
 
     @property
-    def shape(self) -> tuple[int, ...]:
-        return self.buffer.shape
+    def shape(self) -> tuple[Any, ...]:
+        return self.buffer.shape if self.dims is None else self.dims
 
     @property
     def dtype(self) -> str:
@@ -164,6 +168,8 @@ def output_shape(out_type: Type) -> tuple[int, ...]:
 
 def imm(value: float, dtype: str) -> tir.PrimExpr:
     """A constant of ``dtype`` (bools as 0/1 of dtype bool)."""
+    if isinstance(value, SymDim):  # a size known at run time (arange's start and stop)
+        return tir.Cast(dtype, tir.as_prim(value)) if dtype != tir.INDEX_DTYPE else tir.as_prim(value)
     if dtype == "bool":
         return tir.IntImm(int(bool(value)), "bool")
     if is_float_dtype(dtype):  # bfloat16 too
@@ -196,11 +202,11 @@ def load_broadcast(handle: TensorHandle, out_indices: Indices, out_shape: Sequen
 def clamp(index: tir.PrimExpr, low: int, high: int) -> tir.PrimExpr:
     """``index`` clamped into [low, high]: loads under a Select stay inside the buffer
     (both sides of a Select may be evaluated)."""
-    return tir.Max(tir.Min(index, tir.IntImm(high)), tir.IntImm(low))
+    return tir.Max(tir.Min(index, tir.as_prim(high)), tir.as_prim(low))
 
 
 def in_range(index: tir.PrimExpr, extent: int) -> tir.PrimExpr:
-    return tir.And(tir.GE(index, tir.IntImm(0)), tir.LT(index, tir.IntImm(extent)))
+    return tir.And(tir.GE(index, tir.IntImm(0)), tir.LT(index, tir.as_prim(extent)))
 
 
 def intrinsic(name: str, *args: tir.PrimExpr) -> tir.PrimExpr:
@@ -210,15 +216,21 @@ def intrinsic(name: str, *args: tir.PrimExpr) -> tir.PrimExpr:
 def unravel(flat: tir.PrimExpr, shape: Sequence[int]) -> Indices:
     """Row-major indices of the element at ``flat`` in a tensor of ``shape``."""
     indices: list[tir.PrimExpr] = []
-    stride = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    if all(type(extent) is int for extent in shape):
+        stride = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    else:  # symbolic sizes: the strides are graph-level dimensions (exact products)
+        stride = math.prod(shape)
     for axis, extent in enumerate(shape):
-        stride //= extent if extent else 1
+        if is_static(extent):
+            stride //= extent if extent else 1
+        else:
+            stride = exact_div(stride, extent)
         if extent == 1:
             indices.append(tir.IntImm(0))
             continue
-        index = flat if stride == 1 else tir.FloorDiv(flat, tir.IntImm(stride))
+        index = flat if stride == 1 else tir.FloorDiv(flat, tir.as_prim(stride))
         # the first axis needs no modulo: flat < size, so flat // stride < extent
-        indices.append(index if axis == 0 else tir.FloorMod(index, tir.IntImm(extent)))
+        indices.append(index if axis == 0 else tir.FloorMod(index, tir.as_prim(extent)))
     return tuple(indices)
 
 
@@ -228,7 +240,7 @@ def ravel(indices: Indices, shape: Sequence[int]) -> tir.PrimExpr:
     for index, extent in zip(indices, shape):
         if extent == 1:
             continue
-        flat = index if flat is None else flat * tir.IntImm(extent) + index
+        flat = index if flat is None else flat * tir.as_prim(extent) + index
     return tir.IntImm(0) if flat is None else flat
 
 
@@ -238,7 +250,7 @@ def loop_nest(shape: Sequence[int], body: Callable[[Indices], tir.Stmt], prefix:
     loop_vars = tuple(tir.TVar(f"{prefix}{start_at + k}") for k in range(len(shape)))
     stmt = body(loop_vars)
     for loop_var, extent in zip(reversed(loop_vars), reversed(tuple(shape))):
-        stmt = tir.For(loop_var, tir.IntImm(0), tir.IntImm(int(extent)), tir.ForKind.SERIAL, stmt)
+        stmt = tir.For(loop_var, tir.IntImm(0), tir.as_prim(extent), tir.ForKind.SERIAL, stmt)
     return stmt
 
 

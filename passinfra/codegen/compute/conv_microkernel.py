@@ -16,6 +16,8 @@ seven threads), and a row of 7-14 pixels already fills a tile or two of the micr
 
 from __future__ import annotations
 
+from typing import Any
+
 from passinfra import tir
 from passinfra.codegen.compute.base import seq
 from passinfra.codegen.compute.conv_direct import ConvGeometry, Epilogue
@@ -44,8 +46,13 @@ def rows_per_block(g: ConvGeometry) -> int:
     return min((r for r in divisors if r * g.out_width >= MIN_BLOCK_PIXELS), default=g.out_height)
 
 
-def _int(value: int) -> tir.IntImm:
-    return tir.IntImm(int(value), tir.INDEX_DTYPE)
+def _int(value: Any) -> tir.PrimExpr:
+    """An int64 argument: a constant, or a symbolic size as an expression."""
+    if isinstance(value, tir.PrimExpr):
+        return value
+    if isinstance(value, int):
+        return tir.IntImm(int(value), tir.INDEX_DTYPE)
+    return tir.as_prim(value)
 
 
 def conv_call(g: ConvGeometry, data: tir.Buffer, weight: tir.Buffer, out: tir.Buffer, image: tir.PrimExpr,

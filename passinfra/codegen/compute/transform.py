@@ -25,6 +25,7 @@ from passinfra.codegen.compute.base import (
     unravel,
 )
 from passinfra.ir.attrs import Attrs
+from passinfra.ir.dims import is_static
 from passinfra.ir.op._rel import normalize_axis
 from passinfra.ir.op.tensor import _split_bounds, _transpose_permutation
 from passinfra.ir.types import TupleType, Type
@@ -101,7 +102,7 @@ def _concatenate(inputs: Sequence, attrs: Attrs, out_type: Type) -> ComputeOp:
             extent = field.shape[axis]
             if extent == 0:
                 continue
-            local = position - tir.IntImm(start) if start else position
+            local = position - tir.IntImm(start) if not (is_static(start) and start == 0) else position
             if len(fields) > 1:  # every field but a lone one is read under a Select
                 local = clamp(local, 0, extent - 1)
             read = field.load(*idx[:axis], local, *idx[axis + 1:])

@@ -3,7 +3,9 @@ tensors (the link step's ``memory_plan``).
 
 The analysis of ``main`` and the planner (liveness, greedy by size, first fit) are
 :mod:`passinfra.codegen.host`, shared with HostCodegen, which plans for itself when this
-pass has not run in its link step. The IR is never changed.
+pass has not run in its link step. The IR is never changed. Intermediates of symbolic
+sizes get a layout whose offsets the host computes at each call (``MemoryPlan.order`` and
+``conflicts``; see :func:`passinfra.codegen.host.plan_memory`).
 """
 
 from __future__ import annotations

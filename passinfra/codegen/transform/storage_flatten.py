@@ -35,8 +35,11 @@ def row_major_index(indices: tuple[PrimExpr, ...], shape: tuple[int, ...]) -> Pr
     terms: list[PrimExpr] = []
     stride = 1
     for index, extent in zip(reversed(indices), reversed(shape)):
-        terms.append(index if stride == 1 else Mul(index, IntImm(stride, index.dtype)))
-        stride *= extent
+        if type(stride) is int:
+            terms.append(index if stride == 1 else Mul(index, IntImm(stride, index.dtype)))
+        elif not (isinstance(index, IntImm) and index.value == 0):  # a symbolic stride
+            terms.append(Mul(index, stride))
+        stride = extent if type(stride) is int and stride == 1 else stride * extent
     terms.reverse()
     dtype = indices[0].dtype if indices else "int64"
     return sum_terms(terms, dtype)
@@ -79,7 +82,7 @@ def storage_flatten_prim_func(func: PrimFunc) -> PrimFunc:
     flattener = _Flattener()
     params = [flattener.flat_buffer(p) for p in func.params]
     body = flattener.visit_stmt(func.body)
-    return PrimFunc(params, body, func.attrs.with_item("flattened", True))
+    return PrimFunc(params, body, func.attrs.with_item("flattened", True), func.dims)
 
 
 @register_pass("StorageFlatten")

@@ -49,12 +49,13 @@ fuses nothing: every op call becomes a primitive function of its own (still shar
 
 Symbolic dimensions: a primitive function takes the sizes of its dims from its arguments
 (a dim that is a variable alone binds it, and ``past + seq`` binds ``past`` once ``seq``
-is known: see :mod:`passinfra.runtime.shape_binding`), so a group is lifted only if every
-variable of its parameters' types, of its values' types and of its calls' attrs
-(``arange(start=past)``) follows that way from its parameters. A group that fails
-this (an ``arange`` whose sizes come from no tensor it reads) stays in the caller as
-plain op calls, evaluated under the caller's binding; static groups are never affected.
-Lifted symbolic functions print their dims (``def @fused_add[batch, seq](...)``).
+is known: see :mod:`passinfra.runtime.shape_binding`); a dim no argument gives is the
+caller's dimension of that name (an ``arange(past, past + seq)`` reads no tensor at all).
+So a group is lifted only if every variable of its parameters' types, of its values'
+types and of its calls' attrs follows from its parameters or from the fused function's
+own parameters; a group that fails this stays in the caller as plain op calls. Static
+groups are never affected. Lifted symbolic functions print their dims
+(``def @fused_add[batch, seq](...)``).
 """
 
 from __future__ import annotations
@@ -381,6 +382,24 @@ def _group_key(
     return tuple(parts), tuple(position[index] for index in outputs)
 
 
+def _bound_by(param_types: list) -> set[DimVar]:
+    """The dimension variables a call binds from arguments of ``param_types``: each whole
+    dimension, then (as shape_binding._solve_linear_dims does) a variable given as
+    ``past + seq`` once the others are known."""
+    bound = {var for ty in param_types if ty is not None for var in _whole_dims(ty)}
+    expression_dims = [dim for ty in param_types if ty is not None for tensor in _tensor_types(ty)
+                       for dim in tensor.shape if isinstance(dim, SymDim) and type(dim) is not DimVar]
+    progress = True
+    while progress:
+        progress = False
+        for dim in expression_dims:
+            solved = linear_unknown(dim, bound)
+            if solved is not None and solved[0] not in bound:
+                bound.add(solved[0])
+                progress = True
+    return bound
+
+
 class _FunctionFuser:
     """Fuses one function: partitions its graph, lifts the groups, rebuilds the body."""
 
@@ -390,6 +409,9 @@ class _FunctionFuser:
         self.graph = IndexedForwardGraph.from_function(func)
         self.roots = GraphPartitioner(self.graph, opt_level, max_fuse_depth).partition()
         self.new_of: dict[int, Expr] = {}
+        # the dims the fused function's own parameters give: a lifted group may use them
+        self.caller_dims = _bound_by([p.checked_type if p._checked_type is not None else p.type_annotation
+                                      for p in func.params])
 
     def run(self) -> Function:
         graph = self.graph
@@ -438,20 +460,8 @@ class _FunctionFuser:
             used.update(_type_vars(ty))
         if not used:  # a static group: nothing to bind
             return True
-        bound = {var for ty in input_types for var in _whole_dims(ty)}
-        # as the call's binding does: a variable given as ``past + seq`` with the
-        # others known follows from that dimension (shape_binding._solve_linear_dims)
-        expression_dims = [dim for ty in input_types for tensor in _tensor_types(ty) for dim in tensor.shape
-                           if isinstance(dim, SymDim) and type(dim) is not DimVar]
-        progress = True
-        while progress and not used <= bound:
-            progress = False
-            for dim in expression_dims:
-                solved = linear_unknown(dim, bound)
-                if solved is not None:
-                    bound.add(solved[0])
-                    progress = True
-        return used <= bound
+        # what the call's binding gives, then the caller's own (its dims by name)
+        return used <= (_bound_by(input_types) | self.caller_dims)
 
     def _lift(self, group: list[int]) -> None:
         """Make ``group`` (node indexes, topological) a primitive function and call it."""
