@@ -61,7 +61,12 @@ from passinfra.codegen.multiversion import (
     wants_clone,
 )
 from passinfra.codegen.thread_pool import KERNEL_DECLARATIONS, PARALLEL_FOR
-from passinfra.codegen.transform.parallelize import loop_captures, statement_work
+from passinfra.codegen.transform.parallelize import (
+    loop_captures,
+    statement_work,
+    symbolic_work,
+    work_expression,
+)
 from passinfra.errors import IRError
 from passinfra.ir.types import is_float_dtype
 from passinfra.tir.arith import const_int
@@ -377,6 +382,7 @@ class CRenderer:
         self._input_buffers: set[tir.Buffer] = set()
         self._packed: set[tir.Buffer] = set()  # float16/bfloat16 parameters: 16-bit patterns
         self._symbol = ""
+        self._sizes: tuple[tir.TVar, ...] = ()  # the size variables of a kernel of symbolic sizes
         self._outlined: list[str] = []  # chunk functions of PARALLEL loops, before the kernel
         self._in_chunk = False  # rendering a chunk function: a PARALLEL loop inside runs serially
         self._vector_depth = 0  # VECTORIZED loops around the statement being rendered
@@ -420,6 +426,7 @@ class CRenderer:
                           f"got {num_inputs!r}")
         self._used_names.update({symbol, symbol + "_packed"})
         self._symbol = symbol
+        self._sizes = func.dims
         libraries = kernel_libraries(func.body)
         self._libraries = frozenset(library.name for library in libraries)
         params = []
@@ -438,8 +445,10 @@ class CRenderer:
         # (``step``, ``index``) cannot be interposed by it when the library is loaded
         signature = f"static int {symbol}({', '.join(params) or 'void'})"
         self._lines = []
-        self._emit_body(func.body, indent=1)
-        if self._clone(func.body, skip_parallel=True):
+        with symbolic_work(bool(func.dims)):  # loops over run-time sizes count as typical ones
+            self._emit_body(func.body, indent=1)
+            clone = self._clone(func.body, skip_parallel=True)
+        if clone:
             signature = f"{CLONE_MACRO} {signature}"
         clones = [clone_macro_definition()] if self._clones else []
         casts = [
@@ -585,7 +594,9 @@ class CRenderer:
         finally:
             chunk, self._lines, self._in_chunk = self._lines, saved, False
         self._outlined.extend(chunk)
-        work = statement_work(loop.body) * lanes
+        # a kernel of symbolic sizes: the work of this call's sizes, computed at run time
+        work = (statement_work(loop.body) * lanes if not self._sizes
+                else self.expr(tir.Mul(work_expression(loop.body, self._sizes), tir.IntImm(lanes))))
         if not fields:
             call = f"{PARALLEL_FOR}({function}, NULL, {extent}, {work})"
             self._lines.append(f"{pad}if ({call} != 0) {{ return -1; }}")

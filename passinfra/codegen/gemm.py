@@ -35,7 +35,7 @@ from typing import Any
 from passinfra import tir
 from passinfra.codegen.c_intrinsics import IntrinsicRenderer, KernelLibrary, register_intrinsic_renderer
 from passinfra.codegen.compute.base import imm, seq
-from passinfra.codegen.compute.conv_microkernel import PANEL_WIDTH, matmul_call, panel_width
+from passinfra.codegen.compute.conv_microkernel import PANEL_WIDTH, matmul_call, matmul_row_parts, panel_width
 from passinfra.codegen.compute.nn import _window_index
 from passinfra.errors import IRError
 from passinfra.ir.attrs import Attrs
@@ -267,22 +267,25 @@ def _plan_matmul(attrs: Attrs, shapes: Sequence[tuple[int, ...]], out_shape: tup
     if len(rhs) == 2 and tuple(lhs[:-2]) == tuple(batch_shape):
         # every batch of the left operand meets the same matrix: one tall GEMM
         rows = math.prod(lhs[:-1])
-        static_rows = is_static_dim(rows)
-        wide = is_static_dim(n) and n >= MIN_MICROKERNEL_COLUMNS and matmul_microkernel()
-        microkernel = wide and static_rows and rows >= MIN_MICROKERNEL_ROWS
+        wide = is_static_dim(k) and is_static_dim(n) and n >= MIN_MICROKERNEL_COLUMNS and matmul_microkernel()
+        # rows known only at run time: the microkernels at every size, reading the weight
+        # in panels (BLAS cannot), which a decode step's few rows stream once
+        microkernel = wide and (not is_static_dim(rows) or rows >= MIN_MICROKERNEL_ROWS)
 
         def emit_flat(inputs: Sequence[tir.Buffer], out: tir.Buffer, new_buffer: Callable,
                       epilogue: Epilogue | None = None):
             lhs, rhs = inputs
             if panel_width(rhs) or (microkernel and lhs.dtype == rhs.dtype == "float32"):
                 call = matmul_call(lhs, rhs, out, rows, k, n)  # the weight [k, n], or its panels
+                if not is_static_dim(rows):
+                    # one row (a decode step): parts of the columns, which threads share
+                    one_row = matmul_row_parts(lhs, rhs, out, k, n)
+                    if one_row is not None:
+                        call = tir.IfThenElse(tir.EQ(tir.as_prim(rows), tir.IntImm(1)), one_row, call)
+                    # the microkernels take at least one row
+                    call = tir.IfThenElse(tir.GT(tir.as_prim(rows), tir.IntImm(0)), call)
             else:
                 call = gemm_call(_first(lhs), _first(rhs), _first(out), rows, n, k, trans_b=False)
-                if wide and not static_rows and lhs.dtype == rhs.dtype == "float32":
-                    # rows known at run time: the microkernels from MIN_MICROKERNEL_ROWS on,
-                    # BLAS (sgemv for a decode step's one row) below
-                    enough = tir.GE(tir.as_prim(rows), tir.IntImm(MIN_MICROKERNEL_ROWS))
-                    call = tir.IfThenElse(enough, matmul_call(lhs, rhs, out, rows, k, n), call)
             return _with_epilogue(call, out, epilogue), []
 
         return GemmPlan("matmul", emit_flat, PANEL_WIDTH if microkernel else 0)

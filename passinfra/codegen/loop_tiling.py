@@ -33,9 +33,10 @@ from typing import Any
 from passinfra import tir
 from passinfra.codegen.compute.base import seq
 from passinfra.codegen.transform.simplify import Simplifier
+from passinfra.ir.dims import DimVar, prove_le
 from passinfra.tir.arith import affine_coefficient
-from passinfra.tir.functor import StmtExprMutator, iter_expr_post_order, substitute
-from passinfra.tir.sizes import is_static_extent
+from passinfra.tir.functor import StmtExprMutator, iter_expr_post_order, same_expr, substitute
+from passinfra.tir.sizes import is_static_extent, prim_to_dim
 
 # tile sizes tried, largest first: 16 float32 are one 64-byte cache line
 TILE_SIZES = (16, 8, 4)
@@ -67,7 +68,13 @@ def _pieces(loops: list[Loop], store: tir.BufferStore) -> list[tuple[list[Loop],
     done, work = [], [(loops, store)]
     while work:
         piece_loops, piece = work.pop()
-        cut = _select_cut(piece_loops, piece.value) if len(done) + len(work) + 1 < MAX_PIECES else None
+        room = len(done) + len(work) + 1 < MAX_PIECES
+        cut = _select_cut(piece_loops, piece.value) if room else None
+        if cut is None and room:
+            symbolic = _symbolic_select_cut(piece_loops, piece)
+            if symbolic is not None:
+                work.extend(symbolic)
+                continue
         if cut is None:
             done.append((piece_loops, piece))
             continue
@@ -94,6 +101,73 @@ def _select_cut(loops: list[Loop], value: tir.PrimExpr) -> tuple[int, int] | Non
         if type(extent) is int and start < bound[1] < start + extent:
             return position, bound[1]
     return None
+
+
+Piece = tuple[list[Loop], tir.BufferStore]
+
+
+def _symbolic_select_cut(loops: list[Loop], store: tir.BufferStore) -> list[Piece] | None:
+    """The two pieces (above, then below) of a cut at the first select ``var < b`` whose
+    bound ``b`` is a size known at run time (a concatenation after a KV cache of ``past``
+    rows), when ``start <= b <= end`` of ``var``'s loop holds for every size (sizes are
+    never negative); None otherwise. The static cut is :func:`_select_cut`'s."""
+    positions = {id(var): k for k, (var, _, _) in enumerate(loops)}
+    for node in iter_expr_post_order(store.value):
+        if not isinstance(node, tir.Select) or not isinstance(node.cond, tir.LT):
+            continue
+        var, bound = node.cond.a, node.cond.b
+        if not isinstance(var, tir.TVar) or id(var) not in positions or isinstance(bound, tir.IntImm):
+            continue
+        position = positions[id(var)]
+        _, start, extent = loops[position]
+        sizes = _SizeDims({id(v) for v, _, _ in loops})
+        first, count, cut = (prim_to_dim(tir.as_prim(e), sizes.dim) for e in (start, extent, bound))
+        if first is None or count is None or cut is None:
+            continue
+        if prove_le(first, cut) is not True or prove_le(cut, first + count) is not True:
+            continue
+        before, after = loops[:position], loops[position + 1:]
+        below_count = bound if isinstance(start, int) and start == 0 else tir.Sub(bound, tir.as_prim(start))
+        above_count = tir.Sub(tir.Add(tir.as_prim(start), tir.as_prim(extent)), bound)
+        below = [*before, (var, start, below_count), *after]
+        above = [*before, (var, bound, above_count), *after]
+        return [(above, _decide_symbolic(store, var, bound, below=False)),
+                (below, _decide_symbolic(store, var, bound, below=True))]
+    return None
+
+
+class _SizeDims:
+    """Each kernel size a bound reads as a dimension variable (never negative); a loop
+    variable of the nest has none (a bound that moves with the nest is not cut at)."""
+
+    def __init__(self, loop_vars: set[int]) -> None:
+        self.loop_vars = loop_vars
+        self.vars: dict[tir.TVar, DimVar] = {}
+
+    def dim(self, var: tir.TVar) -> DimVar | None:
+        if id(var) in self.loop_vars:
+            return None
+        return self.vars.setdefault(var, DimVar(f"_s{len(self.vars)}"))
+
+
+class _SymbolicSelectDecider(StmtExprMutator):
+    """Replaces ``select(var < b, t, f)`` by ``t`` (``below``: the piece where ``var < b``)
+    or ``f`` for the one bound ``b`` a symbolic cut was made at."""
+
+    def __init__(self, var: tir.TVar, bound: tir.PrimExpr, below: bool) -> None:
+        self.var, self.bound, self.below = var, bound, below
+
+    def rewrite_select(self, node: tir.Select) -> tir.PrimExpr:
+        cond = node.cond
+        if isinstance(cond, tir.LT) and cond.a is self.var and same_expr(cond.b, self.bound):
+            return node.true_value if self.below else node.false_value
+        return node
+
+
+def _decide_symbolic(store: tir.BufferStore, var: tir.TVar, bound: tir.PrimExpr,
+                     below: bool) -> tir.BufferStore:
+    value = _SymbolicSelectDecider(var, bound, below).visit_expr(store.value)
+    return store if value is store.value else tir.BufferStore(store.buffer, value, store.indices)
 
 
 def _var_below_constant(cond: tir.PrimExpr) -> tuple[tir.TVar, int] | None:
@@ -138,7 +212,8 @@ def _divisor_split(loops: list[Loop], store: tir.BufferStore) -> tuple[list[Loop
     var, _, extent = loops[-1]
     # the index arithmetic of reshapes and transposes, reduced with the loops' ranges
     # (the Simplify pass would do the same later), shows what divides the variable
-    ranges = {loop_var: (start, start + count - 1) for loop_var, start, count in loops if type(count) is int}
+    ranges = {loop_var: (start, start + count - 1) for loop_var, start, count in loops
+              if type(count) is int and type(start) is int}
     value = Simplifier(ranges).visit_expr(store.value)
     divisor = _divisor_of(value, var, extent)
     if divisor is None:

@@ -51,7 +51,7 @@ from __future__ import annotations
 
 from passinfra import tir
 from passinfra.codegen import vector_math
-from passinfra.codegen.transform.parallelize import statement_work
+from passinfra.codegen.transform.parallelize import statement_work, unknown_extent
 from passinfra.ir.types import is_float_dtype
 from passinfra.tir.arith import affine_coefficient, const_int
 from passinfra.tir.functor import any_stmt, iter_expr_post_order, stmt_children
@@ -144,7 +144,9 @@ def _epilogue_work(node: tir.Stmt, skip_parallel: bool) -> int:
     if isinstance(node, tir.For):
         if skip_parallel and node.kind is tir.ForKind.PARALLEL:
             return 0
-        return max(const_int(node.extent) or 1, 0) * _epilogue_work(node.body, skip_parallel)
+        extent = const_int(node.extent)
+        iterations = unknown_extent() if extent is None else extent or 1
+        return max(iterations, 0) * _epilogue_work(node.body, skip_parallel)
     if isinstance(node, tir.SeqStmt):
         return sum(_epilogue_work(child, skip_parallel) for child in node.stmts)
     if isinstance(node, (tir.Allocate, tir.LetStmt)):

@@ -635,6 +635,26 @@ def prove_le(a: Dim, b: Dim) -> bool | None:
     return None
 
 
+def relax_floordivs(dim: Dim) -> Dim:
+    """A dimension no greater than ``dim`` for any binding, without the floor divisions
+    that appear linearly in it with a coefficient ``a`` that their divisor ``c`` divides:
+    ``a * (x // c)`` becomes ``(a / c) * x`` when ``a < 0`` (as ``c * (x // c) <= x``) and
+    ``(a / c) * (x - c + 1)`` when ``a > 0``. What interval bounds cannot see:
+    ``x - 16 * (x // 16) >= 0`` (a loop's whole blocks of 16 never pass its end)."""
+    dim = _norm(dim)
+    if type(dim) is int or type(dim) is DimVar:
+        return dim
+    relaxed: Dim = 0
+    for mono, coeff in dim.terms:
+        atom = mono[0][0] if len(mono) == 1 and mono[0][1] == 1 else None
+        if type(atom) is _FloorDiv and coeff % atom.den == 0:
+            scale = coeff // atom.den
+            relaxed = relaxed + scale * (atom.num if coeff < 0 else atom.num - atom.den + 1)
+        else:
+            relaxed = relaxed + _from_poly({mono: coeff})
+    return relaxed
+
+
 # --------------------------------------------------------------------------- text
 
 
@@ -801,5 +821,5 @@ __all__ = [
     "Dim", "SymDim", "DimVar", "DimExpr", "floordiv", "floormod", "exact_div", "is_static", "as_dim",
     "free_vars", "linear_unknown", "evaluate", "substitute", "bounds", "prove_equal", "prove_le", "dim_text",
     "bounds_text", "name_text", "canon_key", "sorted_vars", "placeholder", "RESERVED_NAMES",
-    "dim_to_json", "dim_from_json",
+    "dim_to_json", "dim_from_json", "relax_floordivs",
 ]

@@ -230,12 +230,20 @@ class Module:
         library says these sizes need, and the sizes passed to the host."""
         specs = self.metadata["inputs"]
         values = [self._checked_dtype(array, spec) for array, spec in zip(arrays, specs)]
-        binding = bind_dims([(f"input {spec['name']!r}", ty, value)
-                             for spec, ty, value in zip(specs, signature.input_types, values)])
+        shapes = tuple(np.shape(value) for value in values)
+        bound = signature.bound.get(shapes)
+        if bound is None:  # sizes not seen yet: bind (and check) them once
+            binding = bind_dims([(f"input {spec['name']!r}", ty, value)
+                                 for spec, ty, value in zip(specs, signature.input_types, values)])
+            sizes = tuple(binding[name] for name in signature.names)
+            out_shapes = tuple(bound_shape(ty, binding) for ty in signature.output_types)
+            nbytes = int(signature.workspace_bytes((ctypes.c_int64 * max(len(sizes), 1))(*sizes)))
+            bound = signature.remember(shapes, (sizes, out_shapes, nbytes))
+        sizes, out_shapes, nbytes = bound
         inputs = [np.ascontiguousarray(value) for value in values]
-        dims = (ctypes.c_int64 * max(len(signature.names), 1))(*[binding[name] for name in signature.names])
-        outputs = [np.empty(bound_shape(ty, binding), dtype=ty.dtype) for ty in signature.output_types]
-        workspace = self._workspace(int(signature.workspace_bytes(dims)))
+        dims = (ctypes.c_int64 * max(len(sizes), 1))(*sizes)
+        outputs = [np.empty(shape, dtype=ty.dtype) for shape, ty in zip(out_shapes, signature.output_types)]
+        workspace = self._workspace(nbytes)
         input_ptrs = (ctypes.c_void_p * max(len(inputs), 1))(*[a.ctypes.data for a in inputs])
         output_ptrs = (ctypes.c_void_p * max(len(outputs), 1))(*[a.ctypes.data for a in outputs])
         status = self._entry(input_ptrs, output_ptrs, self._weights.ctypes.data, workspace.ctypes.data, dims)
@@ -302,6 +310,10 @@ class Module:
         return f"runtime.Module(inputs={self.input_names}, kernels={len(self.metadata.get('kernels', []))})"
 
 
+# how many shapes of inputs a library of a symbolic main keeps the bindings of
+BOUND_SHAPES_KEPT = 64
+
+
 class _SymbolicSignature:
     """What calling a library of a symbolic main needs, read once from its metadata: the
     dimensions (in the order the host takes their sizes), the inputs' and outputs' types
@@ -322,6 +334,16 @@ class _SymbolicSignature:
         self.workspace_bytes = cdll.raypass_workspace_bytes
         self.workspace_bytes.restype = ctypes.c_int64
         self.workspace_bytes.argtypes = [ctypes.POINTER(ctypes.c_int64)]
+        # the inputs' shapes of recent calls -> (sizes, output shapes, workspace bytes):
+        # a decode loop calls at the same few shapes again and again, and binding them in
+        # Python each time cost a tenth of a small model's call
+        self.bound: dict[tuple, tuple] = {}
+
+    def remember(self, shapes: tuple, bound: tuple) -> tuple:
+        if len(self.bound) >= BOUND_SHAPES_KEPT:
+            self.bound.pop(next(iter(self.bound)))  # the oldest
+        self.bound[shapes] = bound
+        return bound
 
 
 def _restructure(structure: Any, outputs: list[np.ndarray]) -> Any:

@@ -5,10 +5,10 @@ Modules, each importing only the ones above it in this list (no import circle):
 - :mod:`~passinfra.tir.schema`: how a node kind declares its fields, and what is derived
   from the declaration (children, rebuild, structural key, table rows, construction checks);
 - :mod:`~passinfra.tir.nodes`: expressions, statements, :class:`PrimFunc`;
-- :mod:`~passinfra.tir.sizes`: graph-level symbolic dimensions as index expressions over a
-  kernel's size variables (``size_scope``);
 - :mod:`~passinfra.tir.functor`: visitors and mutators, the walks (``iter_stmts``,
   ``any_stmt``, ``iter_exprs``, ``any_expr``), ``same_expr``, ``substitute``;
+- :mod:`~passinfra.tir.sizes`: graph-level symbolic dimensions as index expressions over a
+  kernel's size variables (``size_scope``);
 - :mod:`~passinfra.tir.printer`: the text form (``tir_astext``, ``PrimFunc.astext()``);
 - :mod:`~passinfra.tir.structural`: alpha-equivalence, the flat table form, the wire
   format;

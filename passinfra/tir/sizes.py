@@ -12,16 +12,17 @@ rules keep doing their shape arithmetic on graph-level dimensions, which stay ex
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
-from passinfra.errors import IRError
-from passinfra.ir.dims import DimExpr, DimVar, SymDim, sorted_vars
+from passinfra.errors import DimError, IRError
+from passinfra.ir.dims import Dim, DimExpr, DimVar, SymDim, sorted_vars
 from passinfra.tir import nodes
-from passinfra.tir.nodes import INDEX_DTYPE, FloorDiv, FloorMod, IntImm, PrimExpr, TVar
+from passinfra.tir.functor import iter_expr_post_order
+from passinfra.tir.nodes import INDEX_DTYPE, Add, Cast, FloorDiv, FloorMod, IntImm, Mul, PrimExpr, Sub, TVar
 
 
 class SizeScope:
@@ -86,6 +87,44 @@ def _atom_to_prim(atom: Any, var_of: Any) -> PrimExpr:
     return FloorDiv(num, den) if type(atom).__name__ == "_FloorDiv" else FloorMod(num, den)
 
 
+def prim_to_dim(expr: PrimExpr, dim_of_var: Callable[[TVar], Dim | None]) -> Dim | None:
+    """An int64 index expression as a graph-level dimension (the inverse of
+    :func:`dim_to_prim`), each variable given by ``dim_of_var`` (None: unknown); None for
+    anything that is not integer arithmetic of the kinds dimensions have."""
+    values: dict[int, Dim | None] = {}
+    for node in iter_expr_post_order(expr):
+        values[id(node)] = _node_dim(node, values, dim_of_var)
+    return values[id(expr)]
+
+
+def _node_dim(node: PrimExpr, values: dict[int, Dim | None],
+              dim_of_var: Callable[[TVar], Dim | None]) -> Dim | None:
+    if isinstance(node, IntImm):
+        return int(node.value)
+    if isinstance(node, TVar):
+        return dim_of_var(node)
+    if isinstance(node, Cast):
+        inner = values[id(node.value)]
+        return inner if node.dtype.startswith("int") and node.value.dtype.startswith("int") else None
+    if not isinstance(node, (Add, Sub, Mul, FloorDiv, FloorMod)):
+        return None
+    a, b = values[id(node.a)], values[id(node.b)]
+    if a is None or b is None:
+        return None
+    try:
+        if isinstance(node, Add):
+            return a + b
+        if isinstance(node, Sub):
+            return a - b
+        if isinstance(node, Mul):
+            return a * b
+        if type(b) is not int or b <= 0:
+            return None
+        return a // b if isinstance(node, FloorDiv) else a % b
+    except DimError:
+        return None
+
+
 @contextmanager
 def size_scope(scope: SizeScope | None = None) -> Iterator[SizeScope]:
     """While open, graph-level dimensions given to ``as_prim`` (and to Buffer shapes)
@@ -106,4 +145,4 @@ def is_static_extent(extent: Any) -> bool:
     return isinstance(extent, (int, np.integer)) and not isinstance(extent, (bool, np.bool_))
 
 
-__all__ = ["SizeScope", "size_scope", "dim_to_prim", "is_static_extent"]
+__all__ = ["SizeScope", "size_scope", "dim_to_prim", "prim_to_dim", "is_static_extent"]

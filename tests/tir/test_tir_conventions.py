@@ -13,7 +13,7 @@ from passinfra.tir.printer import tir_astext
 from passinfra.tir.structural import tir_structural_equal
 
 # the package's layering, bottom first: a module may import only modules before it
-LAYERS = ["schema", "nodes", "sizes", "functor", "printer", "structural", "arith", "intrinsics", "evaluator",
+LAYERS = ["schema", "nodes", "functor", "sizes", "printer", "structural", "arith", "intrinsics", "evaluator",
           "verify"]
 
 

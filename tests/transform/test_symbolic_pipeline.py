@@ -204,13 +204,15 @@ def test_the_decoder_s_causal_mask_and_attention_fuse_with_past_from_past_plus_s
     assert any("nn.softmax(" in func.astext() for func in _primitives(compiled).values())
 
 
-def test_panel_weights_leaves_symbolic_calls_alone():
+def test_panel_weights_stores_a_symbolic_batch_s_convolution_weights_as_a_static_one_s():
+    # a convolution over a symbolic batch runs on the microkernels, which read panels: the
+    # same weights go to panels as at a static batch (the outputs: the pipeline test above)
     built, compiled = _compiled("cnn")
     with PassContext(opt_level=3):
         static = _pipeline()(from_onnx(built.model, shapes={"input": (2, 3, 32, 32)}))
-        before_panels = _pipeline(GRAPH_PASSES + ("ToMixedPrecision",))(built.imported)
-    assert "weight_panels.unpack" in static.astext()  # the same convolutions, at a static batch
-    assert compiled.astext() == before_panels.astext()
+    def panels(mod: IRModule) -> list[str]:
+        return re.findall(r"weight_panels\.unpack\([^)]*\)", mod.astext(show_meta_data=False))
+    assert panels(static) and panels(compiled) == panels(static)
 
 
 def test_fuse_ops_lifts_a_group_whose_sizes_only_the_caller_gives():

@@ -97,6 +97,34 @@ def matmul_call(lhs: tir.Buffer, rhs: tir.Buffer, out: tir.Buffer, rows: int, k:
     return tir.Evaluate(tir.Intrinsic(CONV_INTRINSIC, args, "int32"))
 
 
+# a one-row product (a decode step) is split into at most this many parts over its
+# output columns, so threads share it (the runtime splits a call by rows only)
+MAX_ROW_PARTS = 8
+
+
+def matmul_row_parts(lhs: tir.Buffer, rhs: tir.Buffer, out: tir.Buffer, k: int, n: int) -> tir.Stmt | None:
+    """``out[1, n] = lhs[1, k] x rhs`` for ``rhs`` in panels, as a loop of microkernel calls
+    over parts of the output columns (whole panels each), which the Parallelize pass runs
+    on threads; every output is the same sum of the same products as in one call. None
+    when ``rhs`` is not in panels or ``n`` is not whole panels."""
+    width = panel_width(rhs)
+    if not width or n % width or int(rhs.shape[0]) * width != n:
+        return None
+    blocks = int(rhs.shape[0])
+    parts = max(p for p in range(1, min(blocks, MAX_ROW_PARTS) + 1) if blocks % p == 0)
+    if parts == 1:
+        return None
+    per_part = blocks // parts
+    part = tir.TVar("part")
+    columns = part * _int(per_part * width)
+    sizes = (1, 1, k, per_part * width, 1, 1, 1, 1, 1, 1, 0, 0, 1, 0, 1, 1, width)
+    weight = tir.BufferLoad(rhs, (part * _int(per_part), _int(0), _int(0)))
+    result = tir.BufferLoad(out, (*(_int(0) for _ in out.shape[:-1]), columns))
+    args = (_first(lhs), weight, result, *(_int(v) for v in sizes))
+    call = tir.Evaluate(tir.Intrinsic(CONV_INTRINSIC, args, "int32"))
+    return tir.For(part, _int(0), _int(parts), tir.ForKind.SERIAL, call)
+
+
 def microkernel_conv(g: ConvGeometry, data: tir.Buffer, weight: tir.Buffer, out: tir.Buffer,
                      epilogue: Epilogue | None = None) -> tir.Stmt:
     """The statement computing ``out`` (NHWC) from ``data`` (NHWC) and ``weight`` (HWIO),
@@ -114,5 +142,6 @@ def microkernel_conv(g: ConvGeometry, data: tir.Buffer, weight: tir.Buffer, out:
     return tir.For(image, tir.IntImm(0), tir.IntImm(g.batch), tir.ForKind.SERIAL, blocks)
 
 
-__all__ = ["CACHED_WEIGHT_BYTES", "MIN_BLOCK_PIXELS", "PANEL_WIDTH", "conv_call", "is_depthwise",
-           "matmul_call", "microkernel_conv", "panel_width", "rows_per_block"]
+__all__ = ["CACHED_WEIGHT_BYTES", "MAX_ROW_PARTS", "MIN_BLOCK_PIXELS", "PANEL_WIDTH", "conv_call",
+           "is_depthwise", "matmul_call", "matmul_row_parts", "microkernel_conv", "panel_width",
+           "rows_per_block"]

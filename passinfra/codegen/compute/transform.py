@@ -37,8 +37,30 @@ def _reshape(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> Co
     out_shape = output_shape(out_type)
     if tuple(data.shape) == out_shape:
         return ComputeOp("reshape", out_shape, data.dtype, lambda idx: data.load(*idx))
+    in_shape = tuple(data.shape)
+    if not (all(map(is_static, in_shape)) and all(map(is_static, out_shape))):
+        # symbolic sizes: axes the two shapes share at the front and back keep their
+        # indices, so only the middle is raveled: index arithmetic over a size known at run
+        # time does not simplify away (a division by seq * 64 per element otherwise)
+        front = 0
+        while front < min(len(in_shape), len(out_shape)) and in_shape[front] == out_shape[front]:
+            front += 1
+        back = 0
+        while (back < min(len(in_shape), len(out_shape)) - front
+               and in_shape[-1 - back] == out_shape[-1 - back]):
+            back += 1
+        in_middle = in_shape[front:len(in_shape) - back]
+        out_middle = out_shape[front:len(out_shape) - back]
+
+        def value(idx: Indices) -> tir.PrimExpr:
+            middle = idx[front:len(idx) - back]
+            moved = unravel(ravel(middle, out_middle), in_middle) if in_middle else ()
+            return data.load(*idx[:front], *moved, *idx[len(idx) - back:])
+
+        return ComputeOp("reshape", out_shape, data.dtype, value)
     return ComputeOp("reshape", out_shape, data.dtype,
                      lambda idx: data.load(*unravel(ravel(idx, out_shape), data.shape)))
+
 
 
 @register_compute("squeeze")

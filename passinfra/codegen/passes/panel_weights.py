@@ -22,9 +22,9 @@ just before: a weight it stored in 16 bits is not float32 any more and stays as 
 The primitive function's parameter becomes the panels, read through
 ``weight_panels.unpack``, which the lowering hands to the microkernels as it is.
 
-Symbolic shapes: a call whose operand or result types have symbolic dimensions gets no
-panels (its kernel is chosen by sizes a symbolic shape leaves open), so a function with
-symbolic parameters keeps its weights as they are.
+Symbolic shapes: the kernel is planned as the lowering plans it: a matmul of symbolic rows
+and a static ``[k, n]`` weight, or a convolution of a symbolic batch, reads panels like a
+static one; a call whose plan needs a size the symbolic shape leaves open gets none.
 
 Where: after ToMixedPrecision and before StreamWeights, so the weights file holds the
 panels. Config ``codegen.weight_panels`` (bool, default True) turns it off.
@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 from passinfra.codegen.compute.conv_microkernel import PANEL_WIDTH
 from passinfra.codegen.lower import complete_attrs, plan_kernel, uses_blas
+from passinfra.errors import DimError
 from passinfra.ir.expr import Call, Constant, Expr, Function, Var
 from passinfra.ir.functor import expr_children, iter_post_order
 from passinfra.ir.module import IRModule
@@ -66,13 +67,14 @@ def _planned_panels(call: Call, use_blas: bool) -> int:
     out_type = call.checked_type
     if not (all(isinstance(t, TensorType) for t in arg_types) and isinstance(out_type, TensorType)):
         return 0
-    if not (out_type.is_static and all(t.is_static for t in arg_types)):
-        # plan_kernel picks the kernel by its sizes, which a symbolic shape leaves open
-        # (and the C backend does not lower symbolic functions yet): weights stay as they are
-        return 0
     shapes = [tuple(t.shape) for t in arg_types]
     attrs = complete_attrs(call.op, call.attrs)
-    plan = plan_kernel(call.op.name, attrs, shapes, out_type.dtype, tuple(out_type.shape), use_blas)
+    try:
+        plan = plan_kernel(call.op.name, attrs, shapes, out_type.dtype, tuple(out_type.shape), use_blas)
+    except (TypeError, DimError):
+        # symbolic sizes where a kernel choice needs static ones (a convolution over a
+        # symbolic image): the lowering keeps such a call on its loop nest, weight as it is
+        return 0
     return getattr(plan, "panels", 0) if plan is not None else 0
 
 

@@ -36,9 +36,11 @@ and then a kernel that calls BLAS gets no parallel loops of its own.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from passinfra import tir
@@ -107,11 +109,88 @@ _BALANCED_PARTS = (48, 32, 24, 16, 12, 8, 6, 4, 3, 2)
 
 # --------------------------------------------------------------------------- work
 
+# a loop of unknown extent counts this many iterations in a work estimate: once in a static
+# kernel (a bound computed from another loop's variable), and SYMBOLIC_EXTENT times in a
+# kernel compiled for sizes known at run time (inside :func:`symbolic_work`): the size the
+# memory planner plans dynamic models at, so their softmax rows and vector-math loops are
+# split over threads and cloned for AVX2 as a static model's of that size are
+SYMBOLIC_EXTENT = 64
+_UNKNOWN_EXTENT: contextvars.ContextVar[int] = contextvars.ContextVar("unknown_extent", default=1)
+
+
+@contextlib.contextmanager
+def symbolic_work(active: bool) -> Iterator[None]:
+    """While open (``active``: the kernel has symbolic sizes), work estimates count a loop
+    of unknown extent as :data:`SYMBOLIC_EXTENT` iterations."""
+    token = _UNKNOWN_EXTENT.set(SYMBOLIC_EXTENT if active else 1)
+    try:
+        yield
+    finally:
+        _UNKNOWN_EXTENT.reset(token)
+
+
+def unknown_extent() -> int:
+    """The iterations a loop of unknown extent counts in a work estimate now."""
+    return _UNKNOWN_EXTENT.get()
+
 
 def statement_work(stmt: tir.Stmt) -> int:
     """The estimated work of ``stmt`` in units of about a nanosecond of one core (module
-    constants); a loop of unknown extent counts once."""
+    constants); a loop of unknown extent counts :func:`unknown_extent` times."""
     return max(round(_work(stmt)), 1)
+
+
+def work_expression(stmt: tir.Stmt, sizes: Sequence[tir.TVar]) -> tir.PrimExpr:
+    """:func:`statement_work` as an int64 expression over a kernel's ``sizes``: a loop whose
+    extent is an expression of the sizes alone counts that many iterations at run time
+    (the thread pool then sees the work of this call's sizes, not of typical ones); any
+    other unknown extent counts :func:`unknown_extent` times."""
+    total: tir.PrimExpr | None = None
+    for extents, coefficient in _work_terms(stmt, frozenset(sizes)):
+        term: tir.PrimExpr = tir.IntImm(max(math.ceil(coefficient), 1))
+        for extent in extents:
+            wide = extent if extent.dtype == tir.INDEX_DTYPE else tir.Cast(tir.INDEX_DTYPE, extent)
+            term = tir.Mul(term, wide)
+        total = term if total is None else tir.Add(total, term)
+    return tir.Max(total, tir.IntImm(1)) if total is not None else tir.IntImm(1)
+
+
+# a term of a work estimate: (extents multiplied, coefficient)
+_Term = tuple[tuple[tir.PrimExpr, ...], float]
+
+
+def _work_terms(stmt: tir.Stmt, sizes: frozenset[tir.TVar]) -> list[_Term]:
+    if isinstance(stmt, tir.For):
+        body = _work_terms(stmt.body, sizes)
+        if stmt.kind is tir.ForKind.VECTORIZED and not (isinstance(stmt.body, tir.BufferStore)
+                                                        and _is_copy(stmt.body)):
+            body = [(extents, c / VECTOR_SPEEDUP) for extents, c in body]
+        extent = const_int(stmt.extent)
+        if extent is not None:
+            return [(extents, c * max(extent, 0)) for extents, c in body]
+        if _over(stmt.extent, sizes):
+            return [((*extents, stmt.extent), c) for extents, c in body]
+        return [(extents, c * unknown_extent()) for extents, c in body]
+    if isinstance(stmt, tir.SeqStmt):
+        return [term for s in stmt.stmts for term in _work_terms(s, sizes)]
+    if isinstance(stmt, tir.IfThenElse):
+        branches = [b for b in (stmt.then_case, stmt.else_case) if b is not None]
+        heavier = max(branches, key=_work)
+        return [((), _expr_work(stmt.cond)), *_work_terms(heavier, sizes)]
+    if isinstance(stmt, (tir.Allocate, tir.LetStmt)):
+        return [((), 1.0), *_work_terms(stmt.body, sizes)]
+    if isinstance(stmt, tir.Evaluate) and is_gemm(stmt.value):
+        m, n, k = stmt.value.args[3:6]
+        if all(_over(size, sizes) for size in (m, n, k)):
+            return [((m, n, k), 1 / GEMM_MACS_PER_WORK), ((m, k), COPY_WORK), ((k, n), COPY_WORK),
+                    ((m, n), COPY_WORK)]
+    return [((), _work(stmt))]
+
+
+def _over(expr: tir.PrimExpr, sizes: frozenset[tir.TVar]) -> bool:
+    """Whether ``expr`` reads the kernel's sizes and nothing else that varies."""
+    return all(not isinstance(node, (tir.TVar, tir.BufferLoad)) or node in sizes
+               for node in iter_expr_post_order(expr))
 
 
 def _work(stmt: tir.Stmt) -> float:
@@ -123,7 +202,7 @@ def _work(stmt: tir.Stmt) -> float:
         if stmt.kind is tir.ForKind.VECTORIZED and not (isinstance(stmt.body, tir.BufferStore)
                                                         and _is_copy(stmt.body)):
             body /= VECTOR_SPEEDUP
-        return max(extent if extent is not None else 1, 0) * body
+        return max(extent if extent is not None else unknown_extent(), 0) * body
     if isinstance(stmt, tir.SeqStmt):
         return sum(_work(s) for s in stmt.stmts)
     if isinstance(stmt, tir.IfThenElse):
@@ -156,7 +235,11 @@ def _expr_work(expr: tir.PrimExpr) -> float:
 def _gemm_work(call: tir.Intrinsic) -> float:
     sizes = [_upper_bound(arg) for arg in call.args[3:6]]
     if any(size is None for size in sizes):
-        return 1.0
+        if unknown_extent() == 1:
+            return 1.0
+        # a GEMM over sizes known at run time (attention's products): each such size at
+        # the typical one
+        sizes = [unknown_extent() if size is None else size for size in sizes]
     return gemm_work(*sizes)  # type: ignore[arg-type]
 
 
@@ -503,14 +586,22 @@ def loop_captures(loop: tir.For) -> list[tir.TVar | tir.Buffer]:
 # --------------------------------------------------------------------------- the pass
 
 
-def _parallel_top_level(stmt: tir.Stmt, split_blas: bool, min_work: int) -> tir.Stmt:
-    """``stmt`` with its top-level loop nests and GEMMs parallelized."""
+def _parallel_top_level(stmt: tir.Stmt, split_blas: bool, min_work: int,
+                        sizes: tuple[tir.TVar, ...] = ()) -> tir.Stmt:
+    """``stmt`` with its top-level loop nests and GEMMs parallelized; ``sizes``: the
+    kernel's symbolic sizes, over which a nest's independence is proved symbolically
+    (:mod:`passinfra.codegen.symbolic_nests`) when the static proof does not apply."""
     if isinstance(stmt, tir.For):
-        return parallel_nest(stmt, min_work)
+        nest = parallel_nest(stmt, min_work)
+        if nest is stmt and sizes:
+            from passinfra.codegen.symbolic_nests import parallel_symbolic_nest  # it imports this module
+
+            nest = parallel_symbolic_nest(stmt, sizes)
+        return nest
     if isinstance(stmt, tir.Evaluate) and is_gemm(stmt.value):
         return split_gemm(stmt, min_work) if split_blas else stmt
     if isinstance(stmt, tir.SeqStmt):
-        stmts = tuple(_parallel_top_level(s, split_blas, min_work) for s in stmt.stmts)
+        stmts = tuple(_parallel_top_level(s, split_blas, min_work, sizes) for s in stmt.stmts)
         return stmt if all(a is b for a, b in zip(stmts, stmt.stmts)) else tir.SeqStmt(stmts)
     if isinstance(stmt, (tir.Allocate, tir.LetStmt)):
         # a chain of allocations and lets (one per intermediate) is peeled without recursion
@@ -519,7 +610,7 @@ def _parallel_top_level(stmt: tir.Stmt, split_blas: bool, min_work: int) -> tir.
         while isinstance(node, (tir.Allocate, tir.LetStmt)):
             chain.append(node)
             node = node.body
-        body = _parallel_top_level(node, split_blas, min_work)
+        body = _parallel_top_level(node, split_blas, min_work, sizes)
         if body is node:
             return stmt
         for wrapper in reversed(chain):
@@ -529,10 +620,10 @@ def _parallel_top_level(stmt: tir.Stmt, split_blas: bool, min_work: int) -> tir.
                 body = tir.LetStmt(wrapper.var, wrapper.value, body)  # type: ignore[attr-defined]
         return body
     if isinstance(stmt, tir.IfThenElse):
-        then_case = _parallel_top_level(stmt.then_case, split_blas, min_work)
+        then_case = _parallel_top_level(stmt.then_case, split_blas, min_work, sizes)
         else_case = stmt.else_case
         if else_case is not None:
-            else_case = _parallel_top_level(else_case, split_blas, min_work)
+            else_case = _parallel_top_level(else_case, split_blas, min_work, sizes)
         if then_case is stmt.then_case and else_case is stmt.else_case:
             return stmt
         return tir.IfThenElse(stmt.cond, then_case, else_case)
@@ -546,7 +637,8 @@ def parallelize_prim_func(func: tir.PrimFunc, split_blas: bool = True,
     the threads) leaves a kernel that calls BLAS serial."""
     if not split_blas and uses_library(func, BLAS_LIBRARY.name):
         return func
-    body = _parallel_top_level(func.body, split_blas, min_work)
+    with symbolic_work(bool(func.dims)):
+        body = _parallel_top_level(func.body, split_blas, min_work, func.dims)
     return func if body is func.body else func.with_body(body)
 
 
@@ -565,5 +657,6 @@ __all__ = [
     "GEMM_PART_WORK", "MAX_GEMM_PARTS", "MAX_SPLIT_OVERHEAD", "PACK_MACS_COLUMNS", "PACK_MACS_ROWS",
     "Parallelize",
     "TARGET_ITERATIONS", "independent_iterations", "loop_captures", "parallel_nest", "parallelize_prim_func",
+    "work_expression", "symbolic_work", "unknown_extent",
     "gemm_work", "split_gemm", "statement_work",
 ]

@@ -103,8 +103,12 @@ class _NHWCRewriter(ir.ExprMutator):
         arg_type = _tensor_type(arg)
         if arg_type is None or arg_type.ndim > 4:
             return None
-        # sizes compare only when static: with symbolic dims, leave the operand alone
-        if not (arg_type.is_static and out_type.is_static) or arg_type.size >= out_type.size:
+        # a static operand of a result of symbolic size (a bias broadcast over a symbolic
+        # batch) is re-laid like a smaller one; sizes compare when both are static; an
+        # operand of symbolic size is left alone
+        if not arg_type.is_static:
+            return None
+        if out_type.is_static and arg_type.size >= out_type.size:
             return None
         relaid = self._relaid_operands.get(arg)
         if relaid is None:

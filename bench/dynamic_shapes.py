@@ -1,0 +1,210 @@
+"""Dynamic shapes (issue 31): one library for every size, against libraries compiled for
+one exact size and against onnxruntime.
+
+1. **Latency.** A GPT-style decoder with a KV cache (:func:`passinfra.frontend.zoo.
+   dynamic_models.gpt_decoder`, bench size) at batch 1 and seq in {1, 16, 128, 512}
+   with an empty past, and a decode step (seq 1 after a past of 127); the dynamic CNN at
+   batch {1, 8}. Per size: the dynamic library (compiled once, every size), a static
+   library compiled for exactly that size (``from_onnx(model, shapes=...)``) and
+   onnxruntime (default session options and threads), one call of each per round,
+   interleaved; medians. Outputs are checked against onnxruntime.
+2. **Build.** Whole ``raypass compile --backend local`` processes (start-up included),
+   each with a fresh object cache: the dynamic model once against one static size (seq
+   128), interleaved.
+
+Targets (the issue): dynamic/static <= 1.15 at every size and geometric mean <= 1.08;
+dynamic/onnxruntime geometric mean <= 1.0 and the decode step <= 1.0; build <= 1.3x.
+
+    python -m bench.dynamic_shapes [--repeats N] [--build-rounds N] [--output PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from bench.common import Sample, interleaved, machine_notes, markdown_table, ratio, verdict
+from bench.vs_onnxruntime import block, block_calls
+from passinfra.build import build
+from passinfra.frontend import from_onnx
+from passinfra.frontend.zoo import dynamic_models as dm
+
+ROOT = Path(__file__).resolve().parent.parent
+# the decoder at bench size: 4 layers of width 256 (4 heads of 64), a vocabulary of 1000
+GPT = {"layers": 4, "hidden": 256, "heads": 4, "vocab": 1000, "max_positions": 1024}
+SEQS = (1, 16, 128, 512)
+DECODE_PAST = 127
+CNN_BATCHES = (1, 8)
+
+
+def _gpt_feed(seq: int, past: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    heads, head_dim = GPT["heads"], GPT["hidden"] // GPT["heads"]
+    feed = {"input_ids": rng.integers(0, GPT["vocab"], (1, seq)).astype(np.int64),
+            "attention_mask": np.ones((1, past + seq), np.int64)}
+    for layer in range(GPT["layers"]):
+        for kind in ("key", "value"):
+            feed[f"past_key_values.{layer}.{kind}"] = rng.standard_normal((1, heads, past, head_dim)).astype(
+                np.float32)
+    return feed
+
+
+def _cnn_feed(batch: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    return {"input": rng.standard_normal((batch, 3, 32, 32)).astype(np.float32)}
+
+
+def _runner(lib: Any) -> Callable[[dict[str, np.ndarray]], list[np.ndarray]]:
+    def run(feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+        result = lib(*(feed[name] for name in lib.input_names))
+        return list(result) if isinstance(result, tuple) else [result]
+
+    return run
+
+
+def _ort(model: onnx.ModelProto) -> Callable[[dict[str, np.ndarray]], list[np.ndarray]]:
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return lambda feed: session.run(None, feed)
+
+
+def _call(run: Callable[[dict[str, np.ndarray]], Any], feed: dict[str, np.ndarray]) -> Callable[[], None]:
+    def call() -> None:  # timed as a whole call
+        run(feed)
+
+    return call
+
+
+def _shapes(feed: dict[str, np.ndarray]) -> dict[str, tuple[int, ...]]:
+    return {name: array.shape for name, array in feed.items()}
+
+
+def latency(repeats: int) -> list[dict[str, Any]]:
+    """One row per size: medians of the dynamic, static and onnxruntime calls."""
+    rng = np.random.default_rng(0)
+    rows = []
+    decoder_feeds = [(f"seq {s}", _gpt_feed(s, 0, rng)) for s in SEQS]
+    decoder_feeds.append((f"decode (past {DECODE_PAST})", _gpt_feed(1, DECODE_PAST, rng)))
+    cases: list[tuple[str, onnx.ModelProto, list[tuple[str, dict[str, np.ndarray]]]]] = [
+        ("decoder", dm.gpt_decoder(**GPT), decoder_feeds),
+        ("cnn", dm.cnn(), [(f"batch {b}", _cnn_feed(b, rng)) for b in CNN_BATCHES]),
+    ]
+    for model_name, model, feeds in cases:
+        dynamic = _runner(build(from_onnx(model)))
+        onnxruntime = _ort(model)
+        for size_name, feed in feeds:
+            static = _runner(build(from_onnx(model, shapes=_shapes(feed))))
+            expected = onnxruntime(feed)
+            for got in (dynamic(feed), static(feed)):
+                for g, e in zip(got, expected):
+                    np.testing.assert_allclose(g, e, rtol=1e-3, atol=1e-3)
+            runs = {"dynamic": dynamic, "static": static, "onnxruntime": onnxruntime}
+            # blocks of back-to-back calls after an idle gap (bench.vs_onnxruntime: a single
+            # call right after onnxruntime's lost a core to its spinning pool threads)
+            calls = {name: _call(run, feed) for name, run in runs.items()}
+            blocks = {name: block(call, block_calls(call)) for name, call in calls.items()}
+            samples = interleaved(blocks, repeats)
+            rows.append({"model": model_name, "size": size_name, **samples})
+            print(f"{model_name} {size_name}: " + ", ".join(
+                f"{name} {samples[name].median * 1e3:.3f} ms" for name in samples), flush=True)
+    return rows
+
+
+def _compile_seconds(model_path: Path, shapes: dict[str, tuple[int, ...]] | None) -> float:
+    """One whole ``raypass compile`` process with a fresh object cache (wall seconds)."""
+    with tempfile.TemporaryDirectory(prefix="raypass-dyn-bench-") as tmp:
+        command = [sys.executable, "-m", "raypass_cli.main", "compile", str(model_path), "-o",
+                   os.path.join(tmp, "m.so"), "--backend", "local"]
+        for name, shape in (shapes or {}).items():
+            command += ["--shapes", f"{name}={','.join(map(str, shape))}"]
+        env = {**os.environ, "XDG_CACHE_HOME": tmp}
+        started = time.perf_counter()
+        subprocess.run(command, check=True, env=env, cwd=ROOT, stdout=subprocess.DEVNULL)
+        return time.perf_counter() - started
+
+
+def build_time(rounds: int) -> dict[str, Sample]:
+    with tempfile.TemporaryDirectory(prefix="raypass-dyn-model-") as tmp:
+        path = Path(tmp) / "gpt.onnx"
+        onnx.save(dm.gpt_decoder(**GPT), path)
+        shapes = _shapes(_gpt_feed(128, 0, np.random.default_rng(0)))
+        return interleaved({"dynamic": lambda: _compile_seconds(path, None),
+                            "static (seq 128)": lambda: _compile_seconds(path, shapes)}, rounds)
+
+
+def _geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def report(rows: list[dict[str, Any]], builds: dict[str, Sample], repeats: int, rounds: int) -> str:
+    table = []
+    vs_static, vs_ort = [], []
+    for row in rows:
+        dyn_static = ratio(row["dynamic"], row["static"])
+        dyn_ort = ratio(row["dynamic"], row["onnxruntime"])
+        vs_static.append(dyn_static.median)
+        vs_ort.append(dyn_ort.median)
+        table.append([row["model"], row["size"], f"{row['dynamic'].median * 1e3:.3f}",
+                      f"{row['static'].median * 1e3:.3f}", f"{row['onnxruntime'].median * 1e3:.3f}",
+                      f"{dyn_static.median:.3f} {verdict(dyn_static.median, 1.15, False)}",
+                      f"{dyn_ort.median:.3f}"])
+    decode = [r for r in rows if r["size"].startswith("decode")][0]
+    decode_ort = ratio(decode["dynamic"], decode["onnxruntime"]).median
+    build_ratio = ratio(builds["dynamic"], builds["static (seq 128)"])
+    notes = machine_notes()
+    lines = [
+        "# Dynamic shapes: one library for every size (issue 31)",
+        "",
+        f"Generated by `python -m bench.dynamic_shapes --repeats {repeats} --build-rounds {rounds}`; "
+        + ", ".join(f"{k} {v}" for k, v in notes.items()) + ".",
+        "",
+        f"Decoder: `gpt_decoder({', '.join(f'{k}={v}' for k, v in GPT.items())})`, batch 1, past 0 unless "
+        "said; CNN: `cnn()` at 3x32x32. Latency (ms): per round each variant runs a block of back-to-back "
+        "calls after an idle gap (as `bench.vs_onnxruntime`), the block's median call; medians over the "
+        "interleaved rounds. onnxruntime with its default options and threads; every output checked "
+        "against onnxruntime's.",
+        "",
+        markdown_table(["model", "size", "dynamic", "static", "onnxruntime", "dynamic / static (<= 1.15)",
+                        "dynamic / onnxruntime"], table),
+        "",
+        "| target | value | |",
+        "|---|---|---|",
+        f"| geometric mean dynamic / static <= 1.08 | {_geomean(vs_static):.3f} | "
+        f"{verdict(_geomean(vs_static), 1.08, False)} |",
+        f"| geometric mean dynamic / onnxruntime <= 1.0 | {_geomean(vs_ort):.3f} | "
+        f"{verdict(_geomean(vs_ort), 1.0, False)} |",
+        f"| decode step dynamic / onnxruntime <= 1.0 | {decode_ort:.3f} | "
+        f"{verdict(decode_ort, 1.0, False)} |",
+        f"| build: dynamic / one static compile <= 1.3 (whole processes, fresh cache) | "
+        f"{build_ratio.median:.3f} ({builds['dynamic'].median:.2f} s vs "
+        f"{builds['static (seq 128)'].median:.2f} s) | {verdict(build_ratio.median, 1.3, False)} |",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--build-rounds", type=int, default=3)
+    parser.add_argument("--output", default=str(ROOT / "bench" / "results_dynamic_shapes.md"))
+    args = parser.parse_args()
+    rows = latency(args.repeats)
+    builds = build_time(args.build_rounds)
+    text = report(rows, builds, args.repeats, args.build_rounds)
+    Path(args.output).write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
