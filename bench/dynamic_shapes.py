@@ -100,10 +100,12 @@ def latency(repeats: int) -> list[dict[str, Any]]:
         ("cnn", dm.cnn(), [(f"batch {b}", _cnn_feed(b, rng)) for b in CNN_BATCHES]),
     ]
     for model_name, model, feeds in cases:
-        dynamic = _runner(build(from_onnx(model)))
+        dynamic_lib = build(from_onnx(model))
+        dynamic = _runner(dynamic_lib)
         onnxruntime = _ort(model)
         for size_name, feed in feeds:
-            static = _runner(build(from_onnx(model, shapes=_shapes(feed))))
+            static_lib = build(from_onnx(model, shapes=_shapes(feed)))
+            static = _runner(static_lib)
             expected = onnxruntime(feed)
             for got in (dynamic(feed), static(feed)):
                 for g, e in zip(got, expected):
@@ -114,10 +116,25 @@ def latency(repeats: int) -> list[dict[str, Any]]:
             calls = {name: _call(run, feed) for name, run in runs.items()}
             blocks = {name: block(call, block_calls(call)) for name, call in calls.items()}
             samples = interleaved(blocks, repeats)
-            rows.append({"model": model_name, "size": size_name, **samples})
+            # the workspace planned once for every size, at these sizes, against the plan of a
+            # library compiled for exactly them
+            sizes = _sizes_of(dynamic_lib, feed)
+            memory = dynamic_lib.workspace_bytes(sizes) / max(static_lib.workspace_bytes(), 1)
+            rows.append({"model": model_name, "size": size_name, "memory": memory, **samples})
             print(f"{model_name} {size_name}: " + ", ".join(
                 f"{name} {samples[name].median * 1e3:.3f} ms" for name in samples), flush=True)
     return rows
+
+
+def _sizes_of(lib: Any, feed: dict[str, np.ndarray]) -> dict[str, int]:
+    """The sizes of the library's symbolic dimensions in ``feed`` (each read from an input
+    that has the dimension whole)."""
+    sizes: dict[str, int] = {}
+    for name, ty in zip(lib.input_names, lib._symbolic.input_types):
+        for axis, dim in enumerate(ty.shape):
+            if hasattr(dim, "name"):
+                sizes.setdefault(dim.name, feed[name].shape[axis])
+    return sizes
 
 
 def _compile_seconds(model_path: Path, shapes: dict[str, tuple[int, ...]] | None) -> float:
@@ -157,7 +174,7 @@ def report(rows: list[dict[str, Any]], builds: dict[str, Sample], repeats: int, 
         table.append([row["model"], row["size"], f"{row['dynamic'].median * 1e3:.3f}",
                       f"{row['static'].median * 1e3:.3f}", f"{row['onnxruntime'].median * 1e3:.3f}",
                       f"{dyn_static.median:.3f} {verdict(dyn_static.median, 1.15, False)}",
-                      f"{dyn_ort.median:.3f}"])
+                      f"{dyn_ort.median:.3f}", f"{row['memory']:.2f}"])
     decode = [r for r in rows if r["size"].startswith("decode")][0]
     decode_ort = ratio(decode["dynamic"], decode["onnxruntime"]).median
     build_ratio = ratio(builds["dynamic"], builds["static (seq 128)"])
@@ -175,7 +192,10 @@ def report(rows: list[dict[str, Any]], builds: dict[str, Sample], repeats: int, 
         "against onnxruntime's.",
         "",
         markdown_table(["model", "size", "dynamic", "static", "onnxruntime", "dynamic / static (<= 1.15)",
-                        "dynamic / onnxruntime"], table),
+                        "dynamic / onnxruntime", "workspace dynamic / static"], table),
+        "",
+        "Workspace: the intermediates' memory a call takes, the dynamic library's plan (made once, "
+        "placed at call time) at these sizes over the static library's plan for exactly them.",
         "",
         "| target | value | |",
         "|---|---|---|",

@@ -199,6 +199,18 @@ class Module:
         binding.update(sizes or {})
         return [bound_shape(ty, binding) for ty in self._symbolic.input_types]
 
+    def workspace_bytes(self, sizes: Mapping[str, int] | None = None) -> int:
+        """Bytes of scratch memory a call takes for its intermediates: the planned peak of
+        a static library, or what a library of symbolic sizes needs at ``sizes`` (each
+        dimension by name; by default the smallest size its bounds allow, at least 1)."""
+        if self._symbolic is None:
+            return int(self.metadata["workspace_bytes"])
+        binding = {var.name: min(max(var.lo, 1), var.hi if var.hi is not None else max(var.lo, 1))
+                   for var in self._symbolic.variables}
+        binding.update(sizes or {})
+        values = [int(binding[name]) for name in self._symbolic.names]
+        return int(self._symbolic.workspace_bytes((ctypes.c_int64 * max(len(values), 1))(*values)))
+
     def __getitem__(self, name: str) -> Callable[..., Any]:
         if name == "main":
             return self.__call__

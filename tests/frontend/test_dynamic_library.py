@@ -104,3 +104,13 @@ def test_the_library_checks_sizes_at_call_time(decoder):
     with pytest.raises(DimBindingError, match="attention_mask"):
         module(*(feed[name] for name in module.input_names))
     assert any(d["name"] == "past" for d in module.metadata["dims"])
+
+
+def test_the_workspace_planned_once_fits_each_size_as_a_static_plan_does():
+    # the MLP's two live intermediates of [rows, 64]: the plan made once for every size
+    # takes, at each size, what the plan of a library compiled for exactly that size takes
+    model = dm.mlp(layers=3)
+    dynamic = build(from_onnx(model))
+    for rows in (1, 5, 100):
+        static = build(from_onnx(model, shapes={"input": (rows, 64)}))
+        assert dynamic.workspace_bytes({"rows": rows}) == static.workspace_bytes() > 0
