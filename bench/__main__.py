@@ -42,6 +42,7 @@ SECTIONS = (
     "weights_memory",
     "threads",
     "vs_onnxruntime",
+    "dynamic_shapes",
 )
 TITLES = {
     "scaling": "1. Build scaling: in-process vs ray N=1 vs N=2",
@@ -57,6 +58,7 @@ TITLES = {
     "weights_memory": "Peak memory against the weights (bench/weights_memory.py)",
     "threads": "Threads in the compiled library (bench/threads.py)",
     "vs_onnxruntime": "Inference latency against onnxruntime (bench/vs_onnxruntime.py)",
+    "dynamic_shapes": "One library for every size (bench/dynamic_shapes.py)",
 }
 HEADLINE_HEADER = ["comparison", "ratio (median)", "spread", "target", "verdict"]
 
@@ -123,6 +125,9 @@ def run_sections(
             "threads", ["--repeats", "5", "--no-densenet", "--no-build-cost"] if quick else []
         ),
         "vs_onnxruntime": _script("vs_onnxruntime", ["--repeats", "5", "--only", "zoo"] if quick else []),
+        "dynamic_shapes": _script(
+            "dynamic_shapes", ["--repeats", "3", "--build-rounds", "1"] if quick else []
+        ),
     }
     for name in sections:
         started = time.perf_counter()

@@ -91,6 +91,7 @@ from passinfra.ir.types import TensorType, TupleType, Type
 from passinfra.runtime.weights import PackedWeights
 from passinfra.scoped import pushed
 from passinfra.tir import PrimFunc
+from passinfra.tir.sizes import prim_to_dim
 
 ALIGNMENT = 64
 HOST_SYMBOL = "raypass_main"
@@ -391,33 +392,11 @@ def _output_types(
 
 
 def _tir_to_dim(expr: Any, values: dict[int, Dim]) -> Dim | None:
-    """An int64 loop-level expression over a kernel's size variables as a graph-level
-    dimension, each variable replaced by ``values[id(variable)]``; None for anything
-    that is not integer arithmetic of the kinds dimensions have."""
-    from passinfra.tir import nodes as t
-
+    """A buffer extent over a kernel's size variables as a graph-level dimension, each
+    variable replaced by ``values[id(variable)]`` (:func:`~passinfra.tir.sizes.prim_to_dim`)."""
     if type(expr) is int:
         return expr
-    if isinstance(expr, t.IntImm):
-        return int(expr.value)
-    if isinstance(expr, t.TVar):
-        return values.get(id(expr))
-    if isinstance(expr, t.Cast):
-        return _tir_to_dim(expr.value, values)
-    if not isinstance(expr, (t.Add, t.Sub, t.Mul, t.FloorDiv, t.FloorMod)):
-        return None
-    a, b = _tir_to_dim(expr.a, values), _tir_to_dim(expr.b, values)
-    if a is None or b is None:
-        return None
-    if isinstance(expr, t.Add):
-        return a + b
-    if isinstance(expr, t.Sub):
-        return a - b
-    if isinstance(expr, t.Mul):
-        return a * b
-    if type(b) is not int or b <= 0:
-        return None
-    return a // b if isinstance(expr, t.FloorDiv) else a % b
+    return prim_to_dim(expr, lambda var: values.get(id(var)))
 
 
 def _shape_text(shape: tuple[Dim, ...]) -> str:
@@ -558,33 +537,8 @@ def _symbolic_input_matches(info: TensorInfo, buffer: Any, program: HostProgram,
         nbytes = evaluate(info.nbytes, binding)
     except DimError:
         return True
-    elements = _eval_index(buffer.size, values)
+    elements = _tir_to_dim(buffer.size, values)  # an int: every value is one
     return elements is None or elements * dtype_bytes(buffer.dtype) == nbytes
-
-
-def _eval_index(expr: Any, values: dict[int, int]) -> int | None:
-    """An int64 loop-level expression over a kernel's size variables, evaluated (None for
-    anything this small evaluator does not know)."""
-    from passinfra.tir import nodes as t
-
-    if type(expr) is int:
-        return expr
-    if isinstance(expr, t.IntImm):
-        return int(expr.value)
-    if isinstance(expr, t.TVar):
-        return values.get(id(expr))
-    if isinstance(expr, t.Cast):
-        return _eval_index(expr.value, values)
-    if isinstance(expr, t.BinaryOp):
-        a, b = _eval_index(expr.a, values), _eval_index(expr.b, values)
-        if a is None or b is None:
-            return None
-        ops = {t.Add: lambda: a + b, t.Sub: lambda: a - b, t.Mul: lambda: a * b,
-               t.FloorDiv: lambda: a // b if b else None, t.FloorMod: lambda: a % b if b else None,
-               t.Min: lambda: min(a, b), t.Max: lambda: max(a, b)}
-        op = ops.get(type(expr))
-        return None if op is None else op()
-    return None
 
 
 # ----- one analysis per link step -----------------------------------------------------------
