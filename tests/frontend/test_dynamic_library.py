@@ -114,3 +114,20 @@ def test_the_workspace_planned_once_fits_each_size_as_a_static_plan_does():
     for rows in (1, 5, 100):
         static = build(from_onnx(model, shapes={"input": (rows, 64)}))
         assert dynamic.workspace_bytes({"rows": rows}) == static.workspace_bytes() > 0
+
+
+def test_any_thread_count_gives_the_same_bits(decoder):
+    # the parallel loops over run-time sizes split whole rows (no sum is ever divided), so
+    # one thread and two compute the same bits
+    _, lib, _ = decoder
+    module = lib.lib  # type: ignore[attr-defined]
+    rng = np.random.default_rng(9)
+    pasts = [rng.standard_normal((2, HEADS, 3, HEAD_DIM)).astype(np.float32) for _ in range(2 * LAYERS)]
+    feed = _decoder_feed(_tokens(2, 5, seed=9), pasts)
+    results, original = [], module.num_threads
+    for threads in (1, 2):
+        module.set_num_threads(threads)
+        results.append(lib(feed))
+    module.set_num_threads(original)
+    for one, two in zip(*results):
+        np.testing.assert_array_equal(one, two)
