@@ -5,9 +5,10 @@ A static nest's iterations are proved independent with constant strides
 (:func:`~passinfra.codegen.transform.parallelize.independent_iterations`). Over symbolic
 sizes the strides are expressions (``out[i0 * (256 * seq) + i1 * 256 + i2]``), so the
 proof reads every index as a polynomial in graph-level dimension variables
-(:mod:`passinfra.ir.dims`): each outer loop variable, each size of the kernel (at least
-1: a loop over a size of 0 runs no iteration, so nothing it proves is ever used) and each
-inner loop variable (with its constant range) is one variable. Then, as for static nests,
+(:mod:`passinfra.ir.dims`): each outer loop variable, each size of the kernel and each
+inner loop variable (with its range) is one variable. Sizes count as at least 1: a loop
+over a size of 0 runs no iteration, and an access scaled by a size of 0 is to a buffer of
+no elements, which an in-bounds kernel never touches. Then, as for static nests,
 every buffer the body writes must be accessed at ``sum(c_j * v_j) + r`` with the same
 coefficients ``c_j`` (polynomials in the sizes) for every access and ``r`` within the
 writes' range, and the coefficients must nest (innermost first, each at least the span
