@@ -249,7 +249,9 @@ def _tiled(loops: list[Loop], store: tir.BufferStore) -> tir.Stmt:
     partner = _transposed_partner(store.value, loop_vars) if len(loops) >= 2 else None
     if partner is not None and type(loops[partner][2]) is not int:
         partner = None
-    inner_tile = _tile(loops[-1][2]) if partner is not None and type(loops[-1][2]) is int else 1
+    if partner is not None and type(loops[-1][2]) is not int:
+        return _tiled_symbolic(loops, store, partner)
+    inner_tile = _tile(loops[-1][2]) if partner is not None else 1
     if partner is None or inner_tile == 1:
         return _nest(loops, store)
     last = len(loops) - 1
@@ -260,6 +262,28 @@ def _tiled(loops: list[Loop], store: tir.BufferStore) -> tir.Stmt:
     order = [*outer, inner_loops[0], *partner_loops, inner_loops[1]]
     body = substitute(store, {loop_vars[last]: inner_index, loop_vars[partner]: partner_index})
     return _nest(order, body)
+
+
+def _tiled_symbolic(loops: list[Loop], store: tir.BufferStore, partner: int) -> tir.Stmt:
+    """A transposing nest whose innermost loop runs over a size known at run time (a KV
+    cache's keys turned to ``[.., head_dim, past + seq]``): its whole tiles of
+    ``TILE_SIZES[0]`` iterations tiled with the partner axis as :func:`_tiled` does, then
+    the remaining iterations as they were."""
+    var, start, extent = loops[-1]
+    partner_tile = _tile(loops[partner][2])
+    if start != 0 or partner_tile == 1:
+        return _nest(loops, store)
+    tile = TILE_SIZES[0]
+    blocks = tir.FloorDiv(extent, tir.IntImm(tile, extent.dtype))
+    block, lane = tir.TVar(f"{var.name}_o"), tir.TVar(f"{var.name}_i")
+    last = len(loops) - 1
+    outer = [loop for k, loop in enumerate(loops) if k not in (partner, last)]
+    partner_loops, partner_index = _split(loops[partner], partner_tile)
+    order = [*outer, (block, 0, blocks), *partner_loops, (lane, 0, tile)]
+    tiled = substitute(store, {var: block * tir.IntImm(tile) + lane, loops[partner][0]: partner_index})
+    done = tir.Mul(blocks, tir.IntImm(tile, extent.dtype))
+    rest = [*loops[:-1], (var, done, tir.Sub(extent, done))]
+    return seq(_nest(order, tiled), _nest(rest, store))
 
 
 def _transposed_partner(value: tir.PrimExpr, loop_vars: tuple[tir.TVar, ...]) -> int | None:

@@ -262,9 +262,18 @@ def parallel_symbolic_nest(loop: tir.For, sizes: Sequence[tir.TVar]) -> tir.Stmt
     # vectorizes (straight-line stores), unless it is the only loop
     innermost = len(chain) > 1 and _straight_line(chain[-1].body)
     usable = len(chain) - 1 if innermost else len(chain)
-    prefix = chain[:usable]
-    if not prefix or all(const_int(n.extent) is not None for n in prefix):
+    if not chain[:usable] or all(const_int(n.extent) is not None for n in chain[:usable]):
         return loop
+    # the longest prefix whose iterations are independent (a tiled transpose's loop order
+    # is not its strides' order: its outer loops are)
+    for length in range(usable, 0, -1):
+        prefix = chain[:length]
+        if _independent(prefix, sizes):
+            return _fused(prefix, prefix[-1].body)
+    return loop
+
+
+def _independent(prefix: list[tir.For], sizes: Sequence[tir.TVar]) -> bool:
     proof = _Proof(tuple(n.loop_var for n in prefix), frozenset(sizes))
     for size in sizes:
         proof.variables[size] = DimVar(f"_size_{size.name}", _SIZE_LO, None)
@@ -273,11 +282,9 @@ def parallel_symbolic_nest(loop: tir.For, sizes: Sequence[tir.TVar]) -> tir.Stmt
         proof.variables[n.loop_var] = DimVar(f"_outer{k}")
     extents = [proof.dim_of(n.extent) for n in prefix]
     if any(extent is None for extent in extents):
-        return loop
+        return False
     proof.stmt(prefix[-1].body)
-    if not proof.independent(extents):  # type: ignore[arg-type]
-        return loop
-    return _fused(prefix, prefix[-1].body)
+    return proof.independent(extents)  # type: ignore[arg-type]
 
 
 def _fused(prefix: list[tir.For], body: tir.Stmt) -> tir.For:

@@ -145,3 +145,13 @@ def test_size_variables_are_bound_parameters_of_the_kernel(shape) -> None:
     verify_prim_func(func)
     with pytest.raises(Exception, match="rows"):
         verify_prim_func(tir.PrimFunc(func.params, func.body, func.attrs))  # the size left unbound
+
+
+def test_a_transpose_to_a_symbolic_innermost_axis_is_tiled_in_whole_tiles_and_a_rest(tmp_path) -> None:
+    # the keys of a KV cache turned to [.., head_dim, past + seq]: tiles of 16 x 8, then the
+    # positions past the last whole tile
+    x = var("x", (2, SEQ, 16))
+    body = op.transpose(x, axes=(0, 2, 1))
+    func, _ = _kernel(IRModule.from_expr(Function([x], body)))
+    assert any(isinstance(s, tir.For) and isinstance(s.extent, tir.FloorDiv) for s in _stmts(func.body))
+    _check(tmp_path, body, [x], [{"seq": n} for n in (1, 15, 16, 17, 40)])
