@@ -323,13 +323,6 @@ def test_dynamic_mlp_links_and_matches_the_interpreter(ctx) -> None:
 
 def test_dynamic_mlp_builds_and_matches_the_interpreter(ctx) -> None:
     import passinfra
-    from passinfra.build import BuildError
 
     mod = _dynamic_mlp()
-    try:
-        lib = passinfra.build(mod)
-    except BuildError as error:
-        if "not supported yet" in str(error):
-            pytest.skip("build() still refuses symbolic mains (passinfra/build.py)")
-        raise
-    _check_mlp(lib, mod)
+    _check_mlp(passinfra.build(mod), mod)
