@@ -27,6 +27,7 @@ import passinfra.transform  # noqa: F401
 from passinfra.codegen.artifacts import BuildArtifact, LinkProducts, collect_link_products
 from passinfra.codegen.build_cache import build_key, lookup_build, store_build
 from passinfra.codegen.host import shared_host_analysis
+from passinfra.codegen.passes.specialize_kernels import SPECIALIZE_CONFIG, main_dim_vars, specializations
 from passinfra.codegen.weights_stream import streaming_weights
 from passinfra.errors import RaypassError
 from passinfra.ir.module import IRModule
@@ -79,9 +80,20 @@ def _passes(names: tuple[str, ...]) -> list[Pass]:
     return [get_pass(name) for name in names]
 
 
+def compile_pass_names(ctx: PassContext | None = None) -> tuple[str, ...]:
+    """:data:`COMPILE_PIPELINE`, with SpecializeKernels after StreamWeights when the
+    context's config ``codegen.specialize`` chooses sizes to specialize for."""
+    ctx = ctx or PassContext.current()
+    if not ctx.get_config(SPECIALIZE_CONFIG, ()):
+        return COMPILE_PIPELINE
+    at = COMPILE_PIPELINE.index("StreamWeights") + 1
+    return (*COMPILE_PIPELINE[:at], "SpecializeKernels", *COMPILE_PIPELINE[at:])
+
+
 def compile_pipeline() -> Sequential:
-    """The function-pass-heavy part of the build, as a Sequential."""
-    return Sequential(_passes(COMPILE_PIPELINE), opt_level=0, name="build_compile")
+    """The function-pass-heavy part of the build, as a Sequential (under the current
+    PassContext: see :func:`compile_pass_names`)."""
+    return Sequential(_passes(compile_pass_names()), opt_level=0, name="build_compile")
 
 
 def link_pipeline() -> Sequential:
@@ -140,7 +152,9 @@ def build(mod: IRModule, opt_level: int = 3, target: str = "c", scheduler: Any =
     # adopts it before the block ends, which removes it otherwise
     with streaming_weights():
         with _build_context(opt_level) as ctx:
-            key = build_key(mod, ctx, target, COMPILE_PIPELINE + LINK_PIPELINE)
+            # a wrong specialization is the caller's mistake: say so before any work
+            specializations(ctx, main_dim_vars(mod))
+            key = build_key(mod, ctx, target, compile_pass_names(ctx) + LINK_PIPELINE)
             artifact = lookup_build(key, ctx) if key is not None else None
             if artifact is None:
                 artifact = _run_pipelines(mod, scheduler, main_type.ret_type)  # type: ignore[union-attr]
@@ -183,6 +197,7 @@ __all__ = [
     "build",
     "BuildError",
     "compile_pipeline",
+    "compile_pass_names",
     "link_pipeline",
     "run_link",
     "COMPILE_PIPELINE",

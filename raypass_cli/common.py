@@ -116,6 +116,9 @@ def parse_shapes(items: Sequence[str]) -> dict[str, list[int]]:
 _DIM_OPTION = re.compile(r"([^=\s]+)=(\d+)\.\.(\d*)")
 
 
+_SPECIALIZE_PART = re.compile(r"([^=,\s]+)=(\d+)")
+
+
 def parse_dims(items: Sequence[str]) -> dict[str, tuple[int, int | None]]:
     """``["batch=1..64", "past=0.."]`` -> ``{"batch": (1, 64), "past": (0, None)}``
     (inclusive bounds; no upper bound: unbounded)."""
@@ -129,6 +132,24 @@ def parse_dims(items: Sequence[str]) -> dict[str, tuple[int, int | None]]:
                                "(e.g. batch=1..64, past=0..)")
         dims[match[1]] = (lo, hi)
     return dims
+
+
+def parse_specializations(items: Sequence[str]) -> tuple[dict[str, int], ...]:
+    """``["seq=1", "batch=1,seq=128"]`` -> ``({"seq": 1}, {"batch": 1, "seq": 128})``
+    (config ``codegen.specialize``; whether the names are the model's dimensions is the
+    build's check)."""
+    found: list[dict[str, int]] = []
+    for item in items:
+        spec: dict[str, int] = {}
+        for part in item.split(","):
+            match = _SPECIALIZE_PART.fullmatch(part.strip())
+            if match is None or match[1] in spec:
+                why = "" if match is None else f" ({match[1]} given twice)"
+                raise CliUserError(f"bad --specialize value {item!r}{why}; expected NAME=N[,NAME=N...] "
+                                   "(e.g. seq=1 or batch=1,seq=128)")
+            spec[match[1]] = int(match[2])
+        found.append(spec)
+    return tuple(found)
 
 
 def split_names(values: Sequence[str]) -> list[str]:

@@ -26,6 +26,7 @@ from raypass_cli.common import (
     load_model,
     parse_dims,
     parse_shapes,
+    parse_specializations,
     split_names,
 )
 from raypass_cli.progress import BuildProgress
@@ -53,6 +54,14 @@ def add_build_options(parser: argparse.ArgumentParser, default_backend: str = "a
     parser.add_argument("--cache-dir", default=None, metavar="DIR", help="compiled-kernel cache directory")
     parser.add_argument("--no-cache", action="store_true", help="compile every kernel, use no cache")
     parser.add_argument(
+        "--specialize",
+        action="append",
+        default=[],
+        metavar="NAME=N[,NAME=N]",
+        help="also compile static kernels for these sizes of a dynamic model's dimensions, "
+        "used when a call has them (repeatable, e.g. --specialize seq=1)",
+    )
+    parser.add_argument(
         "--plugin",
         action="append",
         default=[],
@@ -72,8 +81,12 @@ def _instruments(args: argparse.Namespace) -> list[Any]:
     return instruments
 
 
-def _cache_config(args: argparse.Namespace) -> dict[str, Any]:
+def _build_config(args: argparse.Namespace) -> dict[str, Any]:
     config: dict[str, Any] = {}
+    if getattr(args, "specialize", None):
+        from passinfra.codegen.passes.specialize_kernels import SPECIALIZE_CONFIG
+
+        config[SPECIALIZE_CONFIG] = parse_specializations(args.specialize)
     if args.cache_dir:
         config["codegen.cache_dir"] = str(args.cache_dir)
     if args.no_cache:
@@ -92,7 +105,7 @@ def compile_model(
     import passinfra
     from passinfra.build import compile_pipeline, link_pipeline, run_link
 
-    kwargs = context_kwargs(args, _cache_config(args))
+    kwargs = context_kwargs(args, _build_config(args))
     timing, recorder = PassTimingInstrument(), PassSpanRecorder()
     others = [timing, recorder, *_instruments(args)]
     # the display shows the plan the scheduler runs (it hands it over as the run starts),
@@ -178,8 +191,10 @@ def _write_outputs(args: argparse.Namespace, outcome: BuildOutcome) -> None:
         return
     outcome.library.export_library(args.output)
     kernels = len(set(outcome.library.metadata.get("kernels", [])))
+    specialized = len(outcome.library.metadata.get("specialized_kernels", []))
     print(
-        f"wrote {args.output} (+ .raypass.json, .weights.bin): {kernels} kernels, "
+        f"wrote {args.output} (+ .raypass.json, .weights.bin): {kernels} kernels"
+        f"{f' (+{specialized} specialized)' if specialized else ''}, "
         f"built in {outcome.seconds:.2f}s on the {backend_summary(outcome.stats)}"
     )
 

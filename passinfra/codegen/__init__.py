@@ -3,7 +3,7 @@
 The loop IR itself is :mod:`passinfra.tir`. The passes live in two sub-packages, one
 pass per module, each module named after the pass it registers (the snake_case of its
 name): ``passes/`` the build steps (LowerToPrimFunc, CodegenC, CompileC, PanelWeights,
-StreamWeights, PlanMemory, HostCodegen, LinkLibrary) and ``transform/`` the loop passes
+StreamWeights, SpecializeKernels, PlanMemory, HostCodegen, LinkLibrary) and ``transform/`` the loop passes
 (PrimFunc -> PrimFunc, built on ``prim_func_pass.py``). The rest of this package is the
 machinery they run, by stage:
 
@@ -25,7 +25,8 @@ machinery they run, by stage:
   module.
 
 Importing the package registers its passes (the loop passes, then CodegenC, CompileC,
-LowerToPrimFunc, PlanMemory, HostCodegen, LinkLibrary, PanelWeights, StreamWeights) and
+LowerToPrimFunc, PlanMemory, HostCodegen, LinkLibrary, PanelWeights, StreamWeights,
+SpecializeKernels) and
 its config keys (codegen.*, tir.*).
 """
 
@@ -38,6 +39,7 @@ from passinfra.codegen.passes import (
     LowerToPrimFunc,
     PanelWeights,
     PlanMemory,
+    SpecializeKernels,
     StreamWeights,
 )
 from passinfra.codegen.prim_func_pass import create_prim_func_pass, prim_func_pass
@@ -46,5 +48,5 @@ from passinfra.codegen.transform import RemoveNoOp, Simplify, StorageFlatten, Un
 __all__ = [
     "CodegenC", "CompileC", "HostCodegen", "PlanMemory", "LinkLibrary", "LowerToPrimFunc",
     "create_prim_func_pass", "prim_func_pass", "RemoveNoOp", "Simplify", "StorageFlatten",
-    "UnrollLoop", "VectorizeLoop", "StreamWeights", "PanelWeights",
+    "UnrollLoop", "VectorizeLoop", "StreamWeights", "PanelWeights", "SpecializeKernels",
 ]

@@ -224,6 +224,10 @@ class GemmPlan:
     # output channels per panel in which ``emit`` can read its weight (the second input)
     # stored in panels (passinfra.ir.op.weight_panels; a matmul on the microkernels), 0: none
     panels: int = 0
+    # whether ``emit`` also takes a weight that arrives in panels when ``panels`` is 0 (a
+    # matrix product, on the microkernels then): a kernel specialized for sizes whose own
+    # plan would not read panels, sharing the weight of a symbolic kernel that does
+    takes_panels: bool = False
 
 
 def plan_contraction(op_name: str, attrs: Attrs, in_shapes: Sequence[tuple[int, ...]], dtype: str,
@@ -277,7 +281,9 @@ def _plan_matmul(attrs: Attrs, shapes: Sequence[tuple[int, ...]], out_shape: tup
             lhs, rhs = inputs
             if panel_width(rhs) or (microkernel and lhs.dtype == rhs.dtype == "float32"):
                 call = matmul_call(lhs, rhs, out, rows, k, n)  # the weight [k, n], or its panels
-                if not is_static_dim(rows):
+                if is_static_dim(rows) and rows == 1:  # a decode step's copy (SpecializeKernels)
+                    call = matmul_row_parts(lhs, rhs, out, k, n) or call
+                elif not is_static_dim(rows):
                     # one row (a decode step): parts of the columns, which threads share
                     one_row = matmul_row_parts(lhs, rhs, out, k, n)
                     if one_row is not None:
@@ -288,7 +294,7 @@ def _plan_matmul(attrs: Attrs, shapes: Sequence[tuple[int, ...]], out_shape: tup
                 call = gemm_call(_first(lhs), _first(rhs), _first(out), rows, n, k, trans_b=False)
             return _with_epilogue(call, out, epilogue), []
 
-        return GemmPlan("matmul", emit_flat, PANEL_WIDTH if microkernel else 0)
+        return GemmPlan("matmul", emit_flat, PANEL_WIDTH if microkernel else 0, takes_panels=True)
 
     def emit(inputs: Sequence[tir.Buffer], out: tir.Buffer, new_buffer: Callable,
              epilogue: Epilogue | None = None):

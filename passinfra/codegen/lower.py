@@ -28,7 +28,9 @@ PrimFunc conventions (shared by every codegen pass): params are buffers, inputs 
 (a tuple-typed parameter contributes one buffer per tensor field, depth first), then one
 output buffer per tensor leaf of the result; attrs ``global_symbol`` (the GlobalVar name
 with non-identifier characters as ``_``), ``num_inputs`` and ``op_names``. Buffers are
-N-d (StorageFlatten flattens them); loops are serial.
+N-d (StorageFlatten flattens them); loops are serial. A kernel with specialized copies
+(:mod:`passinfra.codegen.passes.specialize_kernels`) lists them in the attr
+:data:`SPECIALIZATIONS_ATTR`.
 """
 
 from __future__ import annotations
@@ -70,6 +72,9 @@ from passinfra.tir.sizes import SizeScope, is_static_extent, size_scope
 from passinfra.transform.context import PassContext
 
 # an inlined value expression bigger than this is materialized instead (nodes)
+# attr of a primitive function and of its PrimFunc: ((copy name, ((dimension, size), ...)), ...)
+SPECIALIZATIONS_ATTR = "Specializations"
+
 MAX_INLINE_SIZE = 256
 # a value used more than once is recomputed inline only if smaller than this (nodes)
 CHEAP_SIZE = 16
@@ -610,7 +615,7 @@ class _Lowerer:
                 inputs.append(arg.widens)  # the 16-bit weight itself: no float32 copy of it
                 continue
             if (arg.panels is not None and arg.state == "inline"
-                    and tensor.gemm.panels == arg.panels.shape[-1]):
+                    and (tensor.gemm.panels == arg.panels.shape[-1] or tensor.gemm.takes_panels)):
                 inputs.append(arg.panels)  # the weight's panels themselves
                 continue
             if arg.state != "materialized":  # BLAS needs the operand in memory

@@ -23,7 +23,7 @@ import pytest
 
 import passinfra
 from passinfra import tir
-from passinfra.build import COMPILE_PIPELINE
+from passinfra.build import COMPILE_PIPELINE, compile_pass_names
 from passinfra.codegen.artifacts import kernel_c_source
 from passinfra.frontend import from_onnx
 from passinfra.frontend.zoo import dynamic_models as dm
@@ -251,15 +251,18 @@ def _dumps(directory: Path) -> dict[str, bytes]:
 
 
 def test_every_pass_prints_the_same_ir_in_process_and_on_ray(ray_scheduler, tmp_path):
-    # the whole compile pipeline to C: graph passes, lowering with symbolic sizes, loop
-    # passes, the kernels' C
+    # the whole compile pipeline to C: graph passes, lowering with symbolic sizes,
+    # loop passes, the kernels' C; with the static copies of a decode step's kernels
     mod = CASES["gpt"]().imported
-    pipeline = _pipeline(COMPILE_PIPELINE[:COMPILE_PIPELINE.index("CodegenC") + 1])
-    with PassContext(opt_level=3, instruments=[DumpIR(tmp_path / "local")]):
+    special = {"codegen.specialize": ({"seq": 1},)}
+    with PassContext(config=special):
+        names = compile_pass_names()
+    pipeline = _pipeline(names[:names.index("CodegenC") + 1])
+    with PassContext(opt_level=3, instruments=[DumpIR(tmp_path / "local")], config=special):
         local = pipeline(mod)
     # main alone is too small to ship, and the driver would run it while the workers
     # start: both off, so the function stages run on a worker, symbolic types on the wire
-    ship = {"scheduler.min_stage_functions": 1, "scheduler.head_start": False}
+    ship = {"scheduler.min_stage_functions": 1, "scheduler.head_start": False, **special}
     with PassContext(opt_level=3, instruments=[DumpIR(tmp_path / "ray")], config=ship):
         scheduler = ray_scheduler(num_workers=2)
         remote = scheduler.run(pipeline, mod)
@@ -276,3 +279,5 @@ def test_every_pass_prints_the_same_ir_in_process_and_on_ray(ray_scheduler, tmp_
 
     assert sources(local) and sources(local) == sources(remote)
     assert any("const int64_t past" in (source or "") for source in sources(local).values())
+    assert "fused_nn_softmax__seq1" in sources(local)
+    assert any(name.endswith("_SpecializeKernels.txt") for name in local_dumps)

@@ -20,7 +20,8 @@ from passinfra.codegen.passes.host_codegen import HostCodegen
 from passinfra.codegen.passes.link_library import LinkLibrary
 from passinfra.codegen.passes.panel_weights import PanelWeights
 from passinfra.codegen.passes.stream_weights import StreamWeights
+from passinfra.codegen.passes.specialize_kernels import SpecializeKernels
 # isort: on
 
 __all__ = ["CodegenC", "CompileC", "LowerToPrimFunc", "PlanMemory", "HostCodegen", "LinkLibrary",
-           "PanelWeights", "StreamWeights"]
+           "PanelWeights", "StreamWeights", "SpecializeKernels"]

@@ -8,10 +8,11 @@ and what C symbol each gets (its GlobalVar name).
 
 from __future__ import annotations
 
-from passinfra.codegen.lower import lower_primitive_function
+from passinfra.codegen.lower import SPECIALIZATIONS_ATTR, lower_primitive_function
 from passinfra.errors import IRError
 from passinfra.ir.expr import BaseFunc, Function
 from passinfra.ir.module import IRModule
+from passinfra.tir import PrimFunc
 from passinfra.transform.context import PassContext
 from passinfra.transform.pass_info import PassInfo
 from passinfra.transform.passes import FunctionPass, Pass
@@ -30,6 +31,13 @@ def _blas(ctx: PassContext) -> bool:
     return bool(ctx.get_config("codegen.blas", True))
 
 
+def _lower(func: Function, mod: IRModule, ctx: PassContext) -> PrimFunc:
+    prim = lower_primitive_function(func, _name_in(mod, func), _blas(ctx))
+    variants = func.attrs.get(SPECIALIZATIONS_ATTR)
+    # the specialized copies SpecializeKernels made: the host picks among them at run time
+    return prim if variants is None else prim.with_attr(SPECIALIZATIONS_ATTR, variants)
+
+
 class LowerToPrimFuncPass(FunctionPass):
     """Function pass over the functions with a truthy ``Primitive`` attr; every other
     function is left as it is."""
@@ -40,9 +48,7 @@ class LowerToPrimFuncPass(FunctionPass):
     reads_module = False
 
     def __init__(self) -> None:
-        super().__init__(
-            lambda func, mod, ctx: lower_primitive_function(func, _name_in(mod, func), _blas(ctx)),
-            PassInfo(0, "LowerToPrimFunc"))
+        super().__init__(_lower, PassInfo(0, "LowerToPrimFunc"))
 
     def accepts(self, func: BaseFunc) -> bool:
         return (isinstance(func, Function) and bool(func.attrs.get("Primitive", 0))
