@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from passinfra import tir
 from passinfra.ir.dims import Dim, DimVar, free_vars, prove_le, relax_floordivs, substitute
 from passinfra.tir.arith import const_int
-from passinfra.tir.functor import iter_expr_post_order
+from passinfra.tir.functor import any_expr, iter_expr_post_order, iter_stmts, stmt_exprs
 from passinfra.tir.intrinsics import (
     CONV_FIRST_PIXEL,
     DEPTHWISE_CONV_INTRINSIC,
@@ -249,10 +249,14 @@ def _is_call(expr: tir.PrimExpr) -> bool:
     return isinstance(expr, tir.Intrinsic) and expr.name.startswith("rp_")
 
 
-def parallel_symbolic_nest(loop: tir.For, sizes: Sequence[tir.TVar]) -> tir.Stmt:
+def parallel_symbolic_nest(loop: tir.For, sizes: Sequence[tir.TVar], split_static: bool = False) -> tir.Stmt:
     """``loop`` with its outer loops fused into one PARALLEL loop when their iterations
     are provably independent for every binding of ``sizes`` (module docstring), else
-    ``loop`` itself. Only for nests with a loop over a symbolic size."""
+    ``loop`` itself. For nests with a loop over a symbolic size, and for nests whose outer
+    loops are static but whose body indexes by the sizes (a kernel specialized for some
+    sizes, SpecializeKernels: 4 heads of a symbolic past) when ``static_work`` (the
+    work of the whole nest, by the static rule's estimate) is given, as the caller's
+    threshold for splitting such a nest is met."""
     chain: list[tir.For] = []
     node: tir.Stmt = loop
     while isinstance(node, tir.For) and node.kind is tir.ForKind.SERIAL and const_int(node.start) == 0:
@@ -262,8 +266,11 @@ def parallel_symbolic_nest(loop: tir.For, sizes: Sequence[tir.TVar]) -> tir.Stmt
     # vectorizes (straight-line stores), unless it is the only loop
     innermost = len(chain) > 1 and _straight_line(chain[-1].body)
     usable = len(chain) - 1 if innermost else len(chain)
-    if not chain[:usable] or all(const_int(n.extent) is not None for n in chain[:usable]):
+    if not chain[:usable]:
         return loop
+    if all(const_int(n.extent) is not None for n in chain[:usable]):
+        if not split_static or not _reads_sizes(chain[0].body, frozenset(sizes)):
+            return loop
     # the longest prefix whose iterations are independent (a tiled transpose's loop order
     # is not its strides' order: its outer loops are)
     for length in range(usable, 0, -1):
@@ -271,6 +278,12 @@ def parallel_symbolic_nest(loop: tir.For, sizes: Sequence[tir.TVar]) -> tir.Stmt
         if _independent(prefix, sizes):
             return _fused(prefix, prefix[-1].body)
     return loop
+
+
+def _reads_sizes(stmt: tir.Stmt, sizes: frozenset[tir.TVar]) -> bool:
+    """Whether an index, bound or argument in ``stmt`` uses one of the sizes."""
+    return any(any_expr(expr, lambda node: isinstance(node, tir.TVar) and node in sizes)
+               for node in iter_stmts(stmt) for expr in stmt_exprs(node))
 
 
 def _independent(prefix: list[tir.For], sizes: Sequence[tir.TVar]) -> bool:

@@ -15,6 +15,16 @@ executor that runs the standard pipeline itself says so with a true
 ``runs_standard_pipeline`` attribute, and then ``prepare`` runs no pipeline of its own.
 ``config`` (the class attribute, updated by ``prepare(config=...)``) is PassContext
 config in force while preparing, e.g. ``{"codegen.cache_dir": path}``.
+
+Values a node needs at import that the graph gives at run time (a Reshape's shape, a
+TopK's k, Slice's starts, a Loop's trip count as graph inputs: the importer's
+:class:`~passinfra.frontend.onnx_ops.context.RuntimeValueError`) are taken from the first
+run instead: ``prepare`` returns a :class:`ValueSpecializedRep`, which freezes the graph
+inputs those values come from to the values of each run (as initializers), imports and
+compiles that model, and keeps it for the next run with the same values (a run with other
+values compiles again). This is specialization by value, as a tracing JIT does: the code
+of one compile serves those values only; what varies freely between runs are the other
+inputs, whose symbolic dimensions stay symbolic.
 """
 
 from __future__ import annotations
@@ -25,9 +35,11 @@ from typing import Any
 
 import numpy as np
 import onnx
+from onnx import numpy_helper
 from onnx.backend.base import Backend, BackendRep
 
 from passinfra.frontend.onnx import from_onnx
+from passinfra.frontend.onnx_ops.context import RuntimeValueError
 from passinfra.ir.module import IRModule
 from passinfra.runtime import evaluate
 
@@ -35,6 +47,7 @@ __all__ = [
     "GRAPH_PASSES",
     "RaypassBackend",
     "RaypassBackendRep",
+    "ValueSpecializedRep",
     "compiled_executor",
     "interpreter_executor",
     "standard_pipeline",
@@ -134,6 +147,79 @@ class RaypassBackendRep(BackendRep):
         return tuple(np.asarray(o) for o in outputs)
 
 
+def _arrays(inputs: Any, names: Sequence[str]) -> dict[str, np.ndarray]:
+    """The run's inputs by graph input name (a dict, one array, or a sequence in order)."""
+    if isinstance(inputs, dict):
+        return {name: np.asarray(inputs[name]) for name in names}
+    arrays = [inputs] if isinstance(inputs, np.ndarray) else list(inputs)
+    return {name: np.asarray(a) for name, a in zip(names, arrays)}
+
+
+def _graph_inputs_feeding(model: onnx.ModelProto, value_name: str, inputs: Sequence[str]) -> list[str]:
+    """The graph inputs (of ``inputs``) that ``value_name`` is computed from, through the
+    main graph's nodes (a subgraph's captures are not followed)."""
+    producers = {out: node for node in model.graph.node for out in node.output}
+    wanted, found, seen, stack = set(inputs), [], set(), [value_name]
+    while stack:
+        name = stack.pop()
+        if not name or name in seen:
+            continue
+        seen.add(name)
+        if name in wanted:
+            found.append(name)
+        elif name in producers:
+            stack.extend(producers[name].input)
+    return sorted(found, key=list(inputs).index)
+
+
+def _freeze(model: onnx.ModelProto, values: Mapping[str, np.ndarray]) -> onnx.ModelProto:
+    """``model`` with the graph inputs of ``values`` made initializers of those values."""
+    frozen = onnx.ModelProto()
+    frozen.CopyFrom(model)
+    kept = [i for i in frozen.graph.input if i.name not in values]
+    del frozen.graph.input[:]
+    frozen.graph.input.extend(kept)
+    frozen.graph.initializer.extend(numpy_helper.from_array(value, name) for name, value in values.items())
+    return frozen
+
+
+class ValueSpecializedRep(BackendRep):
+    """A model that needs some graph inputs' values to import (module docstring): compiled
+    at each run for the values of those inputs, one compile per distinct set of values."""
+
+    def __init__(self, backend: type[RaypassBackend], model: onnx.ModelProto, frozen: Sequence[str],
+                 input_names: Sequence[str], prepare_kwargs: dict[str, Any]) -> None:
+        super().__init__()
+        self.backend = backend
+        self.model = model
+        self.frozen = list(frozen)  # the graph inputs whose values the compile takes
+        self.input_names = list(input_names)
+        self.prepare_kwargs = prepare_kwargs
+        self.compiled: dict[tuple, RaypassBackendRep] = {}
+
+    def run(self, inputs: Any, **kwargs: Any) -> tuple[np.ndarray, ...]:
+        arrays = _arrays(inputs, self.input_names)
+        while True:
+            key = tuple((name, arrays[name].dtype.str, arrays[name].shape, arrays[name].tobytes())
+                        for name in self.frozen)
+            rep = self.compiled.get(key)
+            if rep is not None:
+                break
+            frozen = _freeze(self.model, {name: arrays[name] for name in self.frozen})
+            try:
+                rep = self.backend.prepare_static(frozen, **self.prepare_kwargs)
+            except RuntimeValueError as error:  # a value that needs yet more inputs' values
+                more = [n for n in _graph_inputs_feeding(self.model, error.value_name, self.input_names)
+                        if n not in self.frozen]
+                if not more:
+                    raise
+                self.frozen += more
+                continue
+            self.compiled[key] = rep
+            break
+        return rep.run({name: arrays[name] for name in rep.input_names})
+
+
 class RaypassBackend(Backend):
     """The ONNX backend interface over raypass (CPU only)."""
 
@@ -151,11 +237,33 @@ class RaypassBackend(Backend):
         executor: Executor | None = None,
         config: Mapping[str, Any] | None = None,
         **kwargs: Any,
-    ) -> RaypassBackendRep:
+    ) -> RaypassBackendRep | ValueSpecializedRep:
         """Import ``model`` and bind ``executor`` (default: the class's, the compiled
         library). ``pipeline`` defaults to :func:`standard_pipeline` unless the executor
-        runs the standard pipeline itself."""
+        runs the standard pipeline itself. A model that needs graph inputs' values to
+        import gives a :class:`ValueSpecializedRep` (module docstring)."""
         super().prepare(model, device, **kwargs)
+        options = {"shapes": shapes, "pipeline": pipeline, "executor": executor, "config": config}
+        try:
+            return cls.prepare_static(model, **options)
+        except RuntimeValueError as error:
+            initializers = {init.name for init in model.graph.initializer}
+            inputs = [i.name for i in model.graph.input if i.name not in initializers]
+            frozen = _graph_inputs_feeding(model, error.value_name, inputs)
+            if not frozen:
+                raise
+            return ValueSpecializedRep(cls, model, frozen, inputs, options)
+
+    @classmethod
+    def prepare_static(
+        cls,
+        model: onnx.ModelProto,
+        shapes: dict | None = None,
+        pipeline: Pipeline | None = None,
+        executor: Executor | None = None,
+        config: Mapping[str, Any] | None = None,
+    ) -> RaypassBackendRep:
+        """:meth:`prepare` for a model whose import needs no run-time value."""
         executor = executor or cls.executor
         initializers = {init.name for init in model.graph.initializer}
         input_names = [i.name for i in model.graph.input if i.name not in initializers]

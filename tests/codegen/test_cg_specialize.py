@@ -65,18 +65,24 @@ def _fused(mod):
 
 def test_copies_are_made_per_function_once_and_named_after_their_sizes() -> None:
     fused = _fused(from_onnx(gpt_decoder(layers=1, hidden=32, heads=2, vocab=20, max_positions=32)))
-    with PassContext(config={"codegen.specialize": ({"seq": 1}, {"batch": 1, "seq": 1}, {"seq": 1})}):
-        bindings = specializations(PassContext.current(), {"batch": DimVar("batch"), "seq": DimVar("seq")})
-    assert bindings == [(("seq", 1),), (("batch", 1), ("seq", 1))]
+    dims = {name: DimVar(name) for name in ("batch", "past", "seq")}
+    with PassContext(config={"codegen.specialize": ({"seq": 1}, {"past": 0, "seq": 1}, {"seq": 1})}):
+        bindings = specializations(PassContext.current(), dims)
+    assert bindings == [(("seq", 1),), (("past", 0), ("seq", 1))]
     out = specialize_kernels(fused, bindings)
     names = {gv.name_hint for gv in out.get_global_vars()}
-    # the arange of positions uses past and seq, not batch: both specializations bind it alike
-    assert out["fused_arange"].attrs["Specializations"] == (("fused_arange__seq1", (("seq", 1),)),)
-    assert "fused_arange__batch1_seq1" not in names
-    layer_norm = dict(out["fused_nn_layer_norm"].attrs["Specializations"])
-    assert layer_norm == {"fused_nn_layer_norm__seq1": (("seq", 1),),
-                          "fused_nn_layer_norm__batch1_seq1": (("batch", 1), ("seq", 1))}
-    assert infer_type(out["fused_nn_layer_norm__batch1_seq1"]).ret_type.is_static
+    # a layer norm has no past: both specializations bind it alike, one copy
+    layer_norm = out["fused_nn_layer_norm"].attrs["Specializations"]
+    assert layer_norm == (("fused_nn_layer_norm__seq1", (("seq", 1),)),)
+    assert "fused_nn_layer_norm__past0_seq1" not in names
+    softmax = dict(out["fused_nn_softmax"].attrs["Specializations"])
+    assert softmax == {"fused_nn_softmax__seq1": (("seq", 1),),
+                       "fused_nn_softmax__past0_seq1": (("past", 0), ("seq", 1))}
+    assert infer_type(out["fused_nn_softmax__past0_seq1"]).ret_type.shape[1:] == (2, 1, 1)
+    # data movement alone (positions, reshapes, transposes, the cache's concatenation)
+    # gets no copy: its loops are the same at a static size
+    for name in ("fused_arange", "fused_split", "fused_transpose", "fused_reshape_transpose_concatenate"):
+        assert "Specializations" not in out[name].attrs
     assert str(out["main"]) == str(fused["main"])  # main still calls the symbolic kernels
     assert specialize_kernels(fused, []) is fused
 
@@ -180,3 +186,36 @@ def test_specializations_at_several_sizes_match_the_symbolic_library(config) -> 
                 for name in special.input_names]
         for got, expected in zip(special(*args), generic(*args)):
             np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+# ----- the CLI ------------------------------------------------------------------------------
+def test_cli_specialize_option(tmp_path, capsys):
+    import onnx
+
+    from raypass_cli import main as cli
+
+    path = tmp_path / "mlp.onnx"
+    onnx.save(mlp(), path)
+    base = ["compile", str(path), "-o", str(tmp_path / "m.so"), "--backend", "local",
+            "--cache-dir", str(tmp_path / "cache")]
+    assert cli.main([*base, "--specialize", "rows=1", "--specialize", "rows=8"]) == 0
+    assert "3 kernels (+6 specialized)" in capsys.readouterr().out
+    metadata = json.loads((tmp_path / "m.so.raypass.json").read_text())
+    assert {json.dumps(k["when"]) for k in metadata["specialized_kernels"]} == {'{"rows": 1}', '{"rows": 8}'}
+    for bad, message in (("rows=x", "bad --specialize value 'rows=x'"), ("rows=1,rows=2", "rows given twice"),
+                         ("seq=1", "'seq' is not a dimension of main (its dimensions: rows)")):
+        assert cli.main([*base, "--specialize", bad]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("raypass: error: ") and message in err
+
+
+def test_a_copy_s_static_outer_loops_over_a_symbolic_inner_size_run_on_threads(config) -> None:
+    """Bound at batch 1 and seq 64, a softmax's rows are a static 2 x 64, each as long as
+    the symbolic past + 64: the rows' loop is split between threads, as in the symbolic
+    kernel, proved independent over the past."""
+    model = gpt_decoder(layers=1, hidden=32, heads=2, vocab=20, max_positions=256)
+    compiled, _, _ = _link(from_onnx(model), config, {"batch": 1, "seq": 64})
+    copy = compiled["fused_nn_softmax__batch1_seq64"]
+    assert [var.name for var in copy.dims] == ["past"]
+    assert "rp_parallel_for(" in copy.attrs["c_source"]
+    assert "rp_parallel_for(" in compiled["fused_nn_softmax"].attrs["c_source"]

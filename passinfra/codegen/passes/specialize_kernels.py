@@ -7,8 +7,9 @@ common prompt lengths) gets those kernels too: config ``codegen.specialize``, a 
 specializations, each a mapping ``{dimension name: size}`` over ``main``'s dimensions
 (CLI ``raypass compile --specialize seq=1 --specialize batch=1,seq=128``).
 
-For each primitive function that uses a dimension a specialization binds, this pass adds
-a copy with those dimensions bound (:func:`~passinfra.transform.builtin.bind_dims.
+For each primitive function that uses a dimension a specialization binds and computes a
+reduction, a contraction or an opaque op (:func:`pays`), this pass adds a copy with those
+dimensions bound (:func:`~passinfra.transform.builtin.bind_dims.
 bind_function_dims`) under its own name, ``<function>__<name><size>...``: a graph-level
 function like any other, so the loop passes and the C compiles after it run over the
 copies in parallel on the workers. Two specializations that bind a function alike share
@@ -16,7 +17,9 @@ one copy. The function they were made from keeps its name and gets the attr
 ``Specializations``: ``((copy name, ((dimension, size), ...)), ...)``, which LowerToPrimFunc
 carries to its PrimFunc and from which the host code calls a copy when every size it binds
 matches at the call, and the symbolic kernel otherwise (:mod:`passinfra.codegen.host`).
-The copies read the same weights, in the same layout: PanelWeights ran before.
+The copies read the same weights, in the same layout: PanelWeights ran before. A function
+of element-wise and data-movement ops alone gets no copy: its symbolic loops are what a
+static kernel's are (vectorized, with a remainder), and a copy would only cost compile time.
 
 Without the config the pipeline does not hold this pass at all (``compile_pipeline``);
 run by hand without it, the pass changes nothing.
@@ -32,8 +35,10 @@ import numpy as np
 from passinfra.codegen.c_renderer import sanitize_identifier
 from passinfra.codegen.lower import SPECIALIZATIONS_ATTR
 from passinfra.ir.dims import DimVar, bounds_text
-from passinfra.ir.expr import Function
+from passinfra.ir.expr import Call, Function
+from passinfra.ir.functor import iter_post_order
 from passinfra.ir.module import IRModule
+from passinfra.ir.op.registry import Op, OpPattern
 from passinfra.ir.type_infer import infer_type
 from passinfra.transform.builtin.bind_dims import bind_function_dims, function_dim_vars
 from passinfra.transform.config import register_config
@@ -91,6 +96,18 @@ def specializations(ctx: PassContext, dims: Mapping[str, DimVar]) -> list[Bindin
     return found
 
 
+# the op kinds whose kernels a static size changes: reductions, contractions and
+# convolutions (their GEMM plans, tiles and thread splits), opaque ops (softmax, norms)
+_PAYING_PATTERNS = frozenset({OpPattern.COMM_REDUCE, OpPattern.OUT_EWISE_FUSABLE, OpPattern.OPAQUE})
+
+
+def pays(func: Function) -> bool:
+    """Whether a static copy of primitive ``func`` may run faster than its symbolic
+    kernel: it calls an op of a kind whose kernel a static size changes."""
+    return any(isinstance(node, Call) and isinstance(node.op, Op) and node.op.pattern in _PAYING_PATTERNS
+               for node in iter_post_order(func.body))
+
+
 def specialized_name(name: str, binding: Binding, taken: Any) -> str:
     """``<name>__seq1`` (``__batch1_seq128`` for two sizes): a C identifier not in ``taken``."""
     base = sanitize_identifier(f"{name}__{'_'.join(f'{dim}{size}' for dim, size in binding)}")
@@ -107,7 +124,7 @@ def specialize_kernels(mod: IRModule, bindings: list[Binding]) -> IRModule:
     out = mod.copy()
     taken = {gv.name_hint for gv in mod.get_global_vars()}
     for gv, func in list(mod.items()):
-        if not (isinstance(func, Function) and func.attrs.get("Primitive", 0)):
+        if not (isinstance(func, Function) and func.attrs.get("Primitive", 0) and pays(func)):
             continue
         used = function_dim_vars(func)
         variants: list[tuple[str, Binding]] = []
@@ -138,4 +155,4 @@ def SpecializeKernels() -> ModulePass:  # noqa: N802 - pass factories are named 
 
 
 __all__ = ["SPECIALIZE_CONFIG", "SpecializeKernels", "main_dim_vars",
-           "specialize_kernels", "specializations", "specialized_name"]
+           "pays", "specialize_kernels", "specializations", "specialized_name"]

@@ -596,7 +596,7 @@ def _parallel_top_level(stmt: tir.Stmt, split_blas: bool, min_work: int,
         if nest is stmt and sizes:
             from passinfra.codegen.symbolic_nests import parallel_symbolic_nest  # it imports this module
 
-            nest = parallel_symbolic_nest(stmt, sizes)
+            nest = parallel_symbolic_nest(stmt, sizes, split_static=statement_work(stmt) >= 2 * min_work)
         return nest
     if isinstance(stmt, tir.Evaluate) and is_gemm(stmt.value):
         return split_gemm(stmt, min_work) if split_blas else stmt

@@ -48,6 +48,17 @@ class OnnxImportError(RaypassError, ValueError):
     """An ONNX model the importer cannot represent (names the node or input at fault)."""
 
 
+class RuntimeValueError(OnnxImportError):
+    """A node needs at import a value the graph computes at run time (a Reshape's shape,
+    a TopK's k, a Slice's starts given as a graph input): ``value_name`` is the ONNX name
+    of that value. The ONNX backend compiles such a model when it runs, with the values
+    of the graph inputs it depends on (:mod:`passinfra.frontend.onnx_backend`)."""
+
+    def __init__(self, message: str, value_name: str) -> None:
+        super().__init__(message)
+        self.value_name = value_name
+
+
 class OnnxImportWarning(UserWarning):
     """A model the importer can represent, but with a value ONNX leaves undefined (a float
     cast to an integer type it does not fit); names the node and says what value it got."""
@@ -136,11 +147,13 @@ class NodeContext:
         """Input ``index`` as an array known at import time, or an error naming it."""
         value = self.input(index)
         if not isinstance(value, np.ndarray):
-            raise self.fail(
-                f"input {index} ({what}) must be known at import time "
-                "(an initializer, a Constant or a foldable shape computation)"
-            )
+            raise self.runtime_value(index, f"input {index} ({what}) must be known at import time "
+                                            "(an initializer, a Constant or a foldable shape computation)")
         return value
+
+    def runtime_value(self, index: int, message: str) -> RuntimeValueError:
+        """The error for input ``index`` computed at run time where the node needs it now."""
+        return RuntimeValueError(f"{self.where()}: {message}", self.node.input[index])
 
     def known_ints(self, index: int, what: str) -> list[int]:
         value = self.known(index, what)

@@ -296,12 +296,12 @@ def _loop(node: NodeContext) -> list[Value]:
             f"the body gives {body.num_outputs} outputs, fewer than 1 + {len(carried)} carried values"
         )
     if trip is not None and not isinstance(trip, np.ndarray):
-        raise node.fail(
-            "the trip count M is a runtime value: a dynamic number of iterations is a dynamic shape, "
-            "and the IR has static shapes"
-        )
+        raise node.runtime_value(
+            0, "the trip count M is a runtime value: a dynamic number of iterations is a dynamic shape, "
+            "and the IR has static shapes")
     if cond is not None and not isinstance(cond, np.ndarray):
-        raise node.fail("the condition input is a runtime value: the iterations cannot be unrolled at import")
+        raise node.runtime_value(
+            1, "the condition input is a runtime value: the iterations cannot be unrolled at import")
     limit = None if trip is None else int(_known_scalar(node, trip, "the trip count M"))
     going = True if cond is None else bool(_known_scalar(node, cond, "the condition"))
     collected: list[list[Value]] = [[] for _ in range(k)]
