@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
+from onnx import TensorProto, numpy_helper
 from onnx.backend.base import Backend, BackendRep
 
 from passinfra.frontend.onnx import from_onnx
@@ -157,9 +157,13 @@ def _arrays(inputs: Any, names: Sequence[str]) -> dict[str, np.ndarray]:
 
 def _graph_inputs_feeding(model: onnx.ModelProto, value_name: str, inputs: Sequence[str]) -> list[str]:
     """The graph inputs (of ``inputs``) that ``value_name`` is computed from, through the
-    main graph's nodes (a subgraph's captures are not followed)."""
+    main graph's nodes; for a name of a function body or subgraph, which the main graph
+    does not have, its shape-like inputs (:func:`_shape_like_inputs`)."""
     producers = {out: node for node in model.graph.node for out in node.output}
-    wanted, found, seen, stack = set(inputs), [], set(), [value_name]
+    wanted = set(inputs)
+    if value_name not in producers and value_name not in wanted:
+        return _shape_like_inputs(model, inputs)
+    found, seen, stack = [], set(), [value_name]
     while stack:
         name = stack.pop()
         if not name or name in seen:
@@ -170,6 +174,14 @@ def _graph_inputs_feeding(model: onnx.ModelProto, value_name: str, inputs: Seque
         elif name in producers:
             stack.extend(producers[name].input)
     return sorted(found, key=list(inputs).index)
+
+
+def _shape_like_inputs(model: onnx.ModelProto, inputs: Sequence[str]) -> list[str]:
+    """The graph inputs that look like sizes, axes or counts: integer scalars and vectors
+    (never a batch of token ids, which has two axes)."""
+    integers = {TensorProto.INT64, TensorProto.INT32}
+    return [i.name for i in model.graph.input if i.name in inputs
+            and i.type.tensor_type.elem_type in integers and len(i.type.tensor_type.shape.dim) <= 1]
 
 
 def _freeze(model: onnx.ModelProto, values: Mapping[str, np.ndarray]) -> onnx.ModelProto:

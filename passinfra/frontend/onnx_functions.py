@@ -49,7 +49,7 @@ from onnx import numpy_helper
 
 from passinfra.errors import RaypassError
 from passinfra.frontend.onnx_ops import lookup
-from passinfra.frontend.onnx_ops.context import OnnxImportError
+from passinfra.frontend.onnx_ops.context import OnnxImportError, RuntimeValueError
 from passinfra.frontend.onnx_ops.registry import domain_name, op_key
 from passinfra.frontend.onnx_subgraph import rename_free_names
 from passinfra.ir.types import TensorType, TupleType
@@ -412,7 +412,10 @@ def convert_function_node(importer: Any, node: onnx.NodeProto) -> None:
         try:
             inner._convert(body_node)
         except OnnxImportError as err:
-            raise OnnxImportError(f"{where}, expanded into its ONNX function: {err}") from err
+            message = f"{where}, expanded into its ONNX function: {err}"
+            if isinstance(err, RuntimeValueError):  # still a value the run gives (a function body's name)
+                raise RuntimeValueError(message, err.value_name) from err
+            raise OnnxImportError(message) from err
 
 
 def _value_type(importer: Any, name: str) -> onnx.TypeProto | None:

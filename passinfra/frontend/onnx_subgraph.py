@@ -37,7 +37,7 @@ import onnx
 from onnx import numpy_helper
 
 from passinfra.frontend.onnx_ops import lookup
-from passinfra.frontend.onnx_ops.context import OnnxImportError, Value
+from passinfra.frontend.onnx_ops.context import OnnxImportError, RuntimeValueError, Value
 from passinfra.frontend.onnx_ops.registry import op_key
 
 __all__ = ["Subgraph", "for_validation", "has_subgraphs", "missing_in_subgraphs", "rename_free_names"]
@@ -92,6 +92,8 @@ class Subgraph:
             try:
                 inner._convert(node)
             except OnnxImportError as err:
+                if isinstance(err, RuntimeValueError):  # still a value the run gives (a subgraph's name)
+                    raise RuntimeValueError(f"{self._where}: {err}", err.value_name) from err
                 raise OnnxImportError(f"{self._where}: {err}") from err
         outputs = []
         for value_info in self.graph.output:

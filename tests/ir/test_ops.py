@@ -541,8 +541,17 @@ def test_reduction_errors():
         infer(op.mean(X), TensorType((3,), "int32"))
     with pytest.raises(IRTypeError, match=r"names a dimension twice"):
         infer(op.max(X, axis=(1, -1)), F32)
-    with pytest.raises(EvaluationError, match="max over an empty axis"):
-        Op.get("max").compute([np.zeros((0, 2), "float32")], op.max(X, axis=0).attrs)
+
+
+
+def test_max_and_min_over_an_empty_axis_give_onnx_s_identity():
+    # the type's lowest (max) or highest (min) value, as ONNX defines it and the compiled
+    # kernels start from
+    attrs = op.max(X, axis=0).attrs
+    for dtype, lowest, highest in (("float32", -np.inf, np.inf), ("int8", -128, 127), ("bool", False, True)):
+        empty = np.zeros((0, 2), dtype)
+        np.testing.assert_array_equal(Op.get("max").compute([empty], attrs), np.full(2, lowest, dtype))
+        np.testing.assert_array_equal(Op.get("min").compute([empty], attrs), np.full(2, highest, dtype))
 
 
 # --------------------------------------------------------------------------- matmul, creation

@@ -751,11 +751,30 @@ def _sum_kernel(data: np.ndarray, axis: tuple[int, ...], keepdims: bool) -> np.n
     return np.sum(data, axis=axis, keepdims=keepdims, dtype=data.dtype)
 
 
+def _identity(dtype: np.dtype, lowest: bool) -> Any:
+    """The identity of max (``lowest``) or min over ``dtype``: what ONNX gives (and the
+    compiled kernels start from) over an empty axis."""
+    if dtype == np.bool_:
+        return not lowest
+    if np.issubdtype(dtype, np.integer):
+        info = np.iinfo(dtype)
+        return info.min if lowest else info.max
+    return -np.inf if lowest else np.inf
+
+
+def _max_kernel(data: np.ndarray, axis: tuple[int, ...], keepdims: bool) -> np.ndarray:
+    return np.max(data, axis=axis, keepdims=keepdims, initial=_identity(data.dtype, lowest=True))
+
+
+def _min_kernel(data: np.ndarray, axis: tuple[int, ...], keepdims: bool) -> np.ndarray:
+    return np.min(data, axis=axis, keepdims=keepdims, initial=_identity(data.dtype, lowest=False))
+
+
 _REDUCTIONS = {
     "sum": (_sum_kernel, NUMERIC_DTYPES),
     "mean": (np.mean, FLOAT_DTYPES),
-    "max": (np.max, DTYPES),
-    "min": (np.min, DTYPES),
+    "max": (_max_kernel, DTYPES),
+    "min": (_min_kernel, DTYPES),
 }
 for _name, (_kernel, _allowed) in _REDUCTIONS.items():
     register_tensor_op(_name, attrs={"axis": None, "keepdims": False}, num_inputs=1,
