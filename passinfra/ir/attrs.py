@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -97,6 +97,16 @@ def holds_dims(value: Any) -> bool:
     if isinstance(value, SymDim):
         return True
     return isinstance(value, tuple) and any(holds_dims(v) for v in value)
+
+
+def map_dims(value: Any, fn: Callable[[SymDim], Any]) -> Any:
+    """A frozen attribute value with each symbolic dimension in it (in tuples too)
+    replaced by ``fn(dimension)``."""
+    if isinstance(value, SymDim):
+        return fn(value)
+    if isinstance(value, tuple):
+        return tuple(map_dims(item, fn) for item in value)
+    return value
 
 
 def _hashable(value: Any) -> Any:

@@ -30,8 +30,7 @@ import numpy as np
 
 from passinfra.errors import DimError, EvaluationError
 from passinfra.ir.analysis import free_vars
-from passinfra.ir.attrs import Attrs
-from passinfra.ir.dims import SymDim
+from passinfra.ir.attrs import Attrs, map_dims
 from passinfra.ir.dims import evaluate as evaluate_dim
 from passinfra.ir.expr import (
     Call,
@@ -316,7 +315,8 @@ def _bind_attrs(op: Op, args: list[Any], attrs: Attrs, dims: dict[str, int]) -> 
     """``attrs`` with each symbolic dimension replaced by its size under ``dims`` (the
     frame's binding), after the op's check of what its type assumed of those sizes."""
     try:
-        bound = Attrs({key: _bound_value(value, dims) for key, value in attrs.items()})
+        bound = Attrs({key: map_dims(value, lambda dim: evaluate_dim(dim, dims))
+                       for key, value in attrs.items()})
     except DimError as err:
         raise EvaluationError(f"op {op.name}: an attribute holds a dimension the call's arguments do "
                               f"not give: {err}") from None
@@ -329,12 +329,6 @@ def _bind_attrs(op: Op, args: list[Any], attrs: Attrs, dims: dict[str, int]) -> 
     return bound
 
 
-def _bound_value(value: Any, dims: dict[str, int]) -> Any:
-    if isinstance(value, SymDim):
-        return evaluate_dim(value, dims)
-    if isinstance(value, tuple):
-        return tuple(_bound_value(item, dims) for item in value)
-    return value
 
 
 def _op_output(op: Op, out: Any) -> Any:

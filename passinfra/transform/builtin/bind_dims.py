@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from passinfra.ir.attrs import Attrs
+from passinfra.ir.attrs import Attrs, map_dims
 from passinfra.ir.dims import DimVar, SymDim, free_vars, substitute
 from passinfra.ir.expr import Call, Function, Var
 from passinfra.ir.functor import ExprMutator, iter_post_order
@@ -58,14 +58,6 @@ def bind_type(ty: Type | None, mapping: Mapping[DimVar, int]) -> Type | None:
     return ty
 
 
-def _bind_attr(value: Any, mapping: Mapping[DimVar, int]) -> Any:
-    if isinstance(value, SymDim):
-        return substitute(value, mapping)
-    if isinstance(value, tuple):
-        return tuple(_bind_attr(item, mapping) for item in value)
-    return value
-
-
 class _DimBinder(ExprMutator):
     def __init__(self, mapping: Mapping[DimVar, int]) -> None:
         self.mapping = mapping
@@ -79,7 +71,8 @@ class _DimBinder(ExprMutator):
         args = [self.visit(arg) for arg in call.args]
         attrs = call.attrs
         if attrs.has_dims:
-            attrs = Attrs({key: _bind_attr(value, self.mapping) for key, value in attrs.items()})
+            attrs = Attrs({key: map_dims(value, lambda dim: substitute(dim, self.mapping))
+                           for key, value in attrs.items()})
         if op is call.op and attrs is call.attrs and all(a is b for a, b in zip(args, call.args)):
             return call
         return Call(op, args, attrs)
