@@ -43,6 +43,7 @@ SECTIONS = (
     "threads",
     "vs_onnxruntime",
     "dynamic_shapes",
+    "tuning",
 )
 TITLES = {
     "scaling": "1. Build scaling: in-process vs ray N=1 vs N=2",
@@ -59,6 +60,7 @@ TITLES = {
     "threads": "Threads in the compiled library (bench/threads.py)",
     "vs_onnxruntime": "Inference latency against onnxruntime (bench/vs_onnxruntime.py)",
     "dynamic_shapes": "One library for every size (bench/dynamic_shapes.py)",
+    "tuning": "Kernel tuning on worker processes (bench/tuning.py)",
 }
 HEADLINE_HEADER = ["comparison", "ratio (median)", "spread", "target", "verdict"]
 
@@ -128,6 +130,7 @@ def run_sections(
         "dynamic_shapes": _script(
             "dynamic_shapes", ["--repeats", "3", "--build-rounds", "1"] if quick else []
         ),
+        "tuning": _script("tuning", ["--trials", "12", "--rounds", "1", "--repeats", "5"] if quick else []),
     }
     for name in sections:
         started = time.perf_counter()

@@ -9,5 +9,6 @@ from passinfra.runtime import evaluate
 __version__ = "0.1.0"
 
 from passinfra.build import build  # noqa: E402  (needs the IR and the passes above)
+from passinfra.tuning import tune  # noqa: E402
 
-__all__ = ["ir", "evaluate", "build", "__version__"]
+__all__ = ["ir", "evaluate", "build", "tune", "__version__"]

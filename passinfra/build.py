@@ -27,6 +27,7 @@ import passinfra.transform  # noqa: F401
 from passinfra.codegen.artifacts import BuildArtifact, LinkProducts, collect_link_products
 from passinfra.codegen.build_cache import build_key, lookup_build, store_build
 from passinfra.codegen.host import shared_host_analysis
+from passinfra.codegen.passes.apply_tuning_records import TUNING_DB_CONFIG
 from passinfra.codegen.passes.specialize_kernels import SPECIALIZE_CONFIG, main_dim_vars, specializations
 from passinfra.codegen.weights_stream import streaming_weights
 from passinfra.errors import RaypassError
@@ -81,13 +82,16 @@ def _passes(names: tuple[str, ...]) -> list[Pass]:
 
 
 def compile_pass_names(ctx: PassContext | None = None) -> tuple[str, ...]:
-    """:data:`COMPILE_PIPELINE`, with SpecializeKernels after StreamWeights when the
-    context's config ``codegen.specialize`` chooses sizes to specialize for."""
+    """:data:`COMPILE_PIPELINE`, with ApplyTuningRecords after FuseOps when the context's
+    config ``codegen.tuning_db`` names a tuning database, and SpecializeKernels after
+    StreamWeights when its config ``codegen.specialize`` chooses sizes to specialize for."""
     ctx = ctx or PassContext.current()
-    if not ctx.get_config(SPECIALIZE_CONFIG, ()):
-        return COMPILE_PIPELINE
-    at = COMPILE_PIPELINE.index("StreamWeights") + 1
-    return (*COMPILE_PIPELINE[:at], "SpecializeKernels", *COMPILE_PIPELINE[at:])
+    names = list(COMPILE_PIPELINE)
+    if ctx.get_config(TUNING_DB_CONFIG, ""):
+        names.insert(names.index("FuseOps") + 1, "ApplyTuningRecords")
+    if ctx.get_config(SPECIALIZE_CONFIG, ()):
+        names.insert(names.index("StreamWeights") + 1, "SpecializeKernels")
+    return tuple(names)
 
 
 def compile_pipeline() -> Sequential:
@@ -152,8 +156,13 @@ def build(mod: IRModule, opt_level: int = 3, target: str = "c", scheduler: Any =
     # adopts it before the block ends, which removes it otherwise
     with streaming_weights():
         with _build_context(opt_level) as ctx:
-            # a wrong specialization is the caller's mistake: say so before any work
+            # a wrong specialization or an unreadable tuning database is the caller's
+            # mistake: say so before any work
             specializations(ctx, main_dim_vars(mod))
+            if ctx.get_config(TUNING_DB_CONFIG, ""):
+                from passinfra.tuning.database import TuningDatabase
+
+                TuningDatabase.load(ctx.get_config(TUNING_DB_CONFIG))
             key = build_key(mod, ctx, target, compile_pass_names(ctx) + LINK_PIPELINE)
             artifact = lookup_build(key, ctx) if key is not None else None
             if artifact is None:

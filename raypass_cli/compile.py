@@ -54,6 +54,12 @@ def add_build_options(parser: argparse.ArgumentParser, default_backend: str = "a
     parser.add_argument("--cache-dir", default=None, metavar="DIR", help="compiled-kernel cache directory")
     parser.add_argument("--no-cache", action="store_true", help="compile every kernel, use no cache")
     parser.add_argument(
+        "--tuning-db",
+        default=None,
+        metavar="FILE",
+        help="schedule each kernel as this tuning database (raypass tune) records it for this machine",
+    )
+    parser.add_argument(
         "--specialize",
         action="append",
         default=[],
@@ -83,6 +89,10 @@ def _instruments(args: argparse.Namespace) -> list[Any]:
 
 def _build_config(args: argparse.Namespace) -> dict[str, Any]:
     config: dict[str, Any] = {}
+    if getattr(args, "tuning_db", None):
+        from passinfra.codegen.passes.apply_tuning_records import TUNING_DB_CONFIG
+
+        config[TUNING_DB_CONFIG] = str(args.tuning_db)
     if getattr(args, "specialize", None):
         from passinfra.codegen.passes.specialize_kernels import SPECIALIZE_CONFIG
 

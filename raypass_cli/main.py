@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import passinfra
 from passinfra.errors import ParseError, RaypassError
 from raypass_cli import compile as compile_command
-from raypass_cli import demo, plan, pool, run, tools
+from raypass_cli import demo, plan, pool, run, tools, tune
 from raypass_cli.common import EXIT_USER_ERROR, CliUserError
 
 EXIT_FAILURE = 1
@@ -44,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_parser(sub)
     demo.add_parser(sub)
     pool.add_parser(sub)
+    tune.add_parser(sub)
     tools.add_parsers(sub)
     ops = sub.add_parser("ops", help="list the registered ops with their fusion pattern kind")
     ops.set_defaults(func=_cmd_ops)
@@ -57,6 +58,7 @@ def user_error_types() -> tuple[type[BaseException], ...]:
     from passinfra.frontend.zoo import ZooSpecError
     from passinfra.runtime.shape_binding import DimBindingError
     from passinfra.transform import PassArgumentError, PassConfigError, PassDependencyError, PassNotFoundError
+    from passinfra.tuning.database import TuningDatabaseError
     from scheduler.reproducer import ReproducerError
 
     return (
@@ -72,6 +74,7 @@ def user_error_types() -> tuple[type[BaseException], ...]:
         ReproducerError,
         SymbolicSizeError,
         DimBindingError,
+        TuningDatabaseError,
     )
 
 

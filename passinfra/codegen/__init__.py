@@ -3,7 +3,8 @@
 The loop IR itself is :mod:`passinfra.tir`. The passes live in two sub-packages, one
 pass per module, each module named after the pass it registers (the snake_case of its
 name): ``passes/`` the build steps (LowerToPrimFunc, CodegenC, CompileC, PanelWeights,
-StreamWeights, SpecializeKernels, PlanMemory, HostCodegen, LinkLibrary) and ``transform/`` the loop passes
+StreamWeights, SpecializeKernels, ApplyTuningRecords, PlanMemory, HostCodegen,
+LinkLibrary) and ``transform/`` the loop passes
 (PrimFunc -> PrimFunc, built on ``prim_func_pass.py``). The rest of this package is the
 machinery they run, by stage:
 
@@ -26,12 +27,13 @@ machinery they run, by stage:
 
 Importing the package registers its passes (the loop passes, then CodegenC, CompileC,
 LowerToPrimFunc, PlanMemory, HostCodegen, LinkLibrary, PanelWeights, StreamWeights,
-SpecializeKernels) and
+SpecializeKernels, ApplyTuningRecords) and
 its config keys (codegen.*, tir.*).
 """
 
 from passinfra.codegen import cc_driver  # noqa: F401  (registers the codegen.* config keys)
 from passinfra.codegen.passes import (
+    ApplyTuningRecords,
     CodegenC,
     CompileC,
     HostCodegen,
@@ -48,5 +50,5 @@ from passinfra.codegen.transform import RemoveNoOp, Simplify, StorageFlatten, Un
 __all__ = [
     "CodegenC", "CompileC", "HostCodegen", "PlanMemory", "LinkLibrary", "LowerToPrimFunc",
     "create_prim_func_pass", "prim_func_pass", "RemoveNoOp", "Simplify", "StorageFlatten",
-    "UnrollLoop", "VectorizeLoop", "StreamWeights", "PanelWeights", "SpecializeKernels",
+    "UnrollLoop", "VectorizeLoop", "StreamWeights", "PanelWeights", "SpecializeKernels", "ApplyTuningRecords",
 ]

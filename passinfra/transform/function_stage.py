@@ -12,6 +12,7 @@ principle 4 needs to hold everywhere exists once:
 * the note an exception gains (``FunctionPass.transform_function`` adds it: pass and
   function) and the facts a pass reports (``run_facts``), per run;
 * the timing of each (pass, function) run (:class:`PassRun`);
+* the config a function's own schedule sets (:mod:`passinfra.transform.schedule`);
 * which error is *the* error: the one an in-process run raises first, i.e. the lowest
   pass position, then the first function in the order given.
 
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
 from passinfra.transform.run_facts import RunFact, collect_facts
+from passinfra.transform.schedule import function_context
 
 if TYPE_CHECKING:
     from passinfra.ir.expr import BaseFunc
@@ -131,7 +133,8 @@ def _run_one(
             continue
         start, t0, reported = time.time(), time.perf_counter(), len(facts)
         try:
-            func = pass_.transform_function_in(func, base, ctx, name)
+            with function_context(ctx, func) as scheduled:  # the function's own schedule, if any
+                func = pass_.transform_function_in(func, base, scheduled, name)
         except Exception as error:  # the caller raises it, or sends it to the driver that does
             result.error = StageFailure(key, position, name, error)
         seconds = time.perf_counter() - t0

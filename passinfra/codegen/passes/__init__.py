@@ -21,7 +21,8 @@ from passinfra.codegen.passes.link_library import LinkLibrary
 from passinfra.codegen.passes.panel_weights import PanelWeights
 from passinfra.codegen.passes.stream_weights import StreamWeights
 from passinfra.codegen.passes.specialize_kernels import SpecializeKernels
+from passinfra.codegen.passes.apply_tuning_records import ApplyTuningRecords
 # isort: on
 
 __all__ = ["CodegenC", "CompileC", "LowerToPrimFunc", "PlanMemory", "HostCodegen", "LinkLibrary",
-           "PanelWeights", "StreamWeights", "SpecializeKernels"]
+           "PanelWeights", "StreamWeights", "SpecializeKernels", "ApplyTuningRecords"]

@@ -17,6 +17,7 @@ from passinfra.transform.context import PassContext
 from passinfra.transform.pass_info import PassInfo
 from passinfra.transform.passes import FunctionPass, Pass
 from passinfra.transform.registry import register_pass
+from passinfra.transform.schedule import SCHEDULE_ATTR
 
 
 def _name_in(mod: IRModule, func: BaseFunc) -> str:
@@ -33,9 +34,12 @@ def _blas(ctx: PassContext) -> bool:
 
 def _lower(func: Function, mod: IRModule, ctx: PassContext) -> PrimFunc:
     prim = lower_primitive_function(func, _name_in(mod, func), _blas(ctx))
-    variants = func.attrs.get(SPECIALIZATIONS_ATTR)
-    # the specialized copies SpecializeKernels made: the host picks among them at run time
-    return prim if variants is None else prim.with_attr(SPECIALIZATIONS_ATTR, variants)
+    # kept on the kernel: the specialized copies SpecializeKernels made (the host picks
+    # among them at run time), and the schedule the loop passes after this one apply
+    for key in (SPECIALIZATIONS_ATTR, SCHEDULE_ATTR):
+        if key in func.attrs:
+            prim = prim.with_attr(key, func.attrs[key])
+    return prim
 
 
 class LowerToPrimFuncPass(FunctionPass):

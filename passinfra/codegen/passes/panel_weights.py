@@ -52,6 +52,7 @@ from passinfra.transform.context import PassContext
 from passinfra.transform.pass_info import PassInfo
 from passinfra.transform.passes import ModulePass
 from passinfra.transform.registry import register_pass
+from passinfra.transform.schedule import function_context
 
 PANELS_CONFIG = "codegen.weight_panels"
 register_config(PANELS_CONFIG, bool)
@@ -115,7 +116,9 @@ class _Rule:
     suffix: str = "panels"
 
     def parameters(self, func: Function) -> tuple[int, ...]:
-        return panel_parameters(func, self.use_blas)
+        # planned as the lowering will plan it: under the function's own schedule
+        with function_context(PassContext.current(), func):
+            return panel_parameters(func, self.use_blas)
 
     def accepts(self, constant: Constant) -> bool:
         return constant.dtype == _FLOAT32 and len(constant.shape) >= 2

@@ -1,0 +1,307 @@
+"""``tune(mod, trials, db)``: search each kernel's schedule space, measuring candidates on
+worker processes in parallel, and record the fastest in a tuning database.
+
+1. The model goes through the compile pipeline up to FuseOps: its kernels are the
+   primitive functions (distinct by :func:`~passinfra.tuning.database.kernel_key`; those
+   with symbolic sizes and those the database already has for this target are left out).
+2. Each kernel becomes a one-kernel module: ``main`` calls it with the weights of its
+   first call in the model (so PanelWeights treats them as in the model) and random
+   inputs for the rest. A candidate is that module with the candidate as the kernel's
+   ``Schedule``, built (``passinfra.build``) and timed in a worker process pinned to its
+   own CPUs, with the library on as many threads as the worker has CPUs: a few warm-up
+   calls, then blocks of calls of at least :data:`BLOCK_SECONDS`, the median block's
+   time per call.
+3. The rules' point of every kernel is measured first; the other trials go to kernels by
+   their share of the model's time (kernel time x calls), each kernel's candidates drawn
+   from its space (:func:`~passinfra.tuning.space.candidates`). Timings of different
+   workers are compared only after the finalists (the rules' point and the best) are
+   measured again, interleaved, in one process: a schedule is recorded as better only when
+   that re-measure agrees (by at least :data:`MIN_GAIN`).
+
+Ctrl-C keeps what was measured: the records of finished kernels are saved before it
+propagates. Where this runs: worker processes of this machine (``workers``); the target
+recorded is this machine's instruction set and the threads each worker gave its library.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as futures
+import math
+import multiprocessing
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from passinfra.ir.expr import Call, Constant, Function, GlobalVar, var
+from passinfra.ir.functor import iter_post_order
+from passinfra.ir.module import IRModule
+from passinfra.ir.types import TensorType
+from passinfra.runtime.cpus import available_cpus
+from passinfra.transform.context import PassContext
+from passinfra.transform.schedule import SCHEDULE_ATTR
+from passinfra.tuning.database import TuningDatabase, TuningRecord, current_target, kernel_key
+from passinfra.tuning.space import Schedule, all_points, candidates, schedule_text
+
+# a timed block of calls lasts at least this long; the median of BLOCKS blocks is the time
+BLOCK_SECONDS = 0.01
+BLOCKS = 7
+WARMUP_CALLS = 3
+# a schedule replaces the rules' choice when the re-measure finds it this much faster
+MIN_GAIN = 0.03
+
+
+@dataclass
+class KernelTask:
+    """One kernel to tune: its one-kernel module and what the search needs of it."""
+
+    name: str
+    key: str
+    module: IRModule  # main calls the kernel; the kernel carries no schedule
+    calls: int  # calls of it in the model
+    space: int  # points in its space
+    default: Schedule
+    times: dict[Schedule, float] = field(default_factory=dict)
+    measured: int = 0  # candidates timed on the workers
+
+
+@dataclass
+class TuneResult:
+    """What ``tune`` did: per kernel, candidates measured and the speedup recorded."""
+
+    kernels: list[dict[str, Any]] = field(default_factory=list)
+    measured: int = 0
+    seconds: float = 0.0
+    skipped_known: int = 0  # kernels the database had for this target
+    skipped_symbolic: int = 0  # kernels with symbolic sizes (not tuned)
+    interrupted: bool = False
+
+
+def fused_module(mod: IRModule, opt_level: int = 3) -> IRModule:
+    """``mod`` after the compile pipeline's passes up to and including FuseOps."""
+    from passinfra.build import COMPILE_PIPELINE, _passes
+    from passinfra.transform.sequential import Sequential
+
+    names = COMPILE_PIPELINE[:COMPILE_PIPELINE.index("FuseOps") + 1]
+    with PassContext(opt_level=opt_level, config=dict(PassContext.current().config)):
+        return Sequential(_passes(names), opt_level=0)(mod)
+
+
+def kernel_tasks(fused: IRModule) -> tuple[list[KernelTask], int]:
+    """The distinct static kernels of ``fused`` (in the order main first calls them) as
+    one-kernel modules, and how many symbolic ones were left out."""
+    calls = [node for node in iter_post_order(fused["main"].body)
+             if isinstance(node, Call) and isinstance(node.op, GlobalVar)]
+    tasks: dict[str, KernelTask] = {}
+    symbolic = set()
+    for call in calls:
+        func = fused[call.op]
+        if not (isinstance(func, Function) and func.attrs.get("Primitive", 0)):
+            continue
+        key = kernel_key(func)
+        if key in tasks:
+            tasks[key].calls += 1
+            continue
+        types = [p.type_annotation for p in func.params]
+        if not all(isinstance(t, TensorType) and t.is_static for t in types):
+            symbolic.add(key)
+            continue
+        params, args = [], []
+        for param, arg in zip(func.params, call.args):
+            if isinstance(arg, Constant):
+                args.append(arg)
+            else:
+                fresh = var(param.name_hint, param.type_annotation.shape, param.type_annotation.dtype)
+                params.append(fresh)
+                args.append(fresh)
+        gv = GlobalVar(call.op.name_hint)
+        module = IRModule({gv: func, GlobalVar("main"): Function(params, Call(gv, args))})
+        tasks[key] = KernelTask(call.op.name_hint, key, module, 1, len(all_points(func)),
+                                candidates(func, 1)[0])
+    return list(tasks.values()), len(symbolic)
+
+
+def _inputs(module: IRModule) -> list[np.ndarray]:
+    rng = np.random.default_rng(0)
+    arrays = []
+    for param in module["main"].params:
+        ty = param.type_annotation
+        if ty.dtype.startswith("float") or ty.dtype == "bfloat16":
+            arrays.append(rng.standard_normal(ty.shape).astype(ty.dtype))
+        elif ty.dtype == "bool":
+            arrays.append(rng.integers(0, 2, ty.shape).astype(bool))
+        else:
+            arrays.append(rng.integers(0, 4, ty.shape).astype(ty.dtype))
+    return arrays
+
+
+def scheduled(module: IRModule, schedule: Schedule) -> IRModule:
+    """The one-kernel module with its kernel under ``schedule``."""
+    out = module.copy()
+    for gv, func in module.items():
+        if gv.name_hint != "main":
+            out.update_func(gv, func.with_attr(SCHEDULE_ATTR, schedule))
+    return out
+
+
+def measure(module: IRModule, schedule: Schedule, threads: int, cache_dir: str | None = None) -> float:
+    """Seconds per call of the one-kernel ``module`` built under ``schedule`` on
+    ``threads`` threads (module docstring)."""
+    from passinfra.build import build
+
+    config: dict[str, Any] = {"codegen.build_cache": False, "codegen.num_threads": threads}
+    if cache_dir:
+        config["codegen.cache_dir"] = cache_dir
+    with PassContext(opt_level=3, config=config):
+        lib = build(scheduled(module, schedule))
+    arrays = _inputs(module)
+    for _ in range(WARMUP_CALLS):
+        lib(*arrays)
+    count, start = 1, time.perf_counter()
+    lib(*arrays)
+    while time.perf_counter() - start < BLOCK_SECONDS / 4:
+        count *= 2
+        start = time.perf_counter()
+        for _ in range(count):
+            lib(*arrays)
+    per_block = max(1, math.ceil(count * BLOCK_SECONDS / max(time.perf_counter() - start, 1e-9)))
+    blocks = []
+    for _ in range(BLOCKS):
+        start = time.perf_counter()
+        for _ in range(per_block):
+            lib(*arrays)
+        blocks.append((time.perf_counter() - start) / per_block)
+    return float(np.median(blocks))
+
+
+# ----- the worker processes ------------------------------------------------------------
+_WORKER: dict[str, Any] = {}
+
+
+def _init_worker(counter: Any, groups: list[set[int]], threads: int, cache_dir: str | None) -> None:
+    with counter.get_lock():  # this worker's CPUs, so that workers do not time each other
+        index = counter.value
+        counter.value += 1
+    try:
+        os.sched_setaffinity(0, groups[index % len(groups)])
+    except (AttributeError, OSError):
+        pass
+    _WORKER.update(threads=threads, cache_dir=cache_dir)
+
+
+def _measure_in_worker(module: IRModule, schedule: Schedule) -> tuple[float, int]:
+    return measure(module, schedule, _WORKER["threads"], _WORKER["cache_dir"]), os.getpid()
+
+
+def _core_groups(workers: int) -> list[set[int]]:
+    if hasattr(os, "sched_getaffinity"):
+        cpus = sorted(os.sched_getaffinity(0))
+    else:
+        cpus = list(range(os.cpu_count() or 1))
+    per = max(1, len(cpus) // workers)
+    return [set(cpus[i * per:(i + 1) * per]) or {cpus[i % len(cpus)]} for i in range(workers)]
+
+
+def tune(mod: IRModule, trials: int, db_path: str, workers: int = 1, cache_dir: str | None = None,
+         report: Callable[[str], None] | None = None) -> TuneResult:
+    """Tune ``mod``'s kernels with ``trials`` candidates in all (at least the rules' point
+    of each kernel) on ``workers`` processes; records go to the database ``db_path``."""
+    say = report or (lambda _line: None)
+    started = time.perf_counter()
+    workers = max(1, workers)
+    threads = max(1, min(available_cpus(), len(_core_groups(workers)[0])))
+    target = current_target(threads)
+    database = TuningDatabase.load(db_path)
+    tasks, symbolic = kernel_tasks(fused_module(mod))
+    result = TuneResult(skipped_symbolic=symbolic)
+    known = [t for t in tasks if database.lookup(t.key, target) is not None]
+    tasks = [t for t in tasks if database.lookup(t.key, target) is None]
+    result.skipped_known = len(known)
+    say(f"{len(tasks)} kernels to tune ({len(known)} already recorded for {target['isa']}, "
+        f"{threads} threads; {symbolic} with symbolic sizes left out), {workers} worker(s)")
+    # forkserver: fresh processes (this one may hold threads and a Ray client), without
+    # importing the caller's __main__ again as spawn would
+    context = multiprocessing.get_context("forkserver")
+    counter = context.Value("i", 0)
+    pool = futures.ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker,
+                                       initargs=(counter, _core_groups(workers), threads, cache_dir))
+    try:
+        _search(tasks, trials, pool, result, say)
+        _confirm(tasks, threads, cache_dir, say)
+    except KeyboardInterrupt:
+        result.interrupted = True
+        say("interrupted: keeping what was measured")
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        for task in tasks:
+            if task.times:
+                _record(task, database, target, result)
+        database.save(db_path)
+        result.seconds = time.perf_counter() - started
+    return result
+
+
+def _run(pool: futures.Executor, jobs: list[tuple[KernelTask, Schedule]], result: TuneResult,
+         say: Callable[[str], None]) -> None:
+    pending = {pool.submit(_measure_in_worker, task.module, point): (task, point) for task, point in jobs}
+    for done in futures.as_completed(pending):
+        task, point = pending[done]
+        seconds, _ = done.result()
+        task.times[point] = seconds
+        task.measured += 1
+        result.measured += 1
+        best = min(task.times.values())
+        say(f"[{result.measured}] {task.name}: {schedule_text(point)} {seconds * 1e6:.1f} us "
+            f"(best {task.times[task.default] / best if task.default in task.times else 1:.2f}x the rules')")
+
+
+def _search(tasks: list[KernelTask], trials: int, pool: futures.Executor, result: TuneResult,
+            say: Callable[[str], None]) -> None:
+    if not tasks:
+        return
+    _run(pool, [(task, task.default) for task in tasks], result, say)
+    extra = max(0, trials - len(tasks))
+    total = sum(task.times[task.default] * task.calls for task in tasks) or 1.0
+    jobs = []
+    for task in tasks:
+        share = task.times[task.default] * task.calls / total
+        count = min(task.space, 1 + round(extra * share))
+        func = next(f for gv, f in task.module.items() if gv.name_hint != "main")
+        jobs += [(task, point) for point in candidates(func, count)[1:]]
+    _run(pool, jobs, result, say)
+
+
+def _confirm(tasks: list[KernelTask], threads: int, cache_dir: str | None,
+             say: Callable[[str], None]) -> None:
+    """Measure the rules' point and the best again, interleaved in this process; keep the
+    best only where the re-measure agrees."""
+    for task in tasks:
+        best = min(task.times, key=task.times.get)
+        if best == task.default:
+            continue
+        again: dict[Schedule, list[float]] = {task.default: [], best: []}
+        for _ in range(3):
+            for point in again:
+                again[point].append(measure(task.module, point, threads, cache_dir))
+        default_s, best_s = (float(np.median(again[p])) for p in (task.default, best))
+        if best_s < default_s * (1 - MIN_GAIN):
+            task.times = {task.default: default_s, best: best_s}
+        else:
+            task.times = {task.default: default_s}
+            say(f"{task.name}: {schedule_text(best)} not faster on a re-measure; the rules' point stays")
+
+
+def _record(task: KernelTask, database: TuningDatabase, target: dict[str, Any], result: TuneResult) -> None:
+    best = min(task.times, key=task.times.get)
+    default_s = task.times.get(task.default, task.times[best])
+    database.add(TuningRecord(task.key, task.name, target, [list(item) for item in best],
+                              task.times[best], default_s, task.measured))
+    result.kernels.append({"name": task.name, "calls": task.calls, "candidates": task.measured,
+                           "schedule": schedule_text(best), "speedup": default_s / task.times[best]})
+
+
+__all__ = ["KernelTask", "TuneResult", "fused_module", "kernel_tasks", "measure", "scheduled", "tune"]
