@@ -54,6 +54,7 @@ COMPILE_PIPELINE: tuple[str, ...] = (
     "AlterOpLayout",
     "FoldConstant",
     "DeduplicateFilters",
+    "DenseAsMatmul",
     "FuseOps",
     "ToMixedPrecision",
     "PanelWeights",

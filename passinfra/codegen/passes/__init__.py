@@ -22,7 +22,9 @@ from passinfra.codegen.passes.panel_weights import PanelWeights
 from passinfra.codegen.passes.stream_weights import StreamWeights
 from passinfra.codegen.passes.specialize_kernels import SpecializeKernels
 from passinfra.codegen.passes.apply_tuning_records import ApplyTuningRecords
+from passinfra.codegen.passes.dense_as_matmul import DenseAsMatmul
 # isort: on
 
 __all__ = ["CodegenC", "CompileC", "LowerToPrimFunc", "PlanMemory", "HostCodegen", "LinkLibrary",
-           "PanelWeights", "StreamWeights", "SpecializeKernels", "ApplyTuningRecords"]
+           "PanelWeights", "StreamWeights", "SpecializeKernels", "ApplyTuningRecords",
+           "DenseAsMatmul"]
