@@ -15,8 +15,9 @@ worker processes in parallel, and record the fastest in a tuning database.
    their share of the model's time (kernel time x calls), each kernel's candidates drawn
    from its space (:func:`~passinfra.tuning.space.candidates`). Timings of different
    workers are compared only after the finalists (the rules' point and the best) are
-   measured again, interleaved, in one process: a schedule is recorded as better only when
-   that re-measure agrees (by at least :data:`MIN_GAIN`).
+   measured again, built once and timed in interleaved rounds in one worker (the kernels
+   on all workers at once): a schedule is recorded as better only when that re-measure
+   agrees (by at least :data:`MIN_GAIN`).
 
 Ctrl-C keeps what was measured: the records of finished kernels are saved before it
 propagates. Where this runs: worker processes of this machine (``workers``); the target
@@ -147,17 +148,19 @@ def scheduled(module: IRModule, schedule: Schedule) -> IRModule:
     return out
 
 
-def measure(module: IRModule, schedule: Schedule, threads: int, cache_dir: str | None = None) -> float:
-    """Seconds per call of the one-kernel ``module`` built under ``schedule`` on
-    ``threads`` threads (module docstring)."""
+def _build(module: IRModule, schedule: Schedule, threads: int, cache_dir: str | None) -> Any:
     from passinfra.build import build
 
     config: dict[str, Any] = {"codegen.build_cache": False, "codegen.num_threads": threads}
     if cache_dir:
         config["codegen.cache_dir"] = cache_dir
     with PassContext(opt_level=3, config=config):
-        lib = build(scheduled(module, schedule))
-    arrays = _inputs(module)
+        return build(scheduled(module, schedule))
+
+
+def _time_calls(lib: Any, arrays: list[np.ndarray]) -> float:
+    """Seconds per call: warm-up calls, then the median of BLOCKS blocks of calls, each
+    at least BLOCK_SECONDS long."""
     for _ in range(WARMUP_CALLS):
         lib(*arrays)
     count, start = 1, time.perf_counter()
@@ -177,6 +180,25 @@ def measure(module: IRModule, schedule: Schedule, threads: int, cache_dir: str |
     return float(np.median(blocks))
 
 
+def measure(module: IRModule, schedule: Schedule, threads: int, cache_dir: str | None = None) -> float:
+    """Seconds per call of the one-kernel ``module`` built under ``schedule`` on
+    ``threads`` threads (module docstring)."""
+    return _time_calls(_build(module, schedule, threads, cache_dir), _inputs(module))
+
+
+def compare(module: IRModule, points: list[Schedule], threads: int, cache_dir: str | None = None,
+            rounds: int = 3) -> list[float]:
+    """Seconds per call of each of ``points``, built once each and timed in interleaved
+    rounds in this process (medians): times that compare with each other."""
+    libs = [_build(module, point, threads, cache_dir) for point in points]
+    arrays = _inputs(module)
+    times: list[list[float]] = [[] for _ in points]
+    for _ in range(rounds):
+        for index, lib in enumerate(libs):
+            times[index].append(_time_calls(lib, arrays))
+    return [float(np.median(t)) for t in times]
+
+
 # ----- the worker processes ------------------------------------------------------------
 _WORKER: dict[str, Any] = {}
 
@@ -194,6 +216,10 @@ def _init_worker(counter: Any, groups: list[set[int]], threads: int, cache_dir: 
 
 def _measure_in_worker(module: IRModule, schedule: Schedule) -> tuple[float, int]:
     return measure(module, schedule, _WORKER["threads"], _WORKER["cache_dir"]), os.getpid()
+
+
+def _compare_in_worker(module: IRModule, points: list[Schedule]) -> list[float]:
+    return compare(module, points, _WORKER["threads"], _WORKER["cache_dir"])
 
 
 def _core_groups(workers: int) -> list[set[int]]:
@@ -230,7 +256,7 @@ def tune(mod: IRModule, trials: int, db_path: str, workers: int = 1, cache_dir: 
                                        initargs=(counter, _core_groups(workers), threads, cache_dir))
     try:
         _search(tasks, trials, pool, result, say)
-        _confirm(tasks, threads, cache_dir, say)
+        _confirm(tasks, pool, say)
     except KeyboardInterrupt:
         result.interrupted = True
         say("interrupted: keeping what was measured")
@@ -275,19 +301,15 @@ def _search(tasks: list[KernelTask], trials: int, pool: futures.Executor, result
     _run(pool, jobs, result, say)
 
 
-def _confirm(tasks: list[KernelTask], threads: int, cache_dir: str | None,
-             say: Callable[[str], None]) -> None:
-    """Measure the rules' point and the best again, interleaved in this process; keep the
-    best only where the re-measure agrees."""
-    for task in tasks:
-        best = min(task.times, key=task.times.get)
-        if best == task.default:
-            continue
-        again: dict[Schedule, list[float]] = {task.default: [], best: []}
-        for _ in range(3):
-            for point in again:
-                again[point].append(measure(task.module, point, threads, cache_dir))
-        default_s, best_s = (float(np.median(again[p])) for p in (task.default, best))
+def _confirm(tasks: list[KernelTask], pool: futures.Executor, say: Callable[[str], None]) -> None:
+    """Measure the rules' point and the best again, interleaved in one worker per kernel
+    (the kernels in parallel); keep the best only where the re-measure agrees."""
+    finalists = {task.name: (task, min(task.times, key=task.times.get)) for task in tasks}
+    jobs = {pool.submit(_compare_in_worker, task.module, [task.default, best]): (task, best)
+            for task, best in finalists.values() if best != task.default}
+    for done in futures.as_completed(jobs):
+        task, best = jobs[done]
+        default_s, best_s = done.result()
         if best_s < default_s * (1 - MIN_GAIN):
             task.times = {task.default: default_s, best: best_s}
         else:
@@ -304,4 +326,5 @@ def _record(task: KernelTask, database: TuningDatabase, target: dict[str, Any], 
                            "schedule": schedule_text(best), "speedup": default_s / task.times[best]})
 
 
-__all__ = ["KernelTask", "TuneResult", "fused_module", "kernel_tasks", "measure", "scheduled", "tune"]
+__all__ = ["KernelTask", "TuneResult", "compare", "fused_module", "kernel_tasks", "measure", "scheduled",
+           "tune"]

@@ -205,3 +205,43 @@ def test_cli_tune_then_compile_with_the_database(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"raypass: error: tuning database '{db}' cannot be read")
     assert cli.main(["tune", str(model), "--trials", "0", "--db", str(db)]) == 2
+
+
+def test_ctrl_c_during_raypass_tune_keeps_what_was_measured_and_leaves_no_process(tmp_path):
+    """SIGINT to the whole process group, as a terminal's Ctrl-C sends it, once the
+    first candidate is measured: exit 130, the database holds the kernels measured so far,
+    and every process of the group (workers, forkserver) is gone soon after."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import onnx
+
+    model, db = tmp_path / "cnn.onnx", tmp_path / "db.json"
+    onnx.save(cnn(width=16), model)
+    command = [sys.executable, "-m", "raypass_cli.main", "tune", str(model), "--shapes", "input=8,3,32,32",
+               "--trials", "500", "--workers", "2", "--db", str(db), "--cache-dir", str(tmp_path / "c")]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        for line in process.stderr:
+            if line.startswith("[tune] [") and "fused_" in line:  # a candidate was measured
+                break
+        time.sleep(1)
+        os.killpg(process.pid, signal.SIGINT)
+        assert process.wait(timeout=60) == 130
+        assert "interrupted" in process.stderr.read()
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    kernels = len(kernel_tasks(fused_module(from_onnx(cnn(width=16), shapes={"input": (8, 3, 32, 32)})))[0])
+    assert 0 < len(TuningDatabase.load(db).records) <= kernels
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            os.killpg(process.pid, 0)
+        except ProcessLookupError:
+            break
+        assert time.monotonic() < deadline, "a process of raypass tune outlived it"
+        time.sleep(0.2)
