@@ -30,12 +30,33 @@ def cmd_tune(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print(f"raypass: interrupted; what was measured is in {args.db}", file=sys.stderr)
         return 130
-    for kernel in result.kernels:
-        print(f"{kernel['name']}: {kernel['speedup']:.2f}x the rules' time with {kernel['schedule']} "
-              f"({kernel['candidates']} candidates, {kernel['calls']} calls)")
+    _print_tables(result)
     print(f"wrote {args.db}: {len(result.kernels)} kernels tuned, {result.skipped_known} already recorded, "
           f"{result.measured} candidates measured in {result.seconds:.1f}s on {args.workers} worker(s)")
     return 0
+
+
+def _print_tables(result: Any) -> None:
+    """What the search did, per kernel and per worker process."""
+    from rich.console import Console
+    from rich.table import Table
+
+    kernels = Table(title="Tuning: kernels")
+    for column in ("kernel", "calls", "candidates", "best us", "vs the rules", "schedule"):
+        kernels.add_column(column, justify="left" if column in ("kernel", "schedule") else "right")
+    for kernel in result.kernels:
+        kernels.add_row(kernel["name"], str(kernel["calls"]), str(kernel["candidates"]),
+                        f"{kernel['seconds'] * 1e6:.1f}", f"{kernel['speedup']:.2f}x", kernel["schedule"])
+    workers = Table(title="Tuning: workers")
+    for column in ("worker pid", "candidates", "busy s"):
+        workers.add_column(column, justify="right")
+    for pid, stats in sorted(result.workers.items()):
+        workers.add_row(str(pid), str(int(stats["candidates"])), f"{stats['busy_seconds']:.1f}")
+    console = Console(width=120)
+    if result.kernels:
+        console.print(kernels)
+    if result.workers:
+        console.print(workers)
 
 
 def add_parser(sub: Any) -> None:

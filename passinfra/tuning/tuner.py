@@ -79,6 +79,8 @@ class TuneResult:
     skipped_known: int = 0  # kernels the database had for this target
     skipped_symbolic: int = 0  # kernels with symbolic sizes (not tuned)
     interrupted: bool = False
+    # per worker process (by pid): candidates it measured and its busy seconds
+    workers: dict[int, dict[str, float]] = field(default_factory=dict)
 
 
 def fused_module(mod: IRModule, opt_level: int = 3) -> IRModule:
@@ -214,8 +216,11 @@ def _init_worker(counter: Any, groups: list[set[int]], threads: int, cache_dir: 
     _WORKER.update(threads=threads, cache_dir=cache_dir)
 
 
-def _measure_in_worker(module: IRModule, schedule: Schedule) -> tuple[float, int]:
-    return measure(module, schedule, _WORKER["threads"], _WORKER["cache_dir"]), os.getpid()
+def _measure_in_worker(module: IRModule, schedule: Schedule) -> tuple[float, int, float]:
+    """(seconds per call, this worker's pid, the job's wall seconds: build and timing)."""
+    started = time.perf_counter()
+    seconds = measure(module, schedule, _WORKER["threads"], _WORKER["cache_dir"])
+    return seconds, os.getpid(), time.perf_counter() - started
 
 
 def _compare_in_worker(module: IRModule, points: list[Schedule]) -> list[float]:
@@ -276,7 +281,10 @@ def _run(pool: futures.Executor, jobs: list[tuple[KernelTask, Schedule]], result
     pending = {pool.submit(_measure_in_worker, task.module, point): (task, point) for task, point in jobs}
     for done in futures.as_completed(pending):
         task, point = pending[done]
-        seconds, _ = done.result()
+        seconds, pid, busy = done.result()
+        worker = result.workers.setdefault(pid, {"candidates": 0, "busy_seconds": 0.0})
+        worker["candidates"] += 1
+        worker["busy_seconds"] += busy
         task.times[point] = seconds
         task.measured += 1
         result.measured += 1
@@ -323,7 +331,8 @@ def _record(task: KernelTask, database: TuningDatabase, target: dict[str, Any], 
     database.add(TuningRecord(task.key, task.name, target, [list(item) for item in best],
                               task.times[best], default_s, task.measured))
     result.kernels.append({"name": task.name, "calls": task.calls, "candidates": task.measured,
-                           "schedule": schedule_text(best), "speedup": default_s / task.times[best]})
+                           "schedule": schedule_text(best), "seconds": task.times[best],
+                           "speedup": default_s / task.times[best]})
 
 
 __all__ = ["KernelTask", "TuneResult", "compare", "fused_module", "kernel_tasks", "measure", "scheduled",

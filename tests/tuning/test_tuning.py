@@ -174,6 +174,7 @@ def test_tune_records_every_kernel_and_measures_none_again(tmp_path):
                            report=lines.append)
     kernels = len(kernel_tasks(fused_module(mod))[0])
     assert len(first.kernels) == kernels and first.measured >= kernels and not first.interrupted
+    assert len(first.workers) == 1 and sum(w["candidates"] for w in first.workers.values()) == first.measured
     records = TuningDatabase.load(path).records
     target = current_target(records[0].target["threads"])
     assert len(records) == kernels and all(r.target == target for r in records)
@@ -196,6 +197,7 @@ def test_cli_tune_then_compile_with_the_database(tmp_path, capsys):
     out = capsys.readouterr().out
     records = len(TuningDatabase.load(db).records)
     assert records > 0 and f"wrote {db}: {records} kernels tuned, 0 already recorded" in out
+    assert "Tuning: kernels" in out and "Tuning: workers" in out
     base = ["compile", str(model), *shapes, "-o", str(tmp_path / "m.so"), "--backend", "local",
             "--cache-dir", str(tmp_path / "c")]
     assert cli.main([*base, "--tuning-db", str(db)]) == 0
