@@ -263,7 +263,13 @@ class _PrivatePool:
     def _cleanup(self) -> None:
         import shutil
 
-        shutil.rmtree(self._dir, ignore_errors=True)
+        # a process of the pool's session that is still ending may write into the
+        # directory (its log, its record) while it is removed: a few tries, briefly
+        for _ in range(20):
+            shutil.rmtree(self._dir, ignore_errors=True)
+            if not self._dir.exists():
+                return
+            time.sleep(0.05)
 
 
 def _ray_transport(pool: Any, description: str) -> Transport:
