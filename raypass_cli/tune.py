@@ -1,11 +1,15 @@
 """``raypass tune MODEL --trials N --db FILE``: search each kernel's schedule on worker
-processes and record the fastest in a tuning database (:mod:`passinfra.tuning`), which
-``raypass compile --tuning-db FILE`` applies."""
+processes of this machine or on Ray actors (``--backend ray [--address]``) and record the
+fastest in a tuning database (:mod:`passinfra.tuning`), which ``raypass compile
+--tuning-db FILE`` applies. ``--trace FILE`` writes every job as a slice on its worker's
+lane (Chrome trace JSON)."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from raypass_cli.common import CliUserError, load_model, parse_dims, parse_shapes
@@ -18,22 +22,66 @@ def cmd_tune(args: argparse.Namespace) -> int:
         raise CliUserError(f"--trials must be at least 1, got {args.trials}")
     if args.workers < 1:
         raise CliUserError(f"--workers must be at least 1, got {args.workers}")
+    if args.backend == "local" and (args.address or args.cpus_per_worker is not None):
+        raise CliUserError("--address and --cpus-per-worker are for --backend ray")
     mod = load_model(args.model, parse_shapes(args.shapes), parse_dims(args.dim))
 
     def report(line: str) -> None:
         if not args.quiet:
             print(f"[tune] {line}", file=sys.stderr, flush=True)
 
+    runner = _ray_runner(args) if args.backend == "ray" else None
     try:
         result = tune(mod, args.trials, args.db, workers=args.workers, cache_dir=args.cache_dir,
-                      report=report)
+                      report=report, runner=runner)
     except KeyboardInterrupt:
         print(f"raypass: interrupted; what was measured is in {args.db}", file=sys.stderr)
         return 130
+    finally:
+        if runner is not None:
+            runner.close()
     _print_tables(result)
+    where = "Ray worker(s)" if runner is not None else "worker process(es)"
     print(f"wrote {args.db}: {len(result.kernels)} kernels tuned, {result.skipped_known} already recorded, "
-          f"{result.measured} candidates measured in {result.seconds:.1f}s on {args.workers} worker(s)")
+          f"{result.measured} candidates measured in {result.seconds:.1f}s on {args.workers} {where}")
+    if result.lost_workers:
+        print(f"{result.lost_workers} worker(s) died under a job and were replaced (their jobs ran again; "
+              f"{result.given_up} given up)")
+    if args.trace:
+        _write_trace(Path(args.trace), result)
+        print(f"wrote the tuning trace to {args.trace}")
     return 0
+
+
+def _ray_runner(args: argparse.Namespace) -> Any:
+    from passinfra.runtime.cpus import available_cpus
+    from scheduler.tuning import RayRunner
+
+    # on this machine each worker gets its share of the CPUs; on a cluster, one CPU unless told
+    share = 1.0 if args.address else max(1.0, float(available_cpus() // args.workers))
+    cpus = args.cpus_per_worker if args.cpus_per_worker is not None else share
+    if cpus <= 0:
+        raise CliUserError(f"--cpus-per-worker must be positive, got {cpus:g}")
+    return RayRunner(args.workers, address=args.address, cpus_per_worker=cpus, cache_dir=args.cache_dir)
+
+
+def _write_trace(path: Path, result: Any) -> None:
+    """Chrome trace JSON: a lane per worker slot, a slice per job (candidate or re-measure)."""
+    origin = min((job["start"] for job in result.jobs), default=0.0)
+    events: list[dict[str, Any]] = [{"name": "process_name", "ph": "M", "pid": 1, "tid": 0,
+                                     "args": {"name": "raypass tune"}}]
+    for slot in sorted({job["slot"] for job in result.jobs}):
+        events.append({"name": "thread_name", "ph": "M", "pid": 1, "tid": slot + 1,
+                       "args": {"name": f"worker {slot}"}})
+    for job in result.jobs:
+        events.append({"name": job["kernel"], "cat": job["kind"], "ph": "X", "pid": 1, "tid": job["slot"] + 1,
+                       "ts": (job["start"] - origin) * 1e6, "dur": job["seconds"] * 1e6,
+                       "args": {"kind": job["kind"], "schedules": job["schedules"], "worker pid": job["pid"],
+                                "us per call": [round(t * 1e6, 3) for t in job["seconds_per_call"]]}})
+    summary = {"measured": result.measured, "lost_workers": result.lost_workers, "seconds": result.seconds}
+    document = {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"raypass_tune": summary}}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(document))
 
 
 def _print_tables(result: Any) -> None:
@@ -73,7 +121,17 @@ def add_parser(sub: Any) -> None:
                         "(default 32)")
     parser.add_argument("--db", required=True, metavar="FILE", help="the tuning database to add to (JSON)")
     parser.add_argument("--workers", type=int, default=1, metavar="N",
-                        help="measuring processes, each on its share of the CPUs (default 1)")
+                        help="measuring workers, each on its share of the CPUs (default 1)")
+    parser.add_argument("--backend", choices=("local", "ray"), default="local",
+                        help="local: worker processes of this machine (default); ray: Ray actors, in a "
+                        "private Ray instance or on the cluster at --address")
+    parser.add_argument("--address", default=None, metavar="ADDR",
+                        help="the Ray cluster to tune on (host:port or auto), with --backend ray")
+    parser.add_argument("--cpus-per-worker", type=float, default=None, metavar="C",
+                        help="CPUs each Ray worker reserves and its libraries' threads (default: this "
+                        "machine's CPUs / --workers; 1 on a cluster)")
+    parser.add_argument("--trace", default=None, metavar="FILE",
+                        help="write the tuning as a Chrome trace (one lane per worker)")
     parser.add_argument("--shapes", action="append", default=[], metavar="NAME=D0,D1,...",
                         help="static input shapes for an ONNX model (repeatable)")
     parser.add_argument("--dim", action="append", default=[], metavar="NAME=LO..HI",

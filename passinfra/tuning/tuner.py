@@ -20,16 +20,16 @@ worker processes in parallel, and record the fastest in a tuning database.
    agrees (by at least :data:`MIN_GAIN`).
 
 Ctrl-C keeps what was measured: the records of finished kernels are saved before it
-propagates. Where this runs: worker processes of this machine (``workers``); the target
-recorded is this machine's instruction set and the threads each worker gave its library.
+propagates. Where this runs: a :class:`~passinfra.tuning.runner.Runner`'s slots, one job
+each at a time: worker processes of this machine (``workers``) or Ray actors
+(``scheduler.tuning.RayRunner``). A worker that dies loses only the job it was running,
+which is run again on a fresh worker. The target recorded is the workers' instruction
+set and the threads each gave its library.
 """
 
 from __future__ import annotations
 
-import concurrent.futures as futures
 import math
-import multiprocessing
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -41,10 +41,10 @@ from passinfra.ir.expr import Call, Constant, Function, GlobalVar, var
 from passinfra.ir.functor import iter_post_order
 from passinfra.ir.module import IRModule
 from passinfra.ir.types import TensorType
-from passinfra.runtime.cpus import available_cpus
 from passinfra.transform.context import PassContext
 from passinfra.transform.schedule import SCHEDULE_ATTR
-from passinfra.tuning.database import TuningDatabase, TuningRecord, current_target, kernel_key
+from passinfra.tuning.database import TuningDatabase, TuningRecord, kernel_key
+from passinfra.tuning.runner import MAX_LOSSES, WORKER_SETTINGS, JobRun, ProcessRunner, Runner
 from passinfra.tuning.space import Schedule, all_points, candidates, schedule_text
 
 # a timed block of calls lasts at least this long; the median of BLOCKS blocks is the time
@@ -75,12 +75,18 @@ class TuneResult:
 
     kernels: list[dict[str, Any]] = field(default_factory=list)
     measured: int = 0
+    planned: int = 0  # candidates the search sent to the workers (measured unless interrupted or given up)
     seconds: float = 0.0
     skipped_known: int = 0  # kernels the database had for this target
     skipped_symbolic: int = 0  # kernels with symbolic sizes (not tuned)
     interrupted: bool = False
     # per worker process (by pid): candidates it measured and its busy seconds
     workers: dict[int, dict[str, float]] = field(default_factory=dict)
+    lost_workers: int = 0  # workers that died under a job (replaced; the job re-run)
+    given_up: int = 0  # jobs whose worker died MAX_LOSSES times under them
+    # every job as a worker ran it (the tuning trace): kernel, kind (candidate or
+    # re-measure), schedules, their seconds per call, slot, pid, start (time.time()), seconds
+    jobs: list[dict[str, Any]] = field(default_factory=list)
 
 
 def fused_module(mod: IRModule, opt_level: int = 3) -> IRModule:
@@ -201,90 +207,71 @@ def compare(module: IRModule, points: list[Schedule], threads: int, cache_dir: s
     return [float(np.median(t)) for t in times]
 
 
-# ----- the worker processes ------------------------------------------------------------
-_WORKER: dict[str, Any] = {}
+# ----- jobs, run in a worker (runner.in_worker) ----------------------------------------
+def _measure_job(module: IRModule, schedule: Schedule) -> float:
+    return measure(module, schedule, WORKER_SETTINGS["threads"], WORKER_SETTINGS["cache_dir"])
 
 
-def _init_worker(counter: Any, groups: list[set[int]], threads: int, cache_dir: str | None) -> None:
-    with counter.get_lock():  # this worker's CPUs, so that workers do not time each other
-        index = counter.value
-        counter.value += 1
-    try:
-        os.sched_setaffinity(0, groups[index % len(groups)])
-    except (AttributeError, OSError):
-        pass
-    _WORKER.update(threads=threads, cache_dir=cache_dir)
-
-
-def _measure_in_worker(module: IRModule, schedule: Schedule) -> tuple[float, int, float]:
-    """(seconds per call, this worker's pid, the job's wall seconds: build and timing)."""
-    started = time.perf_counter()
-    seconds = measure(module, schedule, _WORKER["threads"], _WORKER["cache_dir"])
-    return seconds, os.getpid(), time.perf_counter() - started
-
-
-def _compare_in_worker(module: IRModule, points: list[Schedule]) -> list[float]:
-    return compare(module, points, _WORKER["threads"], _WORKER["cache_dir"])
-
-
-def _core_groups(workers: int) -> list[set[int]]:
-    if hasattr(os, "sched_getaffinity"):
-        cpus = sorted(os.sched_getaffinity(0))
-    else:
-        cpus = list(range(os.cpu_count() or 1))
-    per = max(1, len(cpus) // workers)
-    return [set(cpus[i * per:(i + 1) * per]) or {cpus[i % len(cpus)]} for i in range(workers)]
+def _compare_job(module: IRModule, points: list[Schedule]) -> list[float]:
+    return compare(module, points, WORKER_SETTINGS["threads"], WORKER_SETTINGS["cache_dir"])
 
 
 def tune(mod: IRModule, trials: int, db_path: str, workers: int = 1, cache_dir: str | None = None,
-         report: Callable[[str], None] | None = None) -> TuneResult:
+         report: Callable[[str], None] | None = None, runner: Runner | None = None) -> TuneResult:
     """Tune ``mod``'s kernels with ``trials`` candidates in all (at least the rules' point
-    of each kernel) on ``workers`` processes; records go to the database ``db_path``."""
+    of each kernel); records go to the database ``db_path``. Candidates are measured by
+    ``runner`` (``scheduler.tuning.RayRunner``: Ray actors; the caller closes it) or else
+    on ``workers`` processes of this machine."""
     say = report or (lambda _line: None)
     started = time.perf_counter()
-    workers = max(1, workers)
-    threads = max(1, min(available_cpus(), len(_core_groups(workers)[0])))
-    target = current_target(threads)
-    database = TuningDatabase.load(db_path)
-    tasks, symbolic = kernel_tasks(fused_module(mod))
-    result = TuneResult(skipped_symbolic=symbolic)
-    known = [t for t in tasks if database.lookup(t.key, target) is not None]
-    tasks = [t for t in tasks if database.lookup(t.key, target) is None]
-    result.skipped_known = len(known)
-    say(f"{len(tasks)} kernels to tune ({len(known)} already recorded for {target['isa']}, "
-        f"{threads} threads; {symbolic} with symbolic sizes left out), {workers} worker(s)")
-    # forkserver: fresh processes (this one may hold threads and a Ray client), without
-    # importing the caller's __main__ again as spawn would
-    context = multiprocessing.get_context("forkserver")
-    counter = context.Value("i", 0)
-    pool = futures.ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker,
-                                       initargs=(counter, _core_groups(workers), threads, cache_dir))
+    owned = runner is None
+    runner = ProcessRunner(workers, cache_dir) if runner is None else runner
     try:
-        _search(tasks, trials, pool, result, say)
-        _confirm(tasks, pool, say)
-    except KeyboardInterrupt:
-        result.interrupted = True
-        say("interrupted: keeping what was measured")
-        raise
+        target = runner.target()
+        database = TuningDatabase.load(db_path)
+        tasks, symbolic = kernel_tasks(fused_module(mod))
+        result = TuneResult(skipped_symbolic=symbolic)
+        known = [t for t in tasks if database.lookup(t.key, target) is not None]
+        tasks = [t for t in tasks if database.lookup(t.key, target) is None]
+        result.skipped_known = len(known)
+        say(f"{len(tasks)} kernels to tune ({len(known)} already recorded for {target['isa']}, "
+            f"{target['threads']} threads; {symbolic} with symbolic sizes left out), "
+            f"{runner.slots} worker(s)")
+        try:
+            _search(tasks, trials, runner, result, say)
+            _confirm(tasks, runner, result, say)
+        except KeyboardInterrupt:
+            result.interrupted = True
+            say("interrupted: keeping what was measured")
+            raise
+        finally:
+            result.lost_workers = runner.lost_workers
+            for task in tasks:
+                if task.times:
+                    _record(task, database, target, result)
+            database.save(db_path)
+            result.seconds = time.perf_counter() - started
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-        for task in tasks:
-            if task.times:
-                _record(task, database, target, result)
-        database.save(db_path)
-        result.seconds = time.perf_counter() - started
+        if owned:
+            runner.close()
     return result
 
 
-def _run(pool: futures.Executor, jobs: list[tuple[KernelTask, Schedule]], result: TuneResult,
+def _log(result: TuneResult, task: KernelTask, kind: str, points: list[Schedule], times: list[float],
+         run: JobRun) -> None:
+    worker = result.workers.setdefault(run.pid, {"candidates": 0, "busy_seconds": 0.0})
+    worker["candidates"] += len(points) if kind == "candidate" else 0
+    worker["busy_seconds"] += run.seconds
+    result.jobs.append({"kernel": task.name, "kind": kind, "schedules": [schedule_text(p) for p in points],
+                        "seconds_per_call": times, "slot": run.slot, "pid": run.pid, "start": run.start,
+                        "seconds": run.seconds})
+
+
+def _run(runner: Runner, jobs: list[tuple[KernelTask, Schedule]], result: TuneResult,
          say: Callable[[str], None]) -> None:
-    pending = {pool.submit(_measure_in_worker, task.module, point): (task, point) for task, point in jobs}
-    for done in futures.as_completed(pending):
-        task, point = pending[done]
-        seconds, pid, busy = done.result()
-        worker = result.workers.setdefault(pid, {"candidates": 0, "busy_seconds": 0.0})
-        worker["candidates"] += 1
-        worker["busy_seconds"] += busy
+    def done(index: int, seconds: float, run: JobRun) -> None:
+        task, point = jobs[index]
+        _log(result, task, "candidate", [point], [seconds], run)
         task.times[point] = seconds
         task.measured += 1
         result.measured += 1
@@ -292,12 +279,21 @@ def _run(pool: futures.Executor, jobs: list[tuple[KernelTask, Schedule]], result
         say(f"[{result.measured}] {task.name}: {schedule_text(point)} {seconds * 1e6:.1f} us "
             f"(best {task.times[task.default] / best if task.default in task.times else 1:.2f}x the rules')")
 
+    result.planned += len(jobs)
+    lost = runner.run(_measure_job, [(task.module, point) for task, point in jobs], done)
+    for index in lost:
+        task, point = jobs[index]
+        result.given_up += 1
+        say(f"{task.name}: {schedule_text(point)} given up: its worker died {MAX_LOSSES} times under it")
 
-def _search(tasks: list[KernelTask], trials: int, pool: futures.Executor, result: TuneResult,
+
+def _search(tasks: list[KernelTask], trials: int, runner: Runner, result: TuneResult,
             say: Callable[[str], None]) -> None:
     if not tasks:
         return
-    _run(pool, [(task, task.default) for task in tasks], result, say)
+    _run(runner, [(task, task.default) for task in tasks], result, say)
+    # a kernel whose rules' point was given up (it killed its worker) is not searched
+    tasks[:] = [task for task in tasks if task.default in task.times]
     extra = max(0, trials - len(tasks))
     total = sum(task.times[task.default] * task.calls for task in tasks) or 1.0
     jobs = []
@@ -306,23 +302,30 @@ def _search(tasks: list[KernelTask], trials: int, pool: futures.Executor, result
         count = min(task.space, 1 + round(extra * share))
         func = next(f for gv, f in task.module.items() if gv.name_hint != "main")
         jobs += [(task, point) for point in candidates(func, count)[1:]]
-    _run(pool, jobs, result, say)
+    _run(runner, jobs, result, say)
 
 
-def _confirm(tasks: list[KernelTask], pool: futures.Executor, say: Callable[[str], None]) -> None:
+def _confirm(tasks: list[KernelTask], runner: Runner, result: TuneResult, say: Callable[[str], None]) -> None:
     """Measure the rules' point and the best again, interleaved in one worker per kernel
     (the kernels in parallel); keep the best only where the re-measure agrees."""
-    finalists = {task.name: (task, min(task.times, key=task.times.get)) for task in tasks}
-    jobs = {pool.submit(_compare_in_worker, task.module, [task.default, best]): (task, best)
-            for task, best in finalists.values() if best != task.default}
-    for done in futures.as_completed(jobs):
-        task, best = jobs[done]
-        default_s, best_s = done.result()
+    finalists = [(task, min(task.times, key=task.times.get)) for task in tasks]
+    finalists = [(task, best) for task, best in finalists if best != task.default]
+
+    def done(index: int, times: list[float], run: JobRun) -> None:
+        task, best = finalists[index]
+        _log(result, task, "re-measure", [task.default, best], times, run)
+        default_s, best_s = times
         if best_s < default_s * (1 - MIN_GAIN):
             task.times = {task.default: default_s, best: best_s}
         else:
             task.times = {task.default: default_s}
             say(f"{task.name}: {schedule_text(best)} not faster on a re-measure; the rules' point stays")
+
+    lost = runner.run(_compare_job, [(task.module, [task.default, best]) for task, best in finalists], done)
+    for index in lost:  # not confirmed: the rules' point stays
+        task, best = finalists[index]
+        task.times = {task.default: task.times[task.default]}
+        result.given_up += 1
 
 
 def _record(task: KernelTask, database: TuningDatabase, target: dict[str, Any], result: TuneResult) -> None:

@@ -192,12 +192,16 @@ def test_cli_tune_then_compile_with_the_database(tmp_path, capsys):
     model, db = tmp_path / "mlp.onnx", tmp_path / "db.json"
     onnx.save(mlp(), model)
     shapes = ["--shapes", "input=16,64"]
+    trace = tmp_path / "tune.json"
     assert cli.main(["tune", str(model), *shapes, "--trials", "3", "--db", str(db), "--quiet",
-                     "--cache-dir", str(tmp_path / "c")]) == 0
+                     "--cache-dir", str(tmp_path / "c"), "--trace", str(trace)]) == 0
     out = capsys.readouterr().out
     records = len(TuningDatabase.load(db).records)
     assert records > 0 and f"wrote {db}: {records} kernels tuned, 0 already recorded" in out
     assert "Tuning: kernels" in out and "Tuning: workers" in out
+    slices = [e for e in json.loads(trace.read_text())["traceEvents"] if e["ph"] == "X"]
+    assert sum(e["cat"] == "candidate" for e in slices) >= 3 and {e["tid"] for e in slices} == {1}
+    assert all(e["args"]["schedules"] and e["dur"] > 0 for e in slices)
     base = ["compile", str(model), *shapes, "-o", str(tmp_path / "m.so"), "--backend", "local",
             "--cache-dir", str(tmp_path / "c")]
     assert cli.main([*base, "--tuning-db", str(db)]) == 0
@@ -207,6 +211,9 @@ def test_cli_tune_then_compile_with_the_database(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"raypass: error: tuning database '{db}' cannot be read")
     assert cli.main(["tune", str(model), "--trials", "0", "--db", str(db)]) == 2
+    capsys.readouterr()
+    assert cli.main(["tune", str(model), "--db", str(db), "--address", "auto"]) == 2
+    assert capsys.readouterr().err.startswith("raypass: error: --address and --cpus-per-worker are for")
 
 
 def test_ctrl_c_during_raypass_tune_keeps_what_was_measured_and_leaves_no_process(tmp_path):

@@ -1,0 +1,203 @@
+"""Where tuning candidates are measured: a fixed number of worker slots, each running one
+job at a time.
+
+:class:`Runner` holds the queue in the driver and keeps exactly one job in flight per
+slot, so a slot whose worker dies has lost exactly the one job it was running: that job
+goes back to the front of the queue (given up after :data:`MAX_LOSSES` losses: it most
+likely kills its worker itself), the slot gets a fresh worker, and every finished
+measurement stays finished. Subclasses say how a slot's job is started and what a lost
+worker looks like:
+
+- :class:`ProcessRunner`: worker processes of this machine, one per slot, each pinned to
+  its own share of the CPUs (forkserver: fresh processes, which neither inherit the
+  driver's threads nor import its ``__main__`` again).
+- ``scheduler.tuning.RayRunner``: Ray actors, on this machine or a cluster.
+
+Every job runs through :func:`in_worker`, which notes where and when it ran
+(:class:`JobRun`: the tuning trace's slices).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as futures
+import multiprocessing
+import os
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Sequence
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from typing import Any
+
+from passinfra.runtime.cpus import available_cpus
+
+MAX_LOSSES = 2  # a job whose worker died this many times is given up
+
+# what a worker process was configured with (ProcessRunner's initializer, a Ray actor's
+# constructor); the tuner's jobs read it
+WORKER_SETTINGS: dict[str, Any] = {"threads": 1, "cache_dir": None}
+
+
+def configure_worker(threads: int, cache_dir: str | None, cpus: set[int] | None = None) -> None:
+    """Set up this process as a measuring worker: its libraries' threads, the kernel
+    cache, and (where given) the CPUs it may run on, so that workers do not time each other."""
+    if cpus:
+        try:
+            os.sched_setaffinity(0, cpus)
+        except (AttributeError, OSError):
+            pass
+    WORKER_SETTINGS.update(threads=threads, cache_dir=cache_dir)
+
+
+@dataclass(frozen=True)
+class JobRun:
+    """One job as its worker ran it."""
+
+    index: int  # in the job list of its ``Runner.run``
+    slot: int
+    pid: int
+    start: float  # time.time() in the worker
+    seconds: float
+
+
+def in_worker(fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[int, float, float, Any]:
+    """``fn(*args)`` in a worker: (pid, start time, seconds, value)."""
+    start, clock = time.time(), time.perf_counter()
+    value = fn(*args)
+    return os.getpid(), start, time.perf_counter() - clock, value
+
+
+class Runner:
+    """A fixed number of slots, one job in flight on each (module docstring)."""
+
+    slots: int
+    threads: int  # each worker's library threads
+
+    def __init__(self) -> None:
+        self.lost_workers = 0  # workers that died under a job (and were replaced)
+        self.runs: list[JobRun] = []  # every job that finished, in the order it finished
+
+    def _submit(self, slot: int, fn: Callable[..., Any], args: tuple[Any, ...]) -> futures.Future:
+        raise NotImplementedError
+
+    def _is_lost_worker(self, error: BaseException) -> bool:
+        raise NotImplementedError
+
+    def _replace(self, slot: int) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def pids(self) -> list[int]:
+        """Each slot's worker process id (asked of the worker itself)."""
+        return [self._submit(slot, os.getpid, ()).result()[0] for slot in range(self.slots)]
+
+    def target(self) -> dict[str, Any]:
+        """The tuning target the workers measure: their instruction set and threads."""
+        from passinfra.tuning.database import current_target
+
+        return current_target(self.threads)
+
+    def run(self, fn: Callable[..., Any], jobs: Sequence[tuple[Any, ...]],
+            done: Callable[[int, Any, JobRun], None]) -> list[int]:
+        """Run ``fn(*job)`` for every job, calling ``done(index, value, run)`` in this
+        thread as each finishes; returns the indices of the jobs given up."""
+        queue = deque(range(len(jobs)))
+        free = list(range(self.slots))[::-1]
+        running: dict[futures.Future, tuple[int, int]] = {}
+        losses: Counter[int] = Counter()
+        given_up: list[int] = []
+        try:
+            while queue or running:
+                while queue and free:
+                    slot, index = free.pop(), queue.popleft()
+                    running[self._submit_to_live(slot, fn, jobs[index])] = (slot, index)
+                finished, _ = futures.wait(running, return_when=futures.FIRST_COMPLETED)
+                for future in finished:
+                    slot, index = running.pop(future)
+                    try:
+                        pid, start, seconds, value = future.result()
+                    except BaseException as error:
+                        if not self._is_lost_worker(error):
+                            raise
+                        self.lost_workers += 1
+                        self._replace(slot)
+                        losses[index] += 1
+                        if losses[index] >= MAX_LOSSES:
+                            given_up.append(index)
+                        else:  # next on the slot that comes free first
+                            queue.appendleft(index)
+                    else:
+                        record = JobRun(index, slot, pid, start, seconds)
+                        self.runs.append(record)
+                        done(index, value, record)
+                    free.append(slot)
+        finally:
+            for future in running:
+                future.cancel()
+        return given_up
+
+    def _submit_to_live(self, slot: int, fn: Callable[..., Any], args: tuple[Any, ...]) -> futures.Future:
+        """Submit, replacing first a worker that died while its slot was idle (no job lost)."""
+        try:
+            return self._submit(slot, fn, args)
+        except Exception as error:
+            if not self._is_lost_worker(error):
+                raise
+            self.lost_workers += 1
+            self._replace(slot)
+            return self._submit(slot, fn, args)
+
+    def __enter__(self) -> Runner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def core_groups(workers: int) -> list[set[int]]:
+    """This process's CPUs split into ``workers`` equal groups (a CPU shared where there
+    are more workers than CPUs)."""
+    if hasattr(os, "sched_getaffinity"):
+        cpus = sorted(os.sched_getaffinity(0))
+    else:
+        cpus = list(range(os.cpu_count() or 1))
+    per = max(1, len(cpus) // workers)
+    return [set(cpus[i * per:(i + 1) * per]) or {cpus[i % len(cpus)]} for i in range(workers)]
+
+
+class ProcessRunner(Runner):
+    """One worker process per slot on this machine, each on its own CPUs (a one-process
+    executor per slot: a worker that dies breaks only its own slot)."""
+
+    def __init__(self, workers: int, cache_dir: str | None = None) -> None:
+        super().__init__()
+        self.slots = max(1, workers)
+        self._groups = core_groups(self.slots)
+        self.threads = max(1, min(available_cpus(), len(self._groups[0])))
+        self._cache_dir = cache_dir
+        self._context = multiprocessing.get_context("forkserver")
+        self._executors = [self._start(slot) for slot in range(self.slots)]
+
+    def _start(self, slot: int) -> futures.ProcessPoolExecutor:
+        return futures.ProcessPoolExecutor(1, mp_context=self._context, initializer=configure_worker,
+                                           initargs=(self.threads, self._cache_dir, self._groups[slot]))
+
+    def _submit(self, slot: int, fn: Callable[..., Any], args: tuple[Any, ...]) -> futures.Future:
+        return self._executors[slot].submit(in_worker, fn, args)
+
+    def _is_lost_worker(self, error: BaseException) -> bool:
+        return isinstance(error, BrokenProcessPool)
+
+    def _replace(self, slot: int) -> None:
+        self._executors[slot].shutdown(wait=False, cancel_futures=True)
+        self._executors[slot] = self._start(slot)
+
+    def close(self) -> None:
+        for executor in self._executors:
+            executor.shutdown(wait=True, cancel_futures=True)
+
+
+__all__ = ["MAX_LOSSES", "WORKER_SETTINGS", "JobRun", "ProcessRunner", "Runner", "configure_worker",
+           "core_groups", "in_worker"]
