@@ -11,7 +11,16 @@ shaped after the real families the issue names, at batch 1:
   squeeze-excite (global pool, two 1x1 convolutions, sigmoid, channel scale);
 * ``wav2vec2``: a wav2vec2-like audio front end: seven strided 1-D convolutions (GELU)
   over half a second of 16 kHz audio, a projection, the grouped 1-D positional
-  convolution (kernel 128, 16 groups), layer norm and a feed-forward block.
+  convolution (kernel 128, 16 groups), layer norm and a feed-forward block;
+* ``unet``: a U-Net-like segmenter: three down steps of double 3x3 convolutions and max
+  pooling, up steps by 2x2 stride-2 transposed convolutions whose outputs are
+  concatenated with the encoder's (skip concats), a 1x1 classifier;
+* ``crnn``: a CRNN-like text recognizer: a VGG-style conv stack over a 32x128 line
+  image, its columns as a 32-step sequence through a bidirectional LSTM, a per-step
+  classifier;
+* ``convnext``: a ConvNeXt-like stack: a 4x4 stride-4 stem, blocks of 7x7 depthwise
+  convolution, channels-last layer norm, a 4x MLP with GELU and layer scale, residual;
+  layer-normed 2x2 stride-2 downsampling between stages.
 
 Batch norms carry random statistics (positive variances), so SimplifyInference has
 something to fold, as in an exported model.
@@ -169,6 +178,95 @@ def wav2vec2(seed: int = 0, samples: int = 8000, channels: int = 256, hidden: in
     return net.model("wav2vec2_like", [1, 1, samples], out, [1, length, hidden])
 
 
+def unet(seed: int = 0, size: int = 128, base: int = 16) -> onnx.ModelProto:
+    """U-Net-like: double 3x3 conv blocks, max-pool down, 2x2 stride-2 ConvTranspose up,
+    skip concats, 1x1 classifier (2 classes)."""
+    net = _Net(seed)
+    g = net.g
+
+    def double(x: str, cin: int, cout: int) -> str:
+        return net.conv_bn(net.conv_bn(x, cin, cout, 3), cout, cout, 3)
+
+    x, cin, skips = "input", 3, []
+    widths = [base, 2 * base, 4 * base]
+    for width in widths:
+        x = double(x, cin, width)
+        skips.append((x, width))
+        x = g.node("MaxPool", [x], kernel_shape=[2, 2], strides=[2, 2])
+        cin = width
+    x = double(x, cin, 8 * base)
+    cin = 8 * base
+    for skip, width in reversed(skips):
+        up = g.node("ConvTranspose", [x, g.weight("up", (cin, width, 2, 2)), g.weight("up_b", (width,), 0.1)],
+                    kernel_shape=[2, 2], strides=[2, 2])
+        x = double(g.node("Concat", [up, skip], axis=1), 2 * width, width)
+        cin = width
+    out = net.conv(x, cin, 2, 1, bias=True)
+    return net.model("unet_like", [1, 3, size, size], out, [1, 2, size, size])
+
+
+def crnn(seed: int = 0, width: int = 128, hidden: int = 128, classes: int = 37) -> onnx.ModelProto:
+    """CRNN-like: conv stack over a [1, 1, 32, width] line image, its width / 4 columns
+    as a sequence through a bidirectional LSTM, a classifier per step."""
+    net = _Net(seed)
+    g = net.g
+    x = net.act(net.conv("input", 1, 64, 3, bias=True), "relu")
+    x = g.node("MaxPool", [x], kernel_shape=[2, 2], strides=[2, 2])  # 16 x w/2
+    x = net.act(net.conv(x, 64, 128, 3, bias=True), "relu")
+    x = g.node("MaxPool", [x], kernel_shape=[2, 2], strides=[2, 2])  # 8 x w/4
+    x = net.conv_bn(x, 128, 256, 3)
+    x = net.act(net.conv(x, 256, 256, 3, bias=True), "relu")
+    x = g.node("MaxPool", [x], kernel_shape=[2, 1], strides=[2, 1])  # 4 x w/4
+    x = net.conv_bn(x, 256, 256, 3)
+    x = g.node("MaxPool", [x], kernel_shape=[4, 1], strides=[4, 1])  # 1 x w/4
+    steps = width // 4
+    seq = g.node("Transpose", [g.node("Squeeze", [x, g.constant("axis", np.array([2], np.int64))])],
+                 perm=[2, 0, 1])  # [T, 1, 256]
+    w = g.weight("lstm_w", (2, 4 * hidden, 256))
+    r = g.weight("lstm_r", (2, 4 * hidden, hidden))
+    b = g.weight("lstm_b", (2, 8 * hidden), 0.1)
+    y = g.node("LSTM", [seq, w, r, b], num_outputs=1, hidden_size=hidden, direction="bidirectional")
+    y = g.node("Reshape", [g.node("Transpose", [y], perm=[0, 2, 1, 3]),
+                          g.constant("shape", np.array([steps, 1, 2 * hidden], np.int64))])
+    logits = g.node("Add", [g.node("MatMul", [y, g.weight("fc", (2 * hidden, classes))]),
+                            g.weight("fc_b", (classes,), 0.1)])
+    return net.model("crnn_like", [1, 1, 32, width], logits, [steps, 1, classes])
+
+
+def convnext(seed: int = 0, size: int = 128, widths: tuple[int, ...] = (48, 96, 192, 384),
+             depths: tuple[int, ...] = (2, 2, 4, 2)) -> onnx.ModelProto:
+    """ConvNeXt-like: patchify stem, blocks of 7x7 depthwise conv, channels-last layer
+    norm, Linear 4x, GELU, Linear, layer scale, residual; layer norm + 2x2 stride-2 conv
+    between stages."""
+    net = _Net(seed)
+    g = net.g
+
+    def channels_norm(x: str, width: int) -> str:  # layer norm over C of NCHW
+        nhwc = g.node("Transpose", [x], perm=[0, 2, 3, 1])
+        return g.node("Transpose", [_layer_norm(net, nhwc, width)], perm=[0, 3, 1, 2])
+
+    x = channels_norm(net.conv("input", 3, widths[0], 4, 4, bias=True, pad=0), widths[0])
+    cin = widths[0]
+    for stage, (width, depth) in enumerate(zip(widths, depths)):
+        if stage:
+            x = net.conv(channels_norm(x, cin), cin, width, 2, 2, bias=True, pad=0)
+        for _ in range(depth):
+            y = net.conv(x, width, width, 7, groups=width, bias=True)
+            y = _layer_norm(net, g.node("Transpose", [y], perm=[0, 2, 3, 1]), width)
+            y = g.node("Add", [g.node("MatMul", [y, g.weight("pw1", (width, 4 * width))]),
+                               g.weight("pw1_b", (4 * width,), 0.1)])
+            y = net.act(y, "gelu")
+            y = g.node("Add", [g.node("MatMul", [y, g.weight("pw2", (4 * width, width))]),
+                               g.weight("pw2_b", (width,), 0.1)])
+            y = g.node("Mul", [y, g.constant("gamma", np.full(width, 0.1, np.float32))])
+            x = g.node("Add", [x, g.node("Transpose", [y], perm=[0, 3, 1, 2])])
+        cin = width
+    pooled = g.node("Flatten", [g.node("GlobalAveragePool", [x])])
+    logits = g.node("Gemm", [_layer_norm(net, pooled, cin), g.weight("fc", (1000, cin)),
+                             g.weight("fc_b", (1000,), 0.1)], transB=1)
+    return net.model("convnext_like", [1, 3, size, size], logits, [1, 1000])
+
+
 def _layer_norm(net: _Net, x: str, width: int) -> str:
     scale = net.g.constant("ln_s", np.ones(width, np.float32))
     shift = net.g.constant("ln_b", np.zeros(width, np.float32))
@@ -180,6 +278,9 @@ MODELS = {
     "MobileNetV3-like (depthwise, hard-swish)": mobilenet,
     "EfficientNet-B0-like (depthwise, squeeze-excite)": efficientnet,
     "wav2vec2-like (grouped 1-D positional conv)": wav2vec2,
+    "U-Net-like (transposed convs, skip concats)": unet,
+    "CRNN-like (conv stack, bidirectional LSTM)": crnn,
+    "ConvNeXt-like (7x7 depthwise, layer norm, GELU)": convnext,
 }
 
-__all__ = ["MODELS", "efficientnet", "mobilenet", "regnet", "wav2vec2"]
+__all__ = ["MODELS", "convnext", "crnn", "efficientnet", "mobilenet", "regnet", "unet", "wav2vec2"]

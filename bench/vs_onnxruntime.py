@@ -4,7 +4,8 @@
    variant per round: ours and onnxruntime with their default threads, then both on one
    thread), medians and ranges, on the nine onnx light models (random weights), the
    bench's zoo models and the models of :mod:`bench.conv_models` (grouped, depthwise,
-   squeeze-excite and 1-D convolutions); geometric means against the issue's targets
+   squeeze-excite and 1-D convolutions, transposed convolutions with skip concats, a
+   recurrent layer, 7x7 depthwise with layer norm); geometric means against the issue's targets
    (default threads: <= 1.0 and no model above 1.5x; one thread each: <= 1.0). Outputs
    are checked against onnxruntime's.
 2. **Profiles** (``--profile``): per-kernel time of our library (every kernel called

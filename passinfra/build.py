@@ -51,6 +51,7 @@ COMPILE_PIPELINE: tuple[str, ...] = (
     "FoldScaleAxis",
     "EliminateCommonSubexpr",
     "DeadCodeElimination",
+    "ConvTransposeAsConv",
     "AlterOpLayout",
     "FoldConstant",
     "DeduplicateFilters",

@@ -3,7 +3,8 @@
 The loop IR itself is :mod:`passinfra.tir`. The passes live in two sub-packages, one
 pass per module, each module named after the pass it registers (the snake_case of its
 name): ``passes/`` the build steps (LowerToPrimFunc, CodegenC, CompileC, PanelWeights,
-StreamWeights, SpecializeKernels, ApplyTuningRecords, DenseAsMatmul, PlanMemory,
+StreamWeights, SpecializeKernels, ApplyTuningRecords, DenseAsMatmul, ConvTransposeAsConv,
+PlanMemory,
 HostCodegen, LinkLibrary) and ``transform/`` the loop passes
 (PrimFunc -> PrimFunc, built on ``prim_func_pass.py``). The rest of this package is the
 machinery they run, by stage:
@@ -27,7 +28,7 @@ machinery they run, by stage:
 
 Importing the package registers its passes (the loop passes, then CodegenC, CompileC,
 LowerToPrimFunc, PlanMemory, HostCodegen, LinkLibrary, PanelWeights, StreamWeights,
-SpecializeKernels, ApplyTuningRecords, DenseAsMatmul) and
+SpecializeKernels, ApplyTuningRecords, DenseAsMatmul, ConvTransposeAsConv) and
 its config keys (codegen.*, tir.*).
 """
 
@@ -36,6 +37,7 @@ from passinfra.codegen.passes import (
     ApplyTuningRecords,
     CodegenC,
     CompileC,
+    ConvTransposeAsConv,
     DenseAsMatmul,
     HostCodegen,
     LinkLibrary,
@@ -52,5 +54,5 @@ __all__ = [
     "CodegenC", "CompileC", "HostCodegen", "PlanMemory", "LinkLibrary", "LowerToPrimFunc",
     "create_prim_func_pass", "prim_func_pass", "RemoveNoOp", "Simplify", "StorageFlatten",
     "UnrollLoop", "VectorizeLoop", "StreamWeights", "PanelWeights", "SpecializeKernels", "ApplyTuningRecords",
-    "DenseAsMatmul",
+    "DenseAsMatmul", "ConvTransposeAsConv",
 ]

@@ -87,6 +87,8 @@ def test_passes_are_registered_with_their_opt_levels() -> None:
         (lambda i: FloorDiv(FloorDiv(i, IntImm(2)), IntImm(3)), lambda i: FloorDiv(i, IntImm(6))),
         (lambda i: FloorMod(FloorMod(i, IntImm(8)), IntImm(4)), lambda i: FloorMod(i, IntImm(4))),
         (lambda i: FloorDiv(i, IntImm(8)), lambda i: IntImm(0)),             # i in [0, 8)
+        (lambda i: FloorDiv(i * 8 + i, IntImm(4)), lambda i: i * 2 + FloorDiv(i, IntImm(4))),  # any i
+        (lambda i: FloorMod(FloorDiv(i * 128 + 5, IntImm(2)), IntImm(64)), lambda i: IntImm(2)),
         (lambda i: Min(IntImm(3), IntImm(5)) + Max(i, IntImm(9)), lambda i: IntImm(3) + 9),
         (lambda i: i - i, lambda i: IntImm(0)),
     ],
@@ -120,8 +122,9 @@ def test_simplify_keeps_div_mod_it_cannot_prove() -> None:
         out, FloorDiv(index, IntImm(4)) * 10 + FloorMod(index, IntImm(4)), (i, j)))), {"num_inputs": 0})
     simplified = run_pass(Simplify(), func)
     text = str(simplified)
-    # the multiple of 4 may leave the mod (always exact), the division must stay
-    assert "out[i, j] = (i * 4 + j) // 4 * 10 + j % 4" in text, text
+    # the multiple of 4 may leave the mod and the division (both exact for any j), but
+    # j's own division must stay
+    assert "out[i, j] = (i + j // 4) * 10 + j % 4" in text, text
     expected = np.array([[(4 * r + c) // 4 * 10 + (4 * r + c) % 4 for c in range(5)] for r in range(3)])
     np.testing.assert_array_equal(run_prim_func(simplified), expected)
 

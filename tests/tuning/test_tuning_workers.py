@@ -59,7 +59,7 @@ def test_a_worker_process_killed_mid_tune_loses_no_measurement(tmp_path):
     with ProcessRunner(2, cache_dir=str(tmp_path / "c")) as runner:
         result, database, kernels = _tune_killing_one_worker(runner, tmp_path)
     assert result.lost_workers == 1 and result.given_up == 0 and not result.interrupted
-    assert result.measured == result.planned >= 12  # every candidate sent was measured, once
+    assert result.measured == result.planned > kernels  # every candidate sent was measured, once
     assert len(database.records) == kernels == len(result.kernels)
     assert sum(job["kind"] == "candidate" for job in result.jobs) == result.measured
 
@@ -72,6 +72,6 @@ def test_tune_on_ray_actors_with_one_killed_mid_tune(tmp_path):
         assert runner.target()["threads"] == 1
         result, database, kernels = _tune_killing_one_worker(runner, tmp_path)
     assert result.lost_workers == 1 and result.given_up == 0
-    assert result.measured == result.planned >= 12
+    assert result.measured == result.planned > kernels
     assert len(database.records) == kernels
     assert {job["slot"] for job in result.jobs} == {0, 1}

@@ -193,6 +193,10 @@ class Simplifier(StmtExprMutator):
             rest_bound = self.ranges.bound(rest)
             if rest_bound is not None and 0 <= rest_bound[0] and rest_bound[1] < divisor:
                 return self.visit_expr(sum_terms(quotient, node.dtype))
+            # (d*q + r) // d == q + r // d for any integers: a reshape's flat index
+            # divided by a factor of its strides keeps its outer terms linear
+            rest_div = self.rewrite_floor_div(tir.FloorDiv(rest, node.b))
+            return self.rewrite_add(tir.Add(self.visit_expr(sum_terms(quotient, node.dtype)), rest_div))
         scaled = self._scaled_term(a, divisor)
         if scaled is not None:  # (x*c + r) // (c*k) -> x // k when 0 <= r < c
             x, factor = scaled
