@@ -22,6 +22,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         raise CliUserError(f"--trials must be at least 1, got {args.trials}")
     if args.workers < 1:
         raise CliUserError(f"--workers must be at least 1, got {args.workers}")
+    if args.minutes is not None and args.minutes <= 0:
+        raise CliUserError(f"--minutes must be positive, got {args.minutes:g}")
     if args.backend == "local" and (args.address or args.cpus_per_worker is not None):
         raise CliUserError("--address and --cpus-per-worker are for --backend ray")
     mod = load_model(args.model, parse_shapes(args.shapes), parse_dims(args.dim))
@@ -33,7 +35,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     runner = _ray_runner(args) if args.backend == "ray" else None
     try:
         result = tune(mod, args.trials, args.db, workers=args.workers, cache_dir=args.cache_dir,
-                      report=report, runner=runner)
+                      report=report, runner=runner, minutes=args.minutes)
     except KeyboardInterrupt:
         print(f"raypass: interrupted; what was measured is in {args.db}", file=sys.stderr)
         return 130
@@ -44,6 +46,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
     where = "Ray worker(s)" if runner is not None else "worker process(es)"
     print(f"wrote {args.db}: {len(result.kernels)} kernels tuned, {result.skipped_known} already recorded, "
           f"{result.measured} candidates measured in {result.seconds:.1f}s on {args.workers} {where}")
+    if result.not_started:
+        print(f"the {args.minutes:g}-minute budget left {result.not_started} of the --trials candidates "
+              "unmeasured")
     if result.lost_workers:
         print(f"{result.lost_workers} worker(s) died under a job and were replaced (their jobs ran again; "
               f"{result.given_up} given up)")
@@ -119,6 +124,9 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--trials", type=int, default=32, metavar="N",
                         help="candidates to measure in all, the rules' choice of each kernel included "
                         "(default 32)")
+    parser.add_argument("--minutes", type=float, default=None, metavar="M",
+                        help="time budget: no candidate starts once the re-measure of the finalists "
+                        "needs the time left (the rules' choices are measured whatever the budget)")
     parser.add_argument("--db", required=True, metavar="FILE", help="the tuning database to add to (JSON)")
     parser.add_argument("--workers", type=int, default=1, metavar="N",
                         help="measuring workers, each on its share of the CPUs (default 1)")

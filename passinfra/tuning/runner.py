@@ -100,16 +100,24 @@ class Runner:
         return current_target(self.threads)
 
     def run(self, fn: Callable[..., Any], jobs: Sequence[tuple[Any, ...]],
-            done: Callable[[int, Any, JobRun], None]) -> list[int]:
+            done: Callable[[int, Any, JobRun], None],
+            deadline: float | None = None) -> tuple[list[int], list[int]]:
         """Run ``fn(*job)`` for every job, calling ``done(index, value, run)`` in this
-        thread as each finishes; returns the indices of the jobs given up."""
+        thread as each finishes; no job starts after ``deadline`` (``time.monotonic()``).
+        Returns the indices of the jobs given up and of those never started."""
         queue = deque(range(len(jobs)))
         free = list(range(self.slots))[::-1]
         running: dict[futures.Future, tuple[int, int]] = {}
         losses: Counter[int] = Counter()
         given_up: list[int] = []
+        not_started: list[int] = []
         try:
             while queue or running:
+                if deadline is not None and queue and time.monotonic() >= deadline:
+                    not_started += sorted(queue)
+                    queue.clear()
+                    if not running:
+                        break
                 while queue and free:
                     slot, index = free.pop(), queue.popleft()
                     running[self._submit_to_live(slot, fn, jobs[index])] = (slot, index)
@@ -136,7 +144,7 @@ class Runner:
         finally:
             for future in running:
                 future.cancel()
-        return given_up
+        return given_up, not_started
 
     def _submit_to_live(self, slot: int, fn: Callable[..., Any], args: tuple[Any, ...]) -> futures.Future:
         """Submit, replacing first a worker that died while its slot was idle (no job lost)."""

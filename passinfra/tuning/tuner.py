@@ -84,6 +84,7 @@ class TuneResult:
     workers: dict[int, dict[str, float]] = field(default_factory=dict)
     lost_workers: int = 0  # workers that died under a job (replaced; the job re-run)
     given_up: int = 0  # jobs whose worker died MAX_LOSSES times under them
+    not_started: int = 0  # candidates the time budget left unmeasured
     # every job as a worker ran it (the tuning trace): kernel, kind (candidate or
     # re-measure), schedules, their seconds per call, slot, pid, start (time.time()), seconds
     jobs: list[dict[str, Any]] = field(default_factory=list)
@@ -217,13 +218,17 @@ def _compare_job(module: IRModule, points: list[Schedule]) -> list[float]:
 
 
 def tune(mod: IRModule, trials: int, db_path: str, workers: int = 1, cache_dir: str | None = None,
-         report: Callable[[str], None] | None = None, runner: Runner | None = None) -> TuneResult:
+         report: Callable[[str], None] | None = None, runner: Runner | None = None,
+         minutes: float | None = None) -> TuneResult:
     """Tune ``mod``'s kernels with ``trials`` candidates in all (at least the rules' point
     of each kernel); records go to the database ``db_path``. Candidates are measured by
     ``runner`` (``scheduler.tuning.RayRunner``: Ray actors; the caller closes it) or else
-    on ``workers`` processes of this machine."""
+    on ``workers`` processes of this machine. With ``minutes``, the search starts no
+    candidate once the time left is what the re-measure of the finalists needs (the rules'
+    points are measured whatever the budget)."""
     say = report or (lambda _line: None)
     started = time.perf_counter()
+    deadline = None if minutes is None else time.monotonic() + minutes * 60
     owned = runner is None
     runner = ProcessRunner(workers, cache_dir) if runner is None else runner
     try:
@@ -238,7 +243,7 @@ def tune(mod: IRModule, trials: int, db_path: str, workers: int = 1, cache_dir: 
             f"{target['threads']} threads; {symbolic} with symbolic sizes left out), "
             f"{runner.slots} worker(s)")
         try:
-            _search(tasks, trials, runner, result, say)
+            _search(tasks, trials, runner, result, say, deadline)
             _confirm(tasks, runner, result, say)
         except KeyboardInterrupt:
             result.interrupted = True
@@ -268,7 +273,7 @@ def _log(result: TuneResult, task: KernelTask, kind: str, points: list[Schedule]
 
 
 def _run(runner: Runner, jobs: list[tuple[KernelTask, Schedule]], result: TuneResult,
-         say: Callable[[str], None]) -> None:
+         say: Callable[[str], None], deadline: float | None = None) -> None:
     def done(index: int, seconds: float, run: JobRun) -> None:
         task, point = jobs[index]
         _log(result, task, "candidate", [point], [seconds], run)
@@ -279,8 +284,12 @@ def _run(runner: Runner, jobs: list[tuple[KernelTask, Schedule]], result: TuneRe
         say(f"[{result.measured}] {task.name}: {schedule_text(point)} {seconds * 1e6:.1f} us "
             f"(best {task.times[task.default] / best if task.default in task.times else 1:.2f}x the rules')")
 
-    result.planned += len(jobs)
-    lost = runner.run(_measure_job, [(task.module, point) for task, point in jobs], done)
+    arguments = [(task.module, point) for task, point in jobs]
+    lost, not_started = runner.run(_measure_job, arguments, done, deadline)
+    result.planned += len(jobs) - len(not_started)
+    if not_started:
+        result.not_started += len(not_started)
+        say(f"time budget reached: {len(not_started)} candidates not measured")
     for index in lost:
         task, point = jobs[index]
         result.given_up += 1
@@ -288,7 +297,7 @@ def _run(runner: Runner, jobs: list[tuple[KernelTask, Schedule]], result: TuneRe
 
 
 def _search(tasks: list[KernelTask], trials: int, runner: Runner, result: TuneResult,
-            say: Callable[[str], None]) -> None:
+            say: Callable[[str], None], deadline: float | None = None) -> None:
     if not tasks:
         return
     _run(runner, [(task, task.default) for task in tasks], result, say)
@@ -296,13 +305,22 @@ def _search(tasks: list[KernelTask], trials: int, runner: Runner, result: TuneRe
     tasks[:] = [task for task in tasks if task.default in task.times]
     extra = max(0, trials - len(tasks))
     total = sum(task.times[task.default] * task.calls for task in tasks) or 1.0
-    jobs = []
+    ranked = []  # (place in the queue, task, point)
     for task in tasks:
         share = task.times[task.default] * task.calls / total
         count = min(task.space, 1 + round(extra * share))
         func = next(f for gv, f in task.module.items() if gv.name_hint != "main")
-        jobs += [(task, point) for point in candidates(func, count)[1:]]
-    _run(runner, jobs, result, say)
+        points = candidates(func, count)[1:]
+        # each kernel's candidates spread evenly over the queue, so that a time budget
+        # that cuts it short leaves every kernel its share of what was measured
+        ranked += [((rank + 1) / len(points), task.name, task, point) for rank, point in enumerate(points)]
+    ranked.sort(key=lambda item: item[:2])
+    if deadline is not None and result.jobs:
+        # keep back what re-measuring the finalists takes: two builds and three rounds of
+        # timing each, about four candidate jobs, per kernel and worker
+        job_seconds = sum(job["seconds"] for job in result.jobs) / len(result.jobs)
+        deadline -= 4 * job_seconds * math.ceil(len(tasks) / runner.slots)
+    _run(runner, [(task, point) for _, _, task, point in ranked], result, say, deadline)
 
 
 def _confirm(tasks: list[KernelTask], runner: Runner, result: TuneResult, say: Callable[[str], None]) -> None:
@@ -321,7 +339,8 @@ def _confirm(tasks: list[KernelTask], runner: Runner, result: TuneResult, say: C
             task.times = {task.default: default_s}
             say(f"{task.name}: {schedule_text(best)} not faster on a re-measure; the rules' point stays")
 
-    lost = runner.run(_compare_job, [(task.module, [task.default, best]) for task, best in finalists], done)
+    arguments = [(task.module, [task.default, best]) for task, best in finalists]
+    lost, _ = runner.run(_compare_job, arguments, done)
     for index in lost:  # not confirmed: the rules' point stays
         task, best = finalists[index]
         task.times = {task.default: task.times[task.default]}

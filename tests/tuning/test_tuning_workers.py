@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import pytest
 
@@ -29,12 +30,28 @@ def _mlp():
 def test_a_job_that_kills_its_worker_is_given_up_and_every_other_job_finishes():
     done = {}
     with ProcessRunner(2) as runner:
-        given_up = runner.run(_square_or_die, [(x,) for x in range(6)],
-                              lambda index, value, run: done.__setitem__(index, (value, run.slot)))
-        assert given_up == [2] and runner.lost_workers == MAX_LOSSES
+        given_up, not_started = runner.run(_square_or_die, [(x,) for x in range(6)],
+                                           lambda index, value, run: done.update({index: (value, run.slot)}))
+        assert given_up == [2] and not not_started and runner.lost_workers == MAX_LOSSES
         assert {index: value for index, (value, _) in done.items()} == {x: x * x for x in (0, 1, 3, 4, 5)}
         assert {slot for _, slot in done.values()} == {0, 1}
         assert len(set(runner.pids())) == 2  # both slots have a live worker again
+
+
+def _nap(x: int) -> int:
+    time.sleep(0.2)
+    return x
+
+
+def test_no_job_starts_after_the_deadline_and_every_started_job_finishes():
+    done = []
+    with ProcessRunner(2) as runner:
+        runner.pids()  # the workers are up
+        given_up, not_started = runner.run(_nap, [(x,) for x in range(20)],
+                                           lambda index, value, run: done.append(index),
+                                           deadline=time.monotonic() + 0.5)
+    assert not given_up and 2 <= len(done) <= 8
+    assert sorted(done + not_started) == list(range(20)) and not_started == list(range(len(done), 20))
 
 
 def _tune_killing_one_worker(runner, tmp_path):
