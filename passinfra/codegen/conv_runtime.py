@@ -69,7 +69,7 @@ from passinfra.codegen.c_intrinsics import IntrinsicRenderer, KernelLibrary, reg
 from passinfra.codegen.cc_driver import CompileResult, CompilerSettings, compile_c_result
 from passinfra.codegen.transform.parallelize import GEMM_MACS_PER_WORK
 from passinfra.runtime.module import CONV_ISA_LEVELS
-from passinfra.tir.intrinsics import CONV_INTRINSIC, DEPTHWISE_CONV_INTRINSIC
+from passinfra.tir.intrinsics import CONV_INTRINSIC, DEPTHWISE_CONV_INTRINSIC, MATMUL_NBITS_INTRINSIC
 
 RUNTIME_SYMBOL = "raypass_conv_runtime"
 CONV_FUNCTION = "rp_conv2d_f32"
@@ -95,7 +95,13 @@ extern int {name}(const float* image, const float* weight, float* out, int64_t H
     int64_t pt, int64_t pl, int64_t OW, int64_t first, int64_t count, int64_t groups, int64_t panel);"""
     for name in (CONV_FUNCTION, DEPTHWISE_FUNCTION))
 
-_SOURCE = read_c_file("conv_runtime.c")  # after runtime_defines()
+# after runtime_defines(); the weight-only quantized matmul (c/matmul_nbits.c) shares the
+# object: one compile, and the instruction-set choice (raypass_conv_isa) of both
+_SOURCE = read_c_file("conv_runtime.c") + read_c_file("matmul_nbits.c")
+MATMUL_NBITS_FUNCTION = "rp_matmul_nbits_f32"
+MATMUL_NBITS_DECLARATION = (f"extern int {MATMUL_NBITS_FUNCTION}(const float* A, const uint8_t* codes, "
+                            "const float* scales, const uint8_t* zp, float* out, int64_t M, int64_t N, "
+                            "int64_t K, int64_t block, int64_t bits);")
 
 
 def runtime_defines() -> dict[str, int]:
@@ -218,12 +224,19 @@ def render_conv_call(args: Sequence[str], depthwise: bool = False) -> str:
 
 # the microkernels, declared in every kernel that calls them; LinkLibrary links their object
 CONV_RUNTIME_LIBRARY = KernelLibrary("conv_runtime", lambda options: DECLARATION)
+# the quantized matmul, in the same object (a library of its own only for its declaration)
+MATMUL_NBITS_LIBRARY = KernelLibrary("matmul_nbits_runtime", lambda options: MATMUL_NBITS_DECLARATION)
+RUNTIME_LIBRARIES = (CONV_RUNTIME_LIBRARY, MATMUL_NBITS_LIBRARY)
 register_intrinsic_renderer(CONV_INTRINSIC, IntrinsicRenderer(
     lambda renderer, node, args: render_conv_call(args), CONV_RUNTIME_LIBRARY))
 register_intrinsic_renderer(DEPTHWISE_CONV_INTRINSIC, IntrinsicRenderer(
     lambda renderer, node, args: render_conv_call(args, depthwise=True), CONV_RUNTIME_LIBRARY))
+register_intrinsic_renderer(MATMUL_NBITS_INTRINSIC, IntrinsicRenderer(
+    lambda renderer, node, args: f"{MATMUL_NBITS_FUNCTION}(&{args[0]}, &{args[1]}, &{args[2]}, &{args[3]}, "
+                                 f"&{args[4]}, {', '.join(args[5:])})", MATMUL_NBITS_LIBRARY))
 
 
-__all__ = ["CHANNEL_CHUNK", "CONV_FUNCTION", "CONV_ISA_LEVELS", "DECLARATION", "RUNTIME_CACHE_ENV",
+__all__ = ["CHANNEL_CHUNK", "CONV_FUNCTION", "CONV_ISA_LEVELS", "DECLARATION", "MATMUL_NBITS_LIBRARY",
+           "RUNTIME_CACHE_ENV", "RUNTIME_LIBRARIES",
            "RUNTIME_SYMBOL", "disable_prefetch", "prefetch_runtime_compile", "render_conv_call",
            "runtime_defines", "runtime_object", "runtime_settings", "runtime_source", "start_runtime_compile"]

@@ -20,8 +20,10 @@ from passinfra.tir.intrinsics import (
     REINTERPRET,
     evaluate_conv,
     evaluate_gemm,
+    evaluate_matmul_nbits,
     is_conv,
     is_gemm,
+    is_matmul_nbits,
 )
 from passinfra.tir.nodes import Buffer, PrimExpr, PrimFunc, Stmt, TVar
 
@@ -191,6 +193,8 @@ class _Interpreter:
             evaluate_gemm(node.value, self.flat_view, self.expr)
         elif kind is n.Evaluate and is_conv(node.value):
             evaluate_conv(node.value, self.flat_view, self.expr)
+        elif kind is n.Evaluate and is_matmul_nbits(node.value):
+            evaluate_matmul_nbits(node.value, self.flat_view, self.expr)
         elif kind is n.Evaluate:
             self.expr(node.value)
         else:

@@ -71,13 +71,41 @@ def is_conv(expr: PrimExpr) -> bool:
     return isinstance(expr, Intrinsic) and expr.name in (CONV_INTRINSIC, DEPTHWISE_CONV_INTRINSIC)
 
 
-_KERNEL_CALLS = (GEMM_INTRINSIC, CONV_INTRINSIC, DEPTHWISE_CONV_INTRINSIC)
+# a weight-only quantized matmul: ``(A, codes, scales, zero_points, out, M, N, K, block,
+# bits)``, the five buffer loads naming each buffer's first element; ``out[M, N] = A[M, K]
+# @ W.T`` with ``W[n, k] = (code - zero_point) * scale`` per block of ``block`` k
+# (:mod:`passinfra.ir.op.matmul_nbits` has the layout; the C runtime computes it:
+# :mod:`passinfra.codegen.compute.matmul_nbits`)
+MATMUL_NBITS_INTRINSIC = "rp_matmul_nbits"
+
+_KERNEL_CALLS = (GEMM_INTRINSIC, CONV_INTRINSIC, DEPTHWISE_CONV_INTRINSIC, MATMUL_NBITS_INTRINSIC)
 
 
 def is_kernel_call(expr: PrimExpr) -> bool:
-    """A GEMM or a convolution call: a statement that reads and writes whole regions of
-    its buffers through its first three arguments."""
+    """A GEMM, a convolution or a quantized matmul call: a statement that reads and writes
+    whole regions of the buffers its loads name."""
     return isinstance(expr, Intrinsic) and expr.name in _KERNEL_CALLS
+
+
+def is_matmul_nbits(expr: PrimExpr) -> bool:
+    return isinstance(expr, Intrinsic) and expr.name == MATMUL_NBITS_INTRINSIC
+
+
+def evaluate_matmul_nbits(intrinsic: Intrinsic, flat_view: Callable[[BufferLoad], np.ndarray],
+                          scalar: Callable[[PrimExpr], int]) -> None:
+    """Run a ``rp_matmul_nbits`` in the TIR interpreter (arguments as :func:`evaluate_gemm`)."""
+    a_load, codes_load, scales_load, zero_load, out_load, *rest = intrinsic.args
+    m, n, k, block, bits = (int(scalar(x)) for x in rest)
+    blocks = -(-k // block)
+    codes = flat_view(codes_load)[:n * blocks * block * bits // 8].reshape(n, -1)
+    if bits == 4:
+        codes = np.stack([codes & 15, codes >> 4], axis=-1).reshape(n, -1)
+    per_element = np.repeat(np.arange(blocks), block)[:k]
+    zero = flat_view(zero_load)[:n * blocks].reshape(n, blocks).astype(np.float64)[:, per_element]
+    scale = flat_view(scales_load)[:n * blocks].reshape(n, blocks).astype(np.float64)[:, per_element]
+    weight = (codes[:, :k].astype(np.float64) - zero) * scale
+    a = flat_view(a_load)[:m * k].reshape(m, k).astype(np.float64)
+    flat_view(out_load)[:m * n].reshape(m, n)[...] = a @ weight.T
 
 
 def conv_regions(sizes: tuple[int, ...], depthwise: bool = False) -> tuple[int, int, int]:
@@ -166,7 +194,6 @@ def reinterpret(value: PrimExpr, dtype: str) -> Intrinsic:
 
 
 __all__ = ["BITWISE_INTRINSICS", "CONV_FIRST_PIXEL", "CONV_INTRINSIC", "DEPTHWISE_CONV_INTRINSIC",
-           "GEMM_INTRINSIC", "REINTERPRET",
-           "bitwise", "conv_regions", "evaluate_conv", "evaluate_gemm", "is_conv", "is_gemm",
-           "is_kernel_call",
-           "reinterpret"]
+           "GEMM_INTRINSIC", "MATMUL_NBITS_INTRINSIC", "REINTERPRET",
+           "bitwise", "conv_regions", "evaluate_conv", "evaluate_gemm", "evaluate_matmul_nbits", "is_conv",
+           "is_gemm", "is_kernel_call", "is_matmul_nbits", "reinterpret"]

@@ -47,6 +47,7 @@ def configure_worker(threads: int, cache_dir: str | None, cpus: set[int] | None 
         except (AttributeError, OSError):
             pass
     WORKER_SETTINGS.update(threads=threads, cache_dir=cache_dir)
+    import passinfra.build  # noqa: F401  (what every candidate's build needs, loaded up front)
 
 
 @dataclass(frozen=True)
@@ -187,6 +188,8 @@ class ProcessRunner(Runner):
         self._cache_dir = cache_dir
         self._context = multiprocessing.get_context("forkserver")
         self._executors = [self._start(slot) for slot in range(self.slots)]
+        for executor in self._executors:  # start the workers now: they load raypass while the caller prepares
+            executor.submit(os.getpid)
 
     def _start(self, slot: int) -> futures.ProcessPoolExecutor:
         return futures.ProcessPoolExecutor(1, mp_context=self._context, initializer=configure_worker,

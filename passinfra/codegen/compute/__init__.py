@@ -15,6 +15,7 @@ from passinfra.codegen.compute import (  # noqa: F401  (registers rules)
     indexing,
     linalg,
     lp_pool,
+    matmul_nbits,
     max_pool_indices,
     nn,
     onnx_extra,

@@ -19,7 +19,7 @@ from passinfra.codegen.artifacts import kernel_c_source, with_kernel_object_code
 from passinfra.codegen.c_intrinsics import uses_library
 from passinfra.codegen.c_renderer import sanitize_identifier
 from passinfra.codegen.cc_driver import CompilerSettings, compile_c_result
-from passinfra.codegen.conv_runtime import CONV_RUNTIME_LIBRARY, prefetch_runtime_compile
+from passinfra.codegen.conv_runtime import RUNTIME_LIBRARIES, prefetch_runtime_compile
 from passinfra.codegen.prim_func_pass import PrimFuncPass, create_prim_func_pass
 from passinfra.errors import IRError
 from passinfra.ir.module import IRModule
@@ -38,7 +38,7 @@ def _compile_c(func: PrimFunc, mod: IRModule, ctx: PassContext) -> PrimFunc:
     if source is None:
         raise IRError(f"PrimFunc {symbol!r} has no 'c_source' attr; run CodegenC before CompileC")
     settings = CompilerSettings.from_context(ctx)
-    if uses_library(func, CONV_RUNTIME_LIBRARY.name):
+    if any(uses_library(func, library.name) for library in RUNTIME_LIBRARIES):
         prefetch_runtime_compile(settings)  # overlaps the kernels' compiles; LinkLibrary waits for it
     result = compile_c_result(source, settings, name=sanitize_identifier(symbol))
     # the process that ran this is recorded with the fact; neither goes into the IR

@@ -14,7 +14,7 @@ from passinfra.codegen.artifacts import current_link_products, kernel_object_cod
 from passinfra.codegen.c_intrinsics import uses_library
 from passinfra.codegen.c_renderer import sanitize_identifier
 from passinfra.codegen.cc_driver import CompilerSettings, compile_c_result, link_shared
-from passinfra.codegen.conv_runtime import CONV_RUNTIME_LIBRARY, RUNTIME_SYMBOL, runtime_object
+from passinfra.codegen.conv_runtime import RUNTIME_LIBRARIES, RUNTIME_SYMBOL, runtime_object
 from passinfra.codegen.gemm import BLAS_LIBRARY, blas_library
 from passinfra.codegen.host import HOST_SYMBOL
 from passinfra.codegen.object_cache import count
@@ -86,7 +86,8 @@ def conv_runtime_object(ctx: PassContext) -> bytes:
 
 
 def uses_conv_runtime(mod: IRModule) -> bool:
-    return any(uses_library(f, CONV_RUNTIME_LIBRARY.name) for _, f in mod.items())
+    """Whether a kernel calls into the runtime object (its convolutions or quantized matmul)."""
+    return any(uses_library(f, library.name) for _, f in mod.items() for library in RUNTIME_LIBRARIES)
 
 
 def link_flags(mod: IRModule) -> tuple[str, ...]:

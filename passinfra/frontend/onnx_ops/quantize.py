@@ -32,7 +32,7 @@ from passinfra.frontend.onnx_ops.registry import converter
 from passinfra.frontend.onnx_ops.tensor import onnx_dtype
 from passinfra.ir import op
 from passinfra.ir.expr import Expr, TupleGetItem
-from passinfra.ir.op import extra
+from passinfra.ir.op import extra, matmul_nbits
 from passinfra.ir.op import quantize as qnn
 
 MICROSOFT = "com.microsoft."  # the converter table's prefix for the com.microsoft domain
@@ -430,3 +430,53 @@ def _qlinear_concat(node: NodeContext) -> Expr:
         real = qnn.dequantize(node.expr(data), data_scale, data_zero, "float32")
         fields.append(qnn.quantize(real, out_scale, out_zero))
     return op.concatenate(fields, axis=int(node.attr("axis")))
+
+
+@converter(MICROSOFT + "MatMulNBits")
+def _matmul_nbits(node: NodeContext) -> Expr:
+    """Weight-only quantized MatMul: the codes stay codes (``qnn.matmul_nbits``); zero
+    points are unpacked to one uint8 per block (absent: the middle code, 2^(bits-1))."""
+    data = _required(node, 0, "A")
+    k, n = int(node.attr("K")), int(node.attr("N"))
+    bits, block_size = int(node.attr("bits", 4)), int(node.attr("block_size"))
+    if bits not in matmul_nbits.BITS:
+        supported = " and ".join(map(str, matmul_nbits.BITS))
+        raise node.fail(f"{bits}-bit weights are not supported (only {supported})")
+    if node.dtype(data) != "float32":
+        raise node.fail(f"A must be float32, got {node.dtype(data)}")
+    if tuple(node.shape(data))[-1:] != (k,):
+        raise node.fail(f"A's last dimension must be K={k}, got shape {tuple(node.shape(data))}")
+    if node.input(4) is not None:
+        raise node.fail("g_idx (act-order weights) is not supported")
+    blocks = -(-k // block_size)
+    codes, scales = _required(node, 1, "B"), _required(node, 2, "scales")
+    zero_points = node.input(3)
+    for value, what in ((codes, "B"), (scales, "scales"), (zero_points, "zero_points")):
+        if value is not None and not isinstance(value, np.ndarray):
+            raise node.fail(f"{what} must be an initializer (a weight known at import)")
+    blob = matmul_nbits.blob_bytes(block_size, bits)
+    if codes.dtype != np.uint8 or codes.size != n * blocks * blob:
+        raise node.fail(f"B must be uint8 of shape ({n}, {blocks}, {blob}), got {codes.dtype} of shape "
+                        f"{codes.shape}")
+    if scales.dtype != np.float32 or scales.size != n * blocks:
+        raise node.fail(f"scales must be float32 with {n}x{blocks} elements, got {scales.dtype} of shape "
+                        f"{scales.shape}")
+    if zero_points is None:
+        zeros = np.full((n, blocks), 1 << (bits - 1), np.uint8)
+    elif zero_points.dtype == np.uint8 and zero_points.size == n * -(-blocks * bits // 8):
+        per_row = zero_points.reshape(n, -1)
+        unpacked = np.stack([per_row & 15, per_row >> 4], -1).reshape(n, -1) if bits == 4 else per_row
+        zeros = unpacked[:, :blocks]
+    else:
+        raise node.fail(f"zero_points must be packed uint8 codes ({n} rows of {blocks} {bits}-bit codes), "
+                        f"got {zero_points.dtype} of shape {zero_points.shape}")
+    codes, scales = codes.reshape(n, blocks, blob), scales.reshape(n, blocks)
+    zeros = np.ascontiguousarray(zeros)
+    if matmul_nbits.supported_layout(bits, block_size):
+        result = matmul_nbits.matmul_nbits(node.expr(data), node.expr(codes), node.expr(scales),
+                                           node.expr(zeros), bits, block_size)
+    else:  # blocks the kernel does not read (16 codes of 4 bits): a float weight
+        weight = matmul_nbits.dequantized_weight(codes, scales, zeros, bits, block_size, k)
+        result = op.matmul(node.expr(data), node.expr(np.ascontiguousarray(weight.T)))
+    bias = node.input(5)
+    return result if bias is None else op.add(result, node.expr(_float32(node, bias)))

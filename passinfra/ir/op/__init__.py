@@ -20,6 +20,7 @@ from passinfra.ir.op import (  # noqa: E402,F401  (ops for model importers)
     indexing,  # gather/scatter, topk, scans, mod, shifts
     linalg,  # det (ONNX Det)
     lp_pool,  # nn.lp_pool2d/3d (ONNX LpPool)
+    matmul_nbits,  # qnn.matmul_nbits: weight-only quantized matmul (com.microsoft MatMulNBits)
     max_pool_indices,  # nn.max_pool_indices (ONNX MaxPool's Indices output)
     resize,  # ONNX Resize
     roi_align,  # ONNX RoiAlign

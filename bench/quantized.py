@@ -1,0 +1,175 @@
+"""Quantized models (issue 33): weight-only 4- and 8-bit language-model layers against
+onnxruntime and against raypass's own float32 build.
+
+**Weight-only (MatMulNBits).** The linear layers of a Llama-style decoder layer
+(TinyLlama's sizes by default: hidden 2048, MLP 5632, grouped key/value projections of a
+quarter of the hidden size; RMS-free: the residual adds, SiLU gating and the seven
+projections, whose weights are the layer's whole memory traffic), one row (a decode
+step). The float32 model is built here with random weights; ``onnxruntime.quantization``'s
+``MatMulNBitsQuantizer`` (asymmetric, blocks of 32) turns it into the 4- and 8-bit models.
+Per model, interleaved rounds of blocks of back-to-back calls after an idle gap
+(``bench.vs_onnxruntime``): onnxruntime on the quantized model, raypass on the quantized
+model, raypass on the float32 model; default threads. Also the library's weights file
+against the quantized initializers' bytes.
+
+Targets (issue 33): quantized <= 1.0 of onnxruntime's latency, >= 1.3x faster than the
+float32 build (AVX2; >= 1.6x with VNNI).
+
+    python -m bench.quantized [--hidden H] [--mlp M] [--repeats N] [--output PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from bench.common import HEADLINE_TABLE_HEADER, interleaved, machine_notes, markdown_table, ratio, verdict
+from bench.vs_onnxruntime import block, block_calls
+from passinfra.build import build
+from passinfra.frontend import from_onnx
+from passinfra.runtime.module import WEIGHTS_SUFFIX
+from passinfra.transform import PassContext
+
+ROOT = Path(__file__).resolve().parent.parent
+OUTPUT = ROOT / "bench" / "results_quantized.md"
+
+
+def decoder_linear_layers(hidden: int = 2048, mlp: int = 5632, rows: int = 1,
+                          seed: int = 0) -> onnx.ModelProto:
+    """The linear layers of a decoder layer as an ONNX model with float32 weights: q, k, v
+    (k and v a quarter of ``hidden``: grouped-query attention), o over q, a residual add,
+    gate and up, SiLU(gate) * up, down, a residual add; output ``[rows, hidden * 3/2]``
+    (the layer's output with k and v, so no projection is dead code)."""
+    rng = np.random.default_rng(seed)
+    initializers: list[onnx.TensorProto] = []
+
+    def weight(name: str, shape: tuple[int, int]) -> str:
+        values = rng.standard_normal(shape).astype(np.float32) / np.float32(np.sqrt(shape[0]))
+        initializers.append(numpy_helper.from_array(values, name))
+        return name
+
+    kv = hidden // 4
+    node = helper.make_node
+    nodes = [node("MatMul", ["x", weight("q_proj", (hidden, hidden))], ["q"]),
+             node("MatMul", ["x", weight("k_proj", (hidden, kv))], ["k"]),
+             node("MatMul", ["x", weight("v_proj", (hidden, kv))], ["v"]),
+             node("MatMul", ["q", weight("o_proj", (hidden, hidden))], ["o"]),
+             node("Add", ["x", "o"], ["h"]),
+             node("MatMul", ["h", weight("gate_proj", (hidden, mlp))], ["gate"]),
+             node("MatMul", ["h", weight("up_proj", (hidden, mlp))], ["up"]),
+             node("Sigmoid", ["gate"], ["gate_sigmoid"]),
+             node("Mul", ["gate", "gate_sigmoid"], ["silu"]),
+             node("Mul", ["silu", "up"], ["gated"]),
+             node("MatMul", ["gated", weight("down_proj", (mlp, hidden))], ["down"]),
+             node("Add", ["h", "down"], ["layer"]),
+             node("Concat", ["layer", "k", "v"], ["y"], axis=-1)]
+    value = helper.make_tensor_value_info
+    graph = helper.make_graph(nodes, "decoder_linear_layers", [value("x", TensorProto.FLOAT, [rows, hidden])],
+                              [value("y", TensorProto.FLOAT, [rows, hidden + 2 * kv])], initializers)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def weight_only(model: onnx.ModelProto, bits: int, block_size: int = 32) -> onnx.ModelProto:
+    """``model`` with its MatMuls on constant weights quantized by onnxruntime's
+    ``MatMulNBitsQuantizer`` (asymmetric: zero points per block)."""
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)  # the quantizer rewrites the model it is given
+    quantizer = MatMulNBitsQuantizer(copy, bits=bits, block_size=block_size, is_symmetric=False)
+    quantizer.process()
+    quantized = quantizer.model
+    return quantized.model if hasattr(quantized, "model") else quantized
+
+
+def quantized_bytes(model: onnx.ModelProto) -> int:
+    """Bytes of the quantized weights' initializers (codes, scales, zero points)."""
+    return sum(numpy_helper.to_array(init).nbytes for init in model.graph.initializer)
+
+
+def _library(model: onnx.ModelProto, cache_dir: str) -> Any:
+    with PassContext(opt_level=3, config={"codegen.cache_dir": cache_dir}):
+        return build(from_onnx(model))
+
+
+def compare(label: str, float_model: onnx.ModelProto, bits: int, repeats: int, cache_dir: str,
+            out_dir: str) -> dict[str, Any]:
+    import onnxruntime as ort
+
+    quantized = weight_only(float_model, bits)
+    assert {n.op_type for n in quantized.graph.node} >= {"MatMulNBits"} and "MatMul" not in {
+        n.op_type for n in quantized.graph.node}, "every MatMul of the float model is quantized"
+    rows, hidden = (d.dim_value for d in float_model.graph.input[0].type.tensor_type.shape.dim)
+    x = np.random.default_rng(1).standard_normal((rows, hidden)).astype(np.float32)
+    ours, ours_float = _library(quantized, cache_dir), _library(float_model, cache_dir)
+    session = ort.InferenceSession(quantized.SerializeToString(), providers=["CPUExecutionProvider"])
+    expected = session.run(None, {"x": x})[0]
+    got = ours(x)
+    error = float(np.abs(got - expected).max() / max(np.abs(expected).max(), 1e-6))
+    library = Path(out_dir) / f"{bits}.so"
+    ours.export_library(str(library))
+    weights = Path(str(library) + WEIGHTS_SUFFIX).stat().st_size
+    runs = {"onnxruntime": lambda: session.run(None, {"x": x}), "ours": lambda: ours(x),
+            "ours float32": lambda: ours_float(x)}
+    calls = block_calls(runs["onnxruntime"])
+    samples = interleaved({name: block(run, calls) for name, run in runs.items()}, repeats)
+    return {"label": label, "bits": bits, "samples": samples, "error": error, "weights": weights,
+            "initializers": quantized_bytes(quantized)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.quantized", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--hidden", type=int, default=2048)
+    parser.add_argument("--mlp", type=int, default=5632)
+    parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--output", default=str(OUTPUT))
+    args = parser.parse_args(argv)
+    model = decoder_linear_layers(args.hidden, args.mlp)
+    label = f"decoder linear layers (hidden {args.hidden}, MLP {args.mlp}), one row"
+    results = []
+    with tempfile.TemporaryDirectory(prefix="raypass-bench-quantized-") as tmp:
+        for bits in (4, 8):
+            print(f"{label}, {bits}-bit ...", flush=True)
+            results.append(compare(label, model, bits, args.repeats, os.path.join(tmp, "cache"), tmp))
+    table, headline = [], []
+    for r in results:
+        s = r["samples"]
+        vs_ort, vs_float = ratio(s["ours"], s["onnxruntime"]), ratio(s["ours float32"], s["ours"])
+        table.append([f"{r['bits']}-bit weights", f"{s['onnxruntime'].median * 1e3:.3f}",
+                      f"{s['ours'].median * 1e3:.3f}", f"{s['ours float32'].median * 1e3:.3f}",
+                      f"{vs_ort.median:.2f} [{vs_ort.low:.2f}-{vs_ort.high:.2f}]",
+                      f"{vs_float.median:.2f} [{vs_float.low:.2f}-{vs_float.high:.2f}]",
+                      f"{r['weights'] / r['initializers']:.3f}", f"{r['error']:.1e}"])
+        headline.append([f"{r['bits']}-bit weight-only layers: ours / onnxruntime", f"{vs_ort.median:.2f}",
+                         f"{vs_ort.low:.2f}-{vs_ort.high:.2f}", "<= 1.0", verdict(vs_ort.median, 1.0, False)])
+        headline.append([f"{r['bits']}-bit weight-only layers: float32 build / quantized build",
+                         f"{vs_float.median:.2f}", f"{vs_float.low:.2f}-{vs_float.high:.2f}", ">= 1.3",
+                         verdict(vs_float.median, 1.3, True)])
+    notes = machine_notes()
+    text = "\n".join([
+        "# Quantized models (issue 33)", "",
+        f"Generated by `python -m bench.quantized --hidden {args.hidden} --mlp {args.mlp} --repeats "
+        f"{args.repeats}`; " + ", ".join(f"{k} {v}" for k, v in notes.items()) + ".", "",
+        f"## Weight-only: {label}", "",
+        "Milliseconds per call, medians of interleaved rounds (blocks of back-to-back calls after an idle "
+        "gap), default threads; ratios of medians [quartile range]. Weights: the library's weights file "
+        "over the quantized model's initializer bytes. Error: max |ours - onnxruntime| over max "
+        "|onnxruntime|.",
+        "",
+        markdown_table(["model", "onnxruntime", "ours", "ours float32", "ours / onnxruntime",
+                        "float32 / ours", "weights / initializers", "error"], table), "",
+        markdown_table(HEADLINE_TABLE_HEADER, headline), ""])
+    Path(args.output).write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

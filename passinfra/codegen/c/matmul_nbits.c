@@ -1,0 +1,202 @@
+/* raypass runtime: weight-only quantized matmul (see passinfra/codegen/compute/matmul_nbits.py).
+   Appended to conv_runtime.c: one runtime object, one compile, one instruction-set choice. */
+
+/* out[m, n] = sum over blocks b of scale[n, b] * sum over k in b of A[m, k] * (code[n, k] - zp[n, b])
+   Codes are read as they are stored (4 bits: two per byte, low nibble first; 8 bits: one
+   per byte) and never widened into a float copy of the weight.
+
+   Order of the sums, fixed whatever the instruction set or the thread count: a block's
+   products go to 16 lanes (lane l takes the products of one fixed set of k), the lanes are
+   scaled and added to the row's 16 accumulators, and the accumulators are summed pairwise
+   (8 + 8, 4 + 4, 2 + 2, 1 + 1) at the end. Multiplies and adds are separate instructions
+   (no fused multiply-add), so every instruction set gives the same bits. */
+
+/* rows of A per pass over the output columns (a row of codes is read once for them) */
+#define RP_NBITS_ROWS 4
+
+typedef struct {
+  const float* A;      /* [M, K] as given */
+  const float* As;     /* [M, blocks * block]: A with each 32 k of a 4-bit block split into
+                          its 16 even and 16 odd k (the codes' nibble order), zeros past K */
+  const uint8_t* codes;
+  const float* scales;
+  const uint8_t* zp;
+  float* out;
+  int64_t M, N, K, block, bits, blocks, blob, ldas;
+} rp_nbits;
+
+/* The bodies below, one per instruction set, run lane for lane the same float
+   operations on 16 lanes: AVX-512 as one vector, AVX2 as two halves, SSE2 as four
+   quarters. Codes minus the zero point are widened in int32 (exact) before the
+   conversion to float. 16 bytes of codes are, at 4 bits, the 16 even and the 16 odd k of
+   a run of 32 (low and high nibbles); at 8 bits, 16 consecutive k. The first steps of the
+   pairwise sum over lanes (8 + 8, then 4 + 4) are the halves' and quarters' sums, so the
+   three give the same bits. */
+
+__attribute__((target("avx512f"))) static inline __m512 rp_nbits_widen_avx512(__m128i codes, __m512i zero) {
+  return _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(codes), zero));
+}
+
+__attribute__((target("avx512f")))
+static void rp_nbits_rows_avx512(const rp_nbits* g, int64_t n, int64_t m0, int64_t rows) {
+  const uint8_t* row_codes = g->codes + n * g->blocks * g->blob;
+  const __m128i nibble = _mm_set1_epi8(15);
+  for (int64_t r = 0; r < rows; r++) {
+    const float* a = g->As + (m0 + r) * g->ldas;
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t b = 0; b < g->blocks; b++) {
+      const uint8_t* blob = row_codes + b * g->blob;
+      const __m512i zero = _mm512_set1_epi32(g->zp[n * g->blocks + b]);
+      const float* ab = a + b * g->block;
+      __m512 part = _mm512_setzero_ps();
+      for (int64_t j = 0; j < g->blob; j += 16) {
+        const __m128i bytes = _mm_loadu_si128((const __m128i*)(blob + j));
+        if (g->bits == 4) {
+          const __m128i high = _mm_and_si128(_mm_srli_epi16(bytes, 4), nibble);
+          part = _mm512_add_ps(part, _mm512_mul_ps(_mm512_loadu_ps(ab + 2 * j),
+                                                   rp_nbits_widen_avx512(_mm_and_si128(bytes, nibble), zero)));
+          part = _mm512_add_ps(part, _mm512_mul_ps(_mm512_loadu_ps(ab + 2 * j + 16),
+                                                   rp_nbits_widen_avx512(high, zero)));
+        } else {
+          part = _mm512_add_ps(part, _mm512_mul_ps(_mm512_loadu_ps(ab + j), rp_nbits_widen_avx512(bytes, zero)));
+        }
+      }
+      acc = _mm512_add_ps(acc, _mm512_mul_ps(part, _mm512_set1_ps(g->scales[n * g->blocks + b])));
+    }
+    float s[16];
+    _mm512_storeu_ps(s, acc);
+    for (int w = 8; w >= 1; w /= 2)
+      for (int l = 0; l < w; l++) s[l] = s[l] + s[l + w];
+    g->out[(m0 + r) * g->N + n] = s[0];
+  }
+}
+
+__attribute__((target("avx2"))) static inline __m256 rp_nbits_widen_avx2(__m128i codes, __m256i zero) {
+  return _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(codes), zero));
+}
+
+/* lanes 0-7 and 8-15 of 16 codes, times 16 floats from x, added to the halves */
+#define RP_NBITS_AVX2_STEP(codes, x)                                                                   \
+  part0 = _mm256_add_ps(part0, _mm256_mul_ps(_mm256_loadu_ps(x), rp_nbits_widen_avx2(codes, zero)));  \
+  part1 = _mm256_add_ps(part1, _mm256_mul_ps(_mm256_loadu_ps((x) + 8),                               \
+                                             rp_nbits_widen_avx2(_mm_srli_si128(codes, 8), zero)))
+
+__attribute__((target("avx2")))
+static void rp_nbits_rows_avx2(const rp_nbits* g, int64_t n, int64_t m0, int64_t rows) {
+  const uint8_t* row_codes = g->codes + n * g->blocks * g->blob;
+  const __m128i nibble = _mm_set1_epi8(15);
+  for (int64_t r = 0; r < rows; r++) {
+    const float* a = g->As + (m0 + r) * g->ldas;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    for (int64_t b = 0; b < g->blocks; b++) {
+      const uint8_t* blob = row_codes + b * g->blob;
+      const __m256i zero = _mm256_set1_epi32(g->zp[n * g->blocks + b]);
+      const float* ab = a + b * g->block;
+      __m256 part0 = _mm256_setzero_ps(), part1 = _mm256_setzero_ps();
+      for (int64_t j = 0; j < g->blob; j += 16) {
+        const __m128i bytes = _mm_loadu_si128((const __m128i*)(blob + j));
+        if (g->bits == 4) {
+          const __m128i low = _mm_and_si128(bytes, nibble), high = _mm_and_si128(_mm_srli_epi16(bytes, 4), nibble);
+          RP_NBITS_AVX2_STEP(low, ab + 2 * j);
+          RP_NBITS_AVX2_STEP(high, ab + 2 * j + 16);
+        } else {
+          RP_NBITS_AVX2_STEP(bytes, ab + j);
+        }
+      }
+      const __m256 scale = _mm256_set1_ps(g->scales[n * g->blocks + b]);
+      acc0 = _mm256_add_ps(acc0, _mm256_mul_ps(part0, scale));
+      acc1 = _mm256_add_ps(acc1, _mm256_mul_ps(part1, scale));
+    }
+    float s[8];
+    _mm256_storeu_ps(s, _mm256_add_ps(acc0, acc1));
+    for (int w = 4; w >= 1; w /= 2)
+      for (int l = 0; l < w; l++) s[l] = s[l] + s[l + w];
+    g->out[(m0 + r) * g->N + n] = s[0];
+  }
+}
+
+/* SSE2: quarter q of 16 codes (lanes 4q .. 4q+3) minus the zero point, as floats */
+static inline __m128 rp_nbits_widen_c(__m128i codes, int q, __m128i zero) {
+  const __m128i nil = _mm_setzero_si128();
+  const __m128i half = q < 2 ? _mm_unpacklo_epi8(codes, nil) : _mm_unpackhi_epi8(codes, nil);
+  const __m128i wide = q % 2 ? _mm_unpackhi_epi16(half, nil) : _mm_unpacklo_epi16(half, nil);
+  return _mm_cvtepi32_ps(_mm_sub_epi32(wide, zero));
+}
+
+/* the four quarters of 16 codes, times 16 floats from x, added to the quarters (spelled
+   out: -O2 does not unroll a loop, and the quarter must be a constant to fold) */
+#define RP_NBITS_SSE_STEP(codes, x)                                                                   \
+  part[0] = _mm_add_ps(part[0], _mm_mul_ps(_mm_loadu_ps(x), rp_nbits_widen_c(codes, 0, zero)));       \
+  part[1] = _mm_add_ps(part[1], _mm_mul_ps(_mm_loadu_ps((x) + 4), rp_nbits_widen_c(codes, 1, zero)));  \
+  part[2] = _mm_add_ps(part[2], _mm_mul_ps(_mm_loadu_ps((x) + 8), rp_nbits_widen_c(codes, 2, zero)));  \
+  part[3] = _mm_add_ps(part[3], _mm_mul_ps(_mm_loadu_ps((x) + 12), rp_nbits_widen_c(codes, 3, zero)))
+
+static void rp_nbits_rows_c(const rp_nbits* g, int64_t n, int64_t m0, int64_t rows) {
+  const uint8_t* row_codes = g->codes + n * g->blocks * g->blob;
+  const __m128i nibble = _mm_set1_epi8(15);
+  for (int64_t r = 0; r < rows; r++) {
+    const float* a = g->As + (m0 + r) * g->ldas;
+    __m128 acc[4] = {_mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps()};
+    for (int64_t b = 0; b < g->blocks; b++) {
+      const uint8_t* blob = row_codes + b * g->blob;
+      const __m128i zero = _mm_set1_epi32(g->zp[n * g->blocks + b]);
+      const float* ab = a + b * g->block;
+      __m128 part[4] = {_mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps()};
+      for (int64_t j = 0; j < g->blob; j += 16) {
+        const __m128i bytes = _mm_loadu_si128((const __m128i*)(blob + j));
+        if (g->bits == 4) {
+          const __m128i low = _mm_and_si128(bytes, nibble), high = _mm_and_si128(_mm_srli_epi16(bytes, 4), nibble);
+          RP_NBITS_SSE_STEP(low, ab + 2 * j);
+          RP_NBITS_SSE_STEP(high, ab + 2 * j + 16);
+        } else {
+          RP_NBITS_SSE_STEP(bytes, ab + j);
+        }
+      }
+      const __m128 scale = _mm_set1_ps(g->scales[n * g->blocks + b]);
+      for (int q = 0; q < 4; q++) acc[q] = _mm_add_ps(acc[q], _mm_mul_ps(part[q], scale));
+    }
+    float s[4];
+    _mm_storeu_ps(s, _mm_add_ps(_mm_add_ps(acc[0], acc[2]), _mm_add_ps(acc[1], acc[3])));
+    s[0] = s[0] + s[2], s[1] = s[1] + s[3];
+    g->out[(m0 + r) * g->N + n] = s[0] + s[1];
+  }
+}
+
+static int rp_nbits_columns(void* ctx, int64_t begin, int64_t end) {
+  const rp_nbits* g = (const rp_nbits*)ctx;
+  int level = __atomic_load_n(&rp_conv_level, __ATOMIC_RELAXED);
+  if (level < 0) level = raypass_conv_isa(-1);
+  for (int64_t m0 = 0; m0 < g->M; m0 += RP_NBITS_ROWS) {
+    const int64_t rows = g->M - m0 < RP_NBITS_ROWS ? g->M - m0 : RP_NBITS_ROWS;
+    for (int64_t n = begin; n < end; n++) {
+      if (level == 2) rp_nbits_rows_avx512(g, n, m0, rows);
+      else if (level == 1) rp_nbits_rows_avx2(g, n, m0, rows);
+      else rp_nbits_rows_c(g, n, m0, rows);
+    }
+  }
+  return 0;
+}
+
+/* A [M, K] float32, codes [N, blocks, blob], scales and zero points [N, blocks], out [M, N].
+   A block's bytes are a multiple of 16: block is a multiple of 32 (4 bits) or 16 (8 bits). Returns 0, or -1 when the split
+   copy of A cannot be allocated. */
+int rp_matmul_nbits_f32(const float* A, const uint8_t* codes, const float* scales, const uint8_t* zp,
+                        float* out, int64_t M, int64_t N, int64_t K, int64_t block, int64_t bits) {
+  const int64_t blocks = (K + block - 1) / block, ldas = blocks * block;
+  float* As = (float*)malloc((size_t)(M * ldas) * sizeof(float));
+  if (!As) return -1;
+  for (int64_t m = 0; m < M; m++) {
+    float* dst = As + m * ldas;
+    const float* src = A + m * K;
+    for (int64_t i = 0; i < ldas; i++) {
+      /* 4 bits: each run of 32 k holds its even k, then its odd k (ldas is a multiple of 32) */
+      const int64_t k = bits == 4 ? i - i % 32 + 2 * (i % 16) + (i % 32) / 16 : i;
+      dst[i] = k < K ? src[k] : 0.0f;
+    }
+  }
+  rp_nbits g = {A, As, codes, scales, zp, out, M, N, K, block, bits, blocks, block * bits / 8, ldas};
+  /* a column is M * K multiply-adds */
+  rp_parallel_for(rp_nbits_columns, &g, N, M * K / RP_MACS_PER_WORK + 1);
+  free(As);
+  return 0;
+}
