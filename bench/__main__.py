@@ -44,6 +44,7 @@ SECTIONS = (
     "vs_onnxruntime",
     "dynamic_shapes",
     "tuning",
+    "quantized",
 )
 TITLES = {
     "scaling": "1. Build scaling: in-process vs ray N=1 vs N=2",
@@ -61,6 +62,7 @@ TITLES = {
     "vs_onnxruntime": "Inference latency against onnxruntime (bench/vs_onnxruntime.py)",
     "dynamic_shapes": "One library for every size (bench/dynamic_shapes.py)",
     "tuning": "Kernel tuning on worker processes (bench/tuning.py)",
+    "quantized": "Quantized models against onnxruntime and float32 (bench/quantized.py)",
 }
 HEADLINE_HEADER = ["comparison", "ratio (median)", "spread", "target", "verdict"]
 
@@ -131,6 +133,9 @@ def run_sections(
             "dynamic_shapes", ["--repeats", "3", "--build-rounds", "1"] if quick else []
         ),
         "tuning": _script("tuning", ["--trials", "12", "--rounds", "1", "--repeats", "5"] if quick else []),
+        "quantized": _script(
+            "quantized", ["--hidden", "512", "--mlp", "1408", "--repeats", "5"] if quick else []
+        ),
     }
     for name in sections:
         started = time.perf_counter()
