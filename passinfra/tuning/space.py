@@ -17,6 +17,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from passinfra.codegen.compute.conv_microkernel import (
+    BLOCK_PIXELS_CONFIG,
+    CACHED_WEIGHT_BYTES,
+    CACHED_WEIGHT_CONFIG,
+    MIN_BLOCK_PIXELS,
+)
 from passinfra.codegen.compute.conv_plan import CONV_KERNEL_CONFIG, CONV_KERNELS
 from passinfra.codegen.thread_pool import MIN_WORK_PER_THREAD
 from passinfra.ir.expr import Call, Function
@@ -41,6 +47,12 @@ KNOBS: tuple[Knob, ...] = (
          "a matmul whose right operand is a weight on the microkernels (weight in panels), or on BLAS"),
     Knob(CONV_KERNEL_CONFIG, CONV_KERNELS, "auto", frozenset({"nn.conv2d"}),
          "the convolution kernel: the rules' pick, or one kernel wherever it applies"),
+    Knob(BLOCK_PIXELS_CONFIG, (MIN_BLOCK_PIXELS, 16, 64, 256), MIN_BLOCK_PIXELS, frozenset({"nn.conv2d"}),
+         "output pixels a microkernel convolution's call gets at least (rows per call)"),
+    Knob(CACHED_WEIGHT_CONFIG, (64 * 1024, CACHED_WEIGHT_BYTES, 1024 * 1024, 4 * 1024 * 1024),
+         CACHED_WEIGHT_BYTES, frozenset({"nn.conv2d"}),
+         "a microkernel convolution's weight larger than this is one call per image (threads split it "
+         "by channel blocks) instead of calls per block of rows"),
     Knob("codegen.min_parallel_work", (2_000, MIN_WORK_PER_THREAD, 32_000, 128_000), MIN_WORK_PER_THREAD,
          frozenset(), "the work a thread must get: how many threads a kernel's loops split over"),
 )

@@ -12,11 +12,14 @@ from hypothesis import strategies as st
 
 import passinfra
 from passinfra.build import compile_pass_names, compile_pipeline, run_link
+from passinfra.codegen.compute.conv_direct import ConvGeometry
+from passinfra.codegen.compute.conv_microkernel import rows_per_block
 from passinfra.codegen.passes.apply_tuning_records import TuningTargetWarning
 from passinfra.frontend import from_onnx
 from passinfra.frontend.zoo.dynamic_models import cnn, mlp
 from passinfra.ir.type_infer import infer_type
 from passinfra.transform import PassContext
+from passinfra.transform.errors import PassConfigError
 from passinfra.transform.schedule import SCHEDULE_ATTR
 from passinfra.tuning import TuningDatabase, TuningRecord, all_points, current_target, kernel_key, knobs_for
 from passinfra.tuning.database import TuningDatabaseError
@@ -57,9 +60,38 @@ def test_each_kernel_gets_the_knobs_of_its_ops(tasks):
     matmul = next(name for name in tasks if name.startswith("fused_matmul"))
     conv = next(name for name in tasks if "conv2d" in name)
     assert keys(matmul) == {"codegen.matmul_microkernel", "codegen.min_parallel_work"}
-    assert keys(conv) == {"codegen.conv_kernel", "codegen.min_parallel_work"}
-    assert tasks[conv].space == 5 * 4 and tasks[conv].default == (("codegen.conv_kernel", "auto"),
-                                                                   ("codegen.min_parallel_work", 8000))
+    assert keys(conv) == {"codegen.conv_kernel", "codegen.conv_block_pixels",
+                          "codegen.conv_cached_weight_bytes", "codegen.min_parallel_work"}
+    assert tasks[conv].space == 5 * 4 * 4 * 4
+    assert tasks[conv].default == (("codegen.conv_block_pixels", 4),
+                                   ("codegen.conv_cached_weight_bytes", 262144),
+                                   ("codegen.conv_kernel", "auto"), ("codegen.min_parallel_work", 8000))
+
+
+def test_a_conv_kernel_s_block_knobs_change_its_calls_and_not_its_values(tasks, config):
+    """More pixels per call: more output rows per microkernel call; a weight over the
+    cached size: one call per image. Each output is still summed by one call in one order:
+    the same bits."""
+    geometry = ConvGeometry(1, 16, 16, 32, 16, 16, 64, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1)
+    rows = {}
+    for name, extra in (("rules", {}), ("pixels", {"codegen.conv_block_pixels": 64}),
+                        ("cached", {"codegen.conv_cached_weight_bytes": 0})):
+        with PassContext(config=extra):
+            rows[name] = rows_per_block(geometry)
+    assert rows == {"rules": 1, "pixels": 4, "cached": 16}
+    with PassContext(config={"codegen.conv_block_pixels": 0}):
+        with pytest.raises(PassConfigError, match="conv_block_pixels"):
+            rows_per_block(geometry)
+    conv = next(name for name in tasks if "conv2d" in name)
+    module = tasks[conv].module
+    arrays = [np.random.default_rng(1).standard_normal(p.type_annotation.shape).astype(F32)
+              for p in module["main"].params]
+    results = []
+    for extra in ({}, {"codegen.conv_block_pixels": 256}, {"codegen.conv_cached_weight_bytes": 0}):
+        point = tuple(sorted({"codegen.conv_kernel": "microkernel", **extra}.items()))
+        with PassContext(opt_level=3, config=config):
+            results.append(passinfra.build(scheduled(module, point))(*arrays))
+    assert all(np.array_equal(results[0], r) for r in results[1:])
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -22,6 +22,9 @@ from passinfra import tir
 from passinfra.codegen.compute.base import seq
 from passinfra.codegen.compute.conv_direct import ConvGeometry, Epilogue
 from passinfra.tir.intrinsics import CONV_INTRINSIC, DEPTHWISE_CONV_INTRINSIC
+from passinfra.transform.config import register_config
+from passinfra.transform.context import PassContext
+from passinfra.transform.errors import PassConfigError
 
 # a block has at least this many output pixels where the image has them
 MIN_BLOCK_PIXELS = 4
@@ -36,14 +39,32 @@ CACHED_WEIGHT_BYTES = 256 * 1024
 PANEL_WIDTH = 32
 
 
+# the two thresholds above as config keys, per kernel (a tuning Schedule sets them):
+# codegen.conv_block_pixels (int >= 1) and codegen.conv_cached_weight_bytes (int >= 0)
+BLOCK_PIXELS_CONFIG = "codegen.conv_block_pixels"
+CACHED_WEIGHT_CONFIG = "codegen.conv_cached_weight_bytes"
+register_config(BLOCK_PIXELS_CONFIG, int)
+register_config(CACHED_WEIGHT_CONFIG, int)
+
+
+def _positive_config(key: str, default: int, least: int) -> int:
+    value = PassContext.current().get_config(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise PassConfigError(f"config {key!r} is {value!r}; expected an integer >= {least}")
+    return value
+
+
 def rows_per_block(g: ConvGeometry) -> int:
     """Output rows per call: the whole image when the weight is larger than
     :data:`CACHED_WEIGHT_BYTES`, else the smallest divisor of the output height giving
-    :data:`MIN_BLOCK_PIXELS` pixels (else the whole height)."""
-    if g.reduction * g.out_channels * 4 > CACHED_WEIGHT_BYTES:
+    :data:`MIN_BLOCK_PIXELS` pixels (else the whole height); the config keys above
+    replace either threshold."""
+    cached = _positive_config(CACHED_WEIGHT_CONFIG, CACHED_WEIGHT_BYTES, 0)
+    if g.reduction * g.out_channels * 4 > cached:
         return g.out_height
+    least = _positive_config(BLOCK_PIXELS_CONFIG, MIN_BLOCK_PIXELS, 1)
     divisors = [rows for rows in range(1, g.out_height + 1) if g.out_height % rows == 0]
-    return min((r for r in divisors if r * g.out_width >= MIN_BLOCK_PIXELS), default=g.out_height)
+    return min((r for r in divisors if r * g.out_width >= least), default=g.out_height)
 
 
 def _int(value: Any) -> tir.PrimExpr:
@@ -142,6 +163,6 @@ def microkernel_conv(g: ConvGeometry, data: tir.Buffer, weight: tir.Buffer, out:
     return tir.For(image, tir.IntImm(0), tir.IntImm(g.batch), tir.ForKind.SERIAL, blocks)
 
 
-__all__ = ["CACHED_WEIGHT_BYTES", "MAX_ROW_PARTS", "MIN_BLOCK_PIXELS", "PANEL_WIDTH", "conv_call",
-           "is_depthwise", "matmul_call", "matmul_row_parts", "microkernel_conv", "panel_width",
-           "rows_per_block"]
+__all__ = ["BLOCK_PIXELS_CONFIG", "CACHED_WEIGHT_BYTES", "CACHED_WEIGHT_CONFIG", "MAX_ROW_PARTS",
+           "MIN_BLOCK_PIXELS", "PANEL_WIDTH", "conv_call", "is_depthwise", "matmul_call", "matmul_row_parts",
+           "microkernel_conv", "panel_width", "rows_per_block"]
