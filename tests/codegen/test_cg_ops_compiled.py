@@ -48,6 +48,7 @@ from passinfra.ir.op import (
     tree_ensemble,
     weight_panels,
 )
+from passinfra.ir.op.matmul_nbits import matmul_nbits
 from passinfra.ir.type_infer import infer_type
 from passinfra.transform import PassContext, Sequential, get_pass
 
@@ -513,6 +514,10 @@ case("qnn.requantize", "per-column-uint8", op.qnn.requantize, ints(4, 6, low=-30
 case("qnn.matmul", "u8s8-batched", op.qnn.matmul, ints(2, 3, 5, dtype="uint8", low=0, high=255),
      ints(5, 4, dtype="int8", low=-128, high=127), ints(dtype="uint8", low=0, high=255),
      ints(4, dtype="int8", low=-128, high=127))
+case("qnn.matmul_nbits", "4-bit-rows-tail",  # K = 40: the second block of 32 codes half padding
+     lambda a, codes, scales, zeros: matmul_nbits(a, codes, scales, zeros, bits=4, block_size=32),
+     f32(3, 40), ints(5, 2, 16, dtype="uint8", low=0, high=255), f32(5, 2, low=0.01, high=0.1),
+     ints(5, 2, dtype="uint8", low=0, high=15))
 case("qnn.conv2d", "padded-grouped",
      lambda d, w, zd, zw: op.qnn.conv2d(d, w, zd, zw, strides=(2, 1), padding=(1, 2, 0, 1), dilation=(1, 2),
                                         groups=2),

@@ -1,5 +1,18 @@
 /* raypass runtime: weight-only quantized matmul (see passinfra/codegen/compute/matmul_nbits.py).
-   Appended to conv_runtime.c: one runtime object, one compile, one instruction-set choice. */
+   Appended to conv_runtime.c: one runtime object, one compile, one instruction-set choice
+   (raypass_conv_isa); it also compiles on its own. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <immintrin.h>
+
+#if !defined(RP_MACS_PER_WORK)
+#error "the tunables come from passinfra/codegen/conv_runtime.py (runtime_defines), or -D on the command line"
+#endif
+
+extern int raypass_conv_isa(int level);
+typedef int (*rp_chunk_fn)(void* ctx, int64_t begin, int64_t end);
+extern int rp_parallel_for(rp_chunk_fn fn, void* ctx, int64_t extent, int64_t work_per_iteration);
 
 /* out[m, n] = sum over blocks b of scale[n, b] * sum over k in b of A[m, k] * (code[n, k] - zp[n, b])
    Codes are read as they are stored (4 bits: two per byte, low nibble first; 8 bits: one
@@ -164,8 +177,7 @@ static void rp_nbits_rows_c(const rp_nbits* g, int64_t n, int64_t m0, int64_t ro
 
 static int rp_nbits_columns(void* ctx, int64_t begin, int64_t end) {
   const rp_nbits* g = (const rp_nbits*)ctx;
-  int level = __atomic_load_n(&rp_conv_level, __ATOMIC_RELAXED);
-  if (level < 0) level = raypass_conv_isa(-1);
+  const int level = raypass_conv_isa(-1);  /* the level in effect (detected once) */
   for (int64_t m0 = 0; m0 < g->M; m0 += RP_NBITS_ROWS) {
     const int64_t rows = g->M - m0 < RP_NBITS_ROWS ? g->M - m0 : RP_NBITS_ROWS;
     for (int64_t n = begin; n < end; n++) {
