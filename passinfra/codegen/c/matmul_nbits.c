@@ -46,6 +46,20 @@ typedef struct {
    pairwise sum over lanes (8 + 8, then 4 + 4) are the halves' and quarters' sums, so the
    three give the same bits. */
 
+/* One block's codes, 16 bytes at a time, each run through STEP(codes, data): at 4 bits the
+   low nibbles with the run's even k, then the high nibbles with its odd k; at 8 bits the
+   bytes with 16 consecutive k. (blob, nibble and ab are the bodies' own.) */
+#define RP_NBITS_BLOCK(STEP)                                                                          \
+  for (int64_t j = 0; j < g->blob; j += 16) {                                                         \
+    const __m128i bytes = _mm_loadu_si128((const __m128i*)(blob + j));                                \
+    if (g->bits == 4) {                                                                               \
+      STEP(_mm_and_si128(bytes, nibble), ab + 2 * j);                                                 \
+      STEP(_mm_and_si128(_mm_srli_epi16(bytes, 4), nibble), ab + 2 * j + 16);                         \
+    } else {                                                                                          \
+      STEP(bytes, ab + j);                                                                            \
+    }                                                                                                 \
+  }
+
 __attribute__((target("avx512f"))) static inline __m512 rp_nbits_widen_avx512(__m128i codes, __m512i zero) {
   return _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(codes), zero));
 }
@@ -62,18 +76,9 @@ static void rp_nbits_rows_avx512(const rp_nbits* g, int64_t n, int64_t m0, int64
       const __m512i zero = _mm512_set1_epi32(g->zp[n * g->blocks + b]);
       const float* ab = a + b * g->block;
       __m512 part = _mm512_setzero_ps();
-      for (int64_t j = 0; j < g->blob; j += 16) {
-        const __m128i bytes = _mm_loadu_si128((const __m128i*)(blob + j));
-        if (g->bits == 4) {
-          const __m128i high = _mm_and_si128(_mm_srli_epi16(bytes, 4), nibble);
-          part = _mm512_add_ps(part, _mm512_mul_ps(_mm512_loadu_ps(ab + 2 * j),
-                                                   rp_nbits_widen_avx512(_mm_and_si128(bytes, nibble), zero)));
-          part = _mm512_add_ps(part, _mm512_mul_ps(_mm512_loadu_ps(ab + 2 * j + 16),
-                                                   rp_nbits_widen_avx512(high, zero)));
-        } else {
-          part = _mm512_add_ps(part, _mm512_mul_ps(_mm512_loadu_ps(ab + j), rp_nbits_widen_avx512(bytes, zero)));
-        }
-      }
+#define RP_NBITS_512_STEP(codes, x) \
+      part = _mm512_add_ps(part, _mm512_mul_ps(_mm512_loadu_ps(x), rp_nbits_widen_avx512(codes, zero)))
+      RP_NBITS_BLOCK(RP_NBITS_512_STEP)
       acc = _mm512_add_ps(acc, _mm512_mul_ps(part, _mm512_set1_ps(g->scales[n * g->blocks + b])));
     }
     float s[16];
@@ -106,16 +111,7 @@ static void rp_nbits_rows_avx2(const rp_nbits* g, int64_t n, int64_t m0, int64_t
       const __m256i zero = _mm256_set1_epi32(g->zp[n * g->blocks + b]);
       const float* ab = a + b * g->block;
       __m256 part0 = _mm256_setzero_ps(), part1 = _mm256_setzero_ps();
-      for (int64_t j = 0; j < g->blob; j += 16) {
-        const __m128i bytes = _mm_loadu_si128((const __m128i*)(blob + j));
-        if (g->bits == 4) {
-          const __m128i low = _mm_and_si128(bytes, nibble), high = _mm_and_si128(_mm_srli_epi16(bytes, 4), nibble);
-          RP_NBITS_AVX2_STEP(low, ab + 2 * j);
-          RP_NBITS_AVX2_STEP(high, ab + 2 * j + 16);
-        } else {
-          RP_NBITS_AVX2_STEP(bytes, ab + j);
-        }
-      }
+      RP_NBITS_BLOCK(RP_NBITS_AVX2_STEP)
       const __m256 scale = _mm256_set1_ps(g->scales[n * g->blocks + b]);
       acc0 = _mm256_add_ps(acc0, _mm256_mul_ps(part0, scale));
       acc1 = _mm256_add_ps(acc1, _mm256_mul_ps(part1, scale));
@@ -155,16 +151,7 @@ static void rp_nbits_rows_c(const rp_nbits* g, int64_t n, int64_t m0, int64_t ro
       const __m128i zero = _mm_set1_epi32(g->zp[n * g->blocks + b]);
       const float* ab = a + b * g->block;
       __m128 part[4] = {_mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps()};
-      for (int64_t j = 0; j < g->blob; j += 16) {
-        const __m128i bytes = _mm_loadu_si128((const __m128i*)(blob + j));
-        if (g->bits == 4) {
-          const __m128i low = _mm_and_si128(bytes, nibble), high = _mm_and_si128(_mm_srli_epi16(bytes, 4), nibble);
-          RP_NBITS_SSE_STEP(low, ab + 2 * j);
-          RP_NBITS_SSE_STEP(high, ab + 2 * j + 16);
-        } else {
-          RP_NBITS_SSE_STEP(bytes, ab + j);
-        }
-      }
+      RP_NBITS_BLOCK(RP_NBITS_SSE_STEP)
       const __m128 scale = _mm_set1_ps(g->scales[n * g->blocks + b]);
       for (int q = 0; q < 4; q++) acc[q] = _mm_add_ps(acc[q], _mm_mul_ps(part[q], scale));
     }
