@@ -232,9 +232,14 @@ def tune(mod: IRModule, trials: int, db_path: str, workers: int = 1, cache_dir: 
     owned = runner is None
     runner = ProcessRunner(workers, cache_dir) if runner is None else runner
     try:
+        # the kernels' C runtime, compiled once here (in the background while the model is
+        # fused) into the cache the workers build with: N workers with a fresh cache would
+        # otherwise each compile it at their first candidate, at once
+        runtime = _start_runtime_compile(cache_dir)
         target = runner.target()
         database = TuningDatabase.load(db_path)
         tasks, symbolic = kernel_tasks(fused_module(mod))
+        runtime.result()
         result = TuneResult(skipped_symbolic=symbolic)
         known = [t for t in tasks if database.lookup(t.key, target) is not None]
         tasks = [t for t in tasks if database.lookup(t.key, target) is None]
@@ -260,6 +265,17 @@ def tune(mod: IRModule, trials: int, db_path: str, workers: int = 1, cache_dir: 
         if owned:
             runner.close()
     return result
+
+
+def _start_runtime_compile(cache_dir: str | None) -> Any:
+    from passinfra.codegen.cc_driver import CompilerSettings
+    from passinfra.codegen.conv_runtime import start_runtime_compile
+
+    config = dict(PassContext.current().config)
+    if cache_dir:
+        config["codegen.cache_dir"] = cache_dir
+    with PassContext(config=config):
+        return start_runtime_compile(CompilerSettings.from_context())
 
 
 def _log(result: TuneResult, task: KernelTask, kind: str, points: list[Schedule], times: list[float],
