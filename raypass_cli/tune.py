@@ -46,6 +46,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
     where = "Ray worker(s)" if runner is not None else "worker process(es)"
     print(f"wrote {args.db}: {len(result.kernels)} kernels tuned, {result.skipped_known} already recorded, "
           f"{result.measured} candidates measured in {result.seconds:.1f}s on {args.workers} {where}")
+    check = result.model_check
+    if check:
+        verdict = "kept" if check["kept"] else "not kept: the rules' schedules stay"
+        print(f"the model with the {check['kernels']} tuned kernels: {check['tuned'] * 1e3:.3f} ms per call "
+              f"against {check['rules'] * 1e3:.3f} ms with the rules' ({verdict})")
     if result.not_started:
         print(f"the {args.minutes:g}-minute budget left {result.not_started} of the --trials candidates "
               "unmeasured")

@@ -18,6 +18,9 @@ worker processes in parallel, and record the fastest in a tuning database.
    measured again, built once and timed in interleaved rounds in one worker (the kernels
    on all workers at once): a schedule is recorded as better only when that re-measure
    agrees (by at least :data:`MIN_GAIN`).
+4. Kernels are chosen alone; the model is then built twice in one worker, with the
+   rules' schedules and with every chosen one, and timed in interleaved rounds: choices
+   that together make the model slower are not recorded (``TuneResult.model_check``).
 
 Ctrl-C keeps what was measured: the records of finished kernels are saved before it
 propagates. Where this runs: a :class:`~passinfra.tuning.runner.Runner`'s slots, one job
@@ -30,6 +33,7 @@ set and the threads each gave its library.
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -85,9 +89,12 @@ class TuneResult:
     lost_workers: int = 0  # workers that died under a job (replaced; the job re-run)
     given_up: int = 0  # jobs whose worker died MAX_LOSSES times under them
     not_started: int = 0  # candidates the time budget left unmeasured
-    # every job as a worker ran it (the tuning trace): kernel, kind (candidate or
-    # re-measure), schedules, their seconds per call, slot, pid, start (time.time()), seconds
+    # every job as a worker ran it (the tuning trace): kernel, kind (candidate, re-measure or
+    # model check), schedules, their seconds per call, slot, pid, start (time.time()), seconds
     jobs: list[dict[str, Any]] = field(default_factory=list)
+    # the whole model timed with the tuned kernels against the rules' (seconds per call:
+    # rules, tuned), how many kernels changed, and whether their records were kept
+    model_check: dict[str, Any] = field(default_factory=dict)
 
 
 def fused_module(mod: IRModule, opt_level: int = 3) -> IRModule:
@@ -250,6 +257,7 @@ def tune(mod: IRModule, trials: int, db_path: str, workers: int = 1, cache_dir: 
         try:
             _search(tasks, trials, runner, result, say, deadline)
             _confirm(tasks, runner, result, say)
+            _check_model(mod, tasks, target, runner, result, say)
         except KeyboardInterrupt:
             result.interrupted = True
             say("interrupted: keeping what was measured")
@@ -361,6 +369,69 @@ def _confirm(tasks: list[KernelTask], runner: Runner, result: TuneResult, say: C
         task, best = finalists[index]
         task.times = {task.default: task.times[task.default]}
         result.given_up += 1
+
+
+def _model_job(mod: IRModule, records: list[dict[str, Any]], rounds: int = 5) -> list[float]:
+    """Seconds per call of the whole model built with the rules' schedules and with
+    ``records`` applied (a database written here), in interleaved rounds (medians)."""
+    import tempfile
+
+    from passinfra.build import build
+
+    with tempfile.TemporaryDirectory(prefix="raypass-tune-check-") as tmp:
+        path = os.path.join(tmp, "db.json")
+        TuningDatabase([TuningRecord(**record) for record in records]).save(path)
+        libs = []
+        for tuning_db in ("", path):
+            config: dict[str, Any] = {"codegen.build_cache": False, "codegen.tuning_db": tuning_db,
+                                      "codegen.num_threads": WORKER_SETTINGS["threads"]}
+            if WORKER_SETTINGS["cache_dir"]:
+                config["codegen.cache_dir"] = WORKER_SETTINGS["cache_dir"]
+            with PassContext(opt_level=3, config=config):
+                libs.append(build(mod))
+    arrays = _inputs(mod)
+    times: list[list[float]] = [[], []]
+    for _ in range(rounds):
+        for index, lib in enumerate(libs):
+            times[index].append(_time_calls(lib, arrays))
+    return [float(np.median(t)) for t in times]
+
+
+def _check_model(mod: IRModule, tasks: list[KernelTask], target: dict[str, Any], runner: Runner,
+                 result: TuneResult, say: Callable[[str], None]) -> None:
+    """Each kernel's choice was timed on the kernel alone; the model is timed with all of
+    them against the rules' (in one worker, interleaved). Choices that together make the
+    model slower are not recorded: the rules' points stay."""
+    changed = [task for task in tasks if min(task.times, key=task.times.get) != task.default]
+    if not changed:
+        return
+    records = []
+    for task in changed:
+        best = min(task.times, key=task.times.get)
+        records.append({"kernel": task.key, "name": task.name, "target": target,
+                        "schedule": [list(item) for item in best], "seconds": task.times[best],
+                        "default_seconds": task.times[task.default], "candidates": task.measured})
+    outcome: dict[str, float] = {}
+
+    def done(index: int, times: list[float], run: JobRun) -> None:
+        outcome.update(rules=times[0], tuned=times[1])
+        result.jobs.append({"kernel": "(the model)", "kind": "model check", "schedules": ["rules", "tuned"],
+                            "seconds_per_call": times, "slot": run.slot, "pid": run.pid, "start": run.start,
+                            "seconds": run.seconds})
+
+    lost, _ = runner.run(_model_job, [(mod, records)], done)
+    if lost or not outcome:
+        return
+    kept = outcome["tuned"] <= outcome["rules"]
+    result.model_check = {**outcome, "kernels": len(changed), "kept": kept}
+    ratio_text = f"{outcome['tuned'] / outcome['rules']:.3f}x"
+    if kept:
+        say(f"the model with the {len(changed)} tuned kernels runs {ratio_text} its rules' time")
+        return
+    say(f"the model with the {len(changed)} tuned kernels ran {ratio_text} its rules' time: the rules' "
+        "schedules are kept")
+    for task in changed:
+        task.times = {task.default: task.times[task.default]}
 
 
 def _record(task: KernelTask, database: TuningDatabase, target: dict[str, Any], result: TuneResult) -> None:

@@ -3,6 +3,7 @@ job in flight per worker; a worker that dies loses only the job it was running."
 
 from __future__ import annotations
 
+import concurrent.futures as futures
 import os
 import signal
 import time
@@ -12,9 +13,9 @@ import pytest
 import passinfra
 from passinfra.frontend import from_onnx
 from passinfra.frontend.zoo.dynamic_models import mlp
-from passinfra.tuning import TuningDatabase
-from passinfra.tuning.runner import MAX_LOSSES, ProcessRunner
-from passinfra.tuning.tuner import fused_module, kernel_tasks
+from passinfra.tuning import TuningDatabase, all_points, current_target
+from passinfra.tuning.runner import MAX_LOSSES, ProcessRunner, Runner
+from passinfra.tuning.tuner import TuneResult, _check_model, fused_module, kernel_tasks
 
 
 def _square_or_die(x: int) -> int:
@@ -92,3 +93,43 @@ def test_tune_on_ray_actors_with_one_killed_mid_tune(tmp_path):
     assert result.measured == result.planned > kernels
     assert len(database.records) == kernels
     assert {job["slot"] for job in result.jobs} == {0, 1}
+
+
+class _Answers(Runner):
+    """A runner whose one slot answers every job with ``answer`` at once (no worker)."""
+
+    slots, threads = 1, 1
+
+    def __init__(self, answer):
+        super().__init__()
+        self.answer = answer
+
+    def _submit(self, slot, fn, args):
+        future = futures.Future()
+        future.set_result((os.getpid(), 0.0, 0.0, self.answer))
+        return future
+
+    def _is_lost_worker(self, error):
+        return False
+
+    def _replace(self, slot):
+        raise AssertionError("no worker to replace")
+
+    def close(self):
+        pass
+
+
+@pytest.mark.parametrize(("tuned_seconds", "kept"), [(0.9, True), (1.0, True), (1.1, False)])
+def test_choices_that_make_the_model_slower_are_not_recorded(tuned_seconds, kept, tmp_path):
+    """Kernels are chosen alone; the model with all choices is timed against the rules'
+    (here the runner answers 1.0 s for the rules and ``tuned_seconds`` for the choices)."""
+    mod = _mlp()
+    task = kernel_tasks(fused_module(mod))[0][0]
+    better = next(p for p in all_points(next(f for gv, f in task.module.items() if gv.name_hint != "main"))
+                  if p != task.default)
+    task.times = {task.default: 2e-5, better: 1e-5}
+    result, lines = TuneResult(), []
+    _check_model(mod, [task], current_target(1), _Answers([1.0, tuned_seconds]), result, lines.append)
+    assert result.model_check == {"rules": 1.0, "tuned": tuned_seconds, "kernels": 1, "kept": kept}
+    assert (better in task.times) is kept
+    assert ("the rules' schedules are kept" in lines[-1]) is not kept
