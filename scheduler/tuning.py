@@ -30,6 +30,9 @@ class TuningWorkersError(RaypassError, RuntimeError):
 
 
 class RayRunner(Runner):
+    """``workers`` Ray actors of ``cpus_per_worker`` CPUs each, on the cluster at
+    ``address`` or in a private instance started here (module docstring)."""
+
     def __init__(self, workers: int, address: str | None = None, cpus_per_worker: float = 1.0,
                  cache_dir: str | None = None) -> None:
         super().__init__()
@@ -47,10 +50,11 @@ class RayRunner(Runner):
             self._actors = [self._start() for _ in range(workers)]
             targets = ray.get([actor.target.remote() for actor in self._actors], timeout=START_TIMEOUT)
         except ray.exceptions.GetTimeoutError as error:
+            cpus = ray_runtime.cluster_cpus()  # before close() stops a private instance
             self.close()
             raise TuningWorkersError(f"{workers} tuning worker(s) of {cpus_per_worker:g} CPUs did not start "
-                                     f"within {START_TIMEOUT:.0f}s; the Ray cluster has "
-                                     f"{ray_runtime.cluster_cpus():g} CPUs") from error
+                                     f"within {START_TIMEOUT:.0f}s; the Ray cluster has {cpus:g} CPUs"
+                                     ) from error
         except BaseException:
             self.close()
             raise
