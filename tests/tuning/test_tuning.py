@@ -246,6 +246,9 @@ def test_cli_tune_then_compile_with_the_database(tmp_path, capsys):
     capsys.readouterr()
     assert cli.main(["tune", str(model), "--db", str(db), "--address", "auto"]) == 2
     assert capsys.readouterr().err.startswith("raypass: error: --address and --cpus-per-worker are for")
+    ray_options = ["--backend", "ray", "--cpus-per-worker", "0"]
+    assert cli.main(["tune", str(model), *shapes, "--db", str(db), *ray_options]) == 2
+    assert capsys.readouterr().err == "raypass: error: --cpus-per-worker must be positive, got 0\n"
 
 
 def test_ctrl_c_during_raypass_tune_keeps_what_was_measured_and_leaves_no_process(tmp_path):
