@@ -1,5 +1,5 @@
-"""Quantized models (issue 33): weight-only 4- and 8-bit language-model layers against
-onnxruntime and against raypass's own float32 build.
+"""Quantized models (issue 33): weight-only 4- and 8-bit and dynamically quantized int8
+language-model layers against onnxruntime and against raypass's own float32 build.
 
 **Weight-only (MatMulNBits).** The linear layers of a Llama-style decoder layer
 (TinyLlama's sizes by default: hidden 2048, MLP 5632, grouped key/value projections of a
@@ -7,6 +7,10 @@ quarter of the hidden size; RMS-free: the residual adds, SiLU gating and the sev
 projections, whose weights are the layer's whole memory traffic), one row (a decode
 step). The float32 model is built here with random weights; ``onnxruntime.quantization``'s
 ``MatMulNBitsQuantizer`` (asymmetric, blocks of 32) turns it into the 4- and 8-bit models.
+**Dynamic int8 (MatMulInteger).** The same layers through ``onnxruntime.quantization``'s
+``quantize_dynamic`` (int8 weights, per tensor; the activations quantized to uint8 at run
+time by DynamicQuantizeLinear): one row (a decode step) and 32 rows (a prefill chunk).
+
 Per model, interleaved rounds of blocks of back-to-back calls after an idle gap
 (``bench.vs_onnxruntime``): onnxruntime on the quantized model, raypass on the quantized
 model, raypass on the float32 model; default threads. Also the library's weights file
@@ -89,6 +93,16 @@ def weight_only(model: onnx.ModelProto, bits: int, block_size: int = 32) -> onnx
     return quantized.model if hasattr(quantized, "model") else quantized
 
 
+def dynamic_int8(model: onnx.ModelProto, tmp: str) -> onnx.ModelProto:
+    """``model`` through onnxruntime's ``quantize_dynamic`` (int8 weights)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    source, target = Path(tmp) / "float32.onnx", Path(tmp) / "dynamic.onnx"
+    onnx.save(model, source)
+    quantize_dynamic(source, target, weight_type=QuantType.QInt8)
+    return onnx.load(target)
+
+
 def quantized_bytes(model: onnx.ModelProto) -> int:
     """Bytes of the quantized weights' initializers (codes, scales, zero points)."""
     return sum(numpy_helper.to_array(init).nbytes for init in model.graph.initializer)
@@ -99,13 +113,10 @@ def _library(model: onnx.ModelProto, cache_dir: str) -> Any:
         return build(from_onnx(model))
 
 
-def compare(label: str, float_model: onnx.ModelProto, bits: int, repeats: int, cache_dir: str,
-            out_dir: str) -> dict[str, Any]:
+def compare(label: str, float_model: onnx.ModelProto, quantized: onnx.ModelProto, repeats: int,
+            cache_dir: str, out_dir: str) -> dict[str, Any]:
     import onnxruntime as ort
 
-    quantized = weight_only(float_model, bits)
-    assert {n.op_type for n in quantized.graph.node} >= {"MatMulNBits"} and "MatMul" not in {
-        n.op_type for n in quantized.graph.node}, "every MatMul of the float model is quantized"
     rows, hidden = (d.dim_value for d in float_model.graph.input[0].type.tensor_type.shape.dim)
     x = np.random.default_rng(1).standard_normal((rows, hidden)).astype(np.float32)
     ours, ours_float = _library(quantized, cache_dir), _library(float_model, cache_dir)
@@ -113,15 +124,19 @@ def compare(label: str, float_model: onnx.ModelProto, bits: int, repeats: int, c
     expected = session.run(None, {"x": x})[0]
     got = ours(x)
     error = float(np.abs(got - expected).max() / max(np.abs(expected).max(), 1e-6))
-    library = Path(out_dir) / f"{bits}.so"
+    library = Path(out_dir) / f"{len(os.listdir(out_dir))}.so"
     ours.export_library(str(library))
     weights = Path(str(library) + WEIGHTS_SUFFIX).stat().st_size
     runs = {"onnxruntime": lambda: session.run(None, {"x": x}), "ours": lambda: ours(x),
             "ours float32": lambda: ours_float(x)}
     calls = block_calls(runs["onnxruntime"])
     samples = interleaved({name: block(run, calls) for name, run in runs.items()}, repeats)
-    return {"label": label, "bits": bits, "samples": samples, "error": error, "weights": weights,
+    return {"label": label, "samples": samples, "error": error, "weights": weights,
             "initializers": quantized_bytes(quantized)}
+
+
+def _nodes(model: onnx.ModelProto) -> set[str]:
+    return {node.op_type for node in model.graph.node}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -131,25 +146,38 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--output", default=str(OUTPUT))
     args = parser.parse_args(argv)
-    model = decoder_linear_layers(args.hidden, args.mlp)
-    label = f"decoder linear layers (hidden {args.hidden}, MLP {args.mlp}), one row"
+    size = f"hidden {args.hidden}, MLP {args.mlp}"
     results = []
     with tempfile.TemporaryDirectory(prefix="raypass-bench-quantized-") as tmp:
+        cache = os.path.join(tmp, "cache")
+        out = os.path.join(tmp, "libraries")
+        os.makedirs(out)
+        model = decoder_linear_layers(args.hidden, args.mlp)
         for bits in (4, 8):
-            print(f"{label}, {bits}-bit ...", flush=True)
-            results.append(compare(label, model, bits, args.repeats, os.path.join(tmp, "cache"), tmp))
+            print(f"weight-only {bits}-bit, one row ...", flush=True)
+            quantized = weight_only(model, bits)
+            assert "MatMulNBits" in _nodes(quantized) and "MatMul" not in _nodes(quantized), "all quantized"
+            label = f"{bits}-bit weight-only, one row"
+            results.append(compare(label, model, quantized, args.repeats, cache, out))
+        for rows in (1, 32):
+            print(f"dynamic int8, {rows} row(s) ...", flush=True)
+            model = decoder_linear_layers(args.hidden, args.mlp, rows)
+            quantized = dynamic_int8(model, tmp)
+            assert "MatMulInteger" in _nodes(quantized) and "MatMul" not in _nodes(quantized), "all quantized"
+            label = "dynamic int8, one row" if rows == 1 else f"dynamic int8, {rows} rows"
+            results.append(compare(label, model, quantized, args.repeats, cache, out))
     table, headline = [], []
     for r in results:
         s = r["samples"]
         vs_ort, vs_float = ratio(s["ours"], s["onnxruntime"]), ratio(s["ours float32"], s["ours"])
-        table.append([f"{r['bits']}-bit weights", f"{s['onnxruntime'].median * 1e3:.3f}",
+        table.append([r["label"], f"{s['onnxruntime'].median * 1e3:.3f}",
                       f"{s['ours'].median * 1e3:.3f}", f"{s['ours float32'].median * 1e3:.3f}",
                       f"{vs_ort.median:.2f} [{vs_ort.low:.2f}-{vs_ort.high:.2f}]",
                       f"{vs_float.median:.2f} [{vs_float.low:.2f}-{vs_float.high:.2f}]",
                       f"{r['weights'] / r['initializers']:.3f}", f"{r['error']:.1e}"])
-        headline.append([f"{r['bits']}-bit weight-only layers: ours / onnxruntime", f"{vs_ort.median:.2f}",
+        headline.append([f"{r['label']}: ours / onnxruntime", f"{vs_ort.median:.2f}",
                          f"{vs_ort.low:.2f}-{vs_ort.high:.2f}", "<= 1.0", verdict(vs_ort.median, 1.0, False)])
-        headline.append([f"{r['bits']}-bit weight-only layers: float32 build / quantized build",
+        headline.append([f"{r['label']}: float32 build / quantized build",
                          f"{vs_float.median:.2f}", f"{vs_float.low:.2f}-{vs_float.high:.2f}", ">= 1.3",
                          verdict(vs_float.median, 1.3, True)])
     notes = machine_notes()
@@ -157,13 +185,13 @@ def main(argv: list[str] | None = None) -> int:
         "# Quantized models (issue 33)", "",
         f"Generated by `python -m bench.quantized --hidden {args.hidden} --mlp {args.mlp} --repeats "
         f"{args.repeats}`; " + ", ".join(f"{k} {v}" for k, v in notes.items()) + ".", "",
-        f"## Weight-only: {label}", "",
+        f"## Decoder linear layers ({size})", "",
         "Milliseconds per call, medians of interleaved rounds (blocks of back-to-back calls after an idle "
         "gap), default threads; ratios of medians [quartile range]. Weights: the library's weights file "
         "over the quantized model's initializer bytes. Error: max |ours - onnxruntime| over max "
         "|onnxruntime|.",
         "",
-        markdown_table(["model", "onnxruntime", "ours", "ours float32", "ours / onnxruntime",
+        markdown_table(["quantization", "onnxruntime", "ours", "ours float32", "ours / onnxruntime",
                         "float32 / ours", "weights / initializers", "error"], table), "",
         markdown_table(HEADLINE_TABLE_HEADER, headline), ""])
     Path(args.output).write_text(text)

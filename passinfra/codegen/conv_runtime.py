@@ -69,7 +69,12 @@ from passinfra.codegen.c_intrinsics import IntrinsicRenderer, KernelLibrary, reg
 from passinfra.codegen.cc_driver import CompileResult, CompilerSettings, compile_c_result
 from passinfra.codegen.transform.parallelize import GEMM_MACS_PER_WORK
 from passinfra.runtime.module import CONV_ISA_LEVELS
-from passinfra.tir.intrinsics import CONV_INTRINSIC, DEPTHWISE_CONV_INTRINSIC, MATMUL_NBITS_INTRINSIC
+from passinfra.tir.intrinsics import (
+    CONV_INTRINSIC,
+    DEPTHWISE_CONV_INTRINSIC,
+    MATMUL_NBITS_INTRINSIC,
+    QGEMM_INTRINSIC,
+)
 
 RUNTIME_SYMBOL = "raypass_conv_runtime"
 CONV_FUNCTION = "rp_conv2d_f32"
@@ -97,11 +102,16 @@ extern int {name}(const float* image, const float* weight, float* out, int64_t H
 
 # after runtime_defines(); the weight-only quantized matmul (c/matmul_nbits.c) shares the
 # object: one compile, and the instruction-set choice (raypass_conv_isa) of both
-_SOURCE = read_c_file("conv_runtime.c") + read_c_file("matmul_nbits.c")
+_SOURCE = read_c_file("conv_runtime.c") + read_c_file("matmul_nbits.c") + read_c_file("qgemm.c")
 MATMUL_NBITS_FUNCTION = "rp_matmul_nbits_f32"
 MATMUL_NBITS_DECLARATION = (f"extern int {MATMUL_NBITS_FUNCTION}(const float* A, const uint8_t* codes, "
                             "const float* scales, const uint8_t* zp, float* out, int64_t M, int64_t N, "
                             "int64_t K, int64_t block, int64_t bits);")
+# the integer matmul (c/qgemm.c), in the same object
+QGEMM_FUNCTION = "rp_qgemm_i8"
+QGEMM_DECLARATION = (f"extern int {QGEMM_FUNCTION}(const void* A, const void* B, const void* za, "
+                     "const void* zb, int32_t* out, int64_t M, int64_t N, int64_t K, int64_t a_signed, "
+                     "int64_t b_signed, int64_t za_step, int64_t zb_step, int64_t b_packed);")
 
 
 def runtime_defines() -> dict[str, int]:
@@ -226,7 +236,8 @@ def render_conv_call(args: Sequence[str], depthwise: bool = False) -> str:
 CONV_RUNTIME_LIBRARY = KernelLibrary("conv_runtime", lambda options: DECLARATION)
 # the quantized matmul, in the same object (a library of its own only for its declaration)
 MATMUL_NBITS_LIBRARY = KernelLibrary("matmul_nbits_runtime", lambda options: MATMUL_NBITS_DECLARATION)
-RUNTIME_LIBRARIES = (CONV_RUNTIME_LIBRARY, MATMUL_NBITS_LIBRARY)
+QGEMM_LIBRARY = KernelLibrary("qgemm_runtime", lambda options: QGEMM_DECLARATION)
+RUNTIME_LIBRARIES = (CONV_RUNTIME_LIBRARY, MATMUL_NBITS_LIBRARY, QGEMM_LIBRARY)
 register_intrinsic_renderer(CONV_INTRINSIC, IntrinsicRenderer(
     lambda renderer, node, args: render_conv_call(args), CONV_RUNTIME_LIBRARY))
 register_intrinsic_renderer(DEPTHWISE_CONV_INTRINSIC, IntrinsicRenderer(
@@ -234,9 +245,12 @@ register_intrinsic_renderer(DEPTHWISE_CONV_INTRINSIC, IntrinsicRenderer(
 register_intrinsic_renderer(MATMUL_NBITS_INTRINSIC, IntrinsicRenderer(
     lambda renderer, node, args: f"{MATMUL_NBITS_FUNCTION}(&{args[0]}, &{args[1]}, &{args[2]}, &{args[3]}, "
                                  f"&{args[4]}, {', '.join(args[5:])})", MATMUL_NBITS_LIBRARY))
+register_intrinsic_renderer(QGEMM_INTRINSIC, IntrinsicRenderer(
+    lambda renderer, node, args: f"{QGEMM_FUNCTION}(&{args[0]}, &{args[1]}, &{args[2]}, &{args[3]}, "
+                                 f"&{args[4]}, {', '.join(args[5:])})", QGEMM_LIBRARY))
 
 
 __all__ = ["CHANNEL_CHUNK", "CONV_FUNCTION", "CONV_ISA_LEVELS", "DECLARATION", "MATMUL_NBITS_LIBRARY",
-           "RUNTIME_CACHE_ENV", "RUNTIME_LIBRARIES",
+           "QGEMM_LIBRARY", "RUNTIME_CACHE_ENV", "RUNTIME_LIBRARIES",
            "RUNTIME_SYMBOL", "disable_prefetch", "prefetch_runtime_compile", "render_conv_call",
            "runtime_defines", "runtime_object", "runtime_settings", "runtime_source", "start_runtime_compile"]

@@ -63,6 +63,7 @@ from passinfra.ir.attrs import Attrs
 from passinfra.ir.dims import DimError, DimVar
 from passinfra.ir.expr import Call, Constant, Expr, Function, Tuple, TupleGetItem, Var
 from passinfra.ir.functor import iter_post_order
+from passinfra.ir.op.qgemm_panels import OP_NAME as UNPACK_QGEMM_PANELS
 from passinfra.ir.op.registry import Op
 from passinfra.ir.op.weight_panels import OP_NAME as UNPACK_PANELS
 from passinfra.ir.types import HALF_DTYPES, TensorType, TupleType, Type
@@ -139,6 +140,9 @@ class _Tensor:
     # a weight_panels.unpack of a parameter (the PanelWeights pass): the panels, which a
     # kernel reading panels (a plan's ``panels``) takes in place
     panels: tir.Buffer | None = None
+    # a qgemm_panels.unpack of a parameter (PanelWeights): the panels, which the integer
+    # GEMM (qnn.matmul's compute rule) takes in place
+    qgemm_panels: tir.Buffer | None = None
 
     def load(self, *indices: Any) -> tir.PrimExpr:
         return self.lowerer.load(self, tuple(tir.as_prim(i) for i in indices))
@@ -325,6 +329,9 @@ class _Lowerer:
             self._plan_gemm(result, op.name, attrs, args)
         if op.name == UNPACK_PANELS and isinstance(result, _Tensor) and isinstance(args[0], BufferHandle):
             result.panels = args[0].buffer
+        if (op.name == UNPACK_QGEMM_PANELS and isinstance(result, _Tensor)
+                and isinstance(args[0], BufferHandle)):
+            result.qgemm_panels = args[0].buffer
         if op.name == "cast" and isinstance(result, _Tensor) and result.dtype == "float32":
             source = args[0]
             if isinstance(source, BufferHandle) and source.buffer.dtype in HALF_DTYPES:

@@ -21,9 +21,11 @@ from passinfra.tir.intrinsics import (
     evaluate_conv,
     evaluate_gemm,
     evaluate_matmul_nbits,
+    evaluate_qgemm,
     is_conv,
     is_gemm,
     is_matmul_nbits,
+    is_qgemm,
 )
 from passinfra.tir.nodes import Buffer, PrimExpr, PrimFunc, Stmt, TVar
 
@@ -195,6 +197,8 @@ class _Interpreter:
             evaluate_conv(node.value, self.flat_view, self.expr)
         elif kind is n.Evaluate and is_matmul_nbits(node.value):
             evaluate_matmul_nbits(node.value, self.flat_view, self.expr)
+        elif kind is n.Evaluate and is_qgemm(node.value):
+            evaluate_qgemm(node.value, self.flat_view, self.expr)
         elif kind is n.Evaluate:
             self.expr(node.value)
         else:

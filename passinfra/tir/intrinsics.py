@@ -32,6 +32,7 @@ of the same size (the ``bitcast`` op); its meaning is
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -78,7 +79,16 @@ def is_conv(expr: PrimExpr) -> bool:
 # :mod:`passinfra.codegen.compute.matmul_nbits`)
 MATMUL_NBITS_INTRINSIC = "rp_matmul_nbits"
 
-_KERNEL_CALLS = (GEMM_INTRINSIC, CONV_INTRINSIC, DEPTHWISE_CONV_INTRINSIC, MATMUL_NBITS_INTRINSIC)
+# an integer matrix product of 8-bit operands (qnn.matmul): ``(A, B, za, zb, out, M, N, K,
+# a_signed, b_signed, za_step, zb_step, b_packed)``, the five buffer loads naming each
+# buffer's first element; ``out[m, n] = sum_k (A[m, k] - za[m * za_step]) * (B[k, n] -
+# zb[n * zb_step])`` in int32 (wrapping), A ``[M, K]`` row-major, B ``[K, N]`` row-major or
+# (b_packed 1) in the panels of :mod:`passinfra.ir.op.qgemm_panels`, int8 where the flag
+# is 1, else uint8 (the C runtime computes it: ``passinfra/codegen/c/qgemm.c``)
+QGEMM_INTRINSIC = "rp_qgemm"
+
+_KERNEL_CALLS = (GEMM_INTRINSIC, CONV_INTRINSIC, DEPTHWISE_CONV_INTRINSIC, MATMUL_NBITS_INTRINSIC,
+                 QGEMM_INTRINSIC)
 
 
 def is_kernel_call(expr: PrimExpr) -> bool:
@@ -106,6 +116,30 @@ def evaluate_matmul_nbits(intrinsic: Intrinsic, flat_view: Callable[[BufferLoad]
     weight = (codes[:, :k].astype(np.float64) - zero) * scale
     a = flat_view(a_load)[:m * k].reshape(m, k).astype(np.float64)
     flat_view(out_load)[:m * n].reshape(m, n)[...] = a @ weight.T
+
+
+def is_qgemm(expr: PrimExpr) -> bool:
+    return isinstance(expr, Intrinsic) and expr.name == QGEMM_INTRINSIC
+
+
+def evaluate_qgemm(intrinsic: Intrinsic, flat_view: Callable[[BufferLoad], np.ndarray],
+                   scalar: Callable[[PrimExpr], int]) -> None:
+    """Run a ``rp_qgemm`` in the TIR interpreter (arguments as :func:`evaluate_gemm`):
+    exactly, in int64, then wrapped to int32 as the C runtime's arithmetic is."""
+    a_load, b_load, za_load, zb_load, out_load, *rest = intrinsic.args
+    m, n, k, _a_signed, b_signed, za_step, zb_step, b_packed = (int(scalar(x)) for x in rest)
+    a = flat_view(a_load)[:m * k].reshape(m, k).astype(np.int64)
+    if b_packed:
+        from passinfra.ir.op.qgemm_panels import from_panels, panels_shape
+
+        shape = panels_shape(k, n)
+        panels = flat_view(b_load)[:math.prod(shape)].reshape(shape)
+        b = from_panels(panels, (k, n), "int8" if b_signed else "uint8").astype(np.int64)
+    else:
+        b = flat_view(b_load)[:k * n].reshape(k, n).astype(np.int64)
+    za = flat_view(za_load)[:m if za_step else 1].astype(np.int64).reshape(-1, 1)
+    zb = flat_view(zb_load)[:n if zb_step else 1].astype(np.int64).reshape(1, -1)
+    flat_view(out_load)[:m * n] = ((a - za) @ (b - zb)).astype(np.int32).reshape(-1)
 
 
 def conv_regions(sizes: tuple[int, ...], depthwise: bool = False) -> tuple[int, int, int]:
@@ -194,6 +228,7 @@ def reinterpret(value: PrimExpr, dtype: str) -> Intrinsic:
 
 
 __all__ = ["BITWISE_INTRINSICS", "CONV_FIRST_PIXEL", "CONV_INTRINSIC", "DEPTHWISE_CONV_INTRINSIC",
-           "GEMM_INTRINSIC", "MATMUL_NBITS_INTRINSIC", "REINTERPRET",
-           "bitwise", "conv_regions", "evaluate_conv", "evaluate_gemm", "evaluate_matmul_nbits", "is_conv",
-           "is_gemm", "is_kernel_call", "is_matmul_nbits", "reinterpret"]
+           "GEMM_INTRINSIC", "MATMUL_NBITS_INTRINSIC", "QGEMM_INTRINSIC", "REINTERPRET",
+           "bitwise", "conv_regions", "evaluate_conv", "evaluate_gemm", "evaluate_matmul_nbits",
+           "evaluate_qgemm", "is_conv", "is_gemm", "is_kernel_call", "is_matmul_nbits", "is_qgemm",
+           "reinterpret"]

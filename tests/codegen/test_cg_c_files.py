@@ -16,8 +16,9 @@ from passinfra.codegen.thread_pool import pool_defines, pool_source
 
 C_DIR = Path(passinfra.codegen.c.__file__).parent
 FILES = {"conv_runtime.c": runtime_defines, "thread_pool.c": pool_defines,
-         # the quantized matmul (appended to the runtime) reads one of the runtime's tunables
-         "matmul_nbits.c": lambda: {"RP_MACS_PER_WORK": runtime_defines()["RP_MACS_PER_WORK"]}}
+         # the quantized matmuls (appended to the runtime) read one of the runtime's tunables
+         "matmul_nbits.c": lambda: {"RP_MACS_PER_WORK": runtime_defines()["RP_MACS_PER_WORK"]},
+         "qgemm.c": lambda: {"RP_MACS_PER_WORK": runtime_defines()["RP_MACS_PER_WORK"]}}
 
 
 def _compile(path: Path, defines: dict[str, int], tmp_path: Path) -> subprocess.CompletedProcess:
@@ -42,6 +43,7 @@ def test_a_missing_tunable_is_named_at_compile_time(name, tmp_path):
 
 def test_the_sources_a_build_compiles_are_the_files_after_their_macros():
     assert sorted(path.name for path in C_DIR.glob("*.c")) == sorted(FILES)
-    assert runtime_source().endswith(read_c_file("conv_runtime.c") + read_c_file("matmul_nbits.c"))
+    assert runtime_source().endswith(read_c_file("conv_runtime.c") + read_c_file("matmul_nbits.c")
+                                     + read_c_file("qgemm.c"))
     assert pool_source().endswith(read_c_file("thread_pool.c"))
     assert all(f"#define {name} " in runtime_source() for name in runtime_defines())

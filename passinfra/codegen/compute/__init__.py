@@ -19,6 +19,7 @@ from passinfra.codegen.compute import (  # noqa: F401  (registers rules)
     max_pool_indices,
     nn,
     onnx_extra,
+    qgemm_panels,
     quantize,
     random,
     reduce,

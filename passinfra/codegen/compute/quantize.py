@@ -20,6 +20,7 @@ described there), so a compiled kernel's results are the interpreter's bit for b
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -43,7 +44,9 @@ from passinfra.codegen.compute.base import (
     seq,
 )
 from passinfra.ir.attrs import Attrs
+from passinfra.ir.dims import is_static as is_static_dim
 from passinfra.ir.types import TensorType, Type
+from passinfra.tir.intrinsics import QGEMM_INTRINSIC
 
 _F32, _I32 = "float32", "int32"
 
@@ -184,9 +187,12 @@ def _mul(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> Comput
 
 
 @register_compute("qnn.matmul")
-def _matmul(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> ReduceOp:
+def _matmul(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> ReduceOp | ExternOp:
     lhs, rhs, lhs_zero, rhs_zero = inputs
     out_shape = output_shape(out_type)
+    kernel = _integer_gemm(lhs, rhs, lhs_zero, rhs_zero, out_shape)
+    if kernel is not None:
+        return kernel
     batch_rank = len(out_shape) - 2
     batch_shape = out_shape[:batch_rank]
 
@@ -198,6 +204,116 @@ def _matmul(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> Red
         return _centered(lhs, lhs_zero, lhs_idx) * _centered(rhs, rhs_zero, rhs_idx)
 
     return ReduceOp("qnn.matmul", out_shape, _I32, (lhs.shape[-1],), "sum", body)
+
+
+def _zero_point_step(zero_shape: tuple, operand_shape: tuple, per: tuple) -> int | None:
+    """0 for one zero point, 1 for one per element of ``per`` (an operand's rows, or its
+    columns) laid out as the operand's shape says, None otherwise."""
+    if math.prod(int(d) if is_static_dim(d) else 2 for d in zero_shape) == 1:
+        return 0
+    padded = (1,) * (len(operand_shape) - len(zero_shape)) + tuple(zero_shape)
+    return 1 if padded == per else None
+
+
+def integer_gemm_steps(lhs_shape: tuple, rhs_shape: tuple, lhs_zero_shape: tuple,
+                       rhs_zero_shape: tuple) -> tuple[int, int] | None:
+    """Whether a qnn.matmul of these shapes runs on the C runtime's integer GEMM
+    (``c/qgemm.c``): a right operand without batch axes (a layer's weight), static nonzero
+    ``k`` and ``n``, zero points one per tensor or one per row (left) / column (right).
+    Their steps (0: one value, 1: one per row / column) if so, else None."""
+    k, n = lhs_shape[-1], rhs_shape[-1]
+    if not (is_static_dim(k) and is_static_dim(n)) or int(k) == 0 or int(n) == 0:
+        return None
+    if any(d != 1 for d in rhs_shape[:-2]):
+        return None
+    lhs_step = _zero_point_step(lhs_zero_shape, lhs_shape, (*lhs_shape[:-1], 1))
+    rhs_step = _zero_point_step(rhs_zero_shape, rhs_shape, (*(1,) * (len(rhs_shape) - 1), int(n)))
+    return None if lhs_step is None or rhs_step is None else (lhs_step, rhs_step)
+
+
+def _same_extent(a: object, b: object) -> bool:
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    return str(tir.as_prim(a)) == str(tir.as_prim(b))
+
+
+def _in_memory(handle: TensorHandle, name: str) -> tuple[tir.BufferLoad, tir.Buffer | None, tir.Stmt | None]:
+    """The first element of ``handle``'s values in memory, row-major in its shape: its own
+    buffer when it has one, else a scratch buffer and the loop nest that fills it."""
+    probe = tuple(tir.TVar(f"{name}_probe{k}") for k in range(len(handle.shape)))
+    value = handle.load(*probe)
+    first = tuple(tir.IntImm(0, tir.INDEX_DTYPE) for _ in handle.shape)
+    if (isinstance(value, tir.BufferLoad) and len(value.indices) == len(probe)
+            and all(i is p for i, p in zip(value.indices, probe))
+            and all(_same_extent(a, b) for a, b in zip(value.buffer.shape, handle.shape))):
+        return value.buffer.load(*first), None, None
+    scratch = tir.Buffer(name, tuple(handle.shape), handle.dtype)
+    fill = loop_nest(handle.shape, lambda idx: tir.BufferStore(scratch, handle.load(*idx), idx), prefix=name)
+    return scratch.load(*first), scratch, fill
+
+
+def _first(buffer: tir.Buffer) -> tir.BufferLoad:
+    return buffer.load(*(tir.IntImm(0, tir.INDEX_DTYPE) for _ in buffer.shape))
+
+
+def _staged(zero_point: TensorHandle, name: str, operand_shape: tuple, shape: tuple,
+            columns: bool) -> tuple[tir.Buffer, tir.Stmt]:
+    """A buffer of ``shape`` (``()``: one value) holding ``zero_point`` along the operand's
+    rows (its leading axes) or its ``columns`` (its last axis), and the loop nest that
+    fills it."""
+    buffer = tir.Buffer(name, shape or (1,), zero_point.dtype)
+    zero = tir.IntImm(0, tir.INDEX_DTYPE)
+
+    def store(idx: Indices) -> tir.Stmt:
+        if not shape:
+            at: Indices = (zero,) * len(operand_shape)
+        elif columns:
+            at = (*(zero,) * (len(operand_shape) - 1), *idx)
+        else:
+            at = (*idx, zero)
+        value = zero_point.load(*broadcast_indices(zero_point.shape, at, operand_shape))
+        return tir.BufferStore(buffer, value, idx)
+
+    return buffer, loop_nest(buffer.shape, store, prefix=name)
+
+
+def _integer_gemm(lhs: TensorHandle, rhs: TensorHandle, lhs_zero: TensorHandle, rhs_zero: TensorHandle,
+                  out_shape: tuple) -> ExternOp | None:
+    """qnn.matmul as one call of the C runtime's integer GEMM where it can
+    (:func:`integer_gemm_steps`); None for any other (the loop nest)."""
+    steps = integer_gemm_steps(*(tuple(handle.shape) for handle in (lhs, rhs, lhs_zero, rhs_zero)))
+    if steps is None:
+        return None
+    lhs_step, rhs_step = steps
+    k, n = int(lhs.shape[-1]), int(rhs.shape[-1])
+    rows = lhs.shape[:-1]
+    m = tir.IntImm(1, tir.INDEX_DTYPE)
+    for extent in rows:
+        m = tir.as_prim(extent) if isinstance(m, tir.IntImm) and m.value == 1 else m * tir.as_prim(extent)
+
+    def build(outputs: Sequence[tir.Buffer]) -> tir.Stmt:
+        (out,) = outputs
+        a_first, a_scratch, a_fill = _in_memory(lhs, "qgemm_a")
+        panels = getattr(rhs, "qgemm_panels", None)  # a weight PanelWeights stored in panels
+        if panels is not None:
+            b_first, b_scratch, b_fill = _first(panels), None, None
+        else:
+            b_first, b_scratch, b_fill = _in_memory(rhs, "qgemm_b")
+        # the zero points as arrays (a constant zero point of the body is an immediate)
+        za, za_fill = _staged(lhs_zero, "qgemm_za", lhs.shape, tuple(rows) if lhs_step else (), False)
+        zb, zb_fill = _staged(rhs_zero, "qgemm_zb", rhs.shape, (n,) if rhs_step else (), True)
+        sizes = (m, n, k, lhs.dtype == "int8", rhs.dtype == "int8", lhs_step, rhs_step, panels is not None)
+        call = tir.Evaluate(tir.Intrinsic(QGEMM_INTRINSIC, (
+            a_first, b_first, _first(za), _first(zb), _first(out),
+            *(tir.as_prim(int(v), tir.INDEX_DTYPE) if not isinstance(v, tir.PrimExpr) else v for v in sizes)),
+            _I32))
+        body = seq(a_fill, b_fill, za_fill, zb_fill, call)
+        for scratch in (a_scratch, b_scratch, za, zb):
+            if scratch is not None:
+                body = tir.Allocate(scratch, body)
+        return body
+
+    return ExternOp("qnn.matmul", ((out_shape, _I32),), build)
 
 
 def _centered(operand: TensorHandle, zero_point: TensorHandle, idx: Indices) -> tir.PrimExpr:

@@ -33,15 +33,17 @@ panels. Config ``codegen.weight_panels`` (bool, default True) turns it off.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from passinfra.codegen.compute.conv_microkernel import PANEL_WIDTH
+from passinfra.codegen.compute.quantize import integer_gemm_steps
 from passinfra.codegen.lower import complete_attrs, plan_kernel, uses_blas
 from passinfra.errors import DimError
 from passinfra.ir.expr import Call, Constant, Expr, Function, Var
 from passinfra.ir.functor import expr_children, iter_post_order
 from passinfra.ir.module import IRModule
+from passinfra.ir.op import qgemm_panels
 from passinfra.ir.op.registry import Op
 from passinfra.ir.op.weight_panels import panel_count, to_panels, unpack
 from passinfra.ir.type_infer import infer_type
@@ -57,6 +59,7 @@ from passinfra.transform.schedule import function_context
 PANELS_CONFIG = "codegen.weight_panels"
 register_config(PANELS_CONFIG, bool)
 
+_QGEMM_DTYPES = ("int8", "uint8")
 # ops whose operand 1 is a weight some of their kernels read in panels
 _PANEL_OPS = frozenset({"nn.conv2d", "matmul"})
 _FLOAT32 = "float32"
@@ -79,12 +82,12 @@ def _planned_panels(call: Call, use_blas: bool) -> int:
     return getattr(plan, "panels", 0) if plan is not None else 0
 
 
-def panel_parameters(func: Function, use_blas: bool) -> tuple[int, ...]:
-    """Positions of the float32 parameters of primitive ``func`` used only as the weight
-    of calls whose kernels read it in panels of :data:`PANEL_WIDTH`."""
+def _weights_of(func: Function, accepts: Callable[[TensorType], bool],
+                reads_panels: Callable[[Call], bool]) -> tuple[int, ...]:
+    """Positions of the parameters of primitive ``func`` whose type ``accepts`` and whose
+    every use is as operand 1 (the weight) of a call that ``reads_panels``."""
     candidates = {param: index for index, param in enumerate(func.params)
-                  if isinstance(param.type_annotation, TensorType)
-                  and param.type_annotation.dtype == _FLOAT32}
+                  if isinstance(param.type_annotation, TensorType) and accepts(param.type_annotation)}
     if not candidates:
         return ()
     infer_type(func)
@@ -100,11 +103,32 @@ def panel_parameters(func: Function, use_blas: bool) -> tuple[int, ...]:
             if child not in candidates:
                 continue
             uses[child] += 1
-            if (position == 1 and isinstance(node, Call) and isinstance(node.op, Op)
-                    and node.op.name in _PANEL_OPS and _planned_panels(node, use_blas) == PANEL_WIDTH):
+            if position == 1 and isinstance(node, Call) and isinstance(node.op, Op) and reads_panels(node):
                 panel_uses[child] += 1
     return tuple(index for param, index in candidates.items()
                  if uses[param] and uses[param] == panel_uses[param])
+
+
+def panel_parameters(func: Function, use_blas: bool) -> tuple[int, ...]:
+    """Positions of the float32 parameters of primitive ``func`` used only as the weight
+    of calls whose kernels read it in panels of :data:`PANEL_WIDTH`."""
+    def reads_panels(call: Call) -> bool:
+        return call.op.name in _PANEL_OPS and _planned_panels(call, use_blas) == PANEL_WIDTH
+
+    return _weights_of(func, lambda ty: ty.dtype == _FLOAT32, reads_panels)
+
+
+def qgemm_parameters(func: Function) -> tuple[int, ...]:
+    """Positions of the int8/uint8 ``[k, n]`` parameters of primitive ``func`` used only as
+    the right operand of ``qnn.matmul`` calls that run on the integer GEMM."""
+    def accepts(ty: TensorType) -> bool:
+        return ty.dtype in _QGEMM_DTYPES and len(ty.shape) == 2 and all(isinstance(d, int) for d in ty.shape)
+
+    def reads_panels(call: Call) -> bool:
+        shapes = (tuple(arg.checked_type.shape) for arg in call.args)
+        return call.op.name == "qnn.matmul" and integer_gemm_steps(*shapes) is not None
+
+    return _weights_of(func, accepts, reads_panels)
 
 
 @dataclass(frozen=True)
@@ -135,10 +159,34 @@ class _Rule:
         return Constant.owning(to_panels(constant.data, PANEL_WIDTH))
 
 
+@dataclass(frozen=True)
+class _QgemmRule:
+    """The weight rule of the integer GEMM's panels (:mod:`passinfra.ir.op.qgemm_panels`):
+    a parameter of panels, read through one ``qgemm_panels.unpack``."""
+
+    suffix: str = "qgemm_panels"
+
+    def parameters(self, func: Function) -> tuple[int, ...]:
+        return qgemm_parameters(func)
+
+    def accepts(self, constant: Constant) -> bool:
+        return constant.dtype in _QGEMM_DTYPES and len(constant.shape) == 2
+
+    def parameter(self, old: Var) -> tuple[Var, Expr]:
+        ty = old.type_annotation
+        assert isinstance(ty, TensorType)
+        k, n = (int(d) for d in ty.shape)
+        new = Var(old.name_hint, TensorType(qgemm_panels.panels_shape(k, n), "int8"))
+        return new, qgemm_panels.unpack(new, (k, n), ty.dtype)
+
+    def constant(self, constant: Constant) -> Constant:
+        return Constant.owning(qgemm_panels.to_panels(constant.data))
+
+
 def panel_weights(mod: IRModule, use_blas: bool) -> IRModule:
-    """``mod`` (after FuseOps) with the weights the microkernels read stored in panels
-    (module docstring)."""
-    return rewrite_weight_parameters(mod, _Rule(use_blas))
+    """``mod`` (after FuseOps) with the weights the microkernels and the integer GEMM read
+    stored in panels (module docstring)."""
+    return rewrite_weight_parameters(rewrite_weight_parameters(mod, _Rule(use_blas)), _QgemmRule())
 
 
 def _panel_weights(mod: IRModule, ctx: PassContext) -> IRModule:
@@ -149,9 +197,9 @@ def _panel_weights(mod: IRModule, ctx: PassContext) -> IRModule:
 
 @register_pass("PanelWeights")
 def PanelWeights() -> ModulePass:  # noqa: N802 - pass factories are named like classes
-    """Store the weights the convolution microkernels read in panels of output channels
-    (opt_level 0; config ``codegen.weight_panels``)."""
+    """Store the weights the convolution microkernels and the integer GEMM read in panels
+    of output channels (opt_level 0; config ``codegen.weight_panels``)."""
     return ModulePass(_panel_weights, PassInfo(0, "PanelWeights"))
 
 
-__all__ = ["PANELS_CONFIG", "PanelWeights", "panel_parameters", "panel_weights"]
+__all__ = ["PANELS_CONFIG", "PanelWeights", "panel_parameters", "panel_weights", "qgemm_parameters"]

@@ -22,6 +22,7 @@ from passinfra.ir.op import (  # noqa: E402,F401  (ops for model importers)
     lp_pool,  # nn.lp_pool2d/3d (ONNX LpPool)
     matmul_nbits,  # qnn.matmul_nbits: weight-only quantized matmul (com.microsoft MatMulNBits)
     max_pool_indices,  # nn.max_pool_indices (ONNX MaxPool's Indices output)
+    qgemm_panels,  # 8-bit matmul weights stored in the integer GEMM's panels (PanelWeights)
     resize,  # ONNX Resize
     roi_align,  # ONNX RoiAlign
     signal,  # dft (ONNX DFT, STFT)

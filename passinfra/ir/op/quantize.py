@@ -323,6 +323,7 @@ register_tensor_op(
     "qnn.matmul", attrs={}, num_inputs=4, type_rel=_matmul_relation, impl=_matmul_impl,
     pattern=OpPattern.OUT_EWISE_FUSABLE,
     doc="(a - a_zero_point) @ (b - b_zero_point), int8/uint8 operands summed in int32 (ONNX MatMulInteger)",
+    symbolic=True,
 )
 
 
@@ -496,6 +497,7 @@ register_tensor_op(
     "qnn.dynamic_quantize", attrs={}, num_inputs=1, type_rel=_dynamic_relation, impl=_dynamic_impl,
     pattern=OpPattern.OPAQUE,
     doc="DynamicQuantizeLinear: (uint8 tensor, float32 scale, uint8 zero point) from the data's range",
+    symbolic=True,
 )
 
 

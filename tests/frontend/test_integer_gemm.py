@@ -1,0 +1,178 @@
+"""The integer GEMM (issue 33): ONNX MatMulInteger (and so dynamically quantized models)
+runs as one call of the C runtime's u8 x s8 kernel (``passinfra/codegen/c/qgemm.c``), its
+constant weights stored in the kernel's panels. Exact int32 results, the same bits on
+every instruction set the runtime has here and for any thread count."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import passinfra
+from passinfra.frontend import from_onnx
+from passinfra.ir.op import qgemm_panels
+from passinfra.runtime.module import CONV_ISA_LEVELS
+from passinfra.transform import PassContext
+
+ort = pytest.importorskip("onnxruntime")
+
+_ONNX_TYPES = {"uint8": TensorProto.UINT8, "int8": TensorProto.INT8}
+
+
+def _ints(rng: np.random.Generator, dtype: str, shape) -> np.ndarray:
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, info.max + 1, shape).astype(dtype)
+
+
+def matmul_integer(a_shape, n, a_dtype, b_dtype, a_zero="one", b_zero="one", weight=True, seed=0):
+    """A MatMulInteger model (the weight an initializer unless ``weight`` is False) and its
+    left operand's values. Zero points: "one", "rows" (left) / "columns" (right), "none"."""
+    rng = np.random.default_rng(seed)
+    k, rows = a_shape[-1], a_shape[-2]
+    tensors = {"za": None if a_zero == "none" else _ints(rng, a_dtype, (rows,) if a_zero == "rows" else ()),
+               "zb": None if b_zero == "none" else _ints(rng, b_dtype, (n,) if b_zero == "columns" else ())}
+    inputs = [helper.make_tensor_value_info("A", _ONNX_TYPES[a_dtype], a_shape)]
+    b = _ints(rng, b_dtype, (k, n))
+    if weight:
+        tensors["B"] = b
+    else:
+        inputs.append(helper.make_tensor_value_info("B", _ONNX_TYPES[b_dtype], (k, n)))
+    names = ["A", "B", "za" if tensors["za"] is not None else "", "zb" if tensors["zb"] is not None else ""]
+    while not names[-1]:
+        names.pop()
+    node = helper.make_node("MatMulInteger", names, ["Y"])
+    output = helper.make_tensor_value_info("Y", TensorProto.INT32, None)
+    inits = [numpy_helper.from_array(v, name) for name, v in tensors.items() if v is not None]
+    graph = helper.make_graph([node], "mi", inputs, [output], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {"A": _ints(rng, a_dtype, a_shape)}
+    if not weight:
+        feeds["B"] = b
+    return model, feeds
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(tmp_path_factory.mktemp("qgemm-cache"))
+
+
+def _build(model, cache_dir: str):
+    mod = from_onnx(model)
+    with PassContext(opt_level=3, config={"codegen.cache_dir": cache_dir}):
+        return mod, passinfra.build(mod)
+
+
+def _exact(model, feeds: dict) -> np.ndarray:
+    """The model's product in int64, wrapped to int32."""
+    inits = {i.name: numpy_helper.to_array(i).astype(np.int64) for i in model.graph.initializer}
+    a, b = feeds["A"].astype(np.int64), inits.get("B", feeds.get("B")).astype(np.int64)
+    za, zb = inits.get("za", np.int64(0)), inits.get("zb", np.int64(0))
+    return ((a - (za[:, None] if za.ndim else za)) @ (b - zb)).astype(np.int32)
+
+
+def _same_everywhere(lib, feeds: dict, expected: np.ndarray) -> None:
+    """``lib`` gives ``expected`` on two threads and one, on every instruction set here."""
+    args = list(feeds.values())
+    assert np.array_equal(lib(*args), expected)
+    lib.set_num_threads(1)
+    assert np.array_equal(lib(*args), expected)
+    isa = lib.conv_isa()
+    assert isa is not None, "the runtime (and its integer GEMM) is linked"
+    for level in CONV_ISA_LEVELS[:CONV_ISA_LEVELS.index(isa) + 1]:
+        assert lib.conv_isa(level) == level
+        assert np.array_equal(lib(*args), expected), level
+    lib.set_num_threads(2)
+
+
+@pytest.mark.parametrize(("a_shape", "n", "a_dtype", "b_dtype", "a_zero", "b_zero"), [
+    ((1, 96), 40, "uint8", "int8", "one", "one"),  # a decode step (dynamic quantization's types)
+    ((5, 101), 33, "uint8", "int8", "rows", "columns"),  # k not a multiple of 4, n of 32
+    ((2, 3, 64), 70, "int8", "int8", "one", "columns"),  # rank 3: the rows are 2 x 3
+    ((7, 13), 64, "uint8", "uint8", "none", "columns"),
+    ((6, 300), 65, "int8", "uint8", "one", "none"),
+    ((9, 1), 3, "uint8", "int8", "one", "one"),  # k = 1
+])
+def test_matmul_integer_is_onnxruntime_s_exactly(a_shape, n, a_dtype, b_dtype, a_zero, b_zero, cache_dir):
+    model, feeds = matmul_integer(a_shape, n, a_dtype, b_dtype, a_zero, b_zero)
+    expected = _exact(model, feeds)
+    if a_zero != "rows":  # onnxruntime 1.32 takes one zero point for the left operand only
+        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        assert np.array_equal(session.run(None, feeds)[0], expected)
+    mod, lib = _build(model, cache_dir)
+    assert np.array_equal(np.asarray(passinfra.evaluate(mod, *feeds.values())), expected)
+    _same_everywhere(lib, feeds, expected)
+
+
+def test_the_weight_is_stored_once_as_bytes_in_the_kernels_panels(cache_dir, tmp_path):
+    k, n = 300, 100
+    model, feeds = matmul_integer((4, k), n, "uint8", "int8")
+    _, lib = _build(model, cache_dir)
+    lib.export_library(str(tmp_path / "lib.so"))
+    weights = (tmp_path / "lib.so.weights.bin").stat().st_size
+    panels = int(np.prod(qgemm_panels.panels_shape(k, n)))  # 4 panels of 32 columns: n padded to 128
+    assert panels <= weights <= panels + 4096  # alignment, nothing else: not an int32 or float copy
+    assert weights < 1.3 * k * n
+
+
+def test_a_right_operand_computed_at_run_time_is_packed_by_the_kernel(cache_dir):
+    model, feeds = matmul_integer((3, 37), 45, "uint8", "uint8", "rows", "one", weight=False)
+    _, lib = _build(model, cache_dir)
+    _same_everywhere(lib, feeds, _exact(model, feeds))
+
+
+def test_products_that_saturate_sixteen_bits_are_exact(cache_dir):
+    """255 * 127 + 255 * 127 overflows int16: VPMADDUBSW (onnxruntime's AVX2 u8 x s8
+    kernel) saturates such a pair; every body here is exact."""
+    k, n = 64, 32
+    model, _ = matmul_integer((2, k), n, "uint8", "int8", "none", "none")
+    b = np.where(np.arange(n) % 2, 127, -128).astype(np.int8)[None, :].repeat(k, axis=0)
+    for init in model.graph.initializer:
+        if init.name == "B":
+            init.CopyFrom(numpy_helper.from_array(b, "B"))
+    a = np.full((2, k), 255, np.uint8)
+    expected = (a.astype(np.int64) @ b.astype(np.int64)).astype(np.int32)
+    assert expected.max() == 255 * 127 * k and expected.min() == -255 * 128 * k
+    _, lib = _build(model, cache_dir)
+    _same_everywhere(lib, {"A": a}, expected)
+
+
+@pytest.mark.parametrize(("k", "n", "dtype"), [(1, 1, "int8"), (6, 35, "uint8"), (64, 32, "int8"),
+                                               (9, 70, "uint8")])
+def test_panels_round_trip(k, n, dtype):
+    weight = _ints(np.random.default_rng(k * n), dtype, (k, n))
+    panels = qgemm_panels.to_panels(weight)
+    assert panels.shape == qgemm_panels.panels_shape(k, n) and panels.dtype == np.int8
+    back = qgemm_panels.from_panels(panels, (k, n), dtype)
+    assert back.dtype == weight.dtype and np.array_equal(back, weight)
+    # column c's four k of group g side by side; a uint8 weight stored minus 128
+    signed = weight.astype(np.int16) - (128 if dtype == "uint8" else 0)
+    assert panels[0, 0, 0, 0] == signed[0, 0]
+    if k > 3 and n > 2:
+        assert panels[0, 0, 2, 3] == signed[3, 2]
+
+
+def test_a_dynamically_quantized_model_with_symbolic_rows(cache_dir, tmp_path):
+    """onnxruntime's quantize_dynamic on a small MLP whose rows are symbolic: one library
+    for every row count, onnxruntime's outputs (float, so within float32 rounding)."""
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    rng = np.random.default_rng(5)
+    inits = [numpy_helper.from_array((rng.standard_normal((48, 40)) / 7).astype(np.float32), "w1"),
+             numpy_helper.from_array((rng.standard_normal((40, 24)) / 6).astype(np.float32), "w2")]
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("MatMul", ["r", "w2"], ["y"])]
+    value = helper.make_tensor_value_info
+    graph = helper.make_graph(nodes, "mlp", [value("x", TensorProto.FLOAT, ["rows", 48])],
+                              [value("y", TensorProto.FLOAT, ["rows", 24])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "f.onnx")
+    quantize_dynamic(tmp_path / "f.onnx", tmp_path / "q.onnx", weight_type=QuantType.QInt8)
+    model = onnx.load(tmp_path / "q.onnx")
+    assert "MatMulInteger" in {node.op_type for node in model.graph.node}
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    _, lib = _build(model, cache_dir)
+    for rows in (1, 6):
+        x = rng.standard_normal((rows, 48)).astype(np.float32)
+        expected = session.run(None, {"x": x})[0]
+        np.testing.assert_allclose(lib(x), expected, rtol=1e-6, atol=1e-6 * np.abs(expected).max())
