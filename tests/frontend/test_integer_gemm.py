@@ -92,6 +92,9 @@ def _same_everywhere(lib, feeds: dict, expected: np.ndarray) -> None:
     ((7, 13), 64, "uint8", "uint8", "none", "columns"),
     ((6, 300), 65, "int8", "uint8", "one", "none"),
     ((9, 1), 3, "uint8", "int8", "one", "one"),  # k = 1
+    # 16 rows or more: AMX where the CPU has it, in steps of 32 rows (the last 8 on VNNI)
+    ((40, 130), 70, "uint8", "int8", "rows", "columns"),
+    ((2, 16, 64), 33, "int8", "uint8", "one", "none"),
 ])
 def test_matmul_integer_is_onnxruntime_s_exactly(a_shape, n, a_dtype, b_dtype, a_zero, b_zero, cache_dir):
     model, feeds = matmul_integer(a_shape, n, a_dtype, b_dtype, a_zero, b_zero)
@@ -105,18 +108,18 @@ def test_matmul_integer_is_onnxruntime_s_exactly(a_shape, n, a_dtype, b_dtype, a
 
 
 def test_the_weight_is_stored_once_as_bytes_in_the_kernels_panels(cache_dir, tmp_path):
-    k, n = 300, 100
+    k, n = 320, 96
     model, feeds = matmul_integer((4, k), n, "uint8", "int8")
     _, lib = _build(model, cache_dir)
     lib.export_library(str(tmp_path / "lib.so"))
     weights = (tmp_path / "lib.so.weights.bin").stat().st_size
-    panels = int(np.prod(qgemm_panels.panels_shape(k, n)))  # 4 panels of 32 columns: n padded to 128
+    panels = int(np.prod(qgemm_panels.panels_shape(k, n)))  # the bytes and 96 int32 column sums
+    assert panels == k * n + 4 * n
     assert panels <= weights <= panels + 4096  # alignment, nothing else: not an int32 or float copy
-    assert weights < 1.3 * k * n
 
 
 def test_a_right_operand_computed_at_run_time_is_packed_by_the_kernel(cache_dir):
-    model, feeds = matmul_integer((3, 37), 45, "uint8", "uint8", "rows", "one", weight=False)
+    model, feeds = matmul_integer((20, 37), 45, "uint8", "uint8", "rows", "one", weight=False)
     _, lib = _build(model, cache_dir)
     _same_everywhere(lib, feeds, _exact(model, feeds))
 
@@ -125,12 +128,12 @@ def test_products_that_saturate_sixteen_bits_are_exact(cache_dir):
     """255 * 127 + 255 * 127 overflows int16: VPMADDUBSW (onnxruntime's AVX2 u8 x s8
     kernel) saturates such a pair; every body here is exact."""
     k, n = 64, 32
-    model, _ = matmul_integer((2, k), n, "uint8", "int8", "none", "none")
+    model, _ = matmul_integer((17, k), n, "uint8", "int8", "none", "none")
     b = np.where(np.arange(n) % 2, 127, -128).astype(np.int8)[None, :].repeat(k, axis=0)
     for init in model.graph.initializer:
         if init.name == "B":
             init.CopyFrom(numpy_helper.from_array(b, "B"))
-    a = np.full((2, k), 255, np.uint8)
+    a = np.full((17, k), 255, np.uint8)
     expected = (a.astype(np.int64) @ b.astype(np.int64)).astype(np.int32)
     assert expected.max() == 255 * 127 * k and expected.min() == -255 * 128 * k
     _, lib = _build(model, cache_dir)
@@ -146,10 +149,13 @@ def test_panels_round_trip(k, n, dtype):
     back = qgemm_panels.from_panels(panels, (k, n), dtype)
     assert back.dtype == weight.dtype and np.array_equal(back, weight)
     # column c's four k of group g side by side; a uint8 weight stored minus 128
-    signed = weight.astype(np.int16) - (128 if dtype == "uint8" else 0)
+    signed = weight.astype(np.int32) - (128 if dtype == "uint8" else 0)
     assert panels[0, 0, 0, 0] == signed[0, 0]
     if k > 3 and n > 2:
         assert panels[0, 0, 2, 3] == signed[3, 2]
+    # the last group: each column's sum, int32 little-endian
+    sums = np.ascontiguousarray(panels[:, -1]).view("<i4").reshape(-1)
+    assert np.array_equal(sums[:n], signed.sum(axis=0)) and not sums[n:].any()
 
 
 def test_a_dynamically_quantized_model_with_symbolic_rows(cache_dir, tmp_path):
