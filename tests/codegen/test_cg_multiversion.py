@@ -230,6 +230,27 @@ def test_cloned_max_pooling_gives_the_portable_codes_bits_nans_included(cache_di
     np.testing.assert_array_equal(*bits)
 
 
+def quantize_module() -> ir.IRModule:
+    x = ir.var("x", (4, 1000))
+    scale, zero = ir.const(np.float32(0.05)), ir.const(np.uint8(7))
+    return ir.IRModule.from_expr(ir.Function([x], ir.op.qnn.quantize(x, scale, zero)))
+
+
+def test_a_quantizing_kernel_is_cloned_and_gives_the_portable_codes_bits(cache_dir: str):
+    """rne(x / scale) is one ROUNDSS in the AVX2 clone (a libm call in the portable code),
+    exact in both: the same codes, ties and saturation included."""
+    (source,) = kernel_sources(quantize_module(), **{"codegen.multiversion_min_work": 1}).values()
+    assert CLONED in source
+    x = (np.random.default_rng(4).standard_normal((4, 1000)) * 8).astype(np.float32)
+    x[0, :200] = (np.arange(200, dtype=np.float32) - 100) * np.float32(0.025)  # halves: ties to even
+    x[1, :4] = [np.nan, np.inf, -np.inf, 1e9]
+    config = {"codegen.multiversion_min_work": 1}
+    with_clones = np.asarray(build(quantize_module(), cache_dir, **config)(x))
+    portable = np.asarray(build(quantize_module(), cache_dir, **config, **{"codegen.multiversion": False})(x))
+    assert with_clones.dtype == np.uint8 and np.array_equal(with_clones, portable)
+    assert np.array_equal(with_clones, np.asarray(passinfra.evaluate(quantize_module(), x)))
+
+
 @pytest.mark.parametrize("kernel", ["microkernel", "group_gemm"])
 def test_a_convolution_with_a_swish_epilogue_is_cloned(kernel):
     """EfficientNet's 1x1 convolutions end in x * sigmoid(x): the function that calls the
