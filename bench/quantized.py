@@ -7,6 +7,11 @@ quarter of the hidden size; RMS-free: the residual adds, SiLU gating and the sev
 projections, whose weights are the layer's whole memory traffic), one row (a decode
 step). The float32 model is built here with random weights; ``onnxruntime.quantization``'s
 ``MatMulNBitsQuantizer`` (asymmetric, blocks of 32) turns it into the 4- and 8-bit models.
+**Static QDQ CNNs.** MobileNetV3-like and RegNetX-like (``bench/conv_models.py``) through
+``quantize_static`` (QDQ format, uint8 activations, int8 per-channel weights, calibrated
+on random batches): today's float path (a weight's DequantizeLinear folds into a float32
+constant; the activations' QuantizeLinear/DequantizeLinear pairs run as such).
+
 **Dynamic int8 (MatMulInteger).** The same layers through ``onnxruntime.quantization``'s
 ``quantize_dynamic`` (int8 weights, per tensor; the activations quantized to uint8 at run
 time by DynamicQuantizeLinear): one row (a decode step) and 32 rows (a prefill chunk).
@@ -34,6 +39,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from bench import conv_models
 from bench.common import HEADLINE_TABLE_HEADER, interleaved, machine_notes, markdown_table, ratio, verdict
 from bench.vs_onnxruntime import block, block_calls
 from passinfra.build import build
@@ -103,6 +109,27 @@ def dynamic_int8(model: onnx.ModelProto, tmp: str) -> onnx.ModelProto:
     return onnx.load(target)
 
 
+def static_qdq(model: onnx.ModelProto, tmp: str) -> onnx.ModelProto:
+    """``model`` through onnxruntime's ``quantize_static`` in the QDQ format (uint8
+    activations, int8 per-channel weights), calibrated on four random batches."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    source = model.graph.input[0]
+    shape = tuple(d.dim_value for d in source.type.tensor_type.shape.dim)
+    rng = np.random.default_rng(7)
+    batches = iter([{source.name: rng.standard_normal(shape).astype(np.float32)} for _ in range(4)])
+
+    class RandomBatches(CalibrationDataReader):
+        def get_next(self) -> dict | None:
+            return next(batches, None)
+
+    path, target = Path(tmp) / "float32.onnx", Path(tmp) / "qdq.onnx"
+    onnx.save(model, path)
+    quantize_static(path, target, RandomBatches(), quant_format=QuantFormat.QDQ,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, per_channel=True)
+    return onnx.load(target)
+
+
 def quantized_bytes(model: onnx.ModelProto) -> int:
     """Bytes of the quantized weights' initializers (codes, scales, zero points)."""
     return sum(numpy_helper.to_array(init).nbytes for init in model.graph.initializer)
@@ -117,17 +144,18 @@ def compare(label: str, float_model: onnx.ModelProto, quantized: onnx.ModelProto
             cache_dir: str, out_dir: str) -> dict[str, Any]:
     import onnxruntime as ort
 
-    rows, hidden = (d.dim_value for d in float_model.graph.input[0].type.tensor_type.shape.dim)
-    x = np.random.default_rng(1).standard_normal((rows, hidden)).astype(np.float32)
+    source = float_model.graph.input[0]
+    shape = tuple(d.dim_value for d in source.type.tensor_type.shape.dim)
+    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
     ours, ours_float = _library(quantized, cache_dir), _library(float_model, cache_dir)
     session = ort.InferenceSession(quantized.SerializeToString(), providers=["CPUExecutionProvider"])
-    expected = session.run(None, {"x": x})[0]
+    expected = session.run(None, {source.name: x})[0]
     got = ours(x)
     error = float(np.abs(got - expected).max() / max(np.abs(expected).max(), 1e-6))
     library = Path(out_dir) / f"{len(os.listdir(out_dir))}.so"
     ours.export_library(str(library))
     weights = Path(str(library) + WEIGHTS_SUFFIX).stat().st_size
-    runs = {"onnxruntime": lambda: session.run(None, {"x": x}), "ours": lambda: ours(x),
+    runs = {"onnxruntime": lambda: session.run(None, {source.name: x}), "ours": lambda: ours(x),
             "ours float32": lambda: ours_float(x)}
     calls = block_calls(runs["onnxruntime"])
     samples = interleaved({name: block(run, calls) for name, run in runs.items()}, repeats)
@@ -165,6 +193,14 @@ def main(argv: list[str] | None = None) -> int:
             quantized = dynamic_int8(model, tmp)
             assert "MatMulInteger" in _nodes(quantized) and "MatMul" not in _nodes(quantized), "all quantized"
             label = "dynamic int8, one row" if rows == 1 else f"dynamic int8, {rows} rows"
+            results.append(compare(label, model, quantized, args.repeats, cache, out))
+        cnns = (("MobileNetV3-like", conv_models.mobilenet), ("RegNetX-like", conv_models.regnet))
+        for name, builder in cnns:
+            print(f"static QDQ {name} ...", flush=True)
+            model = builder()
+            quantized = static_qdq(model, tmp)
+            assert "QuantizeLinear" in _nodes(quantized), "quantized"
+            label = f"{name} QDQ (static, per-channel)"
             results.append(compare(label, model, quantized, args.repeats, cache, out))
     table, headline = [], []
     for r in results:

@@ -894,8 +894,12 @@ _EAGER_SELECTS = {"float16": "rp_select_f32", "bfloat16": "rp_select_f32", "floa
                   "float64": "rp_select_f64"}
 
 
-def _render_select(node: tir.Select, args: list[str]) -> str:
+def _render_select(node: tir.Select, args: list[str], vector: bool = False) -> str:
     eager = _EAGER_SELECTS.get(node.dtype)
+    if eager is not None and vector and node.dtype in ("float32", "float64"):
+        # in a VECTORIZED loop the bit-mask form, which GCC turns into a blend where it
+        # cannot if-convert a ?: (a quantize's clamp kept the loop scalar: PREAMBLE)
+        return f"rp_vselect_{eager[-3:]}({args[0]}, {args[1]}, {args[2]})"
     if eager is not None:
         return f"{eager}({args[0]}, {args[1]}, {args[2]})"
     # integer selects stay lazy: an index computation under a false condition may divide
@@ -937,7 +941,7 @@ _NODE_RENDERERS: dict[type, Callable[[CRenderer, object, list[str]], str]] = {
     tir.FloatImm: _render_float,  # type: ignore[dict-item]
     tir.TVar: lambda r, n, a: r._name_of(n),  # type: ignore[arg-type]
     tir.Not: lambda r, n, a: f"(!{a[0]})",
-    tir.Select: lambda r, n, a: _render_select(n, a),  # type: ignore[arg-type]
+    tir.Select: lambda r, n, a: _render_select(n, a, r._vector_depth > 0),  # type: ignore[arg-type]
     tir.Cast: lambda r, n, a: _render_cast(n, a),  # type: ignore[arg-type]
     tir.Intrinsic: lambda r, n, a: r._render_intrinsic(n, a),  # type: ignore[arg-type]
     tir.BufferLoad: _render_load,  # type: ignore[dict-item]

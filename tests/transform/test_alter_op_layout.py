@@ -106,6 +106,23 @@ def test_conv_relu_conv_chain_has_one_transpose_in_and_one_out():
     check_same_values(before["main"], folded["main"], (1, 3, 8, 8))
 
 
+def test_quantize_dequantize_between_convs_stays_nhwc():
+    """A QDQ model's convolutions: the activations' quantize/dequantize pairs (per tensor)
+    and a per-channel dequantize keep the NHWC value, so the chain has one transpose in
+    and one out (each pair used to cost one out and one back in)."""
+    x = ir.var("x", (1, 3, 8, 8))
+    scale, zero = ir.const(np.float32(0.05)), ir.const(np.uint8(128))
+    y = op.nn.conv2d(x, ir.const(rand(8, 3, 3, 3)), padding=(1, 1))
+    y = op.qnn.dequantize(op.qnn.quantize(y, scale, zero), scale, zero)
+    per_channel = ir.const(np.linspace(0.01, 0.08, 8, dtype=np.float32).reshape(8, 1, 1))
+    codes = op.qnn.quantize(y, per_channel, ir.const(np.zeros((8, 1, 1), np.int8)))
+    y = op.qnn.dequantize(codes, per_channel, ir.const(np.zeros((8, 1, 1), np.int8)))
+    before = ir.IRModule({"main": ir.Function([x], op.nn.conv2d(y, ir.const(rand(4, 8, 1, 1))))})
+    after = AlterOpLayout()(before)
+    assert activation_transposes(after["main"]) == 2
+    check_same_values(before["main"], after["main"], (1, 3, 8, 8))
+
+
 def test_dense_block_concatenation_stays_nhwc():
     """DenseNet's pattern: features concatenated along the channels with a conv's output,
     then a per-channel scale, relu and the next conv. Only the block input is NCHW (one

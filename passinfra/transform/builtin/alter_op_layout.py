@@ -13,7 +13,8 @@ What the pass does, in one forward sweep over the dataflow (iterative, ExprMutat
 * the NHWC value is then propagated through ops that do not care about the layout:
   elementwise ops (relu, exp, ...), binary broadcast ops whose other operand is NHWC too
   or smaller than the result (a per-channel bias or scale, re-laid by ``expand_dims`` +
-  ``transpose``), ``nn.bias_add`` along the channels (its axis becomes 3), and the pools
+  ``transpose``), the quantization ops the same way (their scales and zero points),
+  ``nn.bias_add`` along the channels (its axis becomes 3), and the pools
   (``layout="NHWC"``), and ``concatenate`` along the channels (its axis becomes 3) when
   one of its operands is NHWC;
 * where an NCHW value is needed (any other op, the function result), one
@@ -54,6 +55,12 @@ _CONV2D = Op.get("nn.conv2d")
 _BIAS_ADD = Op.get("nn.bias_add")
 _POOLS = (Op.get("nn.max_pool2d"), Op.get("nn.avg_pool2d"), Op.get("nn.global_avg_pool2d"))
 _CONCATENATE = Op.get("concatenate")
+# broadcast ops of more than two operands, each of which broadcasts (NumPy rules) to the
+# result: a quantized model's (de)quantization between its convolutions (the scale and
+# zero point per tensor, or per channel as [C, 1, 1]); without them every QDQ pair cost a
+# transpose out of NHWC and one back in (MobileNetV3-like, QDQ: 80% of its time)
+_BROADCAST_MANY = frozenset(Op.get(name) for name in (
+    "qnn.quantize", "qnn.dequantize", "qnn.requantize", "qnn.add", "qnn.mul"))
 
 
 def _tensor_type(node: Expr) -> TensorType | None:
@@ -98,9 +105,9 @@ class _NHWCRewriter(ir.ExprMutator):
     def _relaid_operand(self, arg: Expr, out_type: TensorType) -> Expr | None:
         """A broadcast operand of an NHWC-converted op, re-laid to NHWC; None if it is
         neither NHWC already nor smaller than the result."""
-        if arg in self.nhwc and _tensor_type(arg) == out_type:
-            return self.nhwc[arg]
         arg_type = _tensor_type(arg)
+        if arg in self.nhwc and arg_type is not None and arg_type.shape == out_type.shape:
+            return self.nhwc[arg]  # (of any dtype: a quantize's result is not its operand's)
         if arg_type is None or arg_type.ndim > 4:
             return None
         # a static operand of a result of symbolic size (a bias broadcast over a symbolic
@@ -161,7 +168,7 @@ class _NHWCRewriter(ir.ExprMutator):
             return None
         if callee.pattern == OpPattern.ELEMWISE and len(call.args) == 1:
             return lambda c: Call(c.op, [self.nhwc[c.args[0]]], c.attrs)
-        if callee.pattern == OpPattern.BROADCAST and len(call.args) == 2:
+        if callee.pattern == OpPattern.BROADCAST and (len(call.args) == 2 or callee in _BROADCAST_MANY):
             return self._broadcast
         return None
 
