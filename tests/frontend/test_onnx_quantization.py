@@ -280,9 +280,11 @@ case("dequantize-bfloat16-scale", "DequantizeLinear",
 
 # DynamicQuantizeLinear (an all-zero tensor: scale 1, as onnxruntime; the spec's formula
 # divides by zero)
+# rows of 16 values or more: the range pass runs in 16 lanes (37: a tail of 5)
 for _label, _data in (("mixed", RNG.normal(0, 3, (4, 7))), ("positive", RNG.uniform(1, 3, (4, 7))),
                       ("negative", -RNG.uniform(1, 3, (4, 7))), ("zeros", np.zeros((4, 7))),
-                      ("one-element", np.full((1,), 2.5))):
+                      ("one-element", np.full((1,), 2.5)), ("lanes", RNG.normal(0, 3, (3, 37))),
+                      ("lanes-positive", RNG.uniform(1, 3, (2, 32)))):
     case(f"dynamic-quantize-{_label}", "DynamicQuantizeLinear", [In(_data.astype(np.float32))], outputs=3,
          opset=11)
 
@@ -504,6 +506,19 @@ def test_int8_products_are_exact_over_the_full_range():
 
 
 # --------------------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize("where", [(0, 3), (2, 35)])  # in the lanes, in the tail
+def test_dynamic_quantize_range_in_lanes_keeps_nan_and_signed_zero(where):
+    """The compiled range pass (16 lanes, combined at the end) gives the interpreter's scale,
+    zero point and codes: a NaN anywhere makes the scale NaN, and -0.0 is no new minimum."""
+    for special in (np.nan, -0.0):
+        data = RNG.uniform(0.5, 3, (3, 37)).astype(np.float32)
+        data[where] = special
+        results = run_raypass(*node_model("DynamicQuantizeLinear", [In(data)], outputs=3, opset=11))
+        for compiled, interpreted in zip(results["compiled"], results["interpreted"]):
+            np.testing.assert_array_equal(np.asarray(compiled), np.asarray(interpreted))
+        assert np.isnan(results["compiled"][1]) == np.isnan(special)
 
 
 def test_ir_errors_name_the_op_and_the_types():

@@ -14,14 +14,17 @@ described there), so a compiled kernel's results are the interpreter's bit for b
 * ``qnn.matmul`` and ``qnn.conv2d`` are int32 sums (:class:`ReduceOp`) of products of
   int32 differences ``(x - zx) * (w - zw)``: exact, no float and no saturation. A
   padded convolution tap contributes 0 (a select around a load at a clamped index);
-* ``qnn.dynamic_quantize`` is an :class:`ExternOp`: a min/max pass over the data, the
-  scale and zero point as scalars, then the quantizing pass.
+* ``qnn.dynamic_quantize`` is an :class:`ExternOp`: a min/max pass over the data (in 16
+  lanes, which give the same min and max as one chain), the scale and zero point as
+  scalars, then the quantizing pass;
+* ``qnn.matmul`` on a weight (:func:`integer_gemm_steps`) is one call of the runtime's
+  integer GEMM (``passinfra/codegen/c/qgemm.c``), exact as the loop nest.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -366,6 +369,49 @@ def _conv2d(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> Red
 # --------------------------------------------------------------------------- dynamic_quantize
 
 
+# lanes of the range pass: each takes every RANGE_LANES-th value of a row, so the pass is a
+# loop GCC vectorizes, where one min/max chain is serial (qnn.dynamic_quantize of 32 x 5632
+# floats, range and quantizing passes, one thread: 354 us -> 130 us)
+RANGE_LANES = 16
+
+
+def _range_in_lanes(data: TensorHandle, low: tir.Buffer, high: tir.Buffer) -> tir.Stmt:
+    """``low``/``high`` lowered/raised to the data's min/max. A float min/max is the same
+    value in any order (a NaN anywhere gives NaN, -0 and 0 lead to the same scale and zero
+    point), so the rows' values go to RANGE_LANES lanes, combined at the end."""
+    *outer, inner = data.shape
+    if not is_static_dim(inner) or int(inner) < RANGE_LANES:
+        return loop_nest(data.shape, lambda idx: seq(
+            tir.BufferStore(low, tir.Min(low.load(), data.load(*idx)), ()),
+            tir.BufferStore(high, tir.Max(high.load(), data.load(*idx)), ()),
+        ))
+    inner = int(inner)
+    lows, highs = (tir.Buffer(name, (RANGE_LANES,), _F32, "local") for name in ("range_lows", "range_highs"))
+    full = inner // RANGE_LANES * RANGE_LANES
+
+    def update(at: tir.PrimExpr, idx: Indices) -> tir.Stmt:
+        value = data.load(*idx)
+        return seq(tir.BufferStore(lows, tir.Min(lows.load(at), value), (at,)),
+                   tir.BufferStore(highs, tir.Max(highs.load(at), value), (at,)))
+
+    def loop(name: str, extent: int, body: Callable[[tir.TVar], tir.Stmt]) -> tir.Stmt:
+        var = tir.TVar(name)
+        return tir.For(var, tir.IntImm(0), tir.IntImm(extent), tir.ForKind.SERIAL, body(var))
+
+    start = loop("lane", RANGE_LANES, lambda lane: seq(tir.BufferStore(lows, low.load(), (lane,)),
+                                                       tir.BufferStore(highs, high.load(), (lane,))))
+    blocks = loop_nest(outer, lambda idx: loop("block", inner // RANGE_LANES, lambda block: loop(
+        "lane", RANGE_LANES, lambda lane: update(lane, (*idx, block * tir.IntImm(RANGE_LANES) + lane)))),
+        prefix="row")
+    tail = None if full == inner else loop_nest(outer, lambda idx: loop(
+        "rest", inner - full, lambda rest: update(tir.IntImm(0), (*idx, tir.IntImm(full) + rest))),
+        prefix="tail")
+    combine = loop("lane", RANGE_LANES, lambda lane: seq(
+        tir.BufferStore(low, tir.Min(low.load(), lows.load(lane)), ()),
+        tir.BufferStore(high, tir.Max(high.load(), highs.load(lane)), ())))
+    return tir.Allocate(lows, tir.Allocate(highs, seq(start, blocks, tail, combine)))
+
+
 @register_compute("qnn.dynamic_quantize")
 def _dynamic_quantize(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> ExternOp:
     (data,) = inputs
@@ -379,10 +425,7 @@ def _dynamic_quantize(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Ty
         find_range = seq(
             tir.BufferStore(low, zero, ()),
             tir.BufferStore(high, zero, ()),
-            loop_nest(shape, lambda idx: seq(
-                tir.BufferStore(low, tir.Min(low.load(), data.load(*idx)), ()),
-                tir.BufferStore(high, tir.Max(high.load(), data.load(*idx)), ()),
-            )),
+            _range_in_lanes(data, low, high),
         )
         lo, hi = low.load(), high.load()
         step = tir.Select(tir.EQ(hi, lo), tir.FloatImm(1.0, _F32), (hi - lo) / top)
