@@ -46,8 +46,6 @@ extern int rp_parallel_for(rp_chunk_fn fn, void* ctx, int64_t extent, int64_t wo
 #define RP_QGEMM_PANEL(Kp) ((Kp) * RP_QGEMM_COLUMNS + RP_QGEMM_COLUMNS * 4)
 /* rows of A' per AMX step (two tiles of 16); A' is allocated in whole steps */
 #define RP_QGEMM_AMX_ROWS 32
-/* steps of 64 k ahead whose panel bytes an AMX step prefetches */
-#define RP_QGEMM_AMX_AHEAD 4
 
 typedef struct {
   const uint8_t* A;        /* [M, Kp]: A' (unsigned), zeros past K */
@@ -233,13 +231,6 @@ static void rp_qgemm_tile_amx(const rp_qgemm* g, int64_t m, const uint8_t* panel
   _tile_zero(2);
   _tile_zero(3);
   for (int64_t k = 0; k < g->Kp; k += RP_QGEMM_DEPTH) {
-    /* the tile loads' rows are 128 bytes apart, which the hardware prefetchers do not
-       follow: the panel's next steps are fetched by hand (without this a step waited
-       for the L3 cache, 5x slower on a 32 x 2048 x 5632 product) */
-    const uint8_t* ahead = panel + (k + RP_QGEMM_AMX_AHEAD * RP_QGEMM_DEPTH) * RP_QGEMM_COLUMNS;
-    if (k + RP_QGEMM_AMX_AHEAD * RP_QGEMM_DEPTH < g->Kp)
-      for (int line = 0; line < RP_QGEMM_DEPTH * RP_QGEMM_COLUMNS; line += 64)
-        _mm_prefetch((const char*)(ahead + line), _MM_HINT_T0);
     _tile_loadd(4, a + k / RP_QGEMM_DEPTH * tile, RP_QGEMM_DEPTH);
     _tile_loadd(5, a + (steps + k / RP_QGEMM_DEPTH) * tile, RP_QGEMM_DEPTH);
     _tile_loadd(6, panel + k * RP_QGEMM_COLUMNS, 4 * RP_QGEMM_COLUMNS);
