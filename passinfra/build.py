@@ -46,6 +46,7 @@ SUPPORTED_TARGETS = ("c",)
 # then lowering, the loop passes and C; then the module passes that link the library
 COMPILE_PIPELINE: tuple[str, ...] = (
     "InferType",
+    "FuseQDQ",
     "SimplifyInference",
     "FoldConstant",
     "FoldScaleAxis",

@@ -11,6 +11,8 @@ import argparse
 import json
 import re
 import runpy
+import signal
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -40,13 +42,15 @@ def load_model(
     undecodable, empty, ill-typed) is a user error naming the file, raised before anything
     is built or written. ``dims``: bounds of an ONNX model's symbolic dims (``--dim``)."""
     if spec.startswith(ZOO_PREFIX):
-        from passinfra.frontend import from_onnx
-        from passinfra.frontend.zoo import zoo_spec
+        with interrupts_deferred():
+            from passinfra.frontend import from_onnx
+            from passinfra.frontend.zoo import zoo_spec
 
         return from_onnx(zoo_spec(spec), shapes, dims)
     path = _model_path(spec)
     if path.suffix == ".onnx":
-        from passinfra.frontend import from_onnx
+        with interrupts_deferred():
+            from passinfra.frontend import from_onnx
 
         return from_onnx(str(path), shapes, dims)  # OnnxImportError (a user error) names the file
     if shapes:
@@ -54,6 +58,26 @@ def load_model(
     if dims:
         raise CliUserError("--dim applies to ONNX models only; a text-IR file states its own dims")
     return _load_text_ir(spec, path)
+
+
+@contextmanager
+def interrupts_deferred() -> Iterator[None]:
+    """Ctrl-C held back until the block ends, then raised: onnx's extension module (loaded
+    by the first import of the ONNX frontend) dies of a segmentation fault when a
+    KeyboardInterrupt arrives while it initializes, where the user pressing Ctrl-C in the
+    first second of a compile should get ``raypass: interrupted``. (Off the main thread,
+    where no handler can be set, the block runs as it is.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if received:
+            raise KeyboardInterrupt
 
 
 def _model_path(spec: str) -> Path:

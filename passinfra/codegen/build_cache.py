@@ -11,8 +11,8 @@ determines it:
   the cache lives;
 - the pass pipeline: each pass name and the factory registered for it;
 - the C compiler's identity and the default flags, and the BLAS library linked;
-- a digest of raypass's own source files, so editing or upgrading raypass never reuses
-  a stale library.
+- a digest of raypass's own source files (Python, and the C runtime it compiles into
+  every library), so editing or upgrading raypass never reuses a stale library.
 
 It is consulted only when the result cannot differ and nothing observes the passes:
 config ``codegen.build_cache`` (default True) and not ``codegen.no_cache``, no pass
@@ -48,13 +48,17 @@ register_config("codegen.build_cache", bool)
 
 _FORMAT = b"raypass-build/1"
 _SOURCE_ROOT = Path(__file__).resolve().parents[1]  # the passinfra package
+# the C runtime (codegen/c/*.c) is linked into libraries too: a digest of the Python
+# alone reused a library with the old runtime after the C changed
+_SOURCE_PATTERNS = ("*.py", "*.c", "*.h")
 
 
 @functools.lru_cache(maxsize=1)
 def source_digest() -> str:
-    """sha256 over raypass's Python sources (relative path and content, sorted)."""
+    """sha256 over raypass's sources: Python and C (relative path and content, sorted)."""
     digest = hashlib.sha256()
-    for path in sorted(_SOURCE_ROOT.rglob("*.py")):
+    sources = [path for pattern in _SOURCE_PATTERNS for path in _SOURCE_ROOT.rglob(pattern)]
+    for path in sorted(sources):
         digest.update(str(path.relative_to(_SOURCE_ROOT)).encode("utf-8") + b"\0")
         digest.update(path.read_bytes())
     return digest.hexdigest()

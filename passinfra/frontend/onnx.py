@@ -287,6 +287,38 @@ def _checker_context(model: onnx.ModelProto) -> Any:
     return context
 
 
+# A DequantizeLinear of an initializer read only by these ops stays a qnn.dequantize of
+# the integer constant rather than folding into a float32 array: FuseQDQ
+# (passinfra/transform/builtin/fuse_qdq.py) turns such a contraction into integer code on
+# the integer weight; a group it does not fuse folds in FoldConstant, as at import.
+_INTEGER_CONTRACTIONS = frozenset({"Conv", "MatMul", "Gemm"})
+_INTEGER_BIAS_READERS = frozenset({"Add"})  # a MatMul's int32 bias
+
+
+def _kept_dequantized(graph: onnx.GraphProto) -> frozenset[str]:
+    """Outputs of ``graph``'s DequantizeLinear nodes of an initializer that only integer
+    contractions read (an int32 one, a bias, also Add)."""
+    initializers = {init.name: init.data_type for init in graph.initializer}
+    readers: dict[str, set[str]] = collections.defaultdict(set)
+    for node in graph.node:
+        for name in node.input:
+            readers[name].add(node.op_type)
+    outputs = {o.name for o in graph.output}
+    kept = set()
+    for node in graph.node:
+        if node.op_type != "DequantizeLinear" or node.domain not in ("", "ai.onnx") or not node.input:
+            continue
+        dtype = initializers.get(node.input[0])
+        if dtype is None or node.output[0] in outputs or not readers[node.output[0]]:
+            continue
+        bias = dtype == onnx.TensorProto.INT32
+        allowed = _INTEGER_CONTRACTIONS | (_INTEGER_BIAS_READERS if bias else frozenset())
+        eight_bits = dtype in (onnx.TensorProto.INT8, onnx.TensorProto.UINT8)
+        if (eight_bits or bias) and readers[node.output[0]] <= allowed:
+            kept.add(node.output[0])
+    return frozenset(kept)
+
+
 class _Importer:
     def __init__(
         self,
@@ -307,6 +339,7 @@ class _Importer:
         self.values: dict[str, Any] = {}
         self.checker = _checker_context(model)
         self.functions = ModelFunctions(model)  # expands ops defined by ONNX functions
+        self.kept_dequantized = _kept_dequantized(model.graph)
 
     def _initializer(self, index: int, init: onnx.TensorProto) -> np.ndarray:
         """The ``index``-th initializer's array, not copied (see :mod:`.onnx_weights`); a
@@ -391,7 +424,8 @@ class _Importer:
         results = result if isinstance(result, list) else [result]
         # a node with subgraphs may read outer values its inputs do not show: its converter
         # returns known arrays itself where it can
-        foldable = not has_subgraphs(node) and all(v is None or isinstance(v, np.ndarray) for v in inputs)
+        foldable = (not has_subgraphs(node) and all(v is None or isinstance(v, np.ndarray) for v in inputs)
+                    and node.output[0] not in self.kept_dequantized)
         for name, value in zip(node.output, results):
             if not name:
                 continue

@@ -79,16 +79,23 @@ def is_conv(expr: PrimExpr) -> bool:
 # :mod:`passinfra.codegen.compute.matmul_nbits`)
 MATMUL_NBITS_INTRINSIC = "rp_matmul_nbits"
 
-# an integer matrix product of 8-bit operands (qnn.matmul): ``(A, B, za, zb, out, M, N, K,
-# a_signed, b_signed, za_step, zb_step, b_packed)``, the five buffer loads naming each
-# buffer's first element; ``out[m, n] = sum_k (A[m, k] - za[m * za_step]) * (B[k, n] -
-# zb[n * zb_step])`` in int32 (wrapping), A ``[M, K]`` row-major, B ``[K, N]`` row-major or
-# (b_packed 1) in the panels of :mod:`passinfra.ir.op.qgemm_panels`, int8 where the flag
-# is 1, else uint8 (the C runtime computes it: ``passinfra/codegen/c/qgemm.c``)
+# integer matrix products of 8-bit operands (qnn.matmul, qnn.conv2d): ``(A, B, za, zb, out,
+# M, N, K, a_signed, b_signed, za_step, zb_step, b_packed, groups)``, the five buffer loads
+# naming each buffer's first element; per group ``g``, ``out[m, g*N + n] = sum_k (A[g, m,
+# k] - za[m * za_step]) * (B[k, g*N + n] - zb[(g*N + n) * zb_step])`` in int32 (wrapping),
+# A ``[groups, M, K]`` row-major, B ``[K, groups * N]`` row-major or (b_packed 1) the
+# groups' panels of :mod:`passinfra.ir.op.qgemm_panels`, int8 where the flag is 1, else
+# uint8 (the C runtime computes it: ``passinfra/codegen/c/qgemm.c``)
 QGEMM_INTRINSIC = "rp_qgemm"
+# the same GEMMs on a convolution's im2col matrix (qnn.conv2d in NHWC/HWIO), which the C
+# runtime gathers itself: ``(image, B, za, zb, out, batch, height, width, channels,
+# out_height, out_width, kh, kw, sh, sw, dh, dw, top, left, N, groups, a_signed, b_signed,
+# zb_step, b_packed)``; the image NHWC with one zero point ``za`` (what its padding holds),
+# ``K = kh * kw * channels / groups``, out NHWC ``[batch, out_height, out_width, groups * N]``
+QCONV_INTRINSIC = "rp_qconv"
 
 _KERNEL_CALLS = (GEMM_INTRINSIC, CONV_INTRINSIC, DEPTHWISE_CONV_INTRINSIC, MATMUL_NBITS_INTRINSIC,
-                 QGEMM_INTRINSIC)
+                 QGEMM_INTRINSIC, QCONV_INTRINSIC)
 
 
 def is_kernel_call(expr: PrimExpr) -> bool:
@@ -119,7 +126,25 @@ def evaluate_matmul_nbits(intrinsic: Intrinsic, flat_view: Callable[[BufferLoad]
 
 
 def is_qgemm(expr: PrimExpr) -> bool:
-    return isinstance(expr, Intrinsic) and expr.name == QGEMM_INTRINSIC
+    """A ``rp_qgemm`` or a ``rp_qconv`` call (:func:`evaluate_qgemm` runs both)."""
+    return isinstance(expr, Intrinsic) and expr.name in (QGEMM_INTRINSIC, QCONV_INTRINSIC)
+
+
+def _im2col(image: np.ndarray, sizes: list[int]) -> np.ndarray:
+    """The ``[groups, M, K]`` im2col matrices a ``rp_qconv`` multiplies (padding: ``za``)."""
+    (batch, height, width, channels, out_height, out_width, kh, kw, sh, sw, dh, dw, top, left, groups,
+     za) = sizes
+    image = image[:batch * height * width * channels].reshape(batch, height, width, channels)
+    padded = np.full((batch, height + top + (out_height - 1) * sh + (kh - 1) * dh + 1,
+                      width + left + (out_width - 1) * sw + (kw - 1) * dw + 1, channels), za, image.dtype)
+    padded[:, top:top + height, left:left + width] = image
+    rows, columns = (out_height - 1) * sh + 1, (out_width - 1) * sw + 1
+    taps = [padded[:, ky * dh:ky * dh + rows:sh, kx * dw:kx * dw + columns:sw]
+            for ky in range(kh) for kx in range(kw)]
+    stacked = np.stack(taps, axis=3)  # [batch, oh, ow, taps, channels]
+    cg = channels // groups
+    grouped = stacked.reshape(batch * out_height * out_width, kh * kw, groups, cg).transpose(2, 0, 1, 3)
+    return grouped.reshape(groups, batch * out_height * out_width, kh * kw * cg)
 
 
 def evaluate_qgemm(intrinsic: Intrinsic, flat_view: Callable[[BufferLoad], np.ndarray],
@@ -127,19 +152,29 @@ def evaluate_qgemm(intrinsic: Intrinsic, flat_view: Callable[[BufferLoad], np.nd
     """Run a ``rp_qgemm`` in the TIR interpreter (arguments as :func:`evaluate_gemm`):
     exactly, in int64, then wrapped to int32 as the C runtime's arithmetic is."""
     a_load, b_load, za_load, zb_load, out_load, *rest = intrinsic.args
-    m, n, k, _a_signed, b_signed, za_step, zb_step, b_packed = (int(scalar(x)) for x in rest)
-    a = flat_view(a_load)[:m * k].reshape(m, k).astype(np.int64)
+    if intrinsic.name == QCONV_INTRINSIC:
+        geometry = [int(scalar(x)) for x in rest[:14]]
+        n, groups, _a_signed, b_signed, zb_step, b_packed = (int(scalar(x)) for x in rest[14:])
+        batch, _, _, channels, out_height, out_width, kh, kw = geometry[:8]
+        m, k, za_step = batch * out_height * out_width, kh * kw * (channels // groups), 0
+        za_value = flat_view(za_load)[0]
+        a = _im2col(flat_view(a_load), [*geometry, groups, za_value]).astype(np.int64)
+    else:
+        m, n, k, _a_signed, b_signed, za_step, zb_step, b_packed, groups = (int(scalar(x)) for x in rest)
+        a = flat_view(a_load)[:groups * m * k].reshape(groups, m, k).astype(np.int64)
     if b_packed:
         from passinfra.ir.op.qgemm_panels import from_panels, panels_shape
 
-        shape = panels_shape(k, n)
+        shape = panels_shape(k, groups * n, groups)
         panels = flat_view(b_load)[:math.prod(shape)].reshape(shape)
-        b = from_panels(panels, (k, n), "int8" if b_signed else "uint8").astype(np.int64)
+        b = from_panels(panels, (k, groups * n), "int8" if b_signed else "uint8", groups).astype(np.int64)
     else:
-        b = flat_view(b_load)[:k * n].reshape(k, n).astype(np.int64)
+        b = flat_view(b_load)[:k * groups * n].reshape(k, groups * n).astype(np.int64)
     za = flat_view(za_load)[:m if za_step else 1].astype(np.int64).reshape(-1, 1)
-    zb = flat_view(zb_load)[:n if zb_step else 1].astype(np.int64).reshape(1, -1)
-    flat_view(out_load)[:m * n] = ((a - za) @ (b - zb)).astype(np.int32).reshape(-1)
+    zb = flat_view(zb_load)[:groups * n if zb_step else 1].astype(np.int64).reshape(1, -1)
+    centered = (b - zb).reshape(k, groups, n).transpose(1, 0, 2)  # [groups, k, n]
+    result = np.matmul(a - za, centered).transpose(1, 0, 2).reshape(-1)  # [m, groups * n]
+    flat_view(out_load)[:m * groups * n] = result.astype(np.int32)
 
 
 def conv_regions(sizes: tuple[int, ...], depthwise: bool = False) -> tuple[int, int, int]:
@@ -228,7 +263,7 @@ def reinterpret(value: PrimExpr, dtype: str) -> Intrinsic:
 
 
 __all__ = ["BITWISE_INTRINSICS", "CONV_FIRST_PIXEL", "CONV_INTRINSIC", "DEPTHWISE_CONV_INTRINSIC",
-           "GEMM_INTRINSIC", "MATMUL_NBITS_INTRINSIC", "QGEMM_INTRINSIC", "REINTERPRET",
+           "GEMM_INTRINSIC", "MATMUL_NBITS_INTRINSIC", "QCONV_INTRINSIC", "QGEMM_INTRINSIC", "REINTERPRET",
            "bitwise", "conv_regions", "evaluate_conv", "evaluate_gemm", "evaluate_matmul_nbits",
            "evaluate_qgemm", "is_conv", "is_gemm", "is_kernel_call", "is_matmul_nbits", "is_qgemm",
            "reinterpret"]

@@ -51,6 +51,7 @@ from passinfra.transform.builtin import (  # noqa: E402
     FoldScaleAxis,
     ForwardFoldScaleAxis,
     FuseOps,
+    FuseQDQ,
     InferType,
     Inline,
     LambdaLift,
@@ -65,6 +66,6 @@ __all__ += [
     "BUILTIN_PASSES", "InferType", "FoldConstant", "DeadCodeElimination", "EliminateCommonSubexpr",
     "SimplifyInference", "FoldScaleAxis", "BackwardFoldScaleAxis", "ForwardFoldScaleAxis",
     "ToANormalForm", "ToGraphNormalForm", "LambdaLift", "FuseOps", "AlterOpLayout",
-    "RemoveUnusedFunctions", "Inline", "DeduplicateFilters", "ToMixedPrecision",
+    "RemoveUnusedFunctions", "Inline", "DeduplicateFilters", "ToMixedPrecision", "FuseQDQ",
 ]
 BUILTIN_PASSES = __all__[__all__.index("BUILTIN_PASSES") + 1 :]

@@ -190,11 +190,17 @@ class _PrivatePool:
         self.record_path = self._dir / "pool.json"
         self.log_path = self._dir / "pool.log"
         self._spawned = time.time()
-        self.daemon = pool_api.spawn_daemon(
-            self.log_path, PRIVATE_POOL_IDLE_MINUTES, workers=num_workers,
-            cpus_per_worker=options.get("cpus_per_worker"), num_cpus=options.get("num_cpus"),
-            record=self.record_path, parent=os.getpid(),
-        )
+        try:
+            self.daemon = pool_api.spawn_daemon(
+                self.log_path, PRIVATE_POOL_IDLE_MINUTES, workers=num_workers,
+                cpus_per_worker=options.get("cpus_per_worker"), num_cpus=options.get("num_cpus"),
+                record=self.record_path, parent=os.getpid(),
+            )
+        except BaseException:
+            # no pool object to stop (a Ctrl-C while the daemon was spawned): its directory
+            # goes now, or nothing would remove it
+            self._cleanup()
+            raise
         self._record: pool_api.PoolRecord | None = None
         self.startup_seconds = 0.0
 

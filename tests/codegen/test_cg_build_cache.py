@@ -128,3 +128,23 @@ def test_artifact_read_from_a_view_keeps_the_weights_in_place():
     loaded = BuildArtifact.from_bytes(memoryview(stored))
     assert loaded == artifact and isinstance(loaded.weights, memoryview)
     assert loaded.weights.obj is stored  # a view into the entry's bytes, not a copy
+
+
+def test_the_source_digest_covers_the_c_runtime(tmp_path, monkeypatch):
+    """Libraries link the C runtime (codegen/c/*.c): a change there is a new key, or a
+    rebuild after editing (or upgrading) the runtime would serve the old one's library."""
+    from passinfra.codegen import build_cache
+
+    (tmp_path / "codegen" / "c").mkdir(parents=True)
+    (tmp_path / "module.py").write_text("x = 1\n")
+    runtime = tmp_path / "codegen" / "c" / "runtime.c"
+    runtime.write_text("int f(void) { return 1; }\n")
+    monkeypatch.setattr(build_cache, "_SOURCE_ROOT", tmp_path)
+    build_cache.source_digest.cache_clear()
+    try:
+        before = build_cache.source_digest()
+        runtime.write_text("int f(void) { return 2; }\n")
+        build_cache.source_digest.cache_clear()
+        assert build_cache.source_digest() != before
+    finally:
+        build_cache.source_digest.cache_clear()

@@ -12,8 +12,8 @@ from onnx import TensorProto, helper, numpy_helper
 import passinfra
 from passinfra.frontend import from_onnx
 from passinfra.ir.op import qgemm_panels
-from passinfra.runtime.module import CONV_ISA_LEVELS
 from passinfra.transform import PassContext
+from tests.isa_levels import assert_same_on_every_isa
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -72,17 +72,7 @@ def _exact(model, feeds: dict) -> np.ndarray:
 
 
 def _same_everywhere(lib, feeds: dict, expected: np.ndarray) -> None:
-    """``lib`` gives ``expected`` on two threads and one, on every instruction set here."""
-    args = list(feeds.values())
-    assert np.array_equal(lib(*args), expected)
-    lib.set_num_threads(1)
-    assert np.array_equal(lib(*args), expected)
-    isa = lib.conv_isa()
-    assert isa is not None, "the runtime (and its integer GEMM) is linked"
-    for level in CONV_ISA_LEVELS[:CONV_ISA_LEVELS.index(isa) + 1]:
-        assert lib.conv_isa(level) == level
-        assert np.array_equal(lib(*args), expected), level
-    lib.set_num_threads(2)
+    assert_same_on_every_isa(lib, list(feeds.values()), expected)
 
 
 @pytest.mark.parametrize(("a_shape", "n", "a_dtype", "b_dtype", "a_zero", "b_zero"), [

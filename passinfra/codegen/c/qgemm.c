@@ -48,16 +48,20 @@ extern int rp_parallel_for(rp_chunk_fn fn, void* ctx, int64_t extent, int64_t wo
 #define RP_QGEMM_AMX_ROWS 32
 
 typedef struct {
-  const uint8_t* A;        /* [M, Kp]: A' (unsigned), zeros past K */
+  const uint8_t* A;        /* [M, Kp]: A' (unsigned), zeros past K; not made for AMX */
   const uint32_t* rowsum;  /* [M] sum over k of each row of A' */
   const int16_t* A16;      /* AVX2 only: A' as int16, [M, Kp] */
   const uint8_t* tiles;    /* AMX only: A' in tiles, [M / 16][Kp / 64][16][64], zero rows past M
                               (a tile load reads 1 KiB in a row, not 16 rows Kp apart) */
   const uint8_t* B;        /* panels of B' (b_packed), or B [K, N] as given */
+  void* packed;            /* where B as given is packed (rp_qgemm_pack_panels) */
   const void* za;          /* A's zero point(s): one, or one per row (za_step 1) */
   const void* zb;          /* B's zero point(s): one, or one per column (zb_step 1) */
-  int32_t* out;            /* [M, N] */
+  int32_t* out;            /* [M, N], rows ld apart */
   int64_t M, N, K, Kp, za_step, zb_step;
+  int64_t ld;              /* row stride of out and of B as given: N times the groups */
+  int64_t groups;          /* GEMMs of one call (a grouped convolution's), see rp_qgemm_i8 */
+  int64_t tile_rows;       /* AMX: rows of a group's tiles (M in whole steps) */
   int a_signed, b_signed, b_packed;
   int body;                /* 3: AMX (blocks of 16 rows or more; fewer on VNNI), 2: AVX-512 VNNI,
                               1: AVX2, 0: portable */
@@ -78,31 +82,40 @@ static uint32_t rp_qgemm_zb(const rp_qgemm* g, int64_t n) {
 static void rp_qgemm_finish(const rp_qgemm* g, int64_t m, int64_t n0, int64_t cols, const uint32_t* sums,
                             const uint32_t* colsum, const uint32_t* zb) {
   const uint32_t za = rp_qgemm_za(g, m), ra = g->rowsum[m], k = (uint32_t)g->K;
-  int32_t* out = g->out + m * g->N + n0;
+  int32_t* out = g->out + m * g->ld + n0;
   for (int64_t c = 0; c < cols; c++) out[c] = (int32_t)(sums[c] - zb[c] * ra - za * colsum[c] + k * za * zb[c]);
 }
 
-/* the same for a whole panel's 32 columns, 8 at a time (the same integers) */
+/* the same for rows [m, m + rows), 8 columns at a time (the same integers); the columns'
+   terms are loaded once for all the rows */
 __attribute__((target("avx2")))
-static void rp_qgemm_finish_avx2(const rp_qgemm* g, int64_t m, int64_t n0, const uint32_t* sums,
-                                 const uint32_t* colsum, const uint32_t* zb) {
-  const uint32_t za = rp_qgemm_za(g, m);
-  const __m256i a = _mm256_set1_epi32((int)za), r = _mm256_set1_epi32((int)g->rowsum[m]);
-  const __m256i kza = _mm256_set1_epi32((int)((uint32_t)g->K * za));
-  int32_t* out = g->out + m * g->N + n0;
-  for (int c = 0; c < RP_QGEMM_COLUMNS; c += 8) {
-    const __m256i s = _mm256_loadu_si256((const __m256i*)(sums + c));
-    const __m256i b = _mm256_loadu_si256((const __m256i*)(zb + c));
-    const __m256i cs = _mm256_loadu_si256((const __m256i*)(colsum + c));
-    const __m256i lost = _mm256_add_epi32(_mm256_mullo_epi32(b, r), _mm256_mullo_epi32(a, cs));
-    _mm256_storeu_si256((__m256i*)(out + c), _mm256_add_epi32(_mm256_sub_epi32(s, lost), _mm256_mullo_epi32(kza, b)));
+static void rp_qgemm_finish_avx2(const rp_qgemm* g, int64_t m, int64_t rows, int64_t n0, int64_t cols,
+                                 const uint32_t* sums, const uint32_t* colsum, const uint32_t* zb) {
+  const int64_t vectors = cols / 8;
+  __m256i b[RP_QGEMM_COLUMNS / 8], cs[RP_QGEMM_COLUMNS / 8];
+  for (int64_t v = 0; v < vectors; v++) {
+    b[v] = _mm256_loadu_si256((const __m256i*)(zb + 8 * v));
+    cs[v] = _mm256_loadu_si256((const __m256i*)(colsum + 8 * v));
+  }
+  const uint32_t k = (uint32_t)g->K;
+  for (int64_t r = 0; r < rows; r++, sums += RP_QGEMM_COLUMNS) {
+    const uint32_t za = rp_qgemm_za(g, m + r), ra = g->rowsum[m + r];
+    const __m256i a = _mm256_set1_epi32((int)za), ra8 = _mm256_set1_epi32((int)ra);
+    const __m256i kza = _mm256_set1_epi32((int)(k * za));
+    int32_t* out = g->out + (m + r) * g->ld + n0;
+    for (int64_t v = 0; v < vectors; v++) {
+      const __m256i s = _mm256_loadu_si256((const __m256i*)(sums + 8 * v));
+      const __m256i lost = _mm256_add_epi32(_mm256_mullo_epi32(b[v], ra8), _mm256_mullo_epi32(a, cs[v]));
+      _mm256_storeu_si256((__m256i*)(out + 8 * v),
+                          _mm256_add_epi32(_mm256_sub_epi32(s, lost), _mm256_mullo_epi32(kza, b[v])));
+    }
+    for (int64_t c = 8 * vectors; c < cols; c++) out[c] = (int32_t)(sums[c] - zb[c] * ra - za * colsum[c] + k * za * zb[c]);
   }
 }
 
-/* 32 bytes of row k of B' from column n0 on, zeros past N and K */
 static void rp_qgemm_row(const rp_qgemm* g, int64_t k, int64_t n0, int64_t cols, uint8_t* row) {
   const uint8_t flip = g->b_signed ? 0 : 0x80;
-  const uint8_t* src = g->B + k * g->N + n0;
+  const uint8_t* src = g->B + k * g->ld + n0;
   for (int64_t c = 0; c < RP_QGEMM_COLUMNS; c++) row[c] = k < g->K && c < cols ? (uint8_t)(src[c] ^ flip) : 0;
 }
 
@@ -126,7 +139,7 @@ static void rp_qgemm_pack_avx2(const rp_qgemm* g, int64_t n0, int64_t cols, uint
     __m256i r[4];
     for (int j = 0; j < 4; j++) {
       if (cols == RP_QGEMM_COLUMNS && k + j < g->K) {
-        r[j] = _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)(g->B + (k + j) * g->N + n0)), flip);
+        r[j] = _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)(g->B + (k + j) * g->ld + n0)), flip);
       } else {
         rp_qgemm_row(g, k + j, n0, cols, rows[j]);
         r[j] = _mm256_loadu_si256((const __m256i*)rows[j]);
@@ -298,7 +311,8 @@ static void rp_qgemm_tile_c(const rp_qgemm* g, int64_t m, const uint8_t* panel, 
 /* rows m .. of A' over the panel: the body's widest tile that fits; the rows it took */
 static int rp_qgemm_rows(const rp_qgemm* g, int body, int64_t m, const uint8_t* panel, uint32_t* sums) {
   const int64_t left = g->M - m;
-  if (body == 3 && left >= 16) return rp_qgemm_tile_amx(g, m, panel, sums), RP_QGEMM_AMX_ROWS;
+  /* AMX: the tiles hold zero rows up to a whole step, so a last step of fewer rows is one too */
+  if (body == 3) return rp_qgemm_tile_amx(g, m, panel, sums), RP_QGEMM_AMX_ROWS;
   if (body >= 2) {
     if (left >= 4) return rp_qgemm_tile_vnni_4(g, m, panel, sums), 4;
     if (left >= 2) return rp_qgemm_tile_vnni_2(g, m, panel, sums), 2;
@@ -311,53 +325,242 @@ static int rp_qgemm_rows(const rp_qgemm* g, int body, int64_t m, const uint8_t* 
   return rp_qgemm_tile_c(g, m, panel, sums), 1;
 }
 
-static int rp_qgemm_panels(void* ctx, int64_t begin, int64_t end) {
+/* rows of A a work item computes (a multiple of RP_QGEMM_AMX_ROWS): with the panels, the
+   items the threads share, so a convolution's GEMM of many rows and few output channels
+   (one panel) splits over the threads as well as a projection of one row */
+#define RP_QGEMM_BLOCK_ROWS 256
+
+/* the GEMM of group `group` alone: its rows of A', its panels, its columns of B and out */
+static rp_qgemm rp_qgemm_group(const rp_qgemm* g, int64_t group) {
+  rp_qgemm v = *g;
+  if (group == 0) return v;
+  const int64_t panels = (g->N + RP_QGEMM_COLUMNS - 1) / RP_QGEMM_COLUMNS;
+  if (v.A) v.A += group * g->M * g->Kp;
+  if (v.A16) v.A16 += group * g->M * g->Kp;
+  if (v.tiles) v.tiles += group * g->tile_rows * g->Kp;
+  v.rowsum += group * g->M;
+  v.B += g->b_packed ? group * panels * RP_QGEMM_PANEL(g->Kp) : group * g->N;
+  v.out += group * g->N;
+  if (g->zb_step) v.zb = (const uint8_t*)g->zb + group * g->N;  /* 8-bit zero points */
+  return v;
+}
+
+static int rp_qgemm_pack_panels(void* ctx, int64_t begin, int64_t end) {
   const rp_qgemm* g = (const rp_qgemm*)ctx;
-  const int body = g->body;
-  uint8_t* packed = g->b_packed ? 0 : (uint8_t*)malloc((size_t)RP_QGEMM_PANEL(g->Kp));
-  if (!g->b_packed && !packed) return -1;
-  if (body == 3) rp_qgemm_amx_begin();
-  uint32_t sums[RP_QGEMM_AMX_ROWS * RP_QGEMM_COLUMNS], colsum[RP_QGEMM_COLUMNS], zb[RP_QGEMM_COLUMNS];
-  for (int64_t t = begin; t < end; t++) {
-    const int64_t n0 = t * RP_QGEMM_COLUMNS;
-    const int64_t cols = g->N - n0 < RP_QGEMM_COLUMNS ? g->N - n0 : RP_QGEMM_COLUMNS;
-    const uint8_t* panel = g->B + t * RP_QGEMM_PANEL(g->Kp);
-    if (!g->b_packed) {
-      if (body >= 1) rp_qgemm_pack_avx2(g, n0, cols, packed);
-      else rp_qgemm_pack_c(g, n0, cols, packed);
-      rp_qgemm_column_sums(g, packed);
-      panel = packed;
-    }
-    memcpy(colsum, panel + g->Kp * RP_QGEMM_COLUMNS, sizeof(colsum));
-    for (int64_t c = 0; c < cols; c++) zb[c] = rp_qgemm_zb(g, n0 + c);
-    for (int64_t m = 0; m < g->M;) {
-      const int rows = rp_qgemm_rows(g, body, m, panel, sums);
-      for (int r = 0; r < rows && m + r < g->M; r++) {
-        if (body >= 1 && cols == RP_QGEMM_COLUMNS)
-          rp_qgemm_finish_avx2(g, m + r, n0, sums + r * RP_QGEMM_COLUMNS, colsum, zb);
-        else
-          rp_qgemm_finish(g, m + r, n0, cols, sums + r * RP_QGEMM_COLUMNS, colsum, zb);
-      }
-      m += rows;
-    }
+  uint8_t* packed = (uint8_t*)g->packed;
+  const int64_t panels = (g->N + RP_QGEMM_COLUMNS - 1) / RP_QGEMM_COLUMNS;
+  for (int64_t i = begin; i < end; i++) {
+    const rp_qgemm v = rp_qgemm_group(g, i / panels);
+    const int64_t n0 = i % panels * RP_QGEMM_COLUMNS;
+    const int64_t cols = v.N - n0 < RP_QGEMM_COLUMNS ? v.N - n0 : RP_QGEMM_COLUMNS;
+    uint8_t* panel = packed + i * RP_QGEMM_PANEL(g->Kp);
+    if (v.body >= 1) rp_qgemm_pack_avx2(&v, n0, cols, panel);
+    else rp_qgemm_pack_c(&v, n0, cols, panel);
+    rp_qgemm_column_sums(&v, panel);
   }
-  if (body == 3) rp_qgemm_amx_end();
-  free(packed);
   return 0;
 }
 
-/* A [M, K] int8 (a_signed 1) or uint8, row-major; B int8 (b_signed 1) or uint8: panels of
-   B' and its columns' sums (b_packed 1: passinfra/ir/op/qgemm_panels.py), or [K, N]
-   row-major; za one value or one per row (za_step 0 or 1), zb one value or one per column
-   (zb_step 0 or 1), of their operand's type; out [M, N] int32. Returns 0, or -1 when a
-   buffer cannot be allocated. */
-int rp_qgemm_i8(const void* A, const void* B, const void* za, const void* zb, int32_t* out, int64_t M,
-                int64_t N, int64_t K, int64_t a_signed, int64_t b_signed, int64_t za_step, int64_t zb_step,
-                int64_t b_packed) {
-  if (M <= 0 || N <= 0) return 0;
-  const int64_t Kp = (K + RP_QGEMM_DEPTH - 1) / RP_QGEMM_DEPTH * RP_QGEMM_DEPTH;
-  uint8_t* Au = (uint8_t*)malloc((size_t)(M * Kp));
-  uint32_t* rowsum = (uint32_t*)malloc((size_t)M * sizeof(uint32_t));
+/* rows [first, last) of group `group` by the columns of panel t (a body's step may compute
+   rows past `last`, whole AMX steps or VNNI's 4 rows: another item's, which finishes them) */
+static void rp_qgemm_item(const rp_qgemm* all, int64_t group, int64_t first, int64_t last, int64_t t) {
+  const rp_qgemm view = rp_qgemm_group(all, group);
+  const rp_qgemm* g = &view;
+  uint32_t sums[RP_QGEMM_AMX_ROWS * RP_QGEMM_COLUMNS], colsum[RP_QGEMM_COLUMNS], zb[RP_QGEMM_COLUMNS];
+  const int64_t n0 = t * RP_QGEMM_COLUMNS;
+  const int64_t cols = g->N - n0 < RP_QGEMM_COLUMNS ? g->N - n0 : RP_QGEMM_COLUMNS;
+  const uint8_t* panel = g->B + t * RP_QGEMM_PANEL(g->Kp);
+  memcpy(colsum, panel + g->Kp * RP_QGEMM_COLUMNS, sizeof(colsum));
+  for (int64_t c = 0; c < cols; c++) zb[c] = rp_qgemm_zb(g, n0 + c);
+  for (int64_t m = first; m < last;) {
+    const int rows = rp_qgemm_rows(g, g->body, m, panel, sums);
+    const int64_t done = m + rows < last ? rows : last - m;
+    if (g->body >= 1) {
+      rp_qgemm_finish_avx2(g, m, done, n0, cols, sums, colsum, zb);
+    } else {
+      for (int64_t r = 0; r < done; r++)
+        rp_qgemm_finish(g, m + r, n0, cols, sums + r * RP_QGEMM_COLUMNS, colsum, zb);
+    }
+    m += rows;
+  }
+}
+
+/* work item i: group i / (blocks * panels), the rows of its block i / panels % blocks by the
+   columns of its panel i % panels (A' made before) */
+static int rp_qgemm_blocks(void* ctx, int64_t begin, int64_t end) {
+  const rp_qgemm* all = (const rp_qgemm*)ctx;
+  const int64_t panels = (all->N + RP_QGEMM_COLUMNS - 1) / RP_QGEMM_COLUMNS;
+  const int64_t blocks = (all->M + RP_QGEMM_BLOCK_ROWS - 1) / RP_QGEMM_BLOCK_ROWS;
+  if (all->body == 3) rp_qgemm_amx_begin();
+  for (int64_t i = begin; i < end; i++) {
+    const int64_t first = i / panels % blocks * RP_QGEMM_BLOCK_ROWS;
+    const int64_t last = first + RP_QGEMM_BLOCK_ROWS < all->M ? first + RP_QGEMM_BLOCK_ROWS : all->M;
+    rp_qgemm_item(all, i / (blocks * panels), first, last, i % panels);
+  }
+  if (all->body == 3) rp_qgemm_amx_end();
+  return 0;
+}
+
+/* a convolution whose im2col matrix is A (rp_qconv_i8): NHWC image, HWIO weight */
+typedef struct {
+  int64_t height, width, channels, out_height, out_width, kh, kw, sh, sw, dh, dw, top, left;
+} rp_qgemm_image;
+
+/* A' and what the bodies read of it, for rows [begin, end) of all groups */
+typedef struct {
+  const uint8_t* A;             /* [groups, M, K], or the image (image != 0) */
+  const rp_qgemm_image* image;  /* A is this convolution's im2col matrix, gathered here */
+  uint8_t pad;                  /* the image's zero point: what its padding holds */
+  uint8_t *Au, *tiles;
+  uint32_t* rowsum;
+  int16_t* A16;
+  int64_t M, K, Kp, tile_rows;  /* rows of a group; AMX: of its tiles */
+  uint8_t flip;
+  int avx2, amx;
+} rp_qgemm_operand;
+
+/* row m of group `group` of the im2col matrix: for each tap the group's channels of the
+   pixel it reads, or the zero point where it reads padding; rp_qgemm_copy copies n bytes
+   from src to dst, 16 at a time where it can (the copies of a gather are short:
+   a group's channels, often 16 or 32, where a libc call costs more than the copy) */
+static void rp_qgemm_copy(uint8_t* dst, const uint8_t* src, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm_storeu_si128((__m128i*)(dst + i), _mm_loadu_si128((const __m128i*)(src + i)));
+  for (; i < n; i++) dst[i] = src[i];
+}
+
+static void rp_qgemm_gather(const rp_qgemm_operand* p, int64_t group, int64_t n, int64_t oh, int64_t ow,
+                            uint8_t* row) {
+  const rp_qgemm_image* c = p->image;
+  const int64_t cg = p->K / (c->kh * c->kw);
+  const uint8_t* image = p->A + n * c->height * c->width * c->channels + group * cg;
+  for (int64_t ky = 0; ky < c->kh; ky++) {
+    const int64_t h = oh * c->sh + ky * c->dh - c->top;
+    if (h < 0 || h >= c->height) {  /* a row of taps in the padding */
+      memset(row, p->pad, (size_t)(c->kw * cg));
+      row += c->kw * cg;
+      continue;
+    }
+    const uint8_t* line = image + h * c->width * c->channels;
+    for (int64_t kx = 0; kx < c->kw; kx++, row += cg) {
+      const int64_t w = ow * c->sw + kx * c->dw - c->left;
+      if (w < 0 || w >= c->width) memset(row, p->pad, (size_t)cg);
+      else rp_qgemm_copy(row, line + w * c->channels, cg);
+    }
+  }
+}
+
+/* dst = src ^ flip over k bytes, and the sum of dst (exact: SAD adds bytes in 64 bits) */
+__attribute__((target("avx2"))) static uint32_t rp_qgemm_flip_avx2(const uint8_t* src, uint8_t* dst, int64_t k,
+                                                                   uint8_t flip) {
+  const __m256i f = _mm256_set1_epi8((char)flip), zero = _mm256_setzero_si256();
+  __m256i acc = zero;
+  int64_t i = 0;
+  for (; i + 32 <= k; i += 32) {
+    const __m256i v = _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)(src + i)), f);
+    _mm256_storeu_si256((__m256i*)(dst + i), v);
+    acc = _mm256_add_epi64(acc, _mm256_sad_epu8(v, zero));
+  }
+  uint64_t lanes[4];
+  _mm256_storeu_si256((__m256i*)lanes, acc);
+  uint32_t s = (uint32_t)(lanes[0] + lanes[1] + lanes[2] + lanes[3]);
+  for (; i < k; i++) s += dst[i] = (uint8_t)(src[i] ^ flip);
+  return s;
+}
+
+/* dst = src widened to int16, kp bytes (a multiple of 16) */
+__attribute__((target("avx2"))) static void rp_qgemm_widen_avx2(const uint8_t* src, int16_t* dst, int64_t kp) {
+  for (int64_t i = 0; i < kp; i += 16)
+    _mm256_storeu_si256((__m256i*)(dst + i), _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i*)(src + i))));
+}
+
+static int rp_qgemm_prepare(void* ctx, int64_t begin, int64_t end) {
+  const rp_qgemm_operand* p = (const rp_qgemm_operand*)ctx;
+  const int64_t steps = p->Kp / RP_QGEMM_DEPTH;
+  /* a gathered row is Kp bytes: past K, bytes that flip to 0 (so whole vectors flip) */
+  uint8_t* gathered = p->image ? (uint8_t*)malloc((size_t)p->Kp) : 0;
+  if (p->image && !gathered) return -1;
+  if (gathered) memset(gathered + p->K, p->flip, (size_t)(p->Kp - p->K));
+  const int64_t valid = p->image ? p->Kp : p->K;  /* bytes of a row to flip */
+  /* where row `begin` is: its group, its row in the group, and (an image's) its output
+     pixel; then counted up row by row (a division per row cost more than the copies) */
+  int64_t group = begin / p->M, row = begin % p->M, n = 0, oh = 0, ow = 0;
+  if (p->image) {
+    const int64_t pixels = p->image->out_height * p->image->out_width;
+    n = row / pixels, oh = row % pixels / p->image->out_width, ow = row % p->image->out_width;
+  }
+  for (int64_t m = begin; m < end; m++) {
+    const uint8_t* src = gathered;
+    if (p->image) rp_qgemm_gather(p, group, n, oh, ow, gathered);
+    else src = p->A + m * p->K;
+    uint32_t s = 0;
+    if (p->amx) {  /* A' straight into the tiles, 64 k at a time, zeros past K */
+      uint8_t* tiles = p->tiles + group * p->tile_rows * p->Kp;  /* the group's */
+      for (int64_t k = 0; k < p->Kp; k += RP_QGEMM_DEPTH) {
+        uint8_t* dst = tiles + ((row / 16 * steps + k / RP_QGEMM_DEPTH) * 16 + row % 16) * RP_QGEMM_DEPTH;
+        const int64_t bytes = valid - k < RP_QGEMM_DEPTH ? valid - k : RP_QGEMM_DEPTH;
+        s += rp_qgemm_flip_avx2(src + k, dst, bytes, p->flip);
+        if (bytes < RP_QGEMM_DEPTH) memset(dst + bytes, 0, (size_t)(RP_QGEMM_DEPTH - bytes));
+      }
+    } else {
+      uint8_t* dst = p->Au + m * p->Kp;
+      if (p->avx2) {
+        s = rp_qgemm_flip_avx2(src, dst, valid, p->flip);
+      } else {
+        for (int64_t k = 0; k < valid; k++) s += dst[k] = (uint8_t)(src[k] ^ p->flip);
+      }
+      memset(dst + valid, 0, (size_t)(p->Kp - valid));
+      if (p->A16) rp_qgemm_widen_avx2(dst, p->A16 + m * p->Kp, p->Kp);
+    }
+    p->rowsum[m] = s;
+    if (++row == p->M) row = 0, n = 0, oh = 0, ow = -1, group++;
+    if (p->image && ++ow == p->image->out_width) {
+      ow = 0;
+      if (++oh == p->image->out_height) oh = 0, n++;
+    }
+  }
+  free(gathered);
+  return 0;
+}
+
+/* row mode: work item i is block i % blocks of group i / blocks, whose rows of A' it
+   makes itself, then multiplies by every panel (one parallel loop, not two; the block's
+   A' still in the cache): for GEMMs of at least as many row blocks as panels */
+typedef struct {
+  const rp_qgemm* g;
+  const rp_qgemm_operand* operand;
+} rp_qgemm_rowwise;
+
+static int rp_qgemm_row_blocks(void* ctx, int64_t begin, int64_t end) {
+  const rp_qgemm_rowwise* w = (const rp_qgemm_rowwise*)ctx;
+  const rp_qgemm* all = w->g;
+  const int64_t panels = (all->N + RP_QGEMM_COLUMNS - 1) / RP_QGEMM_COLUMNS;
+  const int64_t blocks = (all->M + RP_QGEMM_BLOCK_ROWS - 1) / RP_QGEMM_BLOCK_ROWS;
+  int status = 0;
+  for (int64_t i = begin; i < end && status == 0; i++) {
+    const int64_t group = i / blocks, first = i % blocks * RP_QGEMM_BLOCK_ROWS;
+    const int64_t last = first + RP_QGEMM_BLOCK_ROWS < all->M ? first + RP_QGEMM_BLOCK_ROWS : all->M;
+    status = rp_qgemm_prepare((void*)w->operand, group * all->M + first, group * all->M + last);
+    if (all->body == 3) rp_qgemm_amx_begin();
+    for (int64_t t = 0; t < panels && status == 0; t++) rp_qgemm_item(all, group, first, last, t);
+    if (all->body == 3) rp_qgemm_amx_end();
+  }
+  return status;
+}
+
+/* `groups` GEMMs of one shape in one call (1: one GEMM): A [groups, M, K] int8 (a_signed 1)
+   or uint8, row-major; B int8 (b_signed 1) or uint8: the groups' panels one after the
+   other (b_packed 1: passinfra/ir/op/qgemm_panels.py), or [K, groups * N] row-major, group
+   g's columns from g * N on; za one value or one per row (za_step 0 or 1, the same rows in
+   every group), zb one value or one per column of all groups (zb_step 0 or 1), of their
+   operand's type; out [M, groups * N] int32, group g's columns from g * N on. Returns 0, or
+   -1 when a buffer cannot be allocated. */
+static int rp_qgemm_run(const void* A, const rp_qgemm_image* image, const void* B, const void* za,
+                        const void* zb, int32_t* out, int64_t M, int64_t N, int64_t K, int64_t a_signed,
+                        int64_t b_signed, int64_t za_step, int64_t zb_step, int64_t b_packed, int64_t groups) {
+  if (M <= 0 || N <= 0 || groups <= 0) return 0;
+  const int64_t Kp = (K + RP_QGEMM_DEPTH - 1) / RP_QGEMM_DEPTH * RP_QGEMM_DEPTH, rows = groups * M;
+  uint32_t* rowsum = (uint32_t*)malloc((size_t)rows * sizeof(uint32_t));
   __builtin_cpu_init();
   const int level = raypass_conv_isa(-1);  /* the level in effect (detected once) */
   const int vnni = level == 2 && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw");
@@ -365,31 +568,68 @@ int rp_qgemm_i8(const void* A, const void* B, const void* za, const void* zb, in
   const int body = amx ? 3 : vnni ? 2 : level >= 1 ? 1 : 0;
   /* AMX: whole steps of rows, zeros past M */
   const int64_t tile_rows = (M + RP_QGEMM_AMX_ROWS - 1) / RP_QGEMM_AMX_ROWS * RP_QGEMM_AMX_ROWS;
-  uint8_t* tiles = amx ? (uint8_t*)calloc((size_t)(tile_rows * Kp), 1) : 0;
+  uint8_t* tiles = amx ? (uint8_t*)malloc((size_t)(groups * tile_rows * Kp)) : 0;
   const int wide = body == 1;
-  int16_t* A16 = wide ? (int16_t*)malloc((size_t)(M * Kp) * sizeof(int16_t)) : 0;
-  if (!Au || !rowsum || (amx && !tiles) || (wide && !A16)) {
+  int16_t* A16 = wide ? (int16_t*)malloc((size_t)(rows * Kp) * sizeof(int16_t)) : 0;
+  uint8_t* Au = amx ? 0 : (uint8_t*)malloc((size_t)(rows * Kp));  /* AMX reads the tiles only */
+  if ((!amx && !Au) || !rowsum || (amx && !tiles) || (wide && !A16)) {
     free(Au), free(rowsum), free(tiles), free(A16);
     return -1;
   }
-  const uint8_t flip = a_signed ? 0x80 : 0;
-  for (int64_t m = 0; m < M; m++) {
-    const uint8_t* src = (const uint8_t*)A + m * K;
-    uint8_t* dst = Au + m * Kp;
-    uint32_t s = 0;
-    for (int64_t k = 0; k < K; k++) s += dst[k] = (uint8_t)(src[k] ^ flip);
-    memset(dst + K, 0, (size_t)(Kp - K));
-    rowsum[m] = s;
-    for (int64_t k = 0; wide && k < Kp; k++) A16[m * Kp + k] = dst[k];
-    for (int64_t k = 0; amx && k < Kp; k += RP_QGEMM_DEPTH)
-      memcpy(tiles + ((m / 16 * (Kp / RP_QGEMM_DEPTH) + k / RP_QGEMM_DEPTH) * 16 + m % 16) * RP_QGEMM_DEPTH,
-             dst + k, RP_QGEMM_DEPTH);
-  }
-  rp_qgemm g = {Au, rowsum, A16, tiles, (const uint8_t*)B, za, zb, out, M, N, K, Kp, za_step, zb_step,
-                (int)a_signed, (int)b_signed, (int)b_packed, body};
+  /* the tiles' rows past M (a last step of fewer rows) are zeros */
+  for (int64_t group = 0; amx && group < groups && tile_rows > M; group++)
+    for (int64_t row = M; row < tile_rows; row++)
+      for (int64_t k = 0; k < Kp; k += RP_QGEMM_DEPTH)
+        memset(tiles + group * tile_rows * Kp + ((row / 16 * (Kp / RP_QGEMM_DEPTH) + k / RP_QGEMM_DEPTH) * 16 +
+                                                  row % 16) * RP_QGEMM_DEPTH, 0, RP_QGEMM_DEPTH);
+  rp_qgemm_operand operand = {(const uint8_t*)A, image, image ? *(const uint8_t*)za : 0, Au, tiles, rowsum,
+                               A16, M, K, Kp, tile_rows, (uint8_t)(a_signed ? 0x80 : 0), level >= 1, amx};
+  rp_qgemm g = {Au, rowsum, A16, tiles, (const uint8_t*)B, 0, za, zb, out, M, N, K, Kp, za_step, zb_step,
+                groups * N, groups, tile_rows, (int)a_signed, (int)b_signed, (int)b_packed, body};
   const int64_t panels = (N + RP_QGEMM_COLUMNS - 1) / RP_QGEMM_COLUMNS;
-  /* a panel is M * K * 32 multiply-adds */
-  int status = rp_parallel_for(rp_qgemm_panels, &g, panels, M * K * RP_QGEMM_COLUMNS / RP_MACS_PER_WORK + 1);
+  const int64_t blocks = (M + RP_QGEMM_BLOCK_ROWS - 1) / RP_QGEMM_BLOCK_ROWS;
+  const int64_t block_rows = M < RP_QGEMM_BLOCK_ROWS ? M : RP_QGEMM_BLOCK_ROWS;
+  uint8_t* packed = 0;
+  int status = 0;
+  if (!b_packed) {  /* B as given: packed once, the panels shared by every row block */
+    packed = (uint8_t*)malloc((size_t)(groups * panels * RP_QGEMM_PANEL(Kp)));
+    g.packed = packed;
+    status = packed ? rp_parallel_for(rp_qgemm_pack_panels, &g, groups * panels, Kp * RP_QGEMM_COLUMNS / 64 + 1)
+                    : -1;
+    g.B = packed, g.b_packed = 1;
+  }
+  /* work units of about a nanosecond: a row of A' is some K / 32 vector steps; a block by
+     a panel block_rows * K * 32 multiply-adds */
+  const int64_t prepare_work = block_rows * (K / 32 + 1);
+  const int64_t panel_work = block_rows * K * RP_QGEMM_COLUMNS / RP_MACS_PER_WORK + 1;
+  if (status == 0 && blocks >= panels) {
+    rp_qgemm_rowwise rowwise = {&g, &operand};
+    status = rp_parallel_for(rp_qgemm_row_blocks, &rowwise, groups * blocks, prepare_work + panels * panel_work);
+  } else if (status == 0) {
+    status = rp_parallel_for(rp_qgemm_prepare, &operand, rows, K / 32 + 1);
+    if (status == 0) status = rp_parallel_for(rp_qgemm_blocks, &g, groups * blocks * panels, panel_work);
+  }
+  free(packed);
   free(Au), free(rowsum), free(tiles), free(A16);
   return status < 0 ? -1 : 0;
+}
+
+int rp_qgemm_i8(const void* A, const void* B, const void* za, const void* zb, int32_t* out, int64_t M,
+                int64_t N, int64_t K, int64_t a_signed, int64_t b_signed, int64_t za_step, int64_t zb_step,
+                int64_t b_packed, int64_t groups) {
+  return rp_qgemm_run(A, 0, B, za, zb, out, M, N, K, a_signed, b_signed, za_step, zb_step, b_packed, groups);
+}
+
+/* The convolution of an NHWC image [batch, height, width, channels] (int8, a_signed 1, or
+   uint8) with za its one zero point, by an HWIO weight as rp_qgemm_i8's B: the GEMMs of
+   its im2col matrix (gathered here, row by row: the padding holds za, so it adds
+   nothing), `groups` of them, each of kh * kw * channels / groups rows of B and N
+   columns; out NHWC [batch, out_height, out_width, groups * N] int32. */
+int rp_qconv_i8(const void* image, const void* B, const void* za, const void* zb, int32_t* out, int64_t batch,
+                int64_t height, int64_t width, int64_t channels, int64_t out_height, int64_t out_width,
+                int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw, int64_t top, int64_t left,
+                int64_t N, int64_t groups, int64_t a_signed, int64_t b_signed, int64_t zb_step, int64_t b_packed) {
+  const rp_qgemm_image geometry = {height, width, channels, out_height, out_width, kh, kw, sh, sw, dh, dw, top, left};
+  return rp_qgemm_run(image, &geometry, B, za, zb, out, batch * out_height * out_width, N,
+                      kh * kw * (channels / groups), a_signed, b_signed, 0, zb_step, b_packed, groups);
 }

@@ -21,6 +21,7 @@ from passinfra.codegen.compute import (  # noqa: F401  (registers rules)
     onnx_extra,
     qgemm_panels,
     quantize,
+    quantized_conv,
     random,
     reduce,
     resize,

@@ -19,11 +19,21 @@ def _unpack(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> Com
     shape = output_shape(out_type)
     dtype = attrs["dtype"]
     columns, depth = tir.IntImm(COLUMNS), tir.IntImm(DEPTH)
+    groups = attrs["groups"]
+    per_group = int(shape[-1]) // groups
+    tiles_per_group = tir.IntImm(-(-per_group // COLUMNS))
 
     def value(idx: Sequence[tir.PrimExpr]) -> tir.PrimExpr:
-        k, n = idx
-        stored = panels.load(tir.FloorDiv(n, columns), tir.FloorDiv(k, depth), tir.FloorMod(n, columns),
-                             tir.FloorMod(k, depth))
+        *leading, n = idx
+        k = leading[0]  # the leading axes, flattened row-major into k
+        for axis, index in zip(shape[1:-1], leading[1:]):
+            k = k * tir.as_prim(axis) + index
+        tile, column = tir.FloorDiv(n, columns), tir.FloorMod(n, columns)
+        if groups > 1:  # each group's columns in panels of their own
+            group, within = tir.FloorDiv(n, tir.IntImm(per_group)), tir.FloorMod(n, tir.IntImm(per_group))
+            tile = group * tiles_per_group + tir.FloorDiv(within, columns)
+            column = tir.FloorMod(within, columns)
+        stored = panels.load(tile, tir.FloorDiv(k, depth), column, tir.FloorMod(k, depth))
         if dtype == "int8":
             return stored
         # a uint8 weight is stored minus 128

@@ -11,9 +11,9 @@ described there), so a compiled kernel's results are the interpreter's bit for b
 * ``qnn.quantize``, ``qnn.dequantize``, ``qnn.requantize``, ``qnn.add`` and ``qnn.mul``
   are elementwise (:class:`ComputeOp`): they fuse with each other and, as the epilogue of
   a contraction, into its loop nest (conv + bias + requantize is one loop nest);
-* ``qnn.matmul`` and ``qnn.conv2d`` are int32 sums (:class:`ReduceOp`) of products of
-  int32 differences ``(x - zx) * (w - zw)``: exact, no float and no saturation. A
-  padded convolution tap contributes 0 (a select around a load at a clamped index);
+* ``qnn.matmul`` is an int32 sum (:class:`ReduceOp`) of products of int32 differences
+  ``(x - zx) * (w - zw)``: exact, no float and no saturation (``qnn.conv2d``'s rules are
+  in :mod:`passinfra.codegen.compute.quantized_conv`);
 * ``qnn.dynamic_quantize`` is an :class:`ExternOp`: a min/max pass over the data (in 16
   lanes, which give the same min and max as one chain), the scale and zero point as
   scalars, then the quantizing pass;
@@ -36,8 +36,6 @@ from passinfra.codegen.compute.base import (
     ReduceOp,
     TensorHandle,
     broadcast_indices,
-    clamp,
-    in_range,
     intrinsic,
     load_broadcast,
     local_scalar,
@@ -204,7 +202,7 @@ def _matmul(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> Red
         batch, row, col = out[:batch_rank], out[batch_rank], out[batch_rank + 1]
         lhs_idx = (*broadcast_indices(lhs.shape[:-2], batch, batch_shape), row, k)
         rhs_idx = (*broadcast_indices(rhs.shape[:-2], batch, batch_shape), k, col)
-        return _centered(lhs, lhs_zero, lhs_idx) * _centered(rhs, rhs_zero, rhs_idx)
+        return centered(lhs, lhs_zero, lhs_idx) * centered(rhs, rhs_zero, rhs_idx)
 
     return ReduceOp("qnn.matmul", out_shape, _I32, (lhs.shape[-1],), "sum", body)
 
@@ -240,7 +238,7 @@ def _same_extent(a: object, b: object) -> bool:
     return str(tir.as_prim(a)) == str(tir.as_prim(b))
 
 
-def _in_memory(handle: TensorHandle, name: str) -> tuple[tir.BufferLoad, tir.Buffer | None, tir.Stmt | None]:
+def in_memory(handle: TensorHandle, name: str) -> tuple[tir.BufferLoad, tir.Buffer | None, tir.Stmt | None]:
     """The first element of ``handle``'s values in memory, row-major in its shape: its own
     buffer when it has one, else a scratch buffer and the loop nest that fills it."""
     probe = tuple(tir.TVar(f"{name}_probe{k}") for k in range(len(handle.shape)))
@@ -255,11 +253,11 @@ def _in_memory(handle: TensorHandle, name: str) -> tuple[tir.BufferLoad, tir.Buf
     return scratch.load(*first), scratch, fill
 
 
-def _first(buffer: tir.Buffer) -> tir.BufferLoad:
+def first_element(buffer: tir.Buffer) -> tir.BufferLoad:
     return buffer.load(*(tir.IntImm(0, tir.INDEX_DTYPE) for _ in buffer.shape))
 
 
-def _staged(zero_point: TensorHandle, name: str, operand_shape: tuple, shape: tuple,
+def staged(zero_point: TensorHandle, name: str, operand_shape: tuple, shape: tuple,
             columns: bool) -> tuple[tir.Buffer, tir.Stmt]:
     """A buffer of ``shape`` (``()``: one value) holding ``zero_point`` along the operand's
     rows (its leading axes) or its ``columns`` (its last axis), and the loop nest that
@@ -280,6 +278,29 @@ def _staged(zero_point: TensorHandle, name: str, operand_shape: tuple, shape: tu
     return buffer, loop_nest(buffer.shape, store, prefix=name)
 
 
+def qgemm_call(a_first: tir.PrimExpr, b_first: tir.PrimExpr, za: tir.Buffer, zb: tir.Buffer,
+               out_first: tir.PrimExpr, m: tir.PrimExpr, n: int, k: int, a_signed: bool, b_signed: bool,
+               za_step: int, zb_step: int, b_packed: bool, groups: int = 1) -> tir.Stmt:
+    """One call of the runtime's integer GEMM (``rp_qgemm_i8`` of ``c/qgemm.c``): ``out[m,
+    n] = sum over k of (A[m, k] - za) * (B[k, n] - zb)``, ``A`` and ``B`` (or B's panels)
+    row-major from their first elements, the zero points one value or one per row /
+    column (step 1); with ``groups``, that many such GEMMs of ``n`` columns each
+    (:data:`~passinfra.tir.intrinsics.QGEMM_INTRINSIC`)."""
+    sizes = (m, n, k, a_signed, b_signed, za_step, zb_step, b_packed, groups)
+    return tir.Evaluate(tir.Intrinsic(QGEMM_INTRINSIC, (
+        a_first, b_first, first_element(za), first_element(zb), out_first,
+        *(tir.as_prim(int(v), tir.INDEX_DTYPE) if not isinstance(v, tir.PrimExpr) else v for v in sizes)),
+        _I32))
+
+
+def allocated(body: tir.Stmt, *buffers: tir.Buffer | None) -> tir.Stmt:
+    """``body`` inside the allocations of the scratch ``buffers`` (None: not needed)."""
+    for scratch in buffers:
+        if scratch is not None:
+            body = tir.Allocate(scratch, body)
+    return body
+
+
 def _integer_gemm(lhs: TensorHandle, rhs: TensorHandle, lhs_zero: TensorHandle, rhs_zero: TensorHandle,
                   out_shape: tuple) -> ExternOp | None:
     """qnn.matmul as one call of the C runtime's integer GEMM where it can
@@ -296,74 +317,26 @@ def _integer_gemm(lhs: TensorHandle, rhs: TensorHandle, lhs_zero: TensorHandle, 
 
     def build(outputs: Sequence[tir.Buffer]) -> tir.Stmt:
         (out,) = outputs
-        a_first, a_scratch, a_fill = _in_memory(lhs, "qgemm_a")
+        a_first, a_scratch, a_fill = in_memory(lhs, "qgemm_a")
         panels = getattr(rhs, "qgemm_panels", None)  # a weight PanelWeights stored in panels
         if panels is not None:
-            b_first, b_scratch, b_fill = _first(panels), None, None
+            b_first, b_scratch, b_fill = first_element(panels), None, None
         else:
-            b_first, b_scratch, b_fill = _in_memory(rhs, "qgemm_b")
+            b_first, b_scratch, b_fill = in_memory(rhs, "qgemm_b")
         # the zero points as arrays (a constant zero point of the body is an immediate)
-        za, za_fill = _staged(lhs_zero, "qgemm_za", lhs.shape, tuple(rows) if lhs_step else (), False)
-        zb, zb_fill = _staged(rhs_zero, "qgemm_zb", rhs.shape, (n,) if rhs_step else (), True)
-        sizes = (m, n, k, lhs.dtype == "int8", rhs.dtype == "int8", lhs_step, rhs_step, panels is not None)
-        call = tir.Evaluate(tir.Intrinsic(QGEMM_INTRINSIC, (
-            a_first, b_first, _first(za), _first(zb), _first(out),
-            *(tir.as_prim(int(v), tir.INDEX_DTYPE) if not isinstance(v, tir.PrimExpr) else v for v in sizes)),
-            _I32))
-        body = seq(a_fill, b_fill, za_fill, zb_fill, call)
-        for scratch in (a_scratch, b_scratch, za, zb):
-            if scratch is not None:
-                body = tir.Allocate(scratch, body)
-        return body
+        za, za_fill = staged(lhs_zero, "qgemm_za", lhs.shape, tuple(rows) if lhs_step else (), False)
+        zb, zb_fill = staged(rhs_zero, "qgemm_zb", rhs.shape, (n,) if rhs_step else (), True)
+        call = qgemm_call(a_first, b_first, za, zb, first_element(out), m, n, k, lhs.dtype == "int8",
+                          rhs.dtype == "int8", lhs_step, rhs_step, panels is not None)
+        return allocated(seq(a_fill, b_fill, za_fill, zb_fill, call), a_scratch, b_scratch, za, zb)
 
     return ExternOp("qnn.matmul", ((out_shape, _I32),), build)
 
 
-def _centered(operand: TensorHandle, zero_point: TensorHandle, idx: Indices) -> tir.PrimExpr:
+def centered(operand: TensorHandle, zero_point: TensorHandle, idx: Indices) -> tir.PrimExpr:
     """``operand - zero_point`` at ``idx`` in int32 (the zero point broadcasts to the operand)."""
     zp = zero_point.load(*broadcast_indices(zero_point.shape, idx, operand.shape))
     return _minus(operand.load(*idx), zp)
-
-
-def _tap(out: tir.PrimExpr, stride: int, tap: tir.PrimExpr, dilation: int, pad: int) -> tir.PrimExpr:
-    """``out * stride + tap * dilation - pad``, leaving out the trivial parts."""
-    index = out if stride == 1 else out * tir.IntImm(stride)
-    index = index + (tap if dilation == 1 else tap * tir.IntImm(dilation))
-    return index - tir.IntImm(pad) if pad else index
-
-
-@register_compute("qnn.conv2d")
-def _conv2d(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> ReduceOp:
-    data, weight, data_zero, weight_zero = inputs
-    _, _, height, width = data.shape
-    out_channels, group_channels, kh, kw = weight.shape
-    groups = attrs["groups"]
-    out_per_group = out_channels // groups
-    (sh, sw), (dh, dw) = attrs["strides"], attrs["dilation"]
-    top, left, bottom, right = attrs["padding"]
-    check_h, check_w = bool(top or bottom), bool(left or right)
-
-    def body(out: Indices, red: Indices) -> tir.PrimExpr:
-        n, oc, oh, ow = out
-        rc, ry, rx = red
-        ic = rc
-        if groups > 1:
-            ic = tir.FloorDiv(oc, tir.IntImm(out_per_group)) * tir.IntImm(group_channels) + rc
-        h, w = _tap(oh, sh, ry, dh, top), _tap(ow, sw, rx, dw, left)
-        conditions = []
-        if check_h:
-            conditions.append(in_range(h, height))
-            h = clamp(h, 0, height - 1)
-        if check_w:
-            conditions.append(in_range(w, width))
-            w = clamp(w, 0, width - 1)
-        product = _centered(data, data_zero, (n, ic, h, w)) * _centered(weight, weight_zero, (oc, rc, ry, rx))
-        if not conditions:
-            return product
-        inside = conditions[0] if len(conditions) == 1 else tir.And(conditions[0], conditions[1])
-        return tir.Select(inside, product, tir.IntImm(0, _I32))  # the padding holds the zero point
-
-    return ReduceOp("qnn.conv2d", output_shape(out_type), _I32, (group_channels, kh, kw), "sum", body)
 
 
 # --------------------------------------------------------------------------- dynamic_quantize

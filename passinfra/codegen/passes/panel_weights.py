@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 from passinfra.codegen.compute.conv_microkernel import PANEL_WIDTH
 from passinfra.codegen.compute.quantize import integer_gemm_steps
+from passinfra.codegen.compute.quantized_conv import MIN_GEMM_GROUP_CHANNELS
 from passinfra.codegen.lower import complete_attrs, plan_kernel, uses_blas
 from passinfra.errors import DimError
 from passinfra.ir.expr import Call, Constant, Expr, Function, Var
@@ -118,17 +119,39 @@ def panel_parameters(func: Function, use_blas: bool) -> tuple[int, ...]:
     return _weights_of(func, lambda ty: ty.dtype == _FLOAT32, reads_panels)
 
 
-def qgemm_parameters(func: Function) -> tuple[int, ...]:
-    """Positions of the int8/uint8 ``[k, n]`` parameters of primitive ``func`` used only as
-    the right operand of ``qnn.matmul`` calls that run on the integer GEMM."""
+def integer_gemm_groups(call: Call) -> int | None:
+    """How many GEMMs' weights ``call``'s operand 1 is, when ``call`` runs on the integer
+    GEMM reading its weight in panels: 1 for a qnn.matmul of :func:`integer_gemm_steps` and
+    a qnn.conv2d of one group in NHWC/HWIO, the groups of a grouped one with groups of at
+    least MIN_GEMM_GROUP_CHANNELS (:mod:`passinfra.codegen.compute.quantized_conv`); None
+    for any other call."""
+    types = [arg.checked_type for arg in call.args]
+    if not all(isinstance(t, TensorType) and t.is_static for t in types):
+        return None
+    shapes = [tuple(t.shape) for t in types]
+    if call.op.name == "qnn.matmul":
+        return 1 if integer_gemm_steps(*shapes) is not None else None
+    if call.op.name != "qnn.conv2d":
+        return None
+    if (call.attrs["data_layout"], call.attrs["kernel_layout"]) != ("NHWC", "HWIO"):
+        return None
+    groups, out_channels = call.attrs["groups"], shapes[1][-1]
+    if groups > 1 and shapes[1][2] < MIN_GEMM_GROUP_CHANNELS:
+        return None  # the direct kernel: HWIO as it is
+    weight_zero = (1,) * (4 - len(shapes[3])) + shapes[3]
+    per_tensor_or_channel = math.prod(weight_zero) == 1 or weight_zero == (1, 1, 1, out_channels)
+    return groups if math.prod(shapes[2]) == 1 and per_tensor_or_channel else None
+
+
+def qgemm_parameters(func: Function, groups: int = 1) -> tuple[int, ...]:
+    """Positions of the int8/uint8 parameters of primitive ``func`` (a ``[k, n]`` matrix or
+    an HWIO filter) used only as the weight of calls that run on the integer GEMM, as
+    ``groups`` GEMMs' weights (:func:`integer_gemm_groups`)."""
     def accepts(ty: TensorType) -> bool:
-        return ty.dtype in _QGEMM_DTYPES and len(ty.shape) == 2 and all(isinstance(d, int) for d in ty.shape)
+        static = all(isinstance(d, int) for d in ty.shape)
+        return ty.dtype in _QGEMM_DTYPES and len(ty.shape) in (2, 4) and static
 
-    def reads_panels(call: Call) -> bool:
-        shapes = (tuple(arg.checked_type.shape) for arg in call.args)
-        return call.op.name == "qnn.matmul" and integer_gemm_steps(*shapes) is not None
-
-    return _weights_of(func, accepts, reads_panels)
+    return _weights_of(func, accepts, lambda call: integer_gemm_groups(call) == groups)
 
 
 @dataclass(frozen=True)
@@ -162,31 +185,48 @@ class _Rule:
 @dataclass(frozen=True)
 class _QgemmRule:
     """The weight rule of the integer GEMM's panels (:mod:`passinfra.ir.op.qgemm_panels`):
-    a parameter of panels, read through one ``qgemm_panels.unpack``."""
+    a parameter of panels, read through one ``qgemm_panels.unpack``; ``groups``: the
+    weights of that many GEMMs (a grouped convolution's), in panels of their own."""
 
+    groups: int = 1
     suffix: str = "qgemm_panels"
 
     def parameters(self, func: Function) -> tuple[int, ...]:
-        return qgemm_parameters(func)
+        return qgemm_parameters(func, self.groups)
 
     def accepts(self, constant: Constant) -> bool:
-        return constant.dtype in _QGEMM_DTYPES and len(constant.shape) == 2
+        return constant.dtype in _QGEMM_DTYPES and len(constant.shape) in (2, 4)
 
     def parameter(self, old: Var) -> tuple[Var, Expr]:
         ty = old.type_annotation
         assert isinstance(ty, TensorType)
-        k, n = (int(d) for d in ty.shape)
-        new = Var(old.name_hint, TensorType(qgemm_panels.panels_shape(k, n), "int8"))
-        return new, qgemm_panels.unpack(new, (k, n), ty.dtype)
+        shape = tuple(int(d) for d in ty.shape)
+        panels = qgemm_panels.panels_shape(*qgemm_panels.flat_shape(shape), self.groups)
+        new = Var(old.name_hint, TensorType(panels, "int8"))
+        return new, qgemm_panels.unpack(new, shape, ty.dtype, self.groups)
 
     def constant(self, constant: Constant) -> Constant:
-        return Constant.owning(qgemm_panels.to_panels(constant.data))
+        return Constant.owning(qgemm_panels.to_panels(constant.data, self.groups))
+
+
+def _convolution_groups(mod: IRModule) -> set[int]:
+    """The group counts (> 1) of the module's integer convolutions."""
+    counts = set()
+    for _, func in mod.items():
+        if isinstance(func, Function):
+            calls = (node for node in iter_post_order(func.body) if isinstance(node, Call))
+            convolutions = (c for c in calls if isinstance(c.op, Op) and c.op.name == "qnn.conv2d")
+            counts.update(call.attrs["groups"] for call in convolutions if call.attrs["groups"] > 1)
+    return counts
 
 
 def panel_weights(mod: IRModule, use_blas: bool) -> IRModule:
     """``mod`` (after FuseOps) with the weights the microkernels and the integer GEMM read
     stored in panels (module docstring)."""
-    return rewrite_weight_parameters(rewrite_weight_parameters(mod, _Rule(use_blas)), _QgemmRule())
+    mod = rewrite_weight_parameters(rewrite_weight_parameters(mod, _Rule(use_blas)), _QgemmRule())
+    for groups in sorted(_convolution_groups(mod)):
+        mod = rewrite_weight_parameters(mod, _QgemmRule(groups))
+    return mod
 
 
 def _panel_weights(mod: IRModule, ctx: PassContext) -> IRModule:
@@ -202,4 +242,5 @@ def PanelWeights() -> ModulePass:  # noqa: N802 - pass factories are named like 
     return ModulePass(_panel_weights, PassInfo(0, "PanelWeights"))
 
 
-__all__ = ["PANELS_CONFIG", "PanelWeights", "panel_parameters", "panel_weights", "qgemm_parameters"]
+__all__ = ["PANELS_CONFIG", "PanelWeights", "integer_gemm_groups", "panel_parameters", "panel_weights",
+           "qgemm_parameters"]

@@ -35,7 +35,8 @@ from passinfra.ir.op.registry import OpPattern
 from passinfra.ir.op.tensor import call_op
 from passinfra.ir.types import TensorType, Type
 
-__all__ = ["COLUMNS", "DEPTH", "K_MULTIPLE", "OP_NAME", "from_panels", "panels_shape", "to_panels", "unpack"]
+__all__ = ["COLUMNS", "DEPTH", "K_MULTIPLE", "OP_NAME", "flat_shape", "from_panels", "panels_shape",
+           "to_panels", "unpack"]
 
 OP_NAME = "qgemm_panels.unpack"
 # output columns per panel, k per group (RP_QGEMM_COLUMNS in c/qgemm.c; VPDPBUSD's 4), and
@@ -44,54 +45,88 @@ COLUMNS, DEPTH, K_MULTIPLE = 32, 4, 64
 _DTYPES = ("int8", "uint8")
 
 
-def panels_shape(k: int, n: int) -> tuple[int, int, int, int]:
-    """The panels' shape for a ``[k, n]`` weight."""
-    return (-(-n // COLUMNS), -(-k // K_MULTIPLE) * (K_MULTIPLE // DEPTH) + 1, COLUMNS, DEPTH)
+def panels_shape(k: int, n: int, groups: int = 1) -> tuple[int, int, int, int]:
+    """The panels' shape for a ``[k, n]`` weight; with ``groups``, for ``groups`` weights of
+    ``[k, n / groups]`` (a grouped convolution's), one after the other."""
+    per_group = n // groups
+    quads = -(-k // K_MULTIPLE) * (K_MULTIPLE // DEPTH) + 1  # groups of 4 k, then the columns' sums
+    return (groups * -(-per_group // COLUMNS), quads, COLUMNS, DEPTH)
 
 
-def to_panels(weight: np.ndarray) -> np.ndarray:
-    """``weight`` (``[k, n]`` int8 or uint8) as the GEMM's panels (module docstring)."""
+def flat_shape(shape: Sequence[int]) -> tuple[int, int]:
+    """``[k, n]`` of a weight of ``shape``: its leading axes flatten into ``k`` (an HWIO
+    convolution weight is the ``[KH * KW * I, O]`` matrix of its im2col GEMM)."""
+    return int(np.prod([int(d) for d in shape[:-1]], dtype=np.int64)), int(shape[-1])
+
+
+def _matrix_panels(weight: np.ndarray) -> np.ndarray:
     k, n = weight.shape
-    tiles, groups, _, _ = panels_shape(k, n)
-    groups -= 1  # the last holds the columns' sums
+    tiles, quads, _, _ = panels_shape(k, n)
+    quads -= 1  # the last holds the columns' sums
     signed = weight.view(np.int8) if weight.dtype == np.int8 else (weight ^ np.uint8(0x80)).view(np.int8)
-    padded = np.zeros((groups * DEPTH, tiles * COLUMNS), np.int8)
+    padded = np.zeros((quads * DEPTH, tiles * COLUMNS), np.int8)
     padded[:k, :n] = signed
-    # [groups, 4, tiles, 32] -> [tiles, groups, 32, 4]
-    values = padded.reshape(groups, DEPTH, tiles, COLUMNS).transpose(2, 0, 3, 1)
+    # [quads, 4, tiles, 32] -> [tiles, quads, 32, 4]
+    values = padded.reshape(quads, DEPTH, tiles, COLUMNS).transpose(2, 0, 3, 1)
     sums = padded.astype(np.int32).sum(axis=0).astype("<i4").reshape(tiles, 1, COLUMNS, 1).view(np.int8)
-    return np.ascontiguousarray(np.concatenate([values, sums], axis=1))
+    return np.concatenate([values, sums], axis=1)
 
 
-def from_panels(panels: np.ndarray, shape: Sequence[int], dtype: str) -> np.ndarray:
-    """The ``[k, n]`` weight of ``dtype`` that :func:`to_panels` stored as ``panels``."""
-    k, n = (int(d) for d in shape)
-    tiles, groups, columns, depth = panels.shape
-    values = np.asarray(panels)[:, :groups - 1]  # the last group: the columns' sums
-    flat = values.transpose(1, 3, 0, 2).reshape((groups - 1) * depth, tiles * columns)[:k, :n]
+def to_panels(weight: np.ndarray, groups: int = 1) -> np.ndarray:
+    """``weight`` (``[k, n]`` int8 or uint8, or of higher rank: :func:`flat_shape`) as the
+    GEMM's panels (module docstring); with ``groups``, the panels of each group's
+    ``n / groups`` columns, one group after the other."""
+    k, n = flat_shape(weight.shape)
+    matrix = weight.reshape(k, n)
+    per_group = n // groups
+    parts = [_matrix_panels(matrix[:, g * per_group:(g + 1) * per_group]) for g in range(groups)]
+    return np.ascontiguousarray(np.concatenate(parts, axis=0))
+
+
+def _matrix_from_panels(panels: np.ndarray, k: int, n: int) -> np.ndarray:
+    tiles, quads, columns, depth = panels.shape
+    values = panels[:, :quads - 1]  # the last: the columns' sums
+    return values.transpose(1, 3, 0, 2).reshape((quads - 1) * depth, tiles * columns)[:k, :n]
+
+
+def from_panels(panels: np.ndarray, shape: Sequence[int], dtype: str, groups: int = 1) -> np.ndarray:
+    """The weight of ``shape`` and ``dtype`` that :func:`to_panels` stored as ``panels``."""
+    k, n = flat_shape(shape)
+    panels = np.asarray(panels)
+    per_group = n // groups
+    tiles = panels.shape[0] // groups
+    flat = np.concatenate([_matrix_from_panels(panels[g * tiles:(g + 1) * tiles], k, per_group)
+                           for g in range(groups)], axis=1)
     flat = np.ascontiguousarray(flat).view(np.int8)
-    return flat.copy() if dtype == "int8" else flat.view(np.uint8) ^ np.uint8(0x80)
+    weight = flat.copy() if dtype == "int8" else flat.view(np.uint8) ^ np.uint8(0x80)
+    return weight.reshape(tuple(int(d) for d in shape))
 
 
 def _relation(arg_types: Sequence[Type], attrs: Attrs) -> Type:
     panels = expect_tensor(arg_types[0], "the panels")
-    shape, dtype = tuple(int(d) for d in attrs["shape"]), attrs["dtype"]
+    shape, dtype, groups = tuple(int(d) for d in attrs["shape"]), attrs["dtype"], attrs["groups"]
     if dtype not in _DTYPES:
         raise IRTypeError(f"{OP_NAME}: the weight must be int8 or uint8, got {dtype}")
-    if len(shape) != 2:
-        raise IRTypeError(f"{OP_NAME}: the weight must be [k, n], got shape {list(shape)}")
-    if panels.dtype != "int8" or tuple(panels.shape) != panels_shape(*shape):
-        raise IRTypeError(f"{OP_NAME}: int8 panels of shape {list(panels_shape(*shape))} hold a weight of "
-                          f"shape {list(shape)}, got {panels.dtype} panels of shape {list(panels.shape)}")
+    if len(shape) < 2:
+        raise IRTypeError(f"{OP_NAME}: the weight must have rank >= 2 ([k, n]), got shape {list(shape)}")
+    if not isinstance(groups, int) or groups < 1 or shape[-1] % groups:
+        raise IRTypeError(f"{OP_NAME}: groups={groups!r} must divide the weight's columns ({shape[-1]})")
+    expected = panels_shape(*flat_shape(shape), groups)
+    if panels.dtype != "int8" or tuple(panels.shape) != expected:
+        raise IRTypeError(f"{OP_NAME}: int8 panels of shape {list(expected)} hold a weight of shape "
+                          f"{list(shape)}, got {panels.dtype} panels of shape {list(panels.shape)}")
     return TensorType(shape, dtype)
 
 
-register_tensor_op(OP_NAME, attrs={"shape": REQUIRED, "dtype": REQUIRED}, num_inputs=1, type_rel=_relation,
-                   impl=lambda args, attrs: from_panels(np.asarray(args[0]), attrs["shape"], attrs["dtype"]),
+register_tensor_op(OP_NAME, attrs={"shape": REQUIRED, "dtype": REQUIRED, "groups": 1}, num_inputs=1,
+                   type_rel=_relation,
+                   impl=lambda args, attrs: from_panels(np.asarray(args[0]), attrs["shape"], attrs["dtype"],
+                                                        attrs["groups"]),
                    pattern=OpPattern.INJECTIVE,
                    doc="an 8-bit [k, n] weight stored in the integer GEMM's panels, in its own layout")
 
 
-def unpack(panels: Any, shape: Sequence[int], dtype: str) -> Call:
-    """The ``[k, n]`` weight of ``dtype`` stored as ``panels`` (:func:`to_panels`)."""
-    return call_op(OP_NAME, panels, shape=tuple(int(d) for d in shape), dtype=str(dtype))
+def unpack(panels: Any, shape: Sequence[int], dtype: str, groups: int = 1) -> Call:
+    """The weight of ``shape`` (``[k, n]``, or of higher rank: :func:`flat_shape`) and
+    ``dtype`` stored as ``panels`` (:func:`to_panels`, with ``groups``)."""
+    return call_op(OP_NAME, panels, shape=tuple(int(d) for d in shape), dtype=str(dtype), groups=int(groups))

@@ -13,7 +13,7 @@ Ops (builders below; the registered names carry the ``qnn.`` prefix, as in TVM):
 * ``qnn.matmul(a, b, a_zero_point, b_zero_point)``: ``(a - za) @ (b - zb)`` summed in
   int32 (ONNX MatMulInteger), batched with NumPy's broadcasting.
 * ``qnn.conv2d(data, weight, data_zero_point, weight_zero_point, ...)``: the NCHW/OIHW
-  convolution of ``data - zd`` and ``weight - zw`` summed in int32 (ONNX ConvInteger);
+  (or NHWC/HWIO) convolution of ``data - zd`` and ``weight - zw`` summed in int32 (ONNX ConvInteger);
   padded cells contribute nothing (they hold the zero point).
 * ``qnn.add`` / ``qnn.mul``: QLinearAdd / QLinearMul (com.microsoft) of two quantized
   tensors into a third quantization.
@@ -335,18 +335,30 @@ def matmul(lhs: Any, rhs: Any, lhs_zero_point: Any, rhs_zero_point: Any) -> Call
 
 # --------------------------------------------------------------------------- conv2d
 
-_CONV_DEFAULTS = {"strides": (1, 1), "padding": (0, 0, 0, 0), "dilation": (1, 1), "groups": 1}
+_CONV_DEFAULTS = {"strides": (1, 1), "padding": (0, 0, 0, 0), "dilation": (1, 1), "groups": 1,
+                  "data_layout": "NCHW", "kernel_layout": "OIHW"}
+# the pairs nn.conv2d has (AlterOpLayout turns NCHW/OIHW into NHWC/HWIO)
+CONV_LAYOUTS = (("NCHW", "OIHW"), ("NHWC", "HWIO"))
+
+
+def _layout_perms(attrs: Attrs) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The permutations from the call's data and kernel layouts to NCHW and OIHW."""
+    layouts = (attrs["data_layout"], attrs["kernel_layout"])
+    if layouts not in CONV_LAYOUTS:
+        raise IRTypeError(f"layouts {layouts[0]}/{layouts[1]} are not supported (NCHW/OIHW or NHWC/HWIO)")
+    return tuple(layouts[0].index(c) for c in "NCHW"), tuple(layouts[1].index(c) for c in "OIHW")
 
 
 def _conv2d_relation(arg_types: Sequence[Type], attrs: Attrs) -> Type:
+    data_perm, weight_perm = _layout_perms(attrs)
     data = _operand(arg_types[0], "the data")
     weight = _operand(arg_types[1], "the weight")
-    expect_ndim(data, 4, "the data", "NCHW")
-    expect_ndim(weight, 4, "the weight", "OIHW")
+    expect_ndim(data, 4, "the data", attrs["data_layout"])
+    expect_ndim(weight, 4, "the weight", attrs["kernel_layout"])
     _zero_point(arg_types[2], data, "the data zero point", "the data", data.dtype)
     _zero_point(arg_types[3], weight, "the weight zero point", "the weight", weight.dtype)
-    batch, channels, height, width = data.shape
-    out_channels, group_channels, kh, kw = weight.shape
+    batch, channels, height, width = (data.shape[i] for i in data_perm)
+    out_channels, group_channels, kh, kw = (weight.shape[i] for i in weight_perm)
     groups = attrs["groups"]
     if not isinstance(groups, int) or groups < 1 or channels % groups or out_channels % groups:
         raise IRTypeError(f"groups={groups!r} must divide the input channels ({channels}) and the output "
@@ -358,37 +370,45 @@ def _conv2d_relation(arg_types: Sequence[Type], attrs: Attrs) -> Type:
     top, left, bottom, right = attrs["padding"]
     out_h = window_out_size(height, kh, sh, top, bottom, dh, "height")
     out_w = window_out_size(width, kw, sw, left, right, dw, "width")
-    return TensorType((batch, out_channels, out_h, out_w), "int32")
+    canonical = (batch, out_channels, out_h, out_w)
+    return TensorType(tuple(canonical["NCHW".index(c)] for c in attrs["data_layout"]), "int32")
 
 
 def _conv2d_impl(args: Sequence[Any], attrs: Attrs) -> np.ndarray:
     data, weight, data_zero, weight_zero = args
+    data_perm, weight_perm = _layout_perms(attrs)
     # the padding holds the data's zero point: zero once it is subtracted
-    out = _window.conv_nd(_centered(data, data_zero), _centered(weight, weight_zero), attrs["strides"],
-                          attrs["padding"], attrs["dilation"], attrs["groups"])
-    return np.ascontiguousarray(out.astype(np.int32))
+    centered_data = np.transpose(_centered(data, data_zero), data_perm)
+    centered_weight = np.transpose(_centered(weight, weight_zero), weight_perm)
+    out = _window.conv_nd(centered_data, centered_weight, attrs["strides"], attrs["padding"],
+                          attrs["dilation"], attrs["groups"])
+    back = tuple("NCHW".index(c) for c in attrs["data_layout"])
+    return np.ascontiguousarray(np.transpose(out, back).astype(np.int32))
 
 
 register_tensor_op(
     "qnn.conv2d", attrs=_CONV_DEFAULTS, num_inputs=4, type_rel=_conv2d_relation, impl=_conv2d_impl,
     pattern=OpPattern.OUT_EWISE_FUSABLE,
-    doc="conv2d (NCHW/OIHW) of data - data_zero_point and weight - weight_zero_point, summed in int32 "
-        "(ONNX ConvInteger)",
+    doc="conv2d (NCHW/OIHW or NHWC/HWIO) of data - data_zero_point and weight - weight_zero_point, "
+        "summed in int32 (ONNX ConvInteger)",
 )
 
 
 def conv2d(data: Any, weight: Any, data_zero_point: Any, weight_zero_point: Any, strides: Any = (1, 1),
-           padding: Any = (0, 0), dilation: Any = (1, 1), groups: int = 1) -> Call:
+           padding: Any = (0, 0), dilation: Any = (1, 1), groups: int = 1, data_layout: str = "NCHW",
+           kernel_layout: str = "OIHW") -> Call:
     """The int32 convolution of ``data - data_zero_point`` (NCHW, int8/uint8) with
     ``weight - weight_zero_point`` (OIHW, int8/uint8); zero points broadcast to their
     operand (a per-output-channel weight zero point has shape (O, 1, 1, 1)). ``padding``
-    as for ``nn.conv2d`` (1, 2 or 4 ints)."""
+    as for ``nn.conv2d`` (1, 2 or 4 ints). ``data_layout="NHWC"`` with
+    ``kernel_layout="HWIO"`` is the same convolution on transposed operands (the result
+    NHWC; a per-channel weight zero point then has shape (1, 1, 1, O))."""
     return call_op(
         "qnn.conv2d", data, weight, data_zero_point, weight_zero_point,
         strides=positive_ints(int_tuple(strides, 2, "strides"), "strides"),
         padding=pad_tuple_2d(padding),
         dilation=positive_ints(int_tuple(dilation, 2, "dilation"), "dilation"),
-        groups=int(groups),
+        groups=int(groups), data_layout=str(data_layout), kernel_layout=str(kernel_layout),
     )
 
 

@@ -17,6 +17,7 @@ from passinfra.transform.builtin.fold_constant import FoldConstant
 from passinfra.transform.builtin.fold_scale_axis import FoldScaleAxis
 from passinfra.transform.builtin.forward_fold_scale_axis import ForwardFoldScaleAxis
 from passinfra.transform.builtin.fuse_ops import FuseOps
+from passinfra.transform.builtin.fuse_qdq import FuseQDQ
 from passinfra.transform.builtin.infer_type import InferType
 from passinfra.transform.builtin.inline import Inline
 from passinfra.transform.builtin.lambda_lift import LambdaLift
@@ -31,5 +32,5 @@ __all__ = [
     "InferType", "FoldConstant", "DeadCodeElimination", "EliminateCommonSubexpr",
     "SimplifyInference", "FoldScaleAxis", "BackwardFoldScaleAxis", "ForwardFoldScaleAxis",
     "ToANormalForm", "ToGraphNormalForm", "LambdaLift", "FuseOps", "AlterOpLayout",
-    "RemoveUnusedFunctions", "Inline", "DeduplicateFilters", "ToMixedPrecision",
+    "RemoveUnusedFunctions", "Inline", "DeduplicateFilters", "ToMixedPrecision", "FuseQDQ",
 ]

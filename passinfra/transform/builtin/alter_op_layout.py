@@ -10,6 +10,7 @@ What the pass does, in one forward sweep over the dataflow (iterative, ExprMutat
 
 * every ``nn.conv2d`` in NCHW/OIHW becomes an NHWC/HWIO conv2d; its weight is re-laid by
   ``transpose(W, (2, 3, 1, 0))``, a transpose of a constant that FoldConstant removes;
+  ``qnn.conv2d`` likewise (a per-channel weight zero point is re-laid with the weight);
 * the NHWC value is then propagated through ops that do not care about the layout:
   elementwise ops (relu, exp, ...), binary broadcast ops whose other operand is NHWC too
   or smaller than the result (a per-channel bias or scale, re-laid by ``expand_dims`` +
@@ -52,6 +53,7 @@ NHWC_TO_NCHW = (0, 3, 1, 2)
 OIHW_TO_HWIO = (2, 3, 1, 0)
 
 _CONV2D = Op.get("nn.conv2d")
+_QNN_CONV2D = Op.get("qnn.conv2d")
 _BIAS_ADD = Op.get("nn.bias_add")
 _POOLS = (Op.get("nn.max_pool2d"), Op.get("nn.avg_pool2d"), Op.get("nn.global_avg_pool2d"))
 _CONCATENATE = Op.get("concatenate")
@@ -77,7 +79,8 @@ class _NHWCRewriter(ir.ExprMutator):
         self._entry_transposes: dict[Expr, Expr] = {}
         self._relaid_operands: dict[Expr, Expr] = {}  # one re-laid copy of a shared bias
         self._rules: dict[Op, Callable[[Call], Expr | None]] = {
-            _CONV2D: self._conv2d, _BIAS_ADD: self._bias_add, _CONCATENATE: self._concatenate,
+            _CONV2D: self._conv2d, _QNN_CONV2D: self._qnn_conv2d, _BIAS_ADD: self._bias_add,
+            _CONCATENATE: self._concatenate,
             **{pool: self._pool for pool in _POOLS},
         }
 
@@ -135,6 +138,22 @@ class _NHWCRewriter(ir.ExprMutator):
         attrs = call.attrs.with_item("data_layout", "NHWC").with_item("kernel_layout", "HWIO")
         new_weight = op.transpose(self.visit(weight), OIHW_TO_HWIO)
         return Call(_CONV2D, [self._as_nhwc(data), new_weight], attrs)
+
+    def _qnn_conv2d(self, call: Call) -> Expr | None:
+        """The integer convolution likewise; its zero points are scalars, or the weight's
+        is per output channel ([O, 1, 1, 1], re-laid with the weight)."""
+        if call.attrs["data_layout"] != "NCHW" or call.attrs["kernel_layout"] != "OIHW":
+            return None
+        data, weight, data_zero, weight_zero = call.args
+        zero_types = (_tensor_type(data_zero), _tensor_type(weight_zero))
+        if any(t is None for t in zero_types) or zero_types[0].ndim != 0 or zero_types[1].ndim not in (0, 4):
+            return None
+        attrs = call.attrs.with_item("data_layout", "NHWC").with_item("kernel_layout", "HWIO")
+        new_weight = op.transpose(self.visit(weight), OIHW_TO_HWIO)
+        new_zero = self.visit(weight_zero)
+        if zero_types[1].ndim == 4:
+            new_zero = op.transpose(new_zero, OIHW_TO_HWIO)
+        return Call(_QNN_CONV2D, [self._as_nhwc(data), new_weight, self.visit(data_zero), new_zero], attrs)
 
     def _bias_add(self, call: Call) -> Expr | None:
         data, bias = call.args

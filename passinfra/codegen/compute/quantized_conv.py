@@ -1,0 +1,198 @@
+"""Compute rule of ``qnn.conv2d``: the int32 convolution of ``data - zd`` with ``weight
+- zw`` (:mod:`passinfra.ir.op.quantize`), exact, so every kernel below gives the
+reference's bits whatever its order of summation or its thread count.
+
+In NHWC/HWIO (AlterOpLayout's layout) with static sizes and a per-tensor data zero point:
+
+* **one group**: the runtime's integer GEMM (``c/qgemm.c``, the body the CPU can run:
+  AMX, AVX-512 VNNI, AVX2 or portable) on the im2col matrix ``[N*OH*OW, KH*KW*C]``, which
+  a pointwise convolution of stride 1 is already (the data itself); the padding holds the
+  data's zero point, so it adds nothing, as in the reference. The weight is the GEMM's
+  ``[KH*KW*C, O]`` matrix, which PanelWeights stores in the GEMM's panels;
+* **several groups** (depthwise, RegNet's groups of 16): the direct channels-last kernel
+  of the float convolutions (:mod:`passinfra.codegen.compute.conv_direct`) on int32
+  values ``x - zd`` and ``w - zw`` with int32 accumulators: its vector lanes run over
+  output channels, its skipped padding adds nothing where the reference adds 0.
+
+Anything else (NCHW, symbolic sizes, a per-element data zero point) is the generic loop
+nest: an int32 sum of the centered products, a padded tap contributing 0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from passinfra import tir
+from passinfra.codegen.compute.base import (
+    ExternOp,
+    Indices,
+    ReduceOp,
+    TensorHandle,
+    clamp,
+    in_range,
+    output_shape,
+    register_compute,
+    seq,
+)
+from passinfra.codegen.compute.conv_direct import ConvGeometry, direct_conv
+from passinfra.codegen.compute.quantize import (
+    allocated,
+    centered,
+    first_element,
+    in_memory,
+    qgemm_call,
+    staged,
+)
+from passinfra.ir.attrs import Attrs
+from passinfra.ir.dims import is_static as is_static_dim
+from passinfra.ir.types import Type
+from passinfra.tir.intrinsics import QCONV_INTRINSIC
+
+_I32 = "int32"
+# a group of at least this many input channels runs on the integer GEMM; fewer (a
+# depthwise convolution) on the direct kernel. RegNetX-like's groups of 16 (3x3,
+# one thread): 7.8 ms for the model on the direct kernel, XX on the GEMM
+MIN_GEMM_GROUP_CHANNELS = 8
+
+
+def _tap(out: tir.PrimExpr, stride: int, tap: tir.PrimExpr, dilation: int, pad: int) -> tir.PrimExpr:
+    """``out * stride + tap * dilation - pad``, leaving out the trivial parts."""
+    index = out if stride == 1 else out * tir.IntImm(stride)
+    index = index + (tap if dilation == 1 else tap * tir.IntImm(dilation))
+    return index - tir.IntImm(pad) if pad else index
+
+
+@dataclass(frozen=True)
+class _Centered:
+    """An operand read as int32 ``value - zero_point`` (what the direct kernel multiplies)."""
+
+    operand: TensorHandle
+    zero_point: TensorHandle
+
+    @property
+    def shape(self) -> tuple:
+        return tuple(self.operand.shape)
+
+    dtype = _I32
+
+    def load(self, *indices: tir.PrimExpr) -> tir.PrimExpr:
+        return centered(self.operand, self.zero_point, tuple(indices))
+
+
+def _size(shape: Sequence) -> int | None:
+    return math.prod(int(d) for d in shape) if all(is_static_dim(d) for d in shape) else None
+
+
+def _on_gemm(g: ConvGeometry, data: TensorHandle, weight: TensorHandle, data_zero: TensorHandle,
+             weight_zero: TensorHandle, out_shape: tuple[int, ...], per_channel: bool) -> ExternOp:
+    """One integer GEMM per group, in one call: the im2col matrix of each group's input
+    channels (gathered by the runtime, ``rp_qconv``; a pointwise convolution of stride 1
+    and one group multiplies the data itself, ``rp_qgemm``) times the group's columns of
+    the HWIO weight (``[KH*KW*Cg, O]``, group ``g``'s outputs from ``g * Og`` on), into
+    the NHWC output."""
+    (kh, kw), (sh, sw), (dh, dw) = g.kernel, g.strides, g.dilation
+    top, left, _, _ = g.padding
+    pointwise = g.groups == 1 and (kh, kw) == (1, 1) and (sh, sw) == (1, 1) and not any(g.padding)
+    m, k = g.batch * g.out_height * g.out_width, kh * kw * g.group_channels
+    signs = (data.dtype == "int8", weight.dtype == "int8")
+
+    def build(outputs: Sequence[tir.Buffer]) -> tir.Stmt:
+        (out,) = outputs
+        a_first, a_scratch, a_fill = in_memory(data, "qconv_image")
+        panels = getattr(weight, "qgemm_panels", None)  # PanelWeights stored the weight in panels
+        if panels is not None:
+            b_first, b_scratch, b_fill = first_element(panels), None, None
+        else:
+            b_first, b_scratch, b_fill = in_memory(weight, "qconv_b")
+        za, za_fill = staged(data_zero, "qconv_za", data.shape, (), False)
+        zb, zb_fill = staged(weight_zero, "qconv_zb", weight.shape, (g.out_channels,) if per_channel else (),
+                             True)
+        if pointwise:
+            call = qgemm_call(a_first, b_first, za, zb, first_element(out), tir.IntImm(m, tir.INDEX_DTYPE),
+                              g.out_channels, k, *signs, 0, int(per_channel), panels is not None)
+        else:
+            sizes = (g.batch, g.height, g.width, g.channels, g.out_height, g.out_width, kh, kw, sh, sw, dh,
+                     dw, top, left, g.group_outputs, g.groups, *signs, int(per_channel), panels is not None)
+            call = tir.Evaluate(tir.Intrinsic(QCONV_INTRINSIC, (
+                a_first, b_first, first_element(za), first_element(zb), first_element(out),
+                *(tir.IntImm(int(v), tir.INDEX_DTYPE) for v in sizes)), _I32))
+        return allocated(seq(a_fill, b_fill, za_fill, zb_fill, call), a_scratch, b_scratch, za, zb)
+
+    return ExternOp("qnn.conv2d", ((out_shape, _I32),), build)
+
+
+def _direct(g: ConvGeometry, data: TensorHandle, weight: TensorHandle, data_zero: TensorHandle,
+            weight_zero: TensorHandle, out_shape: tuple[int, ...]) -> ExternOp:
+    def build(outputs: Sequence[tir.Buffer]) -> tir.Stmt:
+        (out,) = outputs
+        return direct_conv(g, _Centered(data, data_zero), _Centered(weight, weight_zero), out)
+
+    return ExternOp("qnn.conv2d", ((out_shape, _I32),), build)
+
+
+def _channels_last_kernel(data: TensorHandle, weight: TensorHandle, data_zero: TensorHandle,
+                          weight_zero: TensorHandle, attrs: Attrs, out_shape: tuple) -> ExternOp | None:
+    """The NHWC/HWIO kernels of the module docstring, or None where they do not apply."""
+    shapes = (tuple(data.shape), tuple(weight.shape), tuple(out_shape))
+    if any(_size(shape) is None for shape in shapes) or _size(data_zero.shape) != 1:
+        return None
+    out_channels = int(weight.shape[-1])
+    zero_size = _size(weight_zero.shape)
+    padded_zero = (1,) * (4 - len(weight_zero.shape)) + tuple(int(d) for d in weight_zero.shape)
+    if zero_size != 1 and padded_zero != (1, 1, 1, out_channels):
+        return None  # a weight zero point per input channel or tap: the loop nest
+    g = ConvGeometry.of(attrs, *(tuple(int(d) for d in shape) for shape in shapes))
+    if g.groups == 1 or g.group_channels >= MIN_GEMM_GROUP_CHANNELS:
+        return _on_gemm(g, data, weight, data_zero, weight_zero, shapes[2], zero_size != 1)
+    return _direct(g, data, weight, data_zero, weight_zero, shapes[2])
+
+
+@register_compute("qnn.conv2d")
+def _conv2d(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> ReduceOp | ExternOp:
+    data, weight, data_zero, weight_zero = inputs
+    out_shape = output_shape(out_type)
+    nhwc = attrs["data_layout"] == "NHWC"
+    if nhwc:
+        kernel = _channels_last_kernel(data, weight, data_zero, weight_zero, attrs, out_shape)
+        if kernel is not None:
+            return kernel
+    # the generic loop nest, in either layout
+    height, width = (data.shape[1], data.shape[2]) if nhwc else (data.shape[2], data.shape[3])
+    if nhwc:
+        kh, kw, group_channels, out_channels = weight.shape
+    else:
+        out_channels, group_channels, kh, kw = weight.shape
+    groups = attrs["groups"]
+    out_per_group = out_channels // groups
+    (sh, sw), (dh, dw) = attrs["strides"], attrs["dilation"]
+    top, left, bottom, right = attrs["padding"]
+    check_h, check_w = bool(top or bottom), bool(left or right)
+
+    def body(out: Indices, red: Indices) -> tir.PrimExpr:
+        n, oh, ow, oc = out if nhwc else (out[0], out[2], out[3], out[1])
+        rc, ry, rx = red
+        ic = rc
+        if groups > 1:
+            ic = tir.FloorDiv(oc, tir.IntImm(out_per_group)) * tir.IntImm(group_channels) + rc
+        h, w = _tap(oh, sh, ry, dh, top), _tap(ow, sw, rx, dw, left)
+        conditions = []
+        if check_h:
+            conditions.append(in_range(h, height))
+            h = clamp(h, 0, height - 1)
+        if check_w:
+            conditions.append(in_range(w, width))
+            w = clamp(w, 0, width - 1)
+        data_idx = (n, h, w, ic) if nhwc else (n, ic, h, w)
+        weight_idx = (ry, rx, rc, oc) if nhwc else (oc, rc, ry, rx)
+        product = centered(data, data_zero, data_idx) * centered(weight, weight_zero, weight_idx)
+        if not conditions:
+            return product
+        inside = conditions[0] if len(conditions) == 1 else tir.And(conditions[0], conditions[1])
+        return tir.Select(inside, product, tir.IntImm(0, _I32))  # the padding holds the zero point
+
+    return ReduceOp("qnn.conv2d", out_shape, _I32, (group_channels, kh, kw), "sum", body)
+
+
+__all__: list[str] = []

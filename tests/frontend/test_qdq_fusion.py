@@ -1,0 +1,238 @@
+"""QDQ models as integer code (issue 33): FuseQDQ turns DequantizeLinear -> Conv / MatMul /
+Gemm / Add -> QuantizeLinear groups into qnn ops on the quantized values, which compute
+onnxruntime's QLinear arithmetic exactly; the integer convolution runs on the runtime's
+integer GEMM (one group, grouped) or the direct channels-last kernel (depthwise), the same
+bits on every instruction set here and for any thread count; the weights stay int8."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import passinfra
+from passinfra.frontend import from_onnx
+from passinfra.transform import FuseQDQ, InferType, PassContext
+from tests.isa_levels import assert_same_on_every_isa
+
+ort = pytest.importorskip("onnxruntime")
+
+_ONNX = {"uint8": TensorProto.UINT8, "int8": TensorProto.INT8}
+_F32 = np.float32
+
+
+class _Graph:
+    """A QDQ graph under construction: float input ``x``, quantized as ``act`` dtype."""
+
+    def __init__(self, shape: tuple[int, ...], act: str = "uint8", seed: int = 0) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.act = act
+        self.nodes: list = []
+        self.inits: list = []
+        self.input = helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)
+        self.shape = shape
+        self._count = 0
+
+    def _name(self, stem: str) -> str:
+        self._count += 1
+        return f"{stem}{self._count}"
+
+    def init(self, value: np.ndarray, stem: str) -> str:
+        name = self._name(stem)
+        self.inits.append(numpy_helper.from_array(np.asarray(value), name))
+        return name
+
+    def qdq(self, value: str, scale: float, zero: int, dtype: str | None = None) -> str:
+        """``DQ(Q(value))`` on a per-tensor grid."""
+        dtype = dtype or self.act
+        s, z = self.init(np.array(scale, _F32), "s"), self.init(np.array(zero, dtype), "z")
+        q, dq = self._name("q"), self._name("dq")
+        self.nodes += [helper.make_node("QuantizeLinear", [value, s, z], [q]),
+                       helper.make_node("DequantizeLinear", [q, s, z], [dq])]
+        return dq
+
+    def weight(self, shape: tuple[int, ...], axis: int, per_channel: bool, dtype: str = "int8",
+               symmetric: bool = True) -> tuple[str, np.ndarray]:
+        """``DQ(w)`` of an 8-bit initializer, per tensor or per ``axis``; and its scales."""
+        info = np.iinfo(dtype)
+        codes = self.rng.integers(info.min, info.max + 1, shape).astype(dtype)
+        count = shape[axis] if per_channel else 1
+        scales = (self.rng.uniform(0.5, 1.5, count) / 64).astype(_F32)
+        zeros = (np.zeros(count, dtype) if symmetric
+                 else self.rng.integers(info.min // 4, info.max // 4, count).astype(dtype))
+        if not per_channel:
+            scales, zeros = scales.reshape(()), zeros.reshape(())
+        names = [self.init(codes, "w"), self.init(scales, "ws"), self.init(zeros, "wz")]
+        dq = self._name("wdq")
+        attrs = {"axis": axis} if per_channel else {}
+        self.nodes.append(helper.make_node("DequantizeLinear", names, [dq], **attrs))
+        return dq, scales
+
+    def bias(self, count: int, x_scale: float, w_scales: np.ndarray) -> str:
+        """``DQ(b)`` of an int32 bias with the scale ``x_scale * w_scale`` (as the quantizer)."""
+        scale = (np.float32(x_scale) * w_scales).astype(_F32).reshape(-1)
+        scale = np.broadcast_to(scale, (count,)).copy() if scale.size > 1 else scale.reshape(())
+        codes = self.rng.integers(-5000, 5000, count).astype(np.int32)
+        zeros = np.zeros_like(scale, np.int32)
+        names = [self.init(codes, "b"), self.init(scale, "bs"), self.init(zeros, "bz")]
+        dq = self._name("bdq")
+        attrs = {"axis": 0} if scale.size > 1 else {}
+        self.nodes.append(helper.make_node("DequantizeLinear", names, [dq], **attrs))
+        return dq
+
+    def node(self, op: str, inputs: list[str], **attrs) -> str:
+        out = self._name(op.lower())
+        self.nodes.append(helper.make_node(op, inputs, [out], **attrs))
+        return out
+
+    def model(self, output: str):
+        result = helper.make_tensor_value_info(output, TensorProto.FLOAT, None)
+        graph = helper.make_graph(self.nodes, "qdq", [self.input], [result], self.inits)
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+
+    def feeds(self) -> dict[str, np.ndarray]:
+        return {"x": self.rng.standard_normal(self.shape).astype(_F32)}
+
+
+def conv_model(shape, out_channels, kernel, stride=1, pad=0, groups=1, dilation=1, act="uint8",
+               per_channel=True, bias=True, relu_zero=None, symmetric=True, seed=0):
+    g = _Graph(shape, act, seed)
+    zero = 128 if act == "uint8" else 0
+    x = g.qdq("x", 0.05, zero - 3)
+    w, scales = g.weight((out_channels, shape[1] // groups, kernel, kernel), 0, per_channel,
+                         symmetric=symmetric)
+    inputs = [x, w] + ([g.bias(out_channels, 0.05, scales)] if bias else [])
+    y = g.node("Conv", inputs, kernel_shape=[kernel, kernel], strides=[stride, stride], pads=[pad] * 4,
+               group=groups, dilations=[dilation, dilation])
+    if relu_zero is not None:
+        y = g.node("Relu", [y])
+        return g.model(g.qdq(y, 0.04, relu_zero)), g.feeds()
+    return g.model(g.qdq(y, 0.08, zero + 5)), g.feeds()
+
+
+def _fused_ops(model) -> list[str]:
+    with PassContext(opt_level=3):
+        mod = FuseQDQ()(InferType()(from_onnx(model)))
+    return re.findall(r"^\s+(?:%\d+ = )?([a-z_.0-9]+)\(", str(mod), re.MULTILINE)
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(tmp_path_factory.mktemp("qdq-cache"))
+
+
+def _build(model, cache_dir: str):
+    with PassContext(opt_level=3, config={"codegen.cache_dir": cache_dir}):
+        return passinfra.build(from_onnx(model))
+
+
+def _onnxruntime(model, feeds) -> np.ndarray:
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)[0]
+
+
+_CONVOLUTIONS = ("shape", "out_channels", "kernel", "stride", "pad", "groups", "act", "per_channel")
+
+
+@pytest.mark.parametrize(_CONVOLUTIONS, [
+    ((1, 16, 9, 9), 24, 1, 1, 0, 1, "uint8", True),  # pointwise: the data is the GEMM's matrix
+    ((1, 8, 11, 9), 40, 3, 2, 1, 1, "uint8", True),  # im2col with padding, 5 x 5 = 25 rows
+    ((2, 3, 12, 12), 16, 3, 1, 1, 1, "int8", False),  # the first layer's 3 channels, a batch of 2
+    ((1, 32, 8, 8), 32, 3, 1, 1, 2, "uint8", True),  # grouped: two GEMMs of 16 channels in one call
+    ((1, 24, 7, 7), 24, 5, 2, 2, 24, "uint8", True),  # depthwise: the direct kernel
+    ((1, 4, 3, 3), 6, 1, 1, 0, 1, "uint8", True),  # 9 rows: VNNI where there is AMX
+])
+def test_a_qdq_convolution_is_onnxruntime_s_qlinearconv_exactly(shape, out_channels, kernel, stride, pad,
+                                                                 groups, act, per_channel, cache_dir):
+    model, feeds = conv_model(shape, out_channels, kernel, stride, pad, groups, act=act,
+                              per_channel=per_channel)
+    ops = _fused_ops(model)
+    assert "qnn.conv2d" in ops and "nn.conv2d" not in ops, ops
+    expected = _onnxruntime(model, feeds)
+    on_gemm = groups == 1 or shape[1] // groups >= 8  # else the direct kernel, generated C
+    assert_same_on_every_isa(_build(model, cache_dir), [feeds["x"]], expected, runtime=on_gemm)
+
+
+def test_dilation_and_asymmetric_weights(cache_dir):
+    """Weight zero points per channel, not all 0: the kernels remove them exactly."""
+    model, feeds = conv_model((1, 8, 10, 10), 12, 3, 1, 2, 1, dilation=2, symmetric=False)
+    expected = np.asarray(passinfra.evaluate(from_onnx(model), feeds["x"]))
+    lib = _build(model, cache_dir)
+    with PassContext(opt_level=3):
+        fused = FuseQDQ()(InferType()(from_onnx(model)))
+    assert np.array_equal(lib(feeds["x"]), np.asarray(passinfra.evaluate(fused, feeds["x"])))
+    # against the float path (the group unfused): within one step of the output grid
+    assert np.abs(lib(feeds["x"]) - expected).max() <= 0.08 * 1.001
+
+
+@pytest.mark.parametrize("zero", [0, 40])
+def test_a_relu_in_the_group_is_a_maximum_with_the_zero_point(zero, cache_dir):
+    model, feeds = conv_model((1, 8, 6, 6), 16, 3, 1, 1, relu_zero=zero)
+    ops = _fused_ops(model)
+    assert "nn.relu" not in ops and ("maximum" in ops) == (zero != 0), ops
+    expected = _onnxruntime(model, feeds)
+    got = _build(model, cache_dir)(feeds["x"])
+    assert got.min() >= 0.0
+    assert np.abs(got - expected).max() <= 0.04 * 1.001  # onnxruntime keeps this group in float
+
+
+def _matmul_model(rows: int, k: int, n: int, op: str, per_channel: bool, act: str = "int8"):
+    g = _Graph((rows, k), act, seed=k + n)
+    x = g.qdq("x", 0.03, 0 if act == "int8" else 120)
+    if op == "Gemm":  # transB: the weight [n, k], per channel along its rows
+        w, scales = g.weight((n, k), 0, per_channel)
+        y = g.node("Gemm", [x, w, g.bias(n, 0.03, scales)], transB=1)
+    else:
+        w, scales = g.weight((k, n), 1, per_channel)
+        y = g.node("Add", [g.node("MatMul", [x, w]), g.bias(n, 0.03, scales)])
+    return g.model(g.qdq(y, 0.1, 3 if act == "int8" else 128)), g.feeds()
+
+
+@pytest.mark.parametrize(("rows", "k", "n", "op", "per_channel", "act"), [
+    (1, 64, 40, "MatMul", True, "int8"),
+    (33, 70, 48, "MatMul", False, "uint8"),
+    (4, 96, 10, "Gemm", True, "uint8"),
+])
+def test_a_qdq_matmul_is_onnxruntime_s_exactly(rows, k, n, op, per_channel, act, cache_dir):
+    model, feeds = _matmul_model(rows, k, n, op, per_channel, act)
+    ops = _fused_ops(model)
+    assert "qnn.matmul" in ops and "matmul" not in ops and "nn.dense" not in ops, ops
+    assert_same_on_every_isa(_build(model, cache_dir), [feeds["x"]], _onnxruntime(model, feeds))
+
+
+def test_a_qdq_add_is_qlinearadd_and_movement_drops_its_pairs(cache_dir):
+    g = _Graph((1, 4, 6, 6), seed=3)
+    a = g.qdq("x", 0.05, 128)
+    b = g.qdq(g.node("Sigmoid", ["x"]), 0.004, 0)
+    added = g.qdq(g.node("Add", [a, b]), 0.06, 120)
+    pooled = g.qdq(g.node("MaxPool", [added], kernel_shape=[2, 2], strides=[2, 2]), 0.06, 120)
+    model = g.model(pooled)
+    ops = _fused_ops(model)
+    # the add and the pool on the quantized values: one dequantize left, the output's
+    assert "qnn.add" in ops and "add" not in ops and ops.count("qnn.dequantize") == 1, ops
+    feeds = g.feeds()
+    expected = _onnxruntime(model, feeds)
+    assert np.array_equal(_build(model, cache_dir)(feeds["x"]), expected)
+
+
+def test_a_group_that_cannot_fuse_keeps_the_float_path(cache_dir):
+    """A bias whose scale is not x_scale * w_scale: the group stays float32 (and folds)."""
+    model, feeds = conv_model((1, 4, 6, 6), 8, 3, 1, 1)
+    for init in model.graph.initializer:
+        if init.name.startswith("bs"):
+            init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init) * _F32(3), init.name))
+    ops = _fused_ops(model)
+    assert "nn.conv2d" in ops and "qnn.conv2d" not in ops, ops
+    expected = np.asarray(passinfra.evaluate(from_onnx(model), feeds["x"]))
+    assert np.array_equal(_build(model, cache_dir)(feeds["x"]), expected)
+
+
+def test_the_weights_stay_int8_in_the_library(cache_dir, tmp_path):
+    model, _ = conv_model((1, 64, 8, 8), 96, 3, 1, 1)
+    codes = sum(numpy_helper.to_array(i).nbytes for i in model.graph.initializer)
+    lib = _build(model, cache_dir)
+    lib.export_library(str(tmp_path / "lib.so"))
+    weights = (tmp_path / "lib.so.weights.bin").stat().st_size
+    assert weights <= 1.05 * codes, (weights, codes)
