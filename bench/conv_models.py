@@ -3,6 +3,7 @@
 Built with the onnx helper API (through the zoo's graph builder: seeded random weights),
 shaped after the real families the issue names, at batch 1:
 
+* ``resnet50``: ResNet-50 (bottleneck blocks, a 7x7 stem and max pooling);
 * ``regnet``: a RegNetX-400MF-like net: stem, four stages of X blocks (1x1, grouped 3x3
   with group width 16, 1x1, residual), widths 32-384;
 * ``mobilenet``: a MobileNetV3-like net: inverted residual blocks (1x1 expand, depthwise
@@ -85,6 +86,26 @@ class _Net:
     def model(self, name: str, in_shape: list[int], out: str, out_shape: list[int]) -> onnx.ModelProto:
         inputs = [helper.make_tensor_value_info("input", TensorProto.FLOAT, in_shape)]
         return self.g.model(name, inputs, out, out_shape)
+
+
+def resnet50(seed: int = 0) -> onnx.ModelProto:
+    """ResNet-50 (v1.5): a 7x7 stride-2 stem and max pooling, bottleneck stages of 3, 4, 6
+    and 3 blocks (1x1, 3x3 with the stride, 1x1 to four times the width, residual) of
+    widths 64-512."""
+    net = _Net(seed)
+    x = net.conv_bn("input", 3, 64, 7, 2)
+    x = net.g.node("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    cin = 64
+    for stage, (width, depth) in enumerate(((64, 3), (128, 4), (256, 6), (512, 3))):
+        for block in range(depth):
+            stride = 2 if block == 0 and stage > 0 else 1
+            y = net.conv_bn(x, cin, width, 1)
+            y = net.conv_bn(y, width, width, 3, stride)
+            y = net.conv_bn(y, width, 4 * width, 1, act=None)
+            shortcut = x if block else net.conv_bn(x, cin, 4 * width, 1, stride, act=None)
+            x = net.act(net.g.node("Add", [y, shortcut]), "relu")
+            cin = 4 * width
+    return net.model("resnet50", [1, 3, 224, 224], net.head(x, cin), [1, 1000])
 
 
 def regnet(seed: int = 0) -> onnx.ModelProto:

@@ -7,10 +7,12 @@ quarter of the hidden size; RMS-free: the residual adds, SiLU gating and the sev
 projections, whose weights are the layer's whole memory traffic), one row (a decode
 step). The float32 model is built here with random weights; ``onnxruntime.quantization``'s
 ``MatMulNBitsQuantizer`` (asymmetric, blocks of 32) turns it into the 4- and 8-bit models.
-**Static QDQ CNNs.** MobileNetV3-like and RegNetX-like (``bench/conv_models.py``) through
-``quantize_static`` (QDQ format, uint8 activations, int8 per-channel weights, calibrated
-on random batches): today's float path (a weight's DequantizeLinear folds into a float32
-constant; the activations' QuantizeLinear/DequantizeLinear pairs run as such).
+**Static QDQ CNNs.** MobileNetV3-like, RegNetX-like and ResNet-50 (``bench/conv_models.py``)
+through onnxruntime's documented flow, ``quant_pre_process`` then ``quantize_static`` (QDQ
+format, uint8 activations, int8 per-channel weights, calibrated on random batches):
+FuseQDQ runs the DequantizeLinear -> Conv/Gemm/Add -> QuantizeLinear groups as integer
+ops (the integer GEMM; depthwise and first-layer convolutions exactly on the float
+kernels); the float32 build is of the original model (its batch norms folded).
 
 **Dynamic int8 (MatMulInteger).** The same layers through ``onnxruntime.quantization``'s
 ``quantize_dynamic`` (int8 weights, per tensor; the activations quantized to uint8 at run
@@ -198,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
             assert "MatMulInteger" in _nodes(quantized) and "MatMul" not in _nodes(quantized), "all quantized"
             label = "dynamic int8, one row" if rows == 1 else f"dynamic int8, {rows} rows"
             results.append(compare(label, model, quantized, args.repeats, cache, out))
-        cnns = (("MobileNetV3-like", conv_models.mobilenet), ("RegNetX-like", conv_models.regnet))
+        cnns = (("MobileNetV3-like", conv_models.mobilenet), ("RegNetX-like", conv_models.regnet),
+                ("ResNet-50", conv_models.resnet50))
         for name, builder in cnns:
             print(f"static QDQ {name} ...", flush=True)
             model = builder()

@@ -53,6 +53,7 @@ COMPILE_PIPELINE: tuple[str, ...] = (
     "EliminateCommonSubexpr",
     "DeadCodeElimination",
     "ConvTransposeAsConv",
+    "ExactFloatConvolutions",
     "AlterOpLayout",
     "FoldConstant",
     "DeduplicateFilters",

@@ -24,8 +24,9 @@ from passinfra.codegen.passes.specialize_kernels import SpecializeKernels
 from passinfra.codegen.passes.apply_tuning_records import ApplyTuningRecords
 from passinfra.codegen.passes.dense_as_matmul import DenseAsMatmul
 from passinfra.codegen.passes.conv_transpose_as_conv import ConvTransposeAsConv
+from passinfra.codegen.passes.exact_float_convolutions import ExactFloatConvolutions
 # isort: on
 
 __all__ = ["CodegenC", "CompileC", "LowerToPrimFunc", "PlanMemory", "HostCodegen", "LinkLibrary",
            "PanelWeights", "StreamWeights", "SpecializeKernels", "ApplyTuningRecords",
-           "DenseAsMatmul", "ConvTransposeAsConv"]
+           "DenseAsMatmul", "ConvTransposeAsConv", "ExactFloatConvolutions"]

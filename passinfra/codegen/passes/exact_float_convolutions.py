@@ -1,0 +1,128 @@
+"""ExactFloatConvolutions: an integer convolution of short sums runs on the float32
+convolution kernels, with the same integer result.
+
+A depthwise ``qnn.conv2d`` (one input channel a group) has nothing for the integer GEMM to
+multiply: each output sums ``KH * KW`` products of one channel; a network's first layer
+(3 channels, 3x3: 27 products) fills less than half of the GEMM's 64-deep steps, and the
+GEMM's cost is then its copy of the data into its layout. The float32 convolution kernels
+(the runtime's depthwise and microkernels, AVX-512/AVX2) compute such sums fastest, and
+for these operands they are exact: ``x - zx`` and ``w - zw`` are integers of at most 255 in
+magnitude, so every product and every partial sum is an integer, and while the sum of the
+magnitudes ``max |x - zx| * sum |w - zw|`` (per output channel, over its taps) stays below
+2^24 every one of them is a float32 exactly, in any order of summation, fused
+multiply-add or not. Then ``int32(conv2d(float(x) - zx, float(w - zw)))`` is the integer
+convolution bit for bit; its epilogue (the int32 bias, the requantization, a
+hard-swish) runs in the float kernel's.
+
+The rewrite, per call: ``qnn.conv2d(x, W, zx, zw)`` with a constant weight ``W``, one
+input channel per group or fewer than :data:`SHORT_SUM` products per output, a
+per-tensor data zero point and static sizes becomes
+``cast(nn.conv2d(subtract(cast(x, "float32"), zx), W'), "int32")`` with ``W' = float32(W -
+zw)`` a constant, when the bound above holds (a 7x7 filter of extreme values: 49 * 255 *
+255 < 2^24 always). Padding: the float convolution pads with 0, which is ``x - zx`` at a
+padded cell, as the integer one has it. Longer sums stay integer (the integer GEMM
+multiplies them four to sixteen times faster than float32 FMAs).
+
+Where: after FoldConstant has made the weights and zero points constants and before
+AlterOpLayout, which lays the new convolution out like every other.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from passinfra.ir import op
+from passinfra.ir.expr import Call, Constant, Expr, Function
+from passinfra.ir.functor import ExprMutator
+from passinfra.ir.module import IRModule
+from passinfra.ir.op.nn import conv2d
+from passinfra.ir.op.registry import Op
+from passinfra.ir.types import TensorType
+from passinfra.transform.builtin.function_types import ensure_typed
+from passinfra.transform.pass_info import PassInfo
+from passinfra.transform.passes import FunctionPass
+from passinfra.transform.registry import register_pass
+
+_QNN_CONV2D = Op.get("qnn.conv2d")
+# a float32 holds every integer of magnitude up to 2^24 exactly
+EXACT_LIMIT = 2 ** 24
+# sums shorter than this run on the float kernels: half the integer GEMM's step in k
+# (qgemm_panels.K_MULTIPLE, an AMX tile's 64 bytes), most of whose work would be padding
+SHORT_SUM = 32
+
+
+def _data_range(dtype: str, zero_point: int) -> int:
+    """The largest ``|x - zx|`` of a ``dtype`` value ``x``."""
+    info = np.iinfo(dtype)
+    return max(zero_point - int(info.min), int(info.max) - zero_point)
+
+
+def exact_in_float(call: Call) -> np.ndarray | None:
+    """The float32 weight ``W - zw`` when ``call`` (a typed qnn.conv2d) is depthwise or of
+    short sums, with a constant weight, one data zero point and static sizes, and its sums
+    are exact in float32 (module docstring); else None."""
+    data, weight, data_zero, weight_zero = call.args
+    attrs = call.attrs
+    if (attrs["data_layout"], attrs["kernel_layout"]) != ("NCHW", "OIHW"):
+        return None
+    data_type, out_type = data._checked_type, call._checked_type
+    if not (isinstance(data_type, TensorType) and data_type.is_static and isinstance(out_type, TensorType)
+            and out_type.is_static):
+        return None
+    if not all(isinstance(arg, Constant) for arg in (weight, data_zero, weight_zero)):
+        return None
+    codes = weight.data
+    if data_zero.data.size != 1 or (codes.shape[1] != 1 and int(np.prod(codes.shape[1:])) >= SHORT_SUM):
+        return None
+    centered = codes.astype(np.int64) - weight_zero.data.astype(np.int64)  # broadcasts to the weight
+    magnitudes = np.abs(centered).reshape(codes.shape[0], -1).sum(axis=1)
+    bound = int(magnitudes.max(initial=0)) * _data_range(data_type.dtype, int(data_zero.data.reshape(())))
+    if bound >= EXACT_LIMIT:
+        return None
+    return np.ascontiguousarray(np.broadcast_to(centered, codes.shape).astype(np.float32))
+
+
+class _ExactFloatConvolutions(ExprMutator):
+    def visit_call(self, call: Call) -> Expr:
+        new = super().visit_call(call)
+        if call.op is not _QNN_CONV2D:
+            return new
+        weight = exact_in_float(call)
+        if weight is None:
+            return new
+        zero = Constant.owning(np.array(float(call.args[2].data.reshape(())), np.float32))
+        centered = op.subtract(op.cast(new.args[0], "float32"), zero)
+        attrs = call.attrs
+        result = conv2d(centered, Constant.owning(weight), strides=attrs["strides"], padding=attrs["padding"],
+                        dilation=attrs["dilation"], groups=attrs["groups"])
+        return op.cast(result, "int32")
+
+
+def exact_float_convolutions(func: Function, mod: IRModule) -> Function:
+    """``func`` (of ``mod``) with its integer convolutions of short sums on the float
+    kernels where that is exact (module docstring)."""
+    if func.attrs.get("Primitive", 0):
+        return func
+    ensure_typed(func, mod)
+    return _ExactFloatConvolutions().visit(func)  # type: ignore[return-value]
+
+
+class ExactFloatConvolutionsPass(FunctionPass):
+    reads_module = False
+
+    def __init__(self) -> None:
+        super().__init__(lambda func, mod, ctx: exact_float_convolutions(func, mod),
+                         PassInfo(0, "ExactFloatConvolutions"))
+
+    def accepts(self, func: object) -> bool:
+        return isinstance(func, Function) and not func.attrs.get("Primitive", 0)
+
+
+@register_pass("ExactFloatConvolutions")
+def ExactFloatConvolutions() -> FunctionPass:  # noqa: N802 - pass factories are named like classes
+    """Run integer convolutions of short sums (depthwise, a first layer's) on the float32
+    kernels where every sum is exact in float32 (opt_level 0)."""
+    return ExactFloatConvolutionsPass()
+
+
+__all__ = ["EXACT_LIMIT", "SHORT_SUM", "ExactFloatConvolutions", "exact_float_convolutions", "exact_in_float"]
