@@ -22,7 +22,7 @@ def assert_same_on_every_isa(lib, args: Sequence[np.ndarray], expected: np.ndarr
         assert np.array_equal(lib(*args), expected)
         isa = lib.conv_isa()
         if runtime is not None:
-            assert (isa is not None) == runtime, "the runtime (and its integer kernels) is linked iff expected"
+            assert (isa is not None) == runtime, "the runtime (its integer kernels) is linked as expected"
         if isa is None:
             return
         for level in CONV_ISA_LEVELS[:CONV_ISA_LEVELS.index(isa) + 1]:

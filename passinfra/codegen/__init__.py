@@ -4,7 +4,7 @@ The loop IR itself is :mod:`passinfra.tir`. The passes live in two sub-packages,
 pass per module, each module named after the pass it registers (the snake_case of its
 name): ``passes/`` the build steps (LowerToPrimFunc, CodegenC, CompileC, PanelWeights,
 StreamWeights, SpecializeKernels, ApplyTuningRecords, DenseAsMatmul, ConvTransposeAsConv,
-PlanMemory,
+ExactFloatConvolutions, PlanMemory,
 HostCodegen, LinkLibrary) and ``transform/`` the loop passes
 (PrimFunc -> PrimFunc, built on ``prim_func_pass.py``). The rest of this package is the
 machinery they run, by stage:
@@ -28,7 +28,8 @@ machinery they run, by stage:
 
 Importing the package registers its passes (the loop passes, then CodegenC, CompileC,
 LowerToPrimFunc, PlanMemory, HostCodegen, LinkLibrary, PanelWeights, StreamWeights,
-SpecializeKernels, ApplyTuningRecords, DenseAsMatmul, ConvTransposeAsConv) and
+SpecializeKernels, ApplyTuningRecords, DenseAsMatmul, ConvTransposeAsConv,
+ExactFloatConvolutions) and
 its config keys (codegen.*, tir.*).
 """
 
@@ -39,6 +40,7 @@ from passinfra.codegen.passes import (
     CompileC,
     ConvTransposeAsConv,
     DenseAsMatmul,
+    ExactFloatConvolutions,
     HostCodegen,
     LinkLibrary,
     LowerToPrimFunc,
@@ -54,5 +56,5 @@ __all__ = [
     "CodegenC", "CompileC", "HostCodegen", "PlanMemory", "LinkLibrary", "LowerToPrimFunc",
     "create_prim_func_pass", "prim_func_pass", "RemoveNoOp", "Simplify", "StorageFlatten",
     "UnrollLoop", "VectorizeLoop", "StreamWeights", "PanelWeights", "SpecializeKernels", "ApplyTuningRecords",
-    "DenseAsMatmul", "ConvTransposeAsConv",
+    "DenseAsMatmul", "ConvTransposeAsConv", "ExactFloatConvolutions",
 ]
