@@ -58,6 +58,7 @@ COMPILE_PIPELINE: tuple[str, ...] = (
     "FoldConstant",
     "DeduplicateFilters",
     "DenseAsMatmul",
+    "RequantizeInKernels",
     "FuseOps",
     "ToMixedPrecision",
     "PanelWeights",

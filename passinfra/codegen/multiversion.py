@@ -215,6 +215,10 @@ def _calls_vector_math(value: tir.PrimExpr, names: frozenset[str] = VECTOR_MATH_
     return any(isinstance(node, tir.Intrinsic) and node.name in names for node in iter_expr_post_order(value))
 
 
+# the largest step between a loop's stores that still counts as vectorizable
+MAX_STORE_STEP = 4
+
+
 def _vectorizable(store: tir.BufferStore, loops: tuple[tir.For, ...]) -> bool:
     """The store walks its buffer contiguously in a loop GCC's -O2 vectorizer takes: one
     whose variable has coefficient 1 in the (flattened) index, with no inner loop but
@@ -223,7 +227,10 @@ def _vectorizable(store: tir.BufferStore, loops: tuple[tir.For, ...]) -> bool:
     if len(store.indices) != 1:
         return False
     for loop in reversed(loops):
-        if affine_coefficient(store.indices[0], loop.loop_var) == 1:
+        step = affine_coefficient(store.indices[0], loop.loop_var)
+        # or by a few elements: a layout change of a few channels (loop_tiling's narrow
+        # innermost axis), whose loads and values GCC vectorizes, storing lane by lane
+        if step == 1 or (loop is loops[-1] and isinstance(step, int) and 1 < step <= MAX_STORE_STEP):
             return _only_short_loops(loop.body)
         extent = const_int(loop.extent)
         if extent is None or extent > SHORT_LOOP_EXTENT:

@@ -1,9 +1,11 @@
-"""Small whole-expression analyses (iterative): free and bound variables."""
+"""Small whole-expression analyses (iterative): free and bound variables, use counts."""
 
 from __future__ import annotations
 
-from passinfra.ir.expr import Expr, Var
-from passinfra.ir.functor import iter_post_order
+from collections import Counter
+
+from passinfra.ir.expr import Call, Expr, Function, Var
+from passinfra.ir.functor import expr_children, iter_post_order
 from passinfra.ir.schema import KindTable
 
 # the variables a node binds: its schema's binder fields (Let: var; Function: params)
@@ -27,3 +29,14 @@ def free_vars(expr: Expr) -> list[Var]:
 def all_vars(expr: Expr) -> list[Var]:
     """Every variable in ``expr`` (bound or free), in post-order."""
     return [node for node in iter_post_order(expr) if type(node) is Var]
+
+
+def use_counts(func: Function) -> Counter:
+    """How many times each node of ``func``'s body is read (the body itself once more): a
+    rewrite of a producer into its one consumer must know it has no other."""
+    uses: Counter = Counter()
+    uses[func.body] += 1
+    for node in iter_post_order(func.body):
+        for child in node.args if isinstance(node, Call) else expr_children(node):
+            uses[child] += 1
+    return uses

@@ -85,7 +85,10 @@ MATMUL_NBITS_INTRINSIC = "rp_matmul_nbits"
 # k] - za[m * za_step]) * (B[k, g*N + n] - zb[(g*N + n) * zb_step])`` in int32 (wrapping),
 # A ``[groups, M, K]`` row-major, B ``[K, groups * N]`` row-major or (b_packed 1) the
 # groups' panels of :mod:`passinfra.ir.op.qgemm_panels`, int8 where the flag is 1, else
-# uint8 (the C runtime computes it: ``passinfra/codegen/c/qgemm.c``)
+# uint8 (the C runtime computes it: ``passinfra/codegen/c/qgemm.c``); then the epilogue
+# ``(bias, multiplier, out_zero, bias_kind, multiplier_step, out_type)``: out_type 0 stores
+# the int32 sums, 1 / 2 requantizes them into uint8 / int8 (qnn.requantize of the sums plus
+# the bias: bias_kind 0 none, 1 one value, 2 one per column; multiplier one or per column)
 QGEMM_INTRINSIC = "rp_qgemm"
 # the same GEMMs on a convolution's im2col matrix (qnn.conv2d in NHWC/HWIO), which the C
 # runtime gathers itself: ``(image, B, za, zb, out, batch, height, width, channels,
@@ -152,6 +155,7 @@ def evaluate_qgemm(intrinsic: Intrinsic, flat_view: Callable[[BufferLoad], np.nd
     """Run a ``rp_qgemm`` in the TIR interpreter (arguments as :func:`evaluate_gemm`):
     exactly, in int64, then wrapped to int32 as the C runtime's arithmetic is."""
     a_load, b_load, za_load, zb_load, out_load, *rest = intrinsic.args
+    *rest, bias_load, multiplier_load, zero_load, bias_kind, multiplier_step, out_type = rest
     if intrinsic.name == QCONV_INTRINSIC:
         geometry = [int(scalar(x)) for x in rest[:14]]
         n, groups, _a_signed, b_signed, zb_step, b_packed = (int(scalar(x)) for x in rest[14:])
@@ -173,8 +177,18 @@ def evaluate_qgemm(intrinsic: Intrinsic, flat_view: Callable[[BufferLoad], np.nd
     za = flat_view(za_load)[:m if za_step else 1].astype(np.int64).reshape(-1, 1)
     zb = flat_view(zb_load)[:groups * n if zb_step else 1].astype(np.int64).reshape(1, -1)
     centered = (b - zb).reshape(k, groups, n).transpose(1, 0, 2)  # [groups, k, n]
-    result = np.matmul(a - za, centered).transpose(1, 0, 2).reshape(-1)  # [m, groups * n]
-    flat_view(out_load)[:m * groups * n] = result.astype(np.int32)
+    result = np.matmul(a - za, centered).transpose(1, 0, 2).reshape(m, groups * n).astype(np.int32)
+    kind, step, out = (int(scalar(x)) for x in (bias_kind, multiplier_step, out_type))
+    if out:  # requantized: qnn.requantize of the sums plus the bias
+        from passinfra.ir.op.quantize import requantize_values
+
+        if kind:
+            with np.errstate(over="ignore"):
+                result = result + flat_view(bias_load)[:groups * n if kind == 2 else 1].astype(np.int32)
+        multiplier = flat_view(multiplier_load)[:groups * n if step else 1]
+        zero = np.asarray(flat_view(zero_load)[0], dtype=zero_load.buffer.dtype)  # the output's type
+        result = requantize_values(result.astype(np.int32), multiplier, zero)
+    flat_view(out_load)[:m * groups * n] = result.reshape(-1)
 
 
 def conv_regions(sizes: tuple[int, ...], depthwise: bool = False) -> tuple[int, int, int]:

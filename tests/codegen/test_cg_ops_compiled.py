@@ -50,6 +50,7 @@ from passinfra.ir.op import (
     weight_panels,
 )
 from passinfra.ir.op.matmul_nbits import matmul_nbits
+from passinfra.ir.op.requantized import requantized_conv2d, requantized_matmul
 from passinfra.ir.type_infer import infer_type
 from passinfra.transform import PassContext, Sequential, get_pass
 
@@ -532,6 +533,20 @@ case("qnn.conv2d", "padded-grouped",
                                         groups=2),
      ints(1, 4, 7, 6, dtype="uint8", low=0, high=255), ints(6, 2, 3, 3, dtype="int8", low=-128, high=127),
      ints(dtype="uint8", low=0, high=255), ints(6, 1, 1, 1, dtype="int8", low=-8, high=8))
+# a contraction with its requantize (RequantizeInKernels' fusion): the integer GEMM's
+# requantizing epilogue, per-column bias and multiplier, into int8 / uint8
+case("qnn.requantized_conv2d", "nhwc-grouped-int8",
+     lambda d, w, zd, zw, b, m, zo: requantized_conv2d(d, w, zd, zw, b, m, zo, strides=(1, 2),
+                                                       padding=(1, 1, 1, 1), groups=2, data_layout="NHWC",
+                                                       kernel_layout="HWIO"),
+     ints(1, 5, 7, 16, dtype="uint8", low=0, high=255), ints(3, 3, 8, 20, dtype="int8", low=-128, high=127),
+     ints(dtype="uint8", low=0, high=255), ints(1, 1, 1, 20, dtype="int8", low=-8, high=8),
+     ints(1, 1, 1, 20, low=-2000, high=2000), f32(1, 1, 1, 20, low=0.0005, high=0.003),
+     ints(dtype="int8", low=-5, high=5))
+case("qnn.requantized_matmul", "u8-per-tensor", requantized_matmul,
+     ints(6, 40, dtype="uint8", low=0, high=255), ints(40, 9, dtype="int8", low=-128, high=127),
+     ints(dtype="uint8", low=0, high=255), ints(dtype="int8", low=0, high=0), ints(9, low=-900, high=900),
+     f32(low=0.001, high=0.002), ints(dtype="uint8", low=100, high=150))
 for _name, _dtype, _low, _high in (("qnn.add", "int8", -128, 127), ("qnn.mul", "uint8", 0, 255)):
     case(_name, f"broadcast-{_dtype}", getattr(op.qnn, _name[4:]),
          ints(3, 4, dtype=_dtype, low=_low, high=_high),

@@ -246,10 +246,10 @@ def test_short_sums_run_exactly_on_the_float_kernels_and_long_ones_stay_integer(
     from passinfra.build import COMPILE_PIPELINE
     from passinfra.transform import get_pass
 
-    def ops_after_the_rewrite(model) -> list[str]:
+    def ops_after_the_rewrite(model, last: str = "ExactFloatConvolutions") -> list[str]:
         mod = from_onnx(model)
         with PassContext(opt_level=3):
-            for name in COMPILE_PIPELINE[:COMPILE_PIPELINE.index("ExactFloatConvolutions") + 1]:
+            for name in COMPILE_PIPELINE[:COMPILE_PIPELINE.index(last) + 1]:
                 mod = get_pass(name)(mod)
         return re.findall(r"^\s+(?:%\d+ = )?([a-z_.0-9]+)\(", str(mod), re.MULTILINE)
 
@@ -259,6 +259,9 @@ def test_short_sums_run_exactly_on_the_float_kernels_and_long_ones_stay_integer(
     for model, on_float in ((depthwise, True), (first_layer, True), (wide, False)):
         ops = ops_after_the_rewrite(model)
         assert ("nn.conv2d" in ops) == on_float and ("qnn.conv2d" in ops) != on_float, ops
+    # the integer one then requantizes in its GEMM (RequantizeInKernels)
+    ops = ops_after_the_rewrite(wide, "RequantizeInKernels")
+    assert "qnn.requantized_conv2d" in ops and "qnn.requantize" not in ops, ops
     large, _ = conv_model((1, 4, 33, 33), 4, 31, 1, 15, 4)
     data_zero = large.graph.node[0].input[2]  # the input's QuantizeLinear: x - 0 up to 255
     for init in large.graph.initializer:
@@ -267,3 +270,34 @@ def test_short_sums_run_exactly_on_the_float_kernels_and_long_ones_stay_integer(
         if init.name == data_zero:
             init.CopyFrom(numpy_helper.from_array(np.array(0, np.uint8), init.name))
     assert "qnn.conv2d" in ops_after_the_rewrite(large)
+
+
+def test_requantized_contractions_are_their_parts_in_every_evaluator():
+    """qnn.requantized_conv2d (RequantizeInKernels' fusion, run by the integer GEMM's
+    requantizing epilogue): the interpreter's value is the requantize of the contraction
+    plus the bias, and the lowered kernel run by the TIR evaluator agrees bit for bit."""
+    from passinfra.codegen.lower import lower_primitive_function
+    from passinfra.ir.expr import Function, Var
+    from passinfra.ir.op import quantize as qnn
+    from passinfra.ir.op.requantized import requantized_conv2d
+    from passinfra.ir.types import TensorType
+    from passinfra.tir.evaluator import run_prim_func
+
+    rng = np.random.default_rng(9)
+    data = rng.integers(0, 256, (1, 5, 6, 16)).astype(np.uint8)
+    weight = rng.integers(-128, 128, (3, 3, 8, 24)).astype(np.int8)  # two groups of 8 channels
+    bias = rng.integers(-3000, 3000, (1, 1, 1, 24)).astype(np.int32)
+    multiplier = rng.uniform(1e-4, 3e-3, (1, 1, 1, 24)).astype(np.float32)
+    zeros = [passinfra.ir.const(np.array(v, t)) for v, t in ((7, np.uint8), (0, np.int8), (100, np.uint8))]
+    attrs = {"strides": (2, 1), "padding": (1, 1, 1, 1), "groups": 2, "data_layout": "NHWC",
+             "kernel_layout": "HWIO"}
+    x, w = Var("x", TensorType(data.shape, "uint8")), Var("w", TensorType(weight.shape, "int8"))
+    b, m = Var("b", TensorType(bias.shape, "int32")), Var("m", TensorType(multiplier.shape, "float32"))
+    fused = Function([x, w, b, m], requantized_conv2d(x, w, zeros[0], zeros[1], b, m, zeros[2], **attrs))
+    parts = qnn.requantize(passinfra.ir.op.add(qnn.conv2d(x, w, zeros[0], zeros[1], **attrs), b), m, zeros[2])
+    args = (data, weight, bias, multiplier)
+    expected = np.asarray(passinfra.evaluate(Function([x, w, b, m], parts), *args))
+    assert expected.dtype == np.uint8 and len(np.unique(expected)) > 20
+    assert np.array_equal(np.asarray(passinfra.evaluate(fused, *args)), expected)
+    lowered = lower_primitive_function(InferType()(passinfra.ir.IRModule({"main": fused}))["main"], "k")
+    assert np.array_equal(run_prim_func(lowered, *args), expected)

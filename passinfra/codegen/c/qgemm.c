@@ -23,6 +23,7 @@
 #include <string.h>
 #include <cpuid.h>
 #include <immintrin.h>
+#include <math.h>
 #include <sys/syscall.h>
 
 /* glibc declares it only with _DEFAULT_SOURCE, which -std=c11 leaves out */
@@ -57,7 +58,15 @@ typedef struct {
   void* packed;            /* where B as given is packed (rp_qgemm_pack_panels) */
   const void* za;          /* A's zero point(s): one, or one per row (za_step 1) */
   const void* zb;          /* B's zero point(s): one, or one per column (zb_step 1) */
-  int32_t* out;            /* [M, N], rows ld apart */
+  int32_t* out;            /* [M, N], rows ld apart (out_type 0) */
+  /* the requantizing epilogue (out_type 1: uint8, 2: int8 into qout): qnn.requantize of out
+     plus the bias, saturate(rne(float(out + bias[n]) * multiplier[n]) + zero) */
+  const int32_t* bias;     /* one (bias_kind 1) or one per column (2); 0: none */
+  const float* multiplier; /* one, or one per column (multiplier_step 1) */
+  void* qout;              /* [M, N] bytes, rows ld apart */
+  int64_t bias_kind, multiplier_step;
+  int32_t out_zero;
+  int out_type;
   int64_t M, N, K, Kp, za_step, zb_step;
   int64_t ld;              /* row stride of out and of B as given: N times the groups */
   int64_t groups;          /* GEMMs of one call (a grouped convolution's), see rp_qgemm_i8 */
@@ -79,37 +88,86 @@ static uint32_t rp_qgemm_zb(const rp_qgemm* g, int64_t n) {
 }
 
 /* out[m, n0 .. n0+cols) from its raw sums S, the columns' sums of B' and their zb' */
+/* the epilogue of one value of column n: qnn.requantize's operations, in its order
+   (passinfra/codegen/compute/quantize.py: round_saturate), so the bits are the loop
+   nest's: the int32 sum wraps, the product rounds once, nearbyint rounds half to even */
+static int32_t rp_qgemm_requantize(const rp_qgemm* g, int64_t n, uint32_t acc) {
+  if (g->bias_kind) acc += (uint32_t)g->bias[g->bias_kind == 2 ? n : 0];
+  const float value = (float)(int32_t)acc * g->multiplier[n * g->multiplier_step];
+  const int32_t qmin = g->out_type == 1 ? 0 : -128, qmax = g->out_type == 1 ? 255 : 127;
+  const float low = (float)(qmin - g->out_zero), high = (float)(qmax - g->out_zero);
+  const float rounded = nearbyintf(value);
+  const float clamped = rounded > low ? (rounded < high ? rounded : high) : low;  /* NaN: low */
+  return (int32_t)clamped + g->out_zero;
+}
+
 static void rp_qgemm_finish(const rp_qgemm* g, int64_t m, int64_t n0, int64_t cols, const uint32_t* sums,
                             const uint32_t* colsum, const uint32_t* zb) {
   const uint32_t za = rp_qgemm_za(g, m), ra = g->rowsum[m], k = (uint32_t)g->K;
-  int32_t* out = g->out + m * g->ld + n0;
-  for (int64_t c = 0; c < cols; c++) out[c] = (int32_t)(sums[c] - zb[c] * ra - za * colsum[c] + k * za * zb[c]);
+  for (int64_t c = 0; c < cols; c++) {
+    const uint32_t value = sums[c] - zb[c] * ra - za * colsum[c] + k * za * zb[c];
+    if (g->out_type == 0) g->out[m * g->ld + n0 + c] = (int32_t)value;
+    else ((uint8_t*)g->qout)[m * g->ld + n0 + c] = (uint8_t)rp_qgemm_requantize(g, n0 + c, value);
+  }
 }
 
-/* the same for rows [m, m + rows), 8 columns at a time (the same integers); the columns'
-   terms are loaded once for all the rows */
+/* the same for rows [m, m + rows), 8 columns at a time (the same integers, the same
+   float operations: _mm256_round_ps in the current rounding mode is nearbyintf). With one
+   za for all rows (za_step 0), za * colsum - K * za * zb (and the bias, requantizing) is
+   one constant a column, `fixed`, so a value is S - zb' * rowsum - fixed; with every zb'
+   of the columns 0 (a symmetric weight), S - fixed */
 __attribute__((target("avx2")))
 static void rp_qgemm_finish_avx2(const rp_qgemm* g, int64_t m, int64_t rows, int64_t n0, int64_t cols,
                                  const uint32_t* sums, const uint32_t* colsum, const uint32_t* zb) {
+  if (g->za_step) {  /* one za a row: each row its own constant */
+    for (int64_t r = 0; r < rows; r++) rp_qgemm_finish(g, m + r, n0, cols, sums + r * RP_QGEMM_COLUMNS, colsum, zb);
+    return;
+  }
   const int64_t vectors = cols / 8;
-  __m256i b[RP_QGEMM_COLUMNS / 8], cs[RP_QGEMM_COLUMNS / 8];
+  const int quantize = g->out_type != 0;
+  const uint32_t za = rp_qgemm_za(g, 0), k = (uint32_t)g->K;
+  uint32_t fixed[RP_QGEMM_COLUMNS];
+  int weights_centered = 1;
+  for (int64_t c = 0; c < cols; c++) {
+    fixed[c] = za * colsum[c] - k * za * zb[c];
+    if (quantize && g->bias_kind) fixed[c] -= (uint32_t)g->bias[g->bias_kind == 2 ? n0 + c : 0];
+    weights_centered &= zb[c] == 0;
+  }
+  __m256i b[RP_QGEMM_COLUMNS / 8], base[RP_QGEMM_COLUMNS / 8];
+  __m256 scale[RP_QGEMM_COLUMNS / 8];
   for (int64_t v = 0; v < vectors; v++) {
     b[v] = _mm256_loadu_si256((const __m256i*)(zb + 8 * v));
-    cs[v] = _mm256_loadu_si256((const __m256i*)(colsum + 8 * v));
+    base[v] = _mm256_loadu_si256((const __m256i*)(fixed + 8 * v));
+    if (quantize)
+      scale[v] = g->multiplier_step ? _mm256_loadu_ps(g->multiplier + n0 + 8 * v) : _mm256_set1_ps(g->multiplier[0]);
   }
-  const uint32_t k = (uint32_t)g->K;
+  const int32_t qmin = g->out_type == 1 ? 0 : -128, qmax = g->out_type == 1 ? 255 : 127;
+  const __m256 low = _mm256_set1_ps((float)(qmin - g->out_zero)), high = _mm256_set1_ps((float)(qmax - g->out_zero));
+  const __m256i zero = _mm256_set1_epi32(g->out_zero);
   for (int64_t r = 0; r < rows; r++, sums += RP_QGEMM_COLUMNS) {
-    const uint32_t za = rp_qgemm_za(g, m + r), ra = g->rowsum[m + r];
-    const __m256i a = _mm256_set1_epi32((int)za), ra8 = _mm256_set1_epi32((int)ra);
-    const __m256i kza = _mm256_set1_epi32((int)(k * za));
-    int32_t* out = g->out + (m + r) * g->ld + n0;
+    const uint32_t ra = g->rowsum[m + r];
+    const __m256i ra8 = _mm256_set1_epi32((int)ra);
     for (int64_t v = 0; v < vectors; v++) {
-      const __m256i s = _mm256_loadu_si256((const __m256i*)(sums + 8 * v));
-      const __m256i lost = _mm256_add_epi32(_mm256_mullo_epi32(b[v], ra8), _mm256_mullo_epi32(a, cs[v]));
-      _mm256_storeu_si256((__m256i*)(out + 8 * v),
-                          _mm256_add_epi32(_mm256_sub_epi32(s, lost), _mm256_mullo_epi32(kza, b[v])));
+      __m256i value = _mm256_sub_epi32(_mm256_loadu_si256((const __m256i*)(sums + 8 * v)), base[v]);
+      if (!weights_centered) value = _mm256_sub_epi32(value, _mm256_mullo_epi32(b[v], ra8));
+      if (!quantize) {
+        _mm256_storeu_si256((__m256i*)(g->out + (m + r) * g->ld + n0 + 8 * v), value);
+        continue;
+      }
+      const __m256 scaled = _mm256_mul_ps(_mm256_cvtepi32_ps(value), scale[v]);  /* value: sums + bias */
+      const __m256 rounded = _mm256_round_ps(scaled, _MM_FROUND_CUR_DIRECTION);
+      const __m256 top = _mm256_blendv_ps(high, rounded, _mm256_cmp_ps(rounded, high, _CMP_LT_OQ));
+      const __m256 clamped = _mm256_blendv_ps(low, top, _mm256_cmp_ps(rounded, low, _CMP_GT_OQ));
+      const __m256i q = _mm256_add_epi32(_mm256_cvttps_epi32(clamped), zero);  /* in range: packs keep it */
+      const __m128i words = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+      const __m128i bytes = g->out_type == 1 ? _mm_packus_epi16(words, words) : _mm_packs_epi16(words, words);
+      _mm_storel_epi64((__m128i*)((uint8_t*)g->qout + (m + r) * g->ld + n0 + 8 * v), bytes);
     }
-    for (int64_t c = 8 * vectors; c < cols; c++) out[c] = (int32_t)(sums[c] - zb[c] * ra - za * colsum[c] + k * za * zb[c]);
+    for (int64_t c = 8 * vectors; c < cols; c++) {
+      const uint32_t value = sums[c] - zb[c] * ra - za * colsum[c] + k * za * zb[c];
+      if (!quantize) g->out[(m + r) * g->ld + n0 + c] = (int32_t)value;
+      else ((uint8_t*)g->qout)[(m + r) * g->ld + n0 + c] = (uint8_t)rp_qgemm_requantize(g, n0 + c, value);
+    }
   }
 }
 
@@ -342,6 +400,9 @@ static rp_qgemm rp_qgemm_group(const rp_qgemm* g, int64_t group) {
   v.B += g->b_packed ? group * panels * RP_QGEMM_PANEL(g->Kp) : group * g->N;
   v.out += group * g->N;
   if (g->zb_step) v.zb = (const uint8_t*)g->zb + group * g->N;  /* 8-bit zero points */
+  if (g->qout) v.qout = (uint8_t*)g->qout + group * g->N;
+  if (g->bias_kind == 2) v.bias += group * g->N;
+  if (g->multiplier_step) v.multiplier += group * g->N;
   return v;
 }
 
@@ -555,9 +616,18 @@ static int rp_qgemm_row_blocks(void* ctx, int64_t begin, int64_t end) {
    every group), zb one value or one per column of all groups (zb_step 0 or 1), of their
    operand's type; out [M, groups * N] int32, group g's columns from g * N on. Returns 0, or
    -1 when a buffer cannot be allocated. */
+/* what rp_qgemm_i8 / rp_qconv_i8 do with a sum (out_type 0: store it as int32) */
+typedef struct {
+  const void* bias;        /* int32: one (bias_kind 1) or one per column (2) */
+  const void* multiplier;  /* float: one, or one per column (multiplier_step 1) */
+  const void* zero;        /* the output's zero point: uint8 (out_type 1) or int8 (2) */
+  int64_t bias_kind, multiplier_step, out_type;
+} rp_qgemm_epilogue;
+
 static int rp_qgemm_run(const void* A, const rp_qgemm_image* image, const void* B, const void* za,
-                        const void* zb, int32_t* out, int64_t M, int64_t N, int64_t K, int64_t a_signed,
-                        int64_t b_signed, int64_t za_step, int64_t zb_step, int64_t b_packed, int64_t groups) {
+                        const void* zb, void* out, int64_t M, int64_t N, int64_t K, int64_t a_signed,
+                        int64_t b_signed, int64_t za_step, int64_t zb_step, int64_t b_packed, int64_t groups,
+                        const rp_qgemm_epilogue* epilogue) {
   if (M <= 0 || N <= 0 || groups <= 0) return 0;
   const int64_t Kp = (K + RP_QGEMM_DEPTH - 1) / RP_QGEMM_DEPTH * RP_QGEMM_DEPTH, rows = groups * M;
   uint32_t* rowsum = (uint32_t*)malloc((size_t)rows * sizeof(uint32_t));
@@ -584,8 +654,14 @@ static int rp_qgemm_run(const void* A, const rp_qgemm_image* image, const void* 
                                                   row % 16) * RP_QGEMM_DEPTH, 0, RP_QGEMM_DEPTH);
   rp_qgemm_operand operand = {(const uint8_t*)A, image, image ? *(const uint8_t*)za : 0, Au, tiles, rowsum,
                                A16, M, K, Kp, tile_rows, (uint8_t)(a_signed ? 0x80 : 0), level >= 1, amx};
-  rp_qgemm g = {Au, rowsum, A16, tiles, (const uint8_t*)B, 0, za, zb, out, M, N, K, Kp, za_step, zb_step,
-                groups * N, groups, tile_rows, (int)a_signed, (int)b_signed, (int)b_packed, body};
+  const int quantize = epilogue->out_type != 0;
+  const int32_t out_zero = !quantize ? 0
+                           : epilogue->out_type == 1 ? *(const uint8_t*)epilogue->zero : *(const int8_t*)epilogue->zero;
+  rp_qgemm g = {Au, rowsum, A16, tiles, (const uint8_t*)B, 0, za, zb, quantize ? 0 : (int32_t*)out,
+                (const int32_t*)epilogue->bias, (const float*)epilogue->multiplier, quantize ? out : 0,
+                epilogue->bias_kind, epilogue->multiplier_step, out_zero, (int)epilogue->out_type,
+                M, N, K, Kp, za_step, zb_step, groups * N, groups, tile_rows, (int)a_signed, (int)b_signed,
+                (int)b_packed, body};
   const int64_t panels = (N + RP_QGEMM_COLUMNS - 1) / RP_QGEMM_COLUMNS;
   const int64_t blocks = (M + RP_QGEMM_BLOCK_ROWS - 1) / RP_QGEMM_BLOCK_ROWS;
   const int64_t block_rows = M < RP_QGEMM_BLOCK_ROWS ? M : RP_QGEMM_BLOCK_ROWS;
@@ -614,22 +690,31 @@ static int rp_qgemm_run(const void* A, const rp_qgemm_image* image, const void* 
   return status < 0 ? -1 : 0;
 }
 
-int rp_qgemm_i8(const void* A, const void* B, const void* za, const void* zb, int32_t* out, int64_t M,
+/* the epilogue arguments of both entry points: bias (int32), multiplier (float) and the
+   output's zero point, bias_kind (0: none, 1: one, 2: per column), multiplier_step (0: one,
+   1: per column), out_type (0: out is int32, the sums; 1: uint8, 2: int8, requantized) */
+int rp_qgemm_i8(const void* A, const void* B, const void* za, const void* zb, void* out, int64_t M,
                 int64_t N, int64_t K, int64_t a_signed, int64_t b_signed, int64_t za_step, int64_t zb_step,
-                int64_t b_packed, int64_t groups) {
-  return rp_qgemm_run(A, 0, B, za, zb, out, M, N, K, a_signed, b_signed, za_step, zb_step, b_packed, groups);
+                int64_t b_packed, int64_t groups, const void* bias, const void* multiplier, const void* out_zero,
+                int64_t bias_kind, int64_t multiplier_step, int64_t out_type) {
+  const rp_qgemm_epilogue epilogue = {bias, multiplier, out_zero, bias_kind, multiplier_step, out_type};
+  return rp_qgemm_run(A, 0, B, za, zb, out, M, N, K, a_signed, b_signed, za_step, zb_step, b_packed, groups,
+                      &epilogue);
 }
 
 /* The convolution of an NHWC image [batch, height, width, channels] (int8, a_signed 1, or
    uint8) with za its one zero point, by an HWIO weight as rp_qgemm_i8's B: the GEMMs of
    its im2col matrix (gathered here, row by row: the padding holds za, so it adds
    nothing), `groups` of them, each of kh * kw * channels / groups rows of B and N
-   columns; out NHWC [batch, out_height, out_width, groups * N] int32. */
-int rp_qconv_i8(const void* image, const void* B, const void* za, const void* zb, int32_t* out, int64_t batch,
+   columns; out NHWC [batch, out_height, out_width, groups * N], int32 or requantized. */
+int rp_qconv_i8(const void* image, const void* B, const void* za, const void* zb, void* out, int64_t batch,
                 int64_t height, int64_t width, int64_t channels, int64_t out_height, int64_t out_width,
                 int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw, int64_t top, int64_t left,
-                int64_t N, int64_t groups, int64_t a_signed, int64_t b_signed, int64_t zb_step, int64_t b_packed) {
+                int64_t N, int64_t groups, int64_t a_signed, int64_t b_signed, int64_t zb_step, int64_t b_packed,
+                const void* bias, const void* multiplier, const void* out_zero, int64_t bias_kind,
+                int64_t multiplier_step, int64_t out_type) {
   const rp_qgemm_image geometry = {height, width, channels, out_height, out_width, kh, kw, sh, sw, dh, dw, top, left};
+  const rp_qgemm_epilogue epilogue = {bias, multiplier, out_zero, bias_kind, multiplier_step, out_type};
   return rp_qgemm_run(image, &geometry, B, za, zb, out, batch * out_height * out_width, N,
-                      kh * kw * (channels / groups), a_signed, b_signed, 0, zb_step, b_packed, groups);
+                      kh * kw * (channels / groups), a_signed, b_signed, 0, zb_step, b_packed, groups, &epilogue);
 }

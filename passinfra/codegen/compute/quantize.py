@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -44,6 +45,7 @@ from passinfra.codegen.compute.base import (
     register_compute,
     seq,
 )
+from passinfra.errors import IRError
 from passinfra.ir.attrs import Attrs
 from passinfra.ir.dims import is_static as is_static_dim
 from passinfra.ir.types import TensorType, Type
@@ -278,19 +280,66 @@ def staged(zero_point: TensorHandle, name: str, operand_shape: tuple, shape: tup
     return buffer, loop_nest(buffer.shape, store, prefix=name)
 
 
+@dataclass(frozen=True)
+class Requantization:
+    """The requantize a kernel applies to its sums (qnn.requantized_conv2d/_matmul): its
+    int32 bias, float32 multiplier (each one value or one per output column, along the
+    output's last axis) and scalar output zero point, whose dtype is the output's."""
+
+    bias: TensorHandle
+    multiplier: TensorHandle
+    zero_point: TensorHandle
+
+    def staged(self, columns: int) -> tuple[list[tir.PrimExpr], tir.Stmt, list[tir.Buffer]]:
+        """The intrinsic's epilogue arguments (bias, multiplier, zero point, bias kind,
+        multiplier step, output type), the loop nests that stage the three in buffers,
+        and those buffers."""
+        buffers, fills, firsts, counts = [], [], [], []
+        for name, handle in (("qgemm_bias", self.bias), ("qgemm_multiplier", self.multiplier),
+                             ("qgemm_out_zero", self.zero_point)):
+            size = math.prod(int(d) for d in handle.shape)
+            count = columns if size > 1 else 1
+            buffer = tir.Buffer(name, (count,), handle.dtype)
+
+            def store(idx: Indices, handle: TensorHandle = handle, buffer: tir.Buffer = buffer,
+                      along: bool = count > 1) -> tir.Stmt:
+                zero = tir.IntImm(0, tir.INDEX_DTYPE)
+                at = [zero] * len(handle.shape)
+                if along:  # one value per column: the handle's last axis
+                    at[-1] = idx[0]
+                return tir.BufferStore(buffer, handle.load(*at), idx)
+
+            buffers.append(buffer)
+            fills.append(loop_nest((count,), store, prefix=name))
+            firsts.append(first_element(buffer))
+            counts.append(count)
+        kinds = (2 if counts[0] > 1 else 1, 1 if counts[1] > 1 else 0,
+                 1 if self.zero_point.dtype == "uint8" else 2)
+        return [*firsts, *(tir.IntImm(v, tir.INDEX_DTYPE) for v in kinds)], seq(*fills), buffers
+
+
+def no_requantization(za: tir.Buffer) -> list[tir.PrimExpr]:
+    """Epilogue arguments of a kernel that stores its int32 sums (``za`` stands in for the
+    pointers it does not read)."""
+    dummy = first_element(za)
+    return [dummy, dummy, dummy, *(tir.IntImm(0, tir.INDEX_DTYPE) for _ in range(3))]
+
+
 def qgemm_call(a_first: tir.PrimExpr, b_first: tir.PrimExpr, za: tir.Buffer, zb: tir.Buffer,
                out_first: tir.PrimExpr, m: tir.PrimExpr, n: int, k: int, a_signed: bool, b_signed: bool,
-               za_step: int, zb_step: int, b_packed: bool, groups: int = 1) -> tir.Stmt:
+               za_step: int, zb_step: int, b_packed: bool, groups: int = 1,
+               epilogue: Sequence[tir.PrimExpr] | None = None) -> tir.Stmt:
     """One call of the runtime's integer GEMM (``rp_qgemm_i8`` of ``c/qgemm.c``): ``out[m,
     n] = sum over k of (A[m, k] - za) * (B[k, n] - zb)``, ``A`` and ``B`` (or B's panels)
     row-major from their first elements, the zero points one value or one per row /
-    column (step 1); with ``groups``, that many such GEMMs of ``n`` columns each
+    column (step 1); with ``groups``, that many such GEMMs of ``n`` columns each; with
+    ``epilogue`` (:meth:`Requantization.staged`), the sums requantized into an 8-bit out
     (:data:`~passinfra.tir.intrinsics.QGEMM_INTRINSIC`)."""
     sizes = (m, n, k, a_signed, b_signed, za_step, zb_step, b_packed, groups)
     return tir.Evaluate(tir.Intrinsic(QGEMM_INTRINSIC, (
         a_first, b_first, first_element(za), first_element(zb), out_first,
-        *(tir.as_prim(int(v), tir.INDEX_DTYPE) if not isinstance(v, tir.PrimExpr) else v for v in sizes)),
-        _I32))
+        *(tir.as_prim(int(v), tir.INDEX_DTYPE) if not isinstance(v, tir.PrimExpr) else v for v in sizes),
+        *(epilogue if epilogue is not None else no_requantization(za))), _I32))
 
 
 def allocated(body: tir.Stmt, *buffers: tir.Buffer | None) -> tir.Stmt:
@@ -302,7 +351,7 @@ def allocated(body: tir.Stmt, *buffers: tir.Buffer | None) -> tir.Stmt:
 
 
 def _integer_gemm(lhs: TensorHandle, rhs: TensorHandle, lhs_zero: TensorHandle, rhs_zero: TensorHandle,
-                  out_shape: tuple) -> ExternOp | None:
+                  out_shape: tuple, requantization: Requantization | None = None) -> ExternOp | None:
     """qnn.matmul as one call of the C runtime's integer GEMM where it can
     (:func:`integer_gemm_steps`); None for any other (the loop nest)."""
     steps = integer_gemm_steps(*(tuple(handle.shape) for handle in (lhs, rhs, lhs_zero, rhs_zero)))
@@ -326,11 +375,26 @@ def _integer_gemm(lhs: TensorHandle, rhs: TensorHandle, lhs_zero: TensorHandle, 
         # the zero points as arrays (a constant zero point of the body is an immediate)
         za, za_fill = staged(lhs_zero, "qgemm_za", lhs.shape, tuple(rows) if lhs_step else (), False)
         zb, zb_fill = staged(rhs_zero, "qgemm_zb", rhs.shape, (n,) if rhs_step else (), True)
+        epilogue, epilogue_fill, epilogue_buffers = (requantization.staged(n) if requantization is not None
+                                                     else (None, None, []))
         call = qgemm_call(a_first, b_first, za, zb, first_element(out), m, n, k, lhs.dtype == "int8",
-                          rhs.dtype == "int8", lhs_step, rhs_step, panels is not None)
-        return allocated(seq(a_fill, b_fill, za_fill, zb_fill, call), a_scratch, b_scratch, za, zb)
+                          rhs.dtype == "int8", lhs_step, rhs_step, panels is not None, epilogue=epilogue)
+        body = seq(a_fill, b_fill, za_fill, zb_fill, epilogue_fill, call)
+        return allocated(body, a_scratch, b_scratch, za, zb, *epilogue_buffers)
 
-    return ExternOp("qnn.matmul", ((out_shape, _I32),), build)
+    dtype = _I32 if requantization is None else requantization.zero_point.dtype
+    return ExternOp("qnn.matmul", ((out_shape, dtype),), build)
+
+
+@register_compute("qnn.requantized_matmul")
+def _requantized_matmul(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> ExternOp:
+    lhs, rhs, lhs_zero, rhs_zero, bias, multiplier, out_zero = inputs
+    kernel = _integer_gemm(lhs, rhs, lhs_zero, rhs_zero, output_shape(out_type),
+                           Requantization(bias, multiplier, out_zero))
+    if kernel is None:
+        raise IRError("qnn.requantized_matmul runs on the integer GEMM only (RequantizeInKernels forms it "
+                      "where the GEMM applies: a weight without batch axes, static k and n)")
+    return kernel
 
 
 def centered(operand: TensorHandle, zero_point: TensorHandle, idx: Indices) -> tir.PrimExpr:

@@ -38,13 +38,16 @@ from passinfra.codegen.compute.base import (
 )
 from passinfra.codegen.compute.conv_direct import ConvGeometry, direct_conv
 from passinfra.codegen.compute.quantize import (
+    Requantization,
     allocated,
     centered,
     first_element,
     in_memory,
+    no_requantization,
     qgemm_call,
     staged,
 )
+from passinfra.errors import IRError
 from passinfra.ir.attrs import Attrs
 from passinfra.ir.dims import is_static as is_static_dim
 from passinfra.ir.types import Type
@@ -86,7 +89,8 @@ def _size(shape: Sequence) -> int | None:
 
 
 def _on_gemm(g: ConvGeometry, data: TensorHandle, weight: TensorHandle, data_zero: TensorHandle,
-             weight_zero: TensorHandle, out_shape: tuple[int, ...], per_channel: bool) -> ExternOp:
+             weight_zero: TensorHandle, out_shape: tuple[int, ...], per_channel: bool,
+             requantization: Requantization | None = None) -> ExternOp:
     """One integer GEMM per group, in one call: the im2col matrix of each group's input
     channels (gathered by the runtime, ``rp_qconv``; a pointwise convolution of stride 1
     and one group multiplies the data itself, ``rp_qgemm``) times the group's columns of
@@ -109,18 +113,24 @@ def _on_gemm(g: ConvGeometry, data: TensorHandle, weight: TensorHandle, data_zer
         za, za_fill = staged(data_zero, "qconv_za", data.shape, (), False)
         zb, zb_fill = staged(weight_zero, "qconv_zb", weight.shape, (g.out_channels,) if per_channel else (),
                              True)
+        epilogue, epilogue_fill, epilogue_buffers = (requantization.staged(g.out_channels)
+                                                     if requantization is not None else (None, None, []))
         if pointwise:
             call = qgemm_call(a_first, b_first, za, zb, first_element(out), tir.IntImm(m, tir.INDEX_DTYPE),
-                              g.out_channels, k, *signs, 0, int(per_channel), panels is not None)
+                              g.out_channels, k, *signs, 0, int(per_channel), panels is not None,
+                              epilogue=epilogue)
         else:
             sizes = (g.batch, g.height, g.width, g.channels, g.out_height, g.out_width, kh, kw, sh, sw, dh,
                      dw, top, left, g.group_outputs, g.groups, *signs, int(per_channel), panels is not None)
             call = tir.Evaluate(tir.Intrinsic(QCONV_INTRINSIC, (
                 a_first, b_first, first_element(za), first_element(zb), first_element(out),
-                *(tir.IntImm(int(v), tir.INDEX_DTYPE) for v in sizes)), _I32))
-        return allocated(seq(a_fill, b_fill, za_fill, zb_fill, call), a_scratch, b_scratch, za, zb)
+                *(tir.IntImm(int(v), tir.INDEX_DTYPE) for v in sizes),
+                *(epilogue if epilogue is not None else no_requantization(za))), _I32))
+        body = seq(a_fill, b_fill, za_fill, zb_fill, epilogue_fill, call)
+        return allocated(body, a_scratch, b_scratch, za, zb, *epilogue_buffers)
 
-    return ExternOp("qnn.conv2d", ((out_shape, _I32),), build)
+    dtype = _I32 if requantization is None else requantization.zero_point.dtype
+    return ExternOp("qnn.conv2d", ((out_shape, dtype),), build)
 
 
 def _direct(g: ConvGeometry, data: TensorHandle, weight: TensorHandle, data_zero: TensorHandle,
@@ -132,21 +142,55 @@ def _direct(g: ConvGeometry, data: TensorHandle, weight: TensorHandle, data_zero
     return ExternOp("qnn.conv2d", ((out_shape, _I32),), build)
 
 
+def _kernel_shapes(shapes: Sequence[tuple]) -> bool:
+    """Whether the data, weight and zero point shapes (and the output's, when given) suit
+    the kernels: static, one data zero point, the weight's per tensor or per output
+    channel (else, one per input channel or tap: the loop nest)."""
+    if any(_size(shape) is None for shape in shapes) or _size(shapes[2]) != 1:
+        return False
+    out_channels = int(shapes[1][-1])
+    padded_zero = (1,) * (4 - len(shapes[3])) + tuple(int(d) for d in shapes[3])
+    return _size(shapes[3]) == 1 or padded_zero == (1, 1, 1, out_channels)
+
+
+def runs_on_integer_gemm(attrs: Attrs, shapes: Sequence[tuple]) -> bool:
+    """Whether a qnn.conv2d of these attrs and argument shapes (data, weight, data zero
+    point, weight zero point) runs on the integer GEMM: NHWC/HWIO, :func:`_kernel_shapes`,
+    one group or groups of at least :data:`MIN_GEMM_GROUP_CHANNELS` input channels."""
+    if (attrs["data_layout"], attrs["kernel_layout"]) != ("NHWC", "HWIO") or not _kernel_shapes(shapes):
+        return False
+    return attrs["groups"] == 1 or int(shapes[1][2]) >= MIN_GEMM_GROUP_CHANNELS
+
+
 def _channels_last_kernel(data: TensorHandle, weight: TensorHandle, data_zero: TensorHandle,
-                          weight_zero: TensorHandle, attrs: Attrs, out_shape: tuple) -> ExternOp | None:
+                          weight_zero: TensorHandle, attrs: Attrs, out_shape: tuple,
+                          requantization: Requantization | None = None) -> ExternOp | None:
     """The NHWC/HWIO kernels of the module docstring, or None where they do not apply."""
-    shapes = (tuple(data.shape), tuple(weight.shape), tuple(out_shape))
-    if any(_size(shape) is None for shape in shapes) or _size(data_zero.shape) != 1:
+    shapes = [tuple(handle.shape) for handle in (data, weight, data_zero, weight_zero)]
+    if not _kernel_shapes([*shapes, tuple(out_shape)]):
         return None
-    out_channels = int(weight.shape[-1])
-    zero_size = _size(weight_zero.shape)
-    padded_zero = (1,) * (4 - len(weight_zero.shape)) + tuple(int(d) for d in weight_zero.shape)
-    if zero_size != 1 and padded_zero != (1, 1, 1, out_channels):
-        return None  # a weight zero point per input channel or tap: the loop nest
-    g = ConvGeometry.of(attrs, *(tuple(int(d) for d in shape) for shape in shapes))
-    if g.groups == 1 or g.group_channels >= MIN_GEMM_GROUP_CHANNELS:
-        return _on_gemm(g, data, weight, data_zero, weight_zero, shapes[2], zero_size != 1)
-    return _direct(g, data, weight, data_zero, weight_zero, shapes[2])
+    per_channel = _size(shapes[3]) != 1
+    static = [tuple(int(d) for d in shape) for shape in (shapes[0], shapes[1], out_shape)]
+    g = ConvGeometry.of(attrs, *static)
+    if runs_on_integer_gemm(attrs, shapes):
+        return _on_gemm(g, data, weight, data_zero, weight_zero, tuple(out_shape), per_channel,
+                        requantization)
+    if requantization is not None:
+        return None
+    return _direct(g, data, weight, data_zero, weight_zero, tuple(out_shape))
+
+
+@register_compute("qnn.requantized_conv2d")
+def _requantized_conv2d(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> ExternOp:
+    data, weight, data_zero, weight_zero, bias, multiplier, out_zero = inputs
+    kernel = None
+    if attrs["data_layout"] == "NHWC":
+        kernel = _channels_last_kernel(data, weight, data_zero, weight_zero, attrs, output_shape(out_type),
+                                       Requantization(bias, multiplier, out_zero))
+    if kernel is None:
+        raise IRError("qnn.requantized_conv2d runs on the integer GEMM only (RequantizeInKernels forms it "
+                      "where the GEMM applies: NHWC/HWIO, static sizes, groups of 8 or more channels)")
+    return kernel
 
 
 @register_compute("qnn.conv2d")

@@ -46,6 +46,7 @@ from passinfra.ir.functor import expr_children, iter_post_order
 from passinfra.ir.module import IRModule
 from passinfra.ir.op import qgemm_panels
 from passinfra.ir.op.registry import Op
+from passinfra.ir.op.requantized import CONTRACTIONS
 from passinfra.ir.op.weight_panels import panel_count, to_panels, unpack
 from passinfra.ir.type_infer import infer_type
 from passinfra.ir.types import TensorType
@@ -61,6 +62,8 @@ PANELS_CONFIG = "codegen.weight_panels"
 register_config(PANELS_CONFIG, bool)
 
 _QGEMM_DTYPES = ("int8", "uint8")
+# a contraction with its requantize (RequantizeInKernels) reads its weight as the plain one
+_BASE_OPS = {fused: base for base, fused in CONTRACTIONS.items()}
 # ops whose operand 1 is a weight some of their kernels read in panels
 _PANEL_OPS = frozenset({"nn.conv2d", "matmul"})
 _FLOAT32 = "float32"
@@ -129,9 +132,10 @@ def integer_gemm_groups(call: Call) -> int | None:
     if not all(isinstance(t, TensorType) and t.is_static for t in types):
         return None
     shapes = [tuple(t.shape) for t in types]
-    if call.op.name == "qnn.matmul":
-        return 1 if integer_gemm_steps(*shapes) is not None else None
-    if call.op.name != "qnn.conv2d":
+    name = _BASE_OPS.get(call.op.name, call.op.name)
+    if name == "qnn.matmul":
+        return 1 if integer_gemm_steps(*shapes[:4]) is not None else None
+    if name != "qnn.conv2d":
         return None
     if (call.attrs["data_layout"], call.attrs["kernel_layout"]) != ("NHWC", "HWIO"):
         return None
@@ -215,7 +219,8 @@ def _convolution_groups(mod: IRModule) -> set[int]:
     for _, func in mod.items():
         if isinstance(func, Function):
             calls = (node for node in iter_post_order(func.body) if isinstance(node, Call))
-            convolutions = (c for c in calls if isinstance(c.op, Op) and c.op.name == "qnn.conv2d")
+            convolutions = (c for c in calls if isinstance(c.op, Op)
+                            and c.op.name in ("qnn.conv2d", "qnn.requantized_conv2d"))
             counts.update(call.attrs["groups"] for call in convolutions if call.attrs["groups"] > 1)
     return counts
 

@@ -23,6 +23,7 @@ from passinfra.ir.op import (  # noqa: E402,F401  (ops for model importers)
     matmul_nbits,  # qnn.matmul_nbits: weight-only quantized matmul (com.microsoft MatMulNBits)
     max_pool_indices,  # nn.max_pool_indices (ONNX MaxPool's Indices output)
     qgemm_panels,  # 8-bit matmul weights stored in the integer GEMM's panels (PanelWeights)
+    requantized,  # noqa: E402,F401  (qnn.requantized_*: a contraction + its requantize)
     resize,  # ONNX Resize
     roi_align,  # ONNX RoiAlign
     signal,  # dft (ONNX DFT, STFT)

@@ -104,7 +104,7 @@ from passinfra.ir.types import HALF_DTYPES, TensorType, TupleType, Type, normali
 __all__ = [
     "QUANTIZED_DTYPES", "SCALE_DTYPES", "INTEGER_KERNEL_DTYPES",
     "quantize", "dequantize", "requantize", "matmul", "conv2d", "add", "mul", "dynamic_quantize",
-    "round_saturate", "dynamic_parameters",
+    "round_saturate", "dynamic_parameters", "requantize_values",
 ]
 
 # what a quantized tensor may be (ONNX QuantizeLinear's targets without the sub-byte and
@@ -266,11 +266,15 @@ def _requantize_relation(arg_types: Sequence[Type], attrs: Attrs) -> Type:
     return TensorType(data.shape, zero_point.dtype)
 
 
-def _requantize_impl(args: Sequence[Any], attrs: Attrs) -> np.ndarray:
-    data, multiplier, zero_point = (np.asarray(a) for a in args)
+def requantize_values(data: np.ndarray, multiplier: np.ndarray, zero_point: np.ndarray) -> np.ndarray:
+    """qnn.requantize of arrays: ``saturate(rne(float32(data) * multiplier) + zero_point)``."""
     with np.errstate(all="ignore"):
         values = np.broadcast_to(_f32(data) * _f32(multiplier), data.shape)
     return round_saturate(values, zero_point.dtype.name, zero_point)
+
+
+def _requantize_impl(args: Sequence[Any], attrs: Attrs) -> np.ndarray:
+    return requantize_values(*(np.asarray(a) for a in args))
 
 
 register_tensor_op(

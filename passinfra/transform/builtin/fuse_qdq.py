@@ -40,15 +40,14 @@ True) turns it off, which keeps a QDQ model on the float path.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from passinfra import ir
 from passinfra.ir import op
+from passinfra.ir.analysis import use_counts
 from passinfra.ir.expr import Call, Constant, Expr, Function
-from passinfra.ir.functor import expr_children, iter_post_order
 from passinfra.ir.op import quantize as qnn
 from passinfra.ir.op.registry import Op
 from passinfra.ir.types import TensorType
@@ -303,23 +302,12 @@ def _bias(bias: _Bias | None, product: np.ndarray, channels: int, axis: int,
     return codes.reshape(channels).astype(np.int32)
 
 
-def _uses(func: Function) -> Counter:
-    """How many times each node of ``func`` is read (the body once more)."""
-    uses: Counter = Counter()
-    uses[func.body] += 1
-    for node in iter_post_order(func.body):
-        children: Sequence[Expr] = node.args if isinstance(node, Call) else expr_children(node)
-        for child in children:
-            uses[child] += 1
-    return uses
-
-
 def fuse_qdq_function(func: Function, mod: ir.IRModule, ctx: PassContext) -> Function:
     """The per-function body of :func:`FuseQDQ`."""
     if not ctx.get_config(ENABLED_CONFIG, True):
         return func
     ensure_typed(func, mod)
-    return _Fuser(_uses(func)).visit(func)
+    return _Fuser(use_counts(func)).visit(func)
 
 
 @register_pass("FuseQDQ")

@@ -1,0 +1,100 @@
+"""Integer contractions with their requantization: ``qnn.requantized_conv2d`` and
+``qnn.requantized_matmul``.
+
+Each is, exactly, ``qnn.requantize(qnn.conv2d(...) + bias, multiplier, zero_point)`` (or
+``qnn.matmul``): the int32 sum plus an int32 bias (wrapping), converted to float32,
+times the float32 multiplier, rounded half to even, plus the output's zero point,
+saturated to its 8-bit type (:mod:`passinfra.ir.op.quantize` has the arithmetic). One op
+so the code generator runs the requantization inside the integer GEMM, on each block of
+sums while it is in the cache, instead of storing int32 and reading it back
+(RequantizeInKernels, :mod:`passinfra.codegen.passes.requantize_in_kernels`, forms them;
+nothing else does). ``bias`` and ``multiplier`` vary along the output's last axis at
+most (one value, or one per output channel / column).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from passinfra.errors import IRTypeError
+from passinfra.ir.attrs import Attrs
+from passinfra.ir.expr import Call
+from passinfra.ir.op import quantize as qnn
+from passinfra.ir.op._rel import expect_dtype, expect_tensor, register_tensor_op, type_text
+from passinfra.ir.op.registry import Op, OpPattern
+from passinfra.ir.op.tensor import call_op
+from passinfra.ir.types import TensorType, Type
+
+__all__ = ["CONTRACTIONS", "requantized_conv2d", "requantized_matmul"]
+
+# the requantized op of each contraction
+CONTRACTIONS = {"qnn.conv2d": "qnn.requantized_conv2d", "qnn.matmul": "qnn.requantized_matmul"}
+_EIGHT_BITS = ("int8", "uint8")
+
+
+def along_last_axis(ty: Type, out: TensorType, what: str, dtype: str) -> TensorType:
+    """``ty`` must be a ``dtype`` tensor of one value or one per entry of ``out``'s last
+    axis (any leading axes of size 1)."""
+    tensor = expect_tensor(ty, what)
+    expect_dtype(tensor, (dtype,), what)
+    shape = tuple(tensor.shape)
+    along = not shape or (all(d == 1 for d in shape[:-1]) and shape[-1] in (1, out.shape[-1]))
+    if tensor.ndim > out.ndim or not along:
+        raise IRTypeError(f"expected {what} of one value or one per entry of the last axis of "
+                          f"{type_text(out)}, got {type_text(tensor)}")
+    return tensor
+
+
+def _relation(contraction: str) -> Any:
+    base = Op.get(contraction)
+
+    def relation(arg_types: Sequence[Type], attrs: Attrs) -> Type:
+        acc = base.type_rel(arg_types[:4], attrs)
+        assert isinstance(acc, TensorType)
+        along_last_axis(arg_types[4], acc, "the bias", "int32")
+        along_last_axis(arg_types[5], acc, "the multiplier", "float32")
+        zero = expect_tensor(arg_types[6], "the output zero point")
+        if zero.ndim != 0 or zero.dtype not in _EIGHT_BITS:
+            raise IRTypeError(f"expected the output zero point to be an int8 or uint8 scalar, got "
+                              f"{type_text(zero)}")
+        return TensorType(acc.shape, zero.dtype)
+
+    return relation
+
+
+def _impl(contraction: str) -> Any:
+    base = Op.get(contraction)
+
+    def impl(args: Sequence[Any], attrs: Attrs) -> np.ndarray:
+        acc = base.impl(args[:4], attrs)
+        with np.errstate(over="ignore"):
+            total = (np.asarray(acc, np.int32) + np.asarray(args[4], np.int32)).astype(np.int32)
+        return qnn.requantize_values(total, np.asarray(args[5]), np.asarray(args[6]))
+
+    return impl
+
+
+for _contraction, _name in CONTRACTIONS.items():
+    register_tensor_op(
+        _name, attrs=Op.get(_contraction).get_attr("attr_defaults"), num_inputs=7,
+        type_rel=_relation(_contraction), impl=_impl(_contraction), pattern=OpPattern.OUT_EWISE_FUSABLE,
+        doc=f"qnn.requantize({_contraction}(...) + bias, multiplier, zero_point), one op",
+    )
+
+
+def requantized_conv2d(data: Any, weight: Any, data_zero: Any, weight_zero: Any, bias: Any, multiplier: Any,
+                       out_zero: Any, **attrs: Any) -> Call:
+    """``qnn.requantize(qnn.conv2d(data, weight, data_zero, weight_zero, **attrs) + bias,
+    multiplier, out_zero)`` as one op (``attrs`` those of the qnn.conv2d call)."""
+    return call_op("qnn.requantized_conv2d", data, weight, data_zero, weight_zero, bias, multiplier, out_zero,
+                   **attrs)
+
+
+def requantized_matmul(lhs: Any, rhs: Any, lhs_zero: Any, rhs_zero: Any, bias: Any, multiplier: Any,
+                       out_zero: Any) -> Call:
+    """``qnn.requantize(qnn.matmul(lhs, rhs, lhs_zero, rhs_zero) + bias, multiplier,
+    out_zero)`` as one op."""
+    return call_op("qnn.requantized_matmul", lhs, rhs, lhs_zero, rhs_zero, bias, multiplier, out_zero)
