@@ -54,6 +54,7 @@ COMPILE_PIPELINE: tuple[str, ...] = (
     "DeadCodeElimination",
     "ConvTransposeAsConv",
     "ExactFloatConvolutions",
+    "QuantizedLookupTables",
     "AlterOpLayout",
     "FoldConstant",
     "DeduplicateFilters",

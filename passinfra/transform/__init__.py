@@ -55,6 +55,7 @@ from passinfra.transform.builtin import (  # noqa: E402
     InferType,
     Inline,
     LambdaLift,
+    QuantizedLookupTables,
     RemoveUnusedFunctions,
     SimplifyInference,
     ToANormalForm,
@@ -67,5 +68,6 @@ __all__ += [
     "SimplifyInference", "FoldScaleAxis", "BackwardFoldScaleAxis", "ForwardFoldScaleAxis",
     "ToANormalForm", "ToGraphNormalForm", "LambdaLift", "FuseOps", "AlterOpLayout",
     "RemoveUnusedFunctions", "Inline", "DeduplicateFilters", "ToMixedPrecision", "FuseQDQ",
+    "QuantizedLookupTables",
 ]
 BUILTIN_PASSES = __all__[__all__.index("BUILTIN_PASSES") + 1 :]

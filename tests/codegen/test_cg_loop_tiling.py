@@ -80,6 +80,18 @@ def test_tiled_nest_puts_both_tiles_innermost():
     assert order == [("j_o", 4), ("i_o", 2), ("i_i", 16), ("j_i", 16)]
 
 
+def test_a_narrow_innermost_axis_puts_the_loaded_axis_innermost():
+    """An image's 3 channels into channels-last: the loop over the contiguously loaded
+    width runs innermost (its loads contiguous, its values vectorized), storing every
+    third element; not a 3-iteration loop around each pixel."""
+    src = tir.Buffer("src", (3, 8, 24), "float32")
+    dst = tir.Buffer("dst", (8, 24, 3), "float32")
+    h, w, c = tir.TVar("h"), tir.TVar("w"), tir.TVar("c")
+    nest = elementwise_nest((h, w, c), (8, 24, 3), tir.BufferStore(dst, src.load(c, h, w), (h, w, c)))
+    order = [(loop.loop_var.name, loop.extent.value) for loop in _loops(nest)]
+    assert order == [("h", 8), ("c", 3), ("w", 24)]
+
+
 def _selects(stmt) -> int:
     from passinfra.tir.functor import iter_expr_post_order
 

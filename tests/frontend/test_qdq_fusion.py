@@ -301,3 +301,29 @@ def test_requantized_contractions_are_their_parts_in_every_evaluator():
     assert np.array_equal(np.asarray(passinfra.evaluate(fused, *args)), expected)
     lowered = lower_primitive_function(InferType()(passinfra.ir.IRModule({"main": fused}))["main"], "k")
     assert np.array_equal(run_prim_func(lowered, *args), expected)
+
+
+@pytest.mark.parametrize("act", ["uint8", "int8"])
+def test_an_activation_between_qdq_pairs_is_a_lookup_table(act, cache_dir):
+    """QuantizedLookupTables: DQ -> HardSwish -> Q (a float activation between integer
+    convolutions) is a function of one 8-bit value, so one of 256: a table, whose values
+    are the interpreter's evaluation of the same operations, bit for bit."""
+    g = _Graph((1, 8, 6, 6), act, seed=4)
+    zero = 128 if act == "uint8" else 0
+    x = g.qdq("x", 0.05, zero)
+    w, scales = g.weight((16, 8, 3, 3), 0, True)
+    y = g.qdq(g.node("Conv", [x, w, g.bias(16, 0.05, scales)], kernel_shape=[3, 3], pads=[1, 1, 1, 1]), 0.06,
+              zero - 7)
+    model = g.model(g.qdq(g.node("HardSwish", [y]), 0.03, zero - 20))
+    feeds = g.feeds()
+    mod = from_onnx(model)
+    with PassContext(opt_level=3):
+        mod = FuseQDQ()(InferType()(mod))
+        from passinfra.transform import get_pass
+
+        tabled = get_pass("QuantizedLookupTables")(mod)
+    ops = re.findall(r"^\s+(?:%\d+ = )?([a-z_.0-9]+)\(", str(tabled), re.MULTILINE)
+    assert "take" in ops and "nn.hard_swish" not in ops and "multiply" not in ops, ops
+    expected = np.asarray(passinfra.evaluate(mod, feeds["x"]))
+    assert np.array_equal(np.asarray(passinfra.evaluate(tabled, feeds["x"])), expected)
+    assert np.array_equal(_build(model, cache_dir)(feeds["x"]), expected)

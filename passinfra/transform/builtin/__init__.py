@@ -21,6 +21,7 @@ from passinfra.transform.builtin.fuse_qdq import FuseQDQ
 from passinfra.transform.builtin.infer_type import InferType
 from passinfra.transform.builtin.inline import Inline
 from passinfra.transform.builtin.lambda_lift import LambdaLift
+from passinfra.transform.builtin.quantized_lookup_tables import QuantizedLookupTables
 from passinfra.transform.builtin.remove_unused_functions import RemoveUnusedFunctions
 from passinfra.transform.builtin.simplify_inference import SimplifyInference
 from passinfra.transform.builtin.to_a_normal_form import ToANormalForm
@@ -33,4 +34,5 @@ __all__ = [
     "SimplifyInference", "FoldScaleAxis", "BackwardFoldScaleAxis", "ForwardFoldScaleAxis",
     "ToANormalForm", "ToGraphNormalForm", "LambdaLift", "FuseOps", "AlterOpLayout",
     "RemoveUnusedFunctions", "Inline", "DeduplicateFilters", "ToMixedPrecision", "FuseQDQ",
+    "QuantizedLookupTables",
 ]

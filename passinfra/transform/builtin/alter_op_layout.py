@@ -11,6 +11,7 @@ What the pass does, in one forward sweep over the dataflow (iterative, ExprMutat
 * every ``nn.conv2d`` in NCHW/OIHW becomes an NHWC/HWIO conv2d; its weight is re-laid by
   ``transpose(W, (2, 3, 1, 0))``, a transpose of a constant that FoldConstant removes;
   ``qnn.conv2d`` likewise (a per-channel weight zero point is re-laid with the weight);
+  a lookup in a 1-D table (``take``) follows its indices;
 * the NHWC value is then propagated through ops that do not care about the layout:
   elementwise ops (relu, exp, ...), binary broadcast ops whose other operand is NHWC too
   or smaller than the result (a per-channel bias or scale, re-laid by ``expand_dims`` +
@@ -54,6 +55,7 @@ OIHW_TO_HWIO = (2, 3, 1, 0)
 
 _CONV2D = Op.get("nn.conv2d")
 _QNN_CONV2D = Op.get("qnn.conv2d")
+_TAKE = Op.get("take")
 _BIAS_ADD = Op.get("nn.bias_add")
 _POOLS = (Op.get("nn.max_pool2d"), Op.get("nn.avg_pool2d"), Op.get("nn.global_avg_pool2d"))
 _CONCATENATE = Op.get("concatenate")
@@ -80,6 +82,7 @@ class _NHWCRewriter(ir.ExprMutator):
         self._relaid_operands: dict[Expr, Expr] = {}  # one re-laid copy of a shared bias
         self._rules: dict[Op, Callable[[Call], Expr | None]] = {
             _CONV2D: self._conv2d, _QNN_CONV2D: self._qnn_conv2d, _BIAS_ADD: self._bias_add,
+            _TAKE: self._lookup,
             _CONCATENATE: self._concatenate,
             **{pool: self._pool for pool in _POOLS},
         }
@@ -154,6 +157,15 @@ class _NHWCRewriter(ir.ExprMutator):
         if zero_types[1].ndim == 4:
             new_zero = op.transpose(new_zero, OIHW_TO_HWIO)
         return Call(_QNN_CONV2D, [self._as_nhwc(data), new_weight, self.visit(data_zero), new_zero], attrs)
+
+    def _lookup(self, call: Call) -> Expr | None:
+        """``take`` from a 1-D table (QuantizedLookupTables): the result has the indices'
+        shape, element for element, in any layout."""
+        table, indices = call.args
+        table_type = _tensor_type(table)
+        if indices not in self.nhwc or table_type is None or table_type.ndim != 1 or call.attrs["axis"] != 0:
+            return None
+        return Call(_TAKE, [self.visit(table), self.nhwc[indices]], call.attrs)
 
     def _bias_add(self, call: Call) -> Expr | None:
         data, bias = call.args
