@@ -255,6 +255,17 @@ def in_memory(handle: TensorHandle, name: str) -> tuple[tir.BufferLoad, tir.Buff
     return scratch.load(*first), scratch, fill
 
 
+def weight_in_memory(weight: TensorHandle, name: str) -> tuple[tir.BufferLoad, tir.Buffer | None,
+                                                               tir.Stmt | None, tir.Buffer | None]:
+    """The integer GEMM's ``B``: the first element of the panels PanelWeights stored the
+    weight in (and those panels), else of the weight in memory (:func:`in_memory`; no
+    panels)."""
+    panels = getattr(weight, "qgemm_panels", None)  # a qgemm_panels.unpack of a parameter
+    if panels is not None:
+        return first_element(panels), None, None, panels
+    return (*in_memory(weight, name), None)
+
+
 def first_element(buffer: tir.Buffer) -> tir.BufferLoad:
     return buffer.load(*(tir.IntImm(0, tir.INDEX_DTYPE) for _ in buffer.shape))
 
@@ -367,11 +378,7 @@ def _integer_gemm(lhs: TensorHandle, rhs: TensorHandle, lhs_zero: TensorHandle, 
     def build(outputs: Sequence[tir.Buffer]) -> tir.Stmt:
         (out,) = outputs
         a_first, a_scratch, a_fill = in_memory(lhs, "qgemm_a")
-        panels = getattr(rhs, "qgemm_panels", None)  # a weight PanelWeights stored in panels
-        if panels is not None:
-            b_first, b_scratch, b_fill = first_element(panels), None, None
-        else:
-            b_first, b_scratch, b_fill = in_memory(rhs, "qgemm_b")
+        b_first, b_scratch, b_fill, panels = weight_in_memory(rhs, "qgemm_b")
         # the zero points as arrays (a constant zero point of the body is an immediate)
         za, za_fill = staged(lhs_zero, "qgemm_za", lhs.shape, tuple(rows) if lhs_step else (), False)
         zb, zb_fill = staged(rhs_zero, "qgemm_zb", rhs.shape, (n,) if rhs_step else (), True)

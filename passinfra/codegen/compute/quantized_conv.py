@@ -46,6 +46,7 @@ from passinfra.codegen.compute.quantize import (
     no_requantization,
     qgemm_call,
     staged,
+    weight_in_memory,
 )
 from passinfra.errors import IRError
 from passinfra.ir.attrs import Attrs
@@ -105,11 +106,7 @@ def _on_gemm(g: ConvGeometry, data: TensorHandle, weight: TensorHandle, data_zer
     def build(outputs: Sequence[tir.Buffer]) -> tir.Stmt:
         (out,) = outputs
         a_first, a_scratch, a_fill = in_memory(data, "qconv_image")
-        panels = getattr(weight, "qgemm_panels", None)  # PanelWeights stored the weight in panels
-        if panels is not None:
-            b_first, b_scratch, b_fill = first_element(panels), None, None
-        else:
-            b_first, b_scratch, b_fill = in_memory(weight, "qconv_b")
+        b_first, b_scratch, b_fill, panels = weight_in_memory(weight, "qconv_b")
         za, za_fill = staged(data_zero, "qconv_za", data.shape, (), False)
         zb, zb_fill = staged(weight_zero, "qconv_zb", weight.shape, (g.out_channels,) if per_channel else (),
                              True)
