@@ -12,7 +12,9 @@ through onnxruntime's documented flow, ``quant_pre_process`` then ``quantize_sta
 format, uint8 activations, int8 per-channel weights, calibrated on random batches):
 FuseQDQ runs the DequantizeLinear -> Conv/Gemm/Add -> QuantizeLinear groups as integer
 ops (the integer GEMM; depthwise and first-layer convolutions exactly on the float
-kernels); the float32 build is of the original model (its batch norms folded).
+kernels); the float32 build is of the original model (its batch norms folded). The
+MobileNetV3-like model also in the QOperator format (QLinearConv and com.microsoft's
+QLinear* ops), which imports onto the same integer ops.
 
 **Dynamic int8 (MatMulInteger).** The same layers through ``onnxruntime.quantization``'s
 ``quantize_dynamic`` (int8 weights, per tensor; the activations quantized to uint8 at run
@@ -111,11 +113,12 @@ def dynamic_int8(model: onnx.ModelProto, tmp: str) -> onnx.ModelProto:
     return onnx.load(target)
 
 
-def static_qdq(model: onnx.ModelProto, tmp: str) -> onnx.ModelProto:
+def static_qdq(model: onnx.ModelProto, tmp: str, operators: bool = False) -> onnx.ModelProto:
     """``model`` through onnxruntime's documented flow: ``quant_pre_process`` (shape
     inference and onnxruntime's graph optimizations, which fold BatchNormalization into the
     convolutions), then ``quantize_static`` in the QDQ format (uint8 activations, int8
-    per-channel weights), calibrated on four random batches."""
+    per-channel weights), calibrated on four random batches; ``operators``: the QOperator
+    format instead (QLinearConv, com.microsoft QLinearAdd/QLinearMul/...)."""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
@@ -131,7 +134,8 @@ def static_qdq(model: onnx.ModelProto, tmp: str) -> onnx.ModelProto:
     source_path, path, target = (Path(tmp) / name for name in ("float32.onnx", "prepared.onnx", "qdq.onnx"))
     onnx.save(model, source_path)
     quant_pre_process(str(source_path), str(path))
-    quantize_static(path, target, RandomBatches(), quant_format=QuantFormat.QDQ,
+    quant_format = QuantFormat.QOperator if operators else QuantFormat.QDQ
+    quantize_static(path, target, RandomBatches(), quant_format=quant_format,
                     activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, per_channel=True)
     return onnx.load(target)
 
@@ -209,6 +213,12 @@ def main(argv: list[str] | None = None) -> int:
             assert "QuantizeLinear" in _nodes(quantized), "quantized"
             label = f"{name} QDQ (static, per-channel)"
             results.append(compare(label, model, quantized, args.repeats, cache, out))
+        print("static QOperator MobileNetV3-like ...", flush=True)
+        model = conv_models.mobilenet()
+        quantized = static_qdq(model, tmp, operators=True)
+        assert "QLinearConv" in _nodes(quantized) and "Conv" not in _nodes(quantized), "QOperator format"
+        results.append(compare("MobileNetV3-like QOperator (static, per-channel)", model, quantized,
+                               args.repeats, cache, out))
     table, headline = [], []
     for r in results:
         s = r["samples"]
