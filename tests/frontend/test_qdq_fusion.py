@@ -97,7 +97,7 @@ class _Graph:
 
 
 def conv_model(shape, out_channels, kernel, stride=1, pad=0, groups=1, dilation=1, act="uint8",
-               per_channel=True, bias=True, relu_zero=None, symmetric=True, seed=0):
+               per_channel=True, bias=True, relu_zero=None, symmetric=True, seed=0, out_scale=0.08):
     g = _Graph(shape, act, seed)
     zero = 128 if act == "uint8" else 0
     x = g.qdq("x", 0.05, zero - 3)
@@ -109,7 +109,7 @@ def conv_model(shape, out_channels, kernel, stride=1, pad=0, groups=1, dilation=
     if relu_zero is not None:
         y = g.node("Relu", [y])
         return g.model(g.qdq(y, 0.04, relu_zero)), g.feeds()
-    return g.model(g.qdq(y, 0.08, zero + 5)), g.feeds()
+    return g.model(g.qdq(y, out_scale, zero + 5)), g.feeds()
 
 
 def _fused_ops(model) -> list[str]:
@@ -142,6 +142,7 @@ _CONVOLUTIONS = ("shape", "out_channels", "kernel", "stride", "pad", "groups", "
     ((2, 3, 12, 12), 16, 3, 1, 1, 1, "int8", False),  # 27 products a sum: the float kernels too
     ((1, 6, 12, 12), 16, 3, 1, 1, 1, "int8", True),  # 54: the integer GEMM
     ((1, 32, 8, 8), 32, 3, 1, 1, 2, "uint8", True),  # grouped: two GEMMs of 16 channels in one call
+    ((1, 32, 19, 17), 32, 3, 1, 1, 2, "int8", True),  # 323 rows: two row blocks, the last of 67
     ((1, 24, 7, 7), 24, 5, 2, 2, 24, "uint8", True),  # depthwise: exact on the float kernels
     ((1, 4, 3, 3), 6, 1, 1, 0, 1, "uint8", True),  # 9 rows: VNNI where there is AMX
 ])
@@ -154,6 +155,16 @@ def test_a_qdq_convolution_is_onnxruntime_s_qlinearconv_exactly(shape, out_chann
     expected = _onnxruntime(model, feeds)
     # (a short sum may run on float kernels that are generated C, not the runtime's)
     assert_same_on_every_isa(_build(model, cache_dir), [feeds["x"]], expected, runtime=None)
+
+
+@pytest.mark.parametrize("act", ["uint8", "int8"])
+def test_outputs_far_outside_the_output_type_saturate_as_onnxruntime_s(act, cache_dir):
+    """An output scale of 1e-9: the requantized values reach 1e10 and more, past int32 as
+    well as past the 8-bit type, and every one saturates to its end of the type."""
+    model, feeds = conv_model((1, 16, 6, 7), 40, 3, 1, 1, act=act, out_scale=1e-9)
+    expected = _onnxruntime(model, feeds)
+    assert np.unique(expected).size <= 3 and expected.min() < 0 < expected.max()  # the ends (0: a sum of 0)
+    assert_same_on_every_isa(_build(model, cache_dir), [feeds["x"]], expected)
 
 
 def test_dilation_and_asymmetric_weights(cache_dir):

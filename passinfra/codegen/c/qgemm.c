@@ -70,7 +70,10 @@ typedef struct {
   int64_t M, N, K, Kp, za_step, zb_step;
   int64_t ld;              /* row stride of out and of B as given: N times the groups */
   int64_t groups;          /* GEMMs of one call (a grouped convolution's), see rp_qgemm_i8 */
-  int64_t tile_rows;       /* AMX: rows of a group's tiles (M in whole steps) */
+  /* which rows of A' the buffers A, A16 and tiles hold: every group's (a_first 0, the groups
+     a_group_rows = M rows apart, their tiles tile_group_rows, M in whole steps), or one row
+     block's from row a_first of one group (both 0: a work item's own, rp_qgemm_row_blocks) */
+  int64_t a_first, a_group_rows, tile_group_rows;
   int a_signed, b_signed, b_packed;
   int body;                /* 3: AMX (blocks of 16 rows or more; fewer on VNNI), 2: AVX-512 VNNI,
                               1: AVX2, 0: portable */
@@ -87,13 +90,11 @@ static uint32_t rp_qgemm_zb(const rp_qgemm* g, int64_t n) {
                      : (uint32_t)((int32_t)((const uint8_t*)g->zb)[i] - 128);
 }
 
-/* out[m, n0 .. n0+cols) from its raw sums S, the columns' sums of B' and their zb' */
-/* the epilogue of one value of column n: qnn.requantize's operations, in its order
+/* the epilogue of one value (the sum plus the bias): qnn.requantize's operations, in its order
    (passinfra/codegen/compute/quantize.py: round_saturate), so the bits are the loop
    nest's: the int32 sum wraps, the product rounds once, nearbyint rounds half to even */
-static int32_t rp_qgemm_requantize(const rp_qgemm* g, int64_t n, uint32_t acc) {
-  if (g->bias_kind) acc += (uint32_t)g->bias[g->bias_kind == 2 ? n : 0];
-  const float value = (float)(int32_t)acc * g->multiplier[n * g->multiplier_step];
+static int32_t rp_qgemm_requantize_value(const rp_qgemm* g, float multiplier, uint32_t acc) {
+  const float value = (float)(int32_t)acc * multiplier;
   const int32_t qmin = g->out_type == 1 ? 0 : -128, qmax = g->out_type == 1 ? 255 : 127;
   const float low = (float)(qmin - g->out_zero), high = (float)(qmax - g->out_zero);
   const float rounded = nearbyintf(value);
@@ -101,6 +102,13 @@ static int32_t rp_qgemm_requantize(const rp_qgemm* g, int64_t n, uint32_t acc) {
   return (int32_t)clamped + g->out_zero;
 }
 
+/* the same of column n's sum (its bias added here) */
+static int32_t rp_qgemm_requantize(const rp_qgemm* g, int64_t n, uint32_t acc) {
+  if (g->bias_kind) acc += (uint32_t)g->bias[g->bias_kind == 2 ? n : 0];
+  return rp_qgemm_requantize_value(g, g->multiplier[n * g->multiplier_step], acc);
+}
+
+/* out[m, n0 .. n0+cols) from its raw sums S, the columns' sums of B' and their zb' */
 static void rp_qgemm_finish(const rp_qgemm* g, int64_t m, int64_t n0, int64_t cols, const uint32_t* sums,
                             const uint32_t* colsum, const uint32_t* zb) {
   const uint32_t za = rp_qgemm_za(g, m), ra = g->rowsum[m], k = (uint32_t)g->K;
@@ -111,62 +119,118 @@ static void rp_qgemm_finish(const rp_qgemm* g, int64_t m, int64_t n0, int64_t co
   }
 }
 
-/* the same for rows [m, m + rows), 8 columns at a time (the same integers, the same
-   float operations: _mm256_round_ps in the current rounding mode is nearbyintf). With one
-   za for all rows (za_step 0), za * colsum - K * za * zb (and the bias, requantizing) is
-   one constant a column, `fixed`, so a value is S - zb' * rowsum - fixed; with every zb'
-   of the columns 0 (a symmetric weight), S - fixed */
-__attribute__((target("avx2")))
-static void rp_qgemm_finish_avx2(const rp_qgemm* g, int64_t m, int64_t rows, int64_t n0, int64_t cols,
-                                 const uint32_t* sums, const uint32_t* colsum, const uint32_t* zb) {
-  if (g->za_step) {  /* one za a row: each row its own constant */
-    for (int64_t r = 0; r < rows; r++) rp_qgemm_finish(g, m + r, n0, cols, sums + r * RP_QGEMM_COLUMNS, colsum, zb);
-    return;
-  }
-  const int64_t vectors = cols / 8;
-  const int quantize = g->out_type != 0;
+/* what the finish step of one panel's columns needs, computed once per work item: with
+   one za for all rows (za_step 0), za' * colsum - K * za' * zb' (and the bias, requantizing)
+   is one constant a column, `fixed`, so a value is S - zb' * rowsum - fixed, and with every
+   zb' of the columns 0 (a symmetric weight: `centered`) S - fixed */
+typedef struct {
+  uint32_t fixed[RP_QGEMM_COLUMNS], zb[RP_QGEMM_COLUMNS], colsum[RP_QGEMM_COLUMNS];
+  float scale[RP_QGEMM_COLUMNS];
+  int64_t n0, cols;
+  float low, high;  /* the rounded value's range: the output type's less the zero point */
+  int centered;
+} rp_qgemm_columns;
+
+static void rp_qgemm_columns_of(const rp_qgemm* g, int64_t n0, int64_t cols, const uint8_t* panel,
+                                rp_qgemm_columns* c) {
+  memcpy(c->colsum, panel + g->Kp * RP_QGEMM_COLUMNS, sizeof(c->colsum));
   const uint32_t za = rp_qgemm_za(g, 0), k = (uint32_t)g->K;
-  uint32_t fixed[RP_QGEMM_COLUMNS];
-  int weights_centered = 1;
-  for (int64_t c = 0; c < cols; c++) {
-    fixed[c] = za * colsum[c] - k * za * zb[c];
-    if (quantize && g->bias_kind) fixed[c] -= (uint32_t)g->bias[g->bias_kind == 2 ? n0 + c : 0];
-    weights_centered &= zb[c] == 0;
-  }
-  __m256i b[RP_QGEMM_COLUMNS / 8], base[RP_QGEMM_COLUMNS / 8];
-  __m256 scale[RP_QGEMM_COLUMNS / 8];
-  for (int64_t v = 0; v < vectors; v++) {
-    b[v] = _mm256_loadu_si256((const __m256i*)(zb + 8 * v));
-    base[v] = _mm256_loadu_si256((const __m256i*)(fixed + 8 * v));
-    if (quantize)
-      scale[v] = g->multiplier_step ? _mm256_loadu_ps(g->multiplier + n0 + 8 * v) : _mm256_set1_ps(g->multiplier[0]);
+  c->n0 = n0, c->cols = cols, c->centered = 1;
+  for (int64_t i = 0; i < RP_QGEMM_COLUMNS; i++) {
+    const int valid = i < cols;
+    c->zb[i] = valid ? rp_qgemm_zb(g, n0 + i) : 0;
+    c->fixed[i] = za * c->colsum[i] - k * za * c->zb[i];
+    if (valid && g->out_type && g->bias_kind) c->fixed[i] -= (uint32_t)g->bias[g->bias_kind == 2 ? n0 + i : 0];
+    c->scale[i] = valid && g->out_type ? g->multiplier[(n0 + i) * g->multiplier_step] : 0.0f;
+    c->centered &= c->zb[i] == 0;
   }
   const int32_t qmin = g->out_type == 1 ? 0 : -128, qmax = g->out_type == 1 ? 255 : 127;
-  const __m256 low = _mm256_set1_ps((float)(qmin - g->out_zero)), high = _mm256_set1_ps((float)(qmax - g->out_zero));
+  c->low = (float)(qmin - g->out_zero), c->high = (float)(qmax - g->out_zero);
+}
+
+/* rows [m, m + rows) of the columns from their raw sums (rows RP_QGEMM_COLUMNS apart), 8 at
+   a time. Requantizing: the float value clamped to [low, high] (MAXPS returns its second
+   operand when one is NaN: NaN becomes low, as rp_qgemm_requantize has it; the bounds are
+   integers, so clamping before rounding is clamping after), rounded by CVTPS2DQ in the
+   current rounding mode (nearbyintf's), plus the zero point: in range, so the saturating
+   packs change nothing */
+__attribute__((target("avx2")))
+static void rp_qgemm_finish_avx2(const rp_qgemm* g, int64_t m, int64_t rows, const rp_qgemm_columns* c,
+                                 const uint32_t* sums) {
+  if (g->za_step) {  /* one za a row: each row its own constants */
+    for (int64_t r = 0; r < rows; r++)
+      rp_qgemm_finish(g, m + r, c->n0, c->cols, sums + r * RP_QGEMM_COLUMNS, c->colsum, c->zb);
+    return;
+  }
+  const int64_t vectors = c->cols / 8;
+  const int quantize = g->out_type != 0;
+  const __m256 low = _mm256_set1_ps(c->low), high = _mm256_set1_ps(c->high);
   const __m256i zero = _mm256_set1_epi32(g->out_zero);
   for (int64_t r = 0; r < rows; r++, sums += RP_QGEMM_COLUMNS) {
-    const uint32_t ra = g->rowsum[m + r];
-    const __m256i ra8 = _mm256_set1_epi32((int)ra);
+    const __m256i ra = _mm256_set1_epi32((int)g->rowsum[m + r]);
+    uint8_t* qrow = (uint8_t*)g->qout + (m + r) * g->ld + c->n0;
+    int32_t* row = g->out + (m + r) * g->ld + c->n0;
     for (int64_t v = 0; v < vectors; v++) {
-      __m256i value = _mm256_sub_epi32(_mm256_loadu_si256((const __m256i*)(sums + 8 * v)), base[v]);
-      if (!weights_centered) value = _mm256_sub_epi32(value, _mm256_mullo_epi32(b[v], ra8));
+      __m256i value = _mm256_sub_epi32(_mm256_loadu_si256((const __m256i*)(sums + 8 * v)),
+                                       _mm256_loadu_si256((const __m256i*)(c->fixed + 8 * v)));
+      if (!c->centered)
+        value = _mm256_sub_epi32(value, _mm256_mullo_epi32(_mm256_loadu_si256((const __m256i*)(c->zb + 8 * v)), ra));
       if (!quantize) {
-        _mm256_storeu_si256((__m256i*)(g->out + (m + r) * g->ld + n0 + 8 * v), value);
+        _mm256_storeu_si256((__m256i*)(row + 8 * v), value);
         continue;
       }
-      const __m256 scaled = _mm256_mul_ps(_mm256_cvtepi32_ps(value), scale[v]);  /* value: sums + bias */
-      const __m256 rounded = _mm256_round_ps(scaled, _MM_FROUND_CUR_DIRECTION);
-      const __m256 top = _mm256_blendv_ps(high, rounded, _mm256_cmp_ps(rounded, high, _CMP_LT_OQ));
-      const __m256 clamped = _mm256_blendv_ps(low, top, _mm256_cmp_ps(rounded, low, _CMP_GT_OQ));
-      const __m256i q = _mm256_add_epi32(_mm256_cvttps_epi32(clamped), zero);  /* in range: packs keep it */
+      const __m256 scaled = _mm256_mul_ps(_mm256_cvtepi32_ps(value), _mm256_loadu_ps(c->scale + 8 * v));
+      const __m256 clamped = _mm256_min_ps(_mm256_max_ps(scaled, low), high);
+      const __m256i q = _mm256_add_epi32(_mm256_cvtps_epi32(clamped), zero);
       const __m128i words = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
       const __m128i bytes = g->out_type == 1 ? _mm_packus_epi16(words, words) : _mm_packs_epi16(words, words);
-      _mm_storel_epi64((__m128i*)((uint8_t*)g->qout + (m + r) * g->ld + n0 + 8 * v), bytes);
+      _mm_storel_epi64((__m128i*)(qrow + 8 * v), bytes);
     }
-    for (int64_t c = 8 * vectors; c < cols; c++) {
-      const uint32_t value = sums[c] - zb[c] * ra - za * colsum[c] + k * za * zb[c];
-      if (!quantize) g->out[(m + r) * g->ld + n0 + c] = (int32_t)value;
-      else ((uint8_t*)g->qout)[(m + r) * g->ld + n0 + c] = (uint8_t)rp_qgemm_requantize(g, n0 + c, value);
+    for (int64_t i = 8 * vectors; i < c->cols; i++) {
+      const uint32_t value = sums[i] - c->zb[i] * g->rowsum[m + r] - c->fixed[i];
+      if (!quantize) row[i] = (int32_t)value;
+      else qrow[i] = (uint8_t)rp_qgemm_requantize_value(g, c->scale[i], value);
+    }
+  }
+}
+
+/* the same, 16 columns at a time (a last part of fewer under a mask), for the bodies of
+   AVX-512 (VNNI, AMX): the same operations on wider vectors, so the same bits */
+__attribute__((target("avx512f")))
+static void rp_qgemm_finish_avx512(const rp_qgemm* g, int64_t m, int64_t rows, const rp_qgemm_columns* c,
+                                   const uint32_t* sums) {
+  if (g->za_step) {
+    for (int64_t r = 0; r < rows; r++)
+      rp_qgemm_finish(g, m + r, c->n0, c->cols, sums + r * RP_QGEMM_COLUMNS, c->colsum, c->zb);
+    return;
+  }
+  const int parts = (int)((c->cols + 15) / 16);
+  __mmask16 masks[RP_QGEMM_COLUMNS / 16];
+  __m512i fixed[RP_QGEMM_COLUMNS / 16], zb[RP_QGEMM_COLUMNS / 16];
+  __m512 scale[RP_QGEMM_COLUMNS / 16];
+  for (int v = 0; v < parts; v++) {
+    const int64_t left = c->cols - 16 * v;
+    masks[v] = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+    fixed[v] = _mm512_loadu_si512(c->fixed + 16 * v);
+    zb[v] = _mm512_loadu_si512(c->zb + 16 * v);
+    scale[v] = _mm512_loadu_ps(c->scale + 16 * v);
+  }
+  const int quantize = g->out_type != 0;
+  const __m512 low = _mm512_set1_ps(c->low), high = _mm512_set1_ps(c->high);
+  const __m512i zero = _mm512_set1_epi32(g->out_zero);
+  for (int64_t r = 0; r < rows; r++, sums += RP_QGEMM_COLUMNS) {
+    const __m512i ra = _mm512_set1_epi32((int)g->rowsum[m + r]);
+    for (int v = 0; v < parts; v++) {
+      __m512i value = _mm512_sub_epi32(_mm512_loadu_si512(sums + 16 * v), fixed[v]);
+      if (!c->centered) value = _mm512_sub_epi32(value, _mm512_mullo_epi32(zb[v], ra));
+      if (!quantize) {
+        _mm512_mask_storeu_epi32(g->out + (m + r) * g->ld + c->n0 + 16 * v, masks[v], value);
+        continue;
+      }
+      const __m512 scaled = _mm512_mul_ps(_mm512_cvtepi32_ps(value), scale[v]);
+      const __m512 clamped = _mm512_min_ps(_mm512_max_ps(scaled, low), high);
+      const __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(clamped), zero);  /* in range: truncating keeps it */
+      _mm512_mask_cvtepi32_storeu_epi8((uint8_t*)g->qout + (m + r) * g->ld + c->n0 + 16 * v, masks[v], q);
     }
   }
 }
@@ -238,7 +302,7 @@ static void rp_qgemm_pack_c(const rp_qgemm* g, int64_t n0, int64_t cols, uint8_t
       const __m512i b1 = _mm512_loadu_si512(panel + k * RP_QGEMM_COLUMNS + 64);                        \
       _Pragma("GCC unroll 4") for (int r = 0; r < ROWS; r++) {                                         \
         int32_t quad;                                                                                  \
-        memcpy(&quad, g->A + (m + r) * g->Kp + k, 4);                                                  \
+        memcpy(&quad, g->A + (m + r - g->a_first) * g->Kp + k, 4);                                          \
         const __m512i a = _mm512_set1_epi32(quad);                                                     \
         acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], a, b0);                                             \
         acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], a, b1);                                             \
@@ -292,14 +356,29 @@ __attribute__((target("amx-tile"))) static void rp_qgemm_amx_begin(void) { _tile
 
 __attribute__((target("amx-tile"))) static void rp_qgemm_amx_end(void) { _tile_release(); }
 
-/* rows m .. m+32 of A' (m a multiple of 32) over one panel: raw sums into sums[32][32] */
+/* rows m .. m+32 of A' (m a multiple of 32) over one panel: raw sums into sums[32][32]; a
+   panel of at most 16 columns (a grouped convolution's 16 outputs a group) multiplies its
+   first half only, half the TDPBUSDs (the sums of the columns past 16 are not written) */
 __attribute__((target("amx-tile,amx-int8")))
-static void rp_qgemm_tile_amx(const rp_qgemm* g, int64_t m, const uint8_t* panel, uint32_t* sums) {
+static void rp_qgemm_tile_amx(const rp_qgemm* g, int64_t m, const uint8_t* panel, uint32_t* sums, int64_t cols) {
   const int64_t tile = 16 * RP_QGEMM_DEPTH, steps = g->Kp / RP_QGEMM_DEPTH;
-  const uint8_t* a = g->tiles + m / 16 * steps * tile;
+  const uint8_t* a = g->tiles + (m - g->a_first) / 16 * steps * tile;
+  const int stride = RP_QGEMM_COLUMNS * sizeof(uint32_t);
   _tile_zero(0);
-  _tile_zero(1);
   _tile_zero(2);
+  if (cols <= 16) {
+    for (int64_t k = 0; k < g->Kp; k += RP_QGEMM_DEPTH) {
+      _tile_loadd(4, a + k / RP_QGEMM_DEPTH * tile, RP_QGEMM_DEPTH);
+      _tile_loadd(5, a + (steps + k / RP_QGEMM_DEPTH) * tile, RP_QGEMM_DEPTH);
+      _tile_loadd(6, panel + k * RP_QGEMM_COLUMNS, 4 * RP_QGEMM_COLUMNS);
+      _tile_dpbusd(0, 4, 6);
+      _tile_dpbusd(2, 5, 6);
+    }
+    _tile_stored(0, sums, stride);
+    _tile_stored(2, sums + 16 * RP_QGEMM_COLUMNS, stride);
+    return;
+  }
+  _tile_zero(1);
   _tile_zero(3);
   for (int64_t k = 0; k < g->Kp; k += RP_QGEMM_DEPTH) {
     _tile_loadd(4, a + k / RP_QGEMM_DEPTH * tile, RP_QGEMM_DEPTH);
@@ -311,7 +390,6 @@ static void rp_qgemm_tile_amx(const rp_qgemm* g, int64_t m, const uint8_t* panel
     _tile_dpbusd(2, 5, 6);
     _tile_dpbusd(3, 5, 7);
   }
-  const int stride = RP_QGEMM_COLUMNS * sizeof(uint32_t);
   _tile_stored(0, sums, stride);
   _tile_stored(1, sums + 16, stride);
   _tile_stored(2, sums + 16 * RP_QGEMM_COLUMNS, stride);
@@ -336,7 +414,7 @@ static void rp_qgemm_tile_amx(const rp_qgemm* g, int64_t m, const uint8_t* panel
         const __m256i b1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(bk + 16)));          \
         _Pragma("GCC unroll 4") for (int r = 0; r < ROWS; r++) {                                       \
           int64_t four;                                                                                \
-          memcpy(&four, g->A16 + (m + r) * g->Kp + k, 8);                                              \
+          memcpy(&four, g->A16 + (m + r - g->a_first) * g->Kp + k, 8);                                      \
           const __m256i a = _mm256_set1_epi64x(four);                                                  \
           acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(a, b0));                           \
           acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(a, b1));                           \
@@ -356,7 +434,7 @@ RP_QGEMM_AVX2_TILE(4)
 /* ----------------------------------------------------------------------------- portable */
 
 static void rp_qgemm_tile_c(const rp_qgemm* g, int64_t m, const uint8_t* panel, uint32_t* sums) {
-  const uint8_t* a = g->A + m * g->Kp;
+  const uint8_t* a = g->A + (m - g->a_first) * g->Kp;
   memset(sums, 0, RP_QGEMM_COLUMNS * sizeof(uint32_t));
   for (int64_t k = 0; k < g->Kp; k += 4)
     for (int c = 0; c < RP_QGEMM_COLUMNS; c++)
@@ -367,10 +445,11 @@ static void rp_qgemm_tile_c(const rp_qgemm* g, int64_t m, const uint8_t* panel, 
 /* ----------------------------------------------------------------------------- driver */
 
 /* rows m .. of A' over the panel: the body's widest tile that fits; the rows it took */
-static int rp_qgemm_rows(const rp_qgemm* g, int body, int64_t m, const uint8_t* panel, uint32_t* sums) {
+static int rp_qgemm_rows(const rp_qgemm* g, int body, int64_t m, const uint8_t* panel, uint32_t* sums,
+                         int64_t cols) {
   const int64_t left = g->M - m;
   /* AMX: the tiles hold zero rows up to a whole step, so a last step of fewer rows is one too */
-  if (body == 3) return rp_qgemm_tile_amx(g, m, panel, sums), RP_QGEMM_AMX_ROWS;
+  if (body == 3) return rp_qgemm_tile_amx(g, m, panel, sums, cols), RP_QGEMM_AMX_ROWS;
   if (body >= 2) {
     if (left >= 4) return rp_qgemm_tile_vnni_4(g, m, panel, sums), 4;
     if (left >= 2) return rp_qgemm_tile_vnni_2(g, m, panel, sums), 2;
@@ -393,9 +472,9 @@ static rp_qgemm rp_qgemm_group(const rp_qgemm* g, int64_t group) {
   rp_qgemm v = *g;
   if (group == 0) return v;
   const int64_t panels = (g->N + RP_QGEMM_COLUMNS - 1) / RP_QGEMM_COLUMNS;
-  if (v.A) v.A += group * g->M * g->Kp;
-  if (v.A16) v.A16 += group * g->M * g->Kp;
-  if (v.tiles) v.tiles += group * g->tile_rows * g->Kp;
+  if (v.A) v.A += group * g->a_group_rows * g->Kp;
+  if (v.A16) v.A16 += group * g->a_group_rows * g->Kp;
+  if (v.tiles) v.tiles += group * g->tile_group_rows * g->Kp;
   v.rowsum += group * g->M;
   v.B += g->b_packed ? group * panels * RP_QGEMM_PANEL(g->Kp) : group * g->N;
   v.out += group * g->N;
@@ -427,20 +506,22 @@ static int rp_qgemm_pack_panels(void* ctx, int64_t begin, int64_t end) {
 static void rp_qgemm_item(const rp_qgemm* all, int64_t group, int64_t first, int64_t last, int64_t t) {
   const rp_qgemm view = rp_qgemm_group(all, group);
   const rp_qgemm* g = &view;
-  uint32_t sums[RP_QGEMM_AMX_ROWS * RP_QGEMM_COLUMNS], colsum[RP_QGEMM_COLUMNS], zb[RP_QGEMM_COLUMNS];
+  uint32_t sums[RP_QGEMM_AMX_ROWS * RP_QGEMM_COLUMNS];
   const int64_t n0 = t * RP_QGEMM_COLUMNS;
   const int64_t cols = g->N - n0 < RP_QGEMM_COLUMNS ? g->N - n0 : RP_QGEMM_COLUMNS;
   const uint8_t* panel = g->B + t * RP_QGEMM_PANEL(g->Kp);
-  memcpy(colsum, panel + g->Kp * RP_QGEMM_COLUMNS, sizeof(colsum));
-  for (int64_t c = 0; c < cols; c++) zb[c] = rp_qgemm_zb(g, n0 + c);
+  rp_qgemm_columns columns;
+  rp_qgemm_columns_of(g, n0, cols, panel, &columns);
   for (int64_t m = first; m < last;) {
-    const int rows = rp_qgemm_rows(g, g->body, m, panel, sums);
+    const int rows = rp_qgemm_rows(g, g->body, m, panel, sums, cols);
     const int64_t done = m + rows < last ? rows : last - m;
-    if (g->body >= 1) {
-      rp_qgemm_finish_avx2(g, m, done, n0, cols, sums, colsum, zb);
+    if (g->body >= 2) {
+      rp_qgemm_finish_avx512(g, m, done, &columns, sums);
+    } else if (g->body == 1) {
+      rp_qgemm_finish_avx2(g, m, done, &columns, sums);
     } else {
       for (int64_t r = 0; r < done; r++)
-        rp_qgemm_finish(g, m + r, n0, cols, sums + r * RP_QGEMM_COLUMNS, colsum, zb);
+        rp_qgemm_finish(g, m + r, n0, cols, sums + r * RP_QGEMM_COLUMNS, columns.colsum, columns.zb);
     }
     m += rows;
   }
@@ -475,9 +556,11 @@ typedef struct {
   uint8_t *Au, *tiles;
   uint32_t* rowsum;
   int16_t* A16;
-  int64_t M, K, Kp, tile_rows;  /* rows of a group; AMX: of its tiles */
+  int64_t M, K, Kp;             /* M: rows of a group */
+  int64_t a_first, a_group_rows, tile_group_rows;  /* as rp_qgemm's */
   uint8_t flip;
   int avx2, amx;
+  int rowsums;                  /* 0: every zb' is 0, so no value reads a row's sum (left 0) */
 } rp_qgemm_operand;
 
 /* row m of group `group` of the im2col matrix: for each tap the group's channels of the
@@ -535,9 +618,93 @@ __attribute__((target("avx2"))) static void rp_qgemm_widen_avx2(const uint8_t* s
     _mm256_storeu_si256((__m256i*)(dst + i), _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i*)(src + i))));
 }
 
+/* AMX: a row of A' goes straight into its tiles: byte k of row `row` of a group is at
+   ((row / 16 * steps + k / 64) * 16 + row % 16) * 64 + k % 64, so a row is `steps` runs of 64
+   bytes, 1 KiB apart. rp_qgemm_put_avx2 writes n bytes of src, each ^ flip, to bytes
+   k .. k + n of the row at `row` (its first run); with `repeat`, src is 64 bytes of a
+   pattern (the padding's value) read again for each run. (A fill written as stores of one
+   value GCC turns into a memset, whose REP STOS start-up costs more than these copies.) */
+__attribute__((target("avx2"), always_inline)) static inline void rp_qgemm_put_avx2(
+    uint8_t* row, int64_t k, const uint8_t* src, int64_t n, uint8_t flip, int repeat) {
+  const __m128i f = _mm_set1_epi8((char)flip);
+  while (n > 0) {
+    const int64_t offset = k % RP_QGEMM_DEPTH;
+    const int64_t run = n < RP_QGEMM_DEPTH - offset ? n : RP_QGEMM_DEPTH - offset;
+    uint8_t* dst = row + k / RP_QGEMM_DEPTH * 16 * RP_QGEMM_DEPTH + offset;
+    int64_t i = 0;
+    for (; i + 16 <= run; i += 16)
+      _mm_storeu_si128((__m128i*)(dst + i), _mm_xor_si128(_mm_loadu_si128((const __m128i*)(src + i)), f));
+    for (; i < run; i++) dst[i] = (uint8_t)(src[i] ^ flip);
+    if (!repeat) src += run;
+    k += run, n -= run;
+  }
+}
+
+/* the sum of a row of A' in tile order (exact: SAD adds bytes in 64 bits) */
+__attribute__((target("avx2"))) static uint32_t rp_qgemm_tile_row_sum_avx2(const uint8_t* row, int64_t steps) {
+  const __m256i zero = _mm256_setzero_si256();
+  __m256i acc = zero;
+  for (int64_t j = 0; j < steps; j++, row += 16 * RP_QGEMM_DEPTH) {
+    acc = _mm256_add_epi64(acc, _mm256_sad_epu8(_mm256_loadu_si256((const __m256i*)row), zero));
+    acc = _mm256_add_epi64(acc, _mm256_sad_epu8(_mm256_loadu_si256((const __m256i*)(row + 32)), zero));
+  }
+  uint64_t lanes[4];
+  _mm256_storeu_si256((__m256i*)lanes, acc);
+  return (uint32_t)(lanes[0] + lanes[1] + lanes[2] + lanes[3]);
+}
+
+/* rows [begin, end) of all groups into the AMX tiles: an image's taps gathered straight
+   into place (the padding holds the image's zero point, flipped as the data is), zeros
+   past K */
+__attribute__((target("avx2"))) static void rp_qgemm_prepare_tiles(const rp_qgemm_operand* p, int64_t begin,
+                                                                   int64_t end) {
+  const int64_t steps = p->Kp / RP_QGEMM_DEPTH;
+  const rp_qgemm_image* c = p->image;
+  int64_t group = begin / p->M, row = begin % p->M, n = 0, oh = 0, ow = 0;
+  if (c) {
+    const int64_t pixels = c->out_height * c->out_width;
+    n = row / pixels, oh = row % pixels / c->out_width, ow = row % c->out_width;
+  }
+  uint8_t padding[RP_QGEMM_DEPTH], zeros[RP_QGEMM_DEPTH];  /* what flips to the padding's A', to 0 */
+  memset(padding, p->pad, sizeof(padding));
+  memset(zeros, p->flip, sizeof(zeros));
+  for (int64_t m = begin; m < end; m++) {
+    uint8_t* dst = p->tiles + group * p->tile_group_rows * p->Kp +
+                   ((row - p->a_first) / 16 * steps * 16 + row % 16) * RP_QGEMM_DEPTH;
+    if (!c) {
+      rp_qgemm_put_avx2(dst, 0, p->A + m * p->K, p->K, p->flip, 0);
+    } else {
+      const int64_t cg = p->K / (c->kh * c->kw);
+      const uint8_t* image = p->A + n * c->height * c->width * c->channels + group * cg;
+      int64_t k = 0;
+      for (int64_t ky = 0; ky < c->kh; ky++) {
+        const int64_t h = oh * c->sh + ky * c->dh - c->top;
+        if (h < 0 || h >= c->height) {  /* a row of taps in the padding */
+          rp_qgemm_put_avx2(dst, k, padding, c->kw * cg, p->flip, 1);
+          k += c->kw * cg;
+          continue;
+        }
+        const uint8_t* line = image + h * c->width * c->channels;
+        for (int64_t kx = 0; kx < c->kw; kx++, k += cg) {
+          const int64_t w = ow * c->sw + kx * c->dw - c->left;
+          if (w < 0 || w >= c->width) rp_qgemm_put_avx2(dst, k, padding, cg, p->flip, 1);
+          else rp_qgemm_put_avx2(dst, k, line + w * c->channels, cg, p->flip, 0);
+        }
+      }
+    }
+    if (p->Kp > p->K) rp_qgemm_put_avx2(dst, p->K, zeros, p->Kp - p->K, p->flip, 1);
+    p->rowsum[m] = p->rowsums ? rp_qgemm_tile_row_sum_avx2(dst, steps) : 0;
+    if (++row == p->M) row = 0, n = 0, oh = 0, ow = -1, group++;
+    if (c && ++ow == c->out_width) {
+      ow = 0;
+      if (++oh == c->out_height) oh = 0, n++;
+    }
+  }
+}
+
 static int rp_qgemm_prepare(void* ctx, int64_t begin, int64_t end) {
   const rp_qgemm_operand* p = (const rp_qgemm_operand*)ctx;
-  const int64_t steps = p->Kp / RP_QGEMM_DEPTH;
+  if (p->amx) return rp_qgemm_prepare_tiles(p, begin, end), 0;
   /* a gathered row is Kp bytes: past K, bytes that flip to 0 (so whole vectors flip) */
   uint8_t* gathered = p->image ? (uint8_t*)malloc((size_t)p->Kp) : 0;
   if (p->image && !gathered) return -1;
@@ -554,25 +721,16 @@ static int rp_qgemm_prepare(void* ctx, int64_t begin, int64_t end) {
     const uint8_t* src = gathered;
     if (p->image) rp_qgemm_gather(p, group, n, oh, ow, gathered);
     else src = p->A + m * p->K;
+    const int64_t at = (group * p->a_group_rows + row - p->a_first) * p->Kp;
+    uint8_t* dst = p->Au + at;
     uint32_t s = 0;
-    if (p->amx) {  /* A' straight into the tiles, 64 k at a time, zeros past K */
-      uint8_t* tiles = p->tiles + group * p->tile_rows * p->Kp;  /* the group's */
-      for (int64_t k = 0; k < p->Kp; k += RP_QGEMM_DEPTH) {
-        uint8_t* dst = tiles + ((row / 16 * steps + k / RP_QGEMM_DEPTH) * 16 + row % 16) * RP_QGEMM_DEPTH;
-        const int64_t bytes = valid - k < RP_QGEMM_DEPTH ? valid - k : RP_QGEMM_DEPTH;
-        s += rp_qgemm_flip_avx2(src + k, dst, bytes, p->flip);
-        if (bytes < RP_QGEMM_DEPTH) memset(dst + bytes, 0, (size_t)(RP_QGEMM_DEPTH - bytes));
-      }
+    if (p->avx2) {
+      s = rp_qgemm_flip_avx2(src, dst, valid, p->flip);
     } else {
-      uint8_t* dst = p->Au + m * p->Kp;
-      if (p->avx2) {
-        s = rp_qgemm_flip_avx2(src, dst, valid, p->flip);
-      } else {
-        for (int64_t k = 0; k < valid; k++) s += dst[k] = (uint8_t)(src[k] ^ p->flip);
-      }
-      memset(dst + valid, 0, (size_t)(p->Kp - valid));
-      if (p->A16) rp_qgemm_widen_avx2(dst, p->A16 + m * p->Kp, p->Kp);
+      for (int64_t k = 0; k < valid; k++) s += dst[k] = (uint8_t)(src[k] ^ p->flip);
     }
+    memset(dst + valid, 0, (size_t)(p->Kp - valid));
+    if (p->A16) rp_qgemm_widen_avx2(dst, p->A16 + at, p->Kp);
     p->rowsum[m] = s;
     if (++row == p->M) row = 0, n = 0, oh = 0, ow = -1, group++;
     if (p->image && ++ow == p->image->out_width) {
@@ -594,18 +752,36 @@ typedef struct {
 
 static int rp_qgemm_row_blocks(void* ctx, int64_t begin, int64_t end) {
   const rp_qgemm_rowwise* w = (const rp_qgemm_rowwise*)ctx;
-  const rp_qgemm* all = w->g;
-  const int64_t panels = (all->N + RP_QGEMM_COLUMNS - 1) / RP_QGEMM_COLUMNS;
-  const int64_t blocks = (all->M + RP_QGEMM_BLOCK_ROWS - 1) / RP_QGEMM_BLOCK_ROWS;
+  const int64_t panels = (w->g->N + RP_QGEMM_COLUMNS - 1) / RP_QGEMM_COLUMNS;
+  const int64_t blocks = (w->g->M + RP_QGEMM_BLOCK_ROWS - 1) / RP_QGEMM_BLOCK_ROWS;
+  /* the block's A' in buffers of this call's own, reused block after block, so it stays in
+     this core's cache from its copy to its products (buffers of every row are written out
+     to memory and read back); a body's last step may read past the block (whole AMX steps,
+     VNNI's 4 rows): rows whose sums nothing stores */
+  rp_qgemm g = *w->g;
+  rp_qgemm_operand operand = *w->operand;
+  const size_t bytes = (size_t)((RP_QGEMM_BLOCK_ROWS + RP_QGEMM_AMX_ROWS) * g.Kp);
+  const int wide = g.body == 1;  /* the AVX2 body reads A' as int16 too */
+  uint8_t* buffer = (uint8_t*)calloc(wide ? 3 * bytes : bytes, 1);
+  if (!buffer) return -1;
+  if (g.body == 3) {
+    g.tiles = operand.tiles = buffer;
+  } else {
+    g.A = operand.Au = buffer;
+    if (wide) g.A16 = operand.A16 = (int16_t*)(buffer + bytes);
+  }
+  g.a_group_rows = g.tile_group_rows = operand.a_group_rows = operand.tile_group_rows = 0;
   int status = 0;
   for (int64_t i = begin; i < end && status == 0; i++) {
     const int64_t group = i / blocks, first = i % blocks * RP_QGEMM_BLOCK_ROWS;
-    const int64_t last = first + RP_QGEMM_BLOCK_ROWS < all->M ? first + RP_QGEMM_BLOCK_ROWS : all->M;
-    status = rp_qgemm_prepare((void*)w->operand, group * all->M + first, group * all->M + last);
-    if (all->body == 3) rp_qgemm_amx_begin();
-    for (int64_t t = 0; t < panels && status == 0; t++) rp_qgemm_item(all, group, first, last, t);
-    if (all->body == 3) rp_qgemm_amx_end();
+    const int64_t last = first + RP_QGEMM_BLOCK_ROWS < g.M ? first + RP_QGEMM_BLOCK_ROWS : g.M;
+    g.a_first = operand.a_first = first;
+    status = rp_qgemm_prepare(&operand, group * g.M + first, group * g.M + last);
+    if (g.body == 3) rp_qgemm_amx_begin();
+    for (int64_t t = 0; t < panels && status == 0; t++) rp_qgemm_item(&g, group, first, last, t);
+    if (g.body == 3) rp_qgemm_amx_end();
   }
+  free(buffer);
   return status;
 }
 
@@ -636,34 +812,41 @@ static int rp_qgemm_run(const void* A, const rp_qgemm_image* image, const void* 
   const int vnni = level == 2 && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw");
   const int amx = vnni && M >= 16 && rp_qgemm_amx_usable();
   const int body = amx ? 3 : vnni ? 2 : level >= 1 ? 1 : 0;
+  const int64_t panels = (N + RP_QGEMM_COLUMNS - 1) / RP_QGEMM_COLUMNS;
+  const int64_t blocks = (M + RP_QGEMM_BLOCK_ROWS - 1) / RP_QGEMM_BLOCK_ROWS;
+  /* row mode (as many row blocks as panels, or more): each work item keeps its block's A'
+     in buffers of its own (rp_qgemm_row_blocks); else A' of every row first, here */
+  const int rowwise = blocks >= panels;
   /* AMX: whole steps of rows, zeros past M */
   const int64_t tile_rows = (M + RP_QGEMM_AMX_ROWS - 1) / RP_QGEMM_AMX_ROWS * RP_QGEMM_AMX_ROWS;
-  uint8_t* tiles = amx ? (uint8_t*)malloc((size_t)(groups * tile_rows * Kp)) : 0;
-  const int wide = body == 1;
-  int16_t* A16 = wide ? (int16_t*)malloc((size_t)(rows * Kp) * sizeof(int16_t)) : 0;
-  uint8_t* Au = amx ? 0 : (uint8_t*)malloc((size_t)(rows * Kp));  /* AMX reads the tiles only */
-  if ((!amx && !Au) || !rowsum || (amx && !tiles) || (wide && !A16)) {
+  const int shared = !rowwise, wide = body == 1;
+  uint8_t* tiles = shared && amx ? (uint8_t*)malloc((size_t)(groups * tile_rows * Kp)) : 0;
+  int16_t* A16 = shared && wide ? (int16_t*)malloc((size_t)(rows * Kp) * sizeof(int16_t)) : 0;
+  uint8_t* Au = shared && !amx ? (uint8_t*)malloc((size_t)(rows * Kp)) : 0;  /* AMX reads the tiles only */
+  if ((shared && ((!amx && !Au) || (amx && !tiles) || (wide && !A16))) || !rowsum) {
     free(Au), free(rowsum), free(tiles), free(A16);
     return -1;
   }
   /* the tiles' rows past M (a last step of fewer rows) are zeros */
-  for (int64_t group = 0; amx && group < groups && tile_rows > M; group++)
+  for (int64_t group = 0; tiles && group < groups && tile_rows > M; group++)
     for (int64_t row = M; row < tile_rows; row++)
       for (int64_t k = 0; k < Kp; k += RP_QGEMM_DEPTH)
         memset(tiles + group * tile_rows * Kp + ((row / 16 * (Kp / RP_QGEMM_DEPTH) + k / RP_QGEMM_DEPTH) * 16 +
                                                   row % 16) * RP_QGEMM_DEPTH, 0, RP_QGEMM_DEPTH);
   rp_qgemm_operand operand = {(const uint8_t*)A, image, image ? *(const uint8_t*)za : 0, Au, tiles, rowsum,
-                               A16, M, K, Kp, tile_rows, (uint8_t)(a_signed ? 0x80 : 0), level >= 1, amx};
+                               A16, M, K, Kp, 0, M, tile_rows, (uint8_t)(a_signed ? 0x80 : 0), level >= 1,
+                               amx, 1};
   const int quantize = epilogue->out_type != 0;
   const int32_t out_zero = !quantize ? 0
                            : epilogue->out_type == 1 ? *(const uint8_t*)epilogue->zero : *(const int8_t*)epilogue->zero;
   rp_qgemm g = {Au, rowsum, A16, tiles, (const uint8_t*)B, 0, za, zb, quantize ? 0 : (int32_t*)out,
                 (const int32_t*)epilogue->bias, (const float*)epilogue->multiplier, quantize ? out : 0,
                 epilogue->bias_kind, epilogue->multiplier_step, out_zero, (int)epilogue->out_type,
-                M, N, K, Kp, za_step, zb_step, groups * N, groups, tile_rows, (int)a_signed, (int)b_signed,
-                (int)b_packed, body};
-  const int64_t panels = (N + RP_QGEMM_COLUMNS - 1) / RP_QGEMM_COLUMNS;
-  const int64_t blocks = (M + RP_QGEMM_BLOCK_ROWS - 1) / RP_QGEMM_BLOCK_ROWS;
+                M, N, K, Kp, za_step, zb_step, groups * N, groups, 0, M, tile_rows, (int)a_signed,
+                (int)b_signed, (int)b_packed, body};
+  /* a symmetric weight (every zb' 0: an int8 weight of zero point 0) reads no row's sum */
+  operand.rowsums = 0;
+  for (int64_t n = 0; n < (zb_step ? groups * N : 1) && !operand.rowsums; n++) operand.rowsums = rp_qgemm_zb(&g, n) != 0;
   const int64_t block_rows = M < RP_QGEMM_BLOCK_ROWS ? M : RP_QGEMM_BLOCK_ROWS;
   uint8_t* packed = 0;
   int status = 0;
@@ -678,7 +861,7 @@ static int rp_qgemm_run(const void* A, const rp_qgemm_image* image, const void* 
      a panel block_rows * K * 32 multiply-adds */
   const int64_t prepare_work = block_rows * (K / 32 + 1);
   const int64_t panel_work = block_rows * K * RP_QGEMM_COLUMNS / RP_MACS_PER_WORK + 1;
-  if (status == 0 && blocks >= panels) {
+  if (status == 0 && rowwise) {
     rp_qgemm_rowwise rowwise = {&g, &operand};
     status = rp_parallel_for(rp_qgemm_row_blocks, &rowwise, groups * blocks, prepare_work + panels * panel_work);
   } else if (status == 0) {
