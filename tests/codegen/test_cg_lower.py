@@ -21,6 +21,7 @@ from passinfra.ir.module import IRModule
 from passinfra.ir.op.registry import Op, OpPattern, register_op
 from passinfra.ir.types import TensorType
 from passinfra.tir.evaluator import run_prim_func
+from passinfra.tir.functor import iter_expr_post_order
 from passinfra.transform import PassContext, get_pass
 from passinfra.transform.builtin.fuse_ops import FuseOps
 from passinfra.transform.builtin.infer_type import InferType
@@ -260,6 +261,20 @@ def test_take_with_negative_indices(axis):
     indices = np.array([[0, -1], [extent - 1, -extent]], dtype="int32")
     d, i = var("d", (3, 4)), var("i", (2, 2), "int32")
     _check_against_reference(_primitive([d, i], op.take(d, i, axis)), [data, indices])
+
+
+@pytest.mark.parametrize(("dtype", "extent", "tested"), [("uint8", 256, False), ("uint8", 200, True),
+                                                     ("int32", 256, True)])
+def test_take_tests_only_what_the_index_type_allows(dtype, extent, tested):
+    """8-bit codes into a table of 256 (a quantized activation's lookup) read the table at
+    the code itself: no wrap of negative indices, no clamp (a Select and a Min/Max)."""
+    table, codes = var("t", (extent,)), var("i", (3, 5), dtype)
+    indices = np.random.default_rng(0).integers(0, extent, (3, 5)).astype(dtype)
+    prim = _check_against_reference(_primitive([table, codes], op.take(table, codes, 0)),
+                                    [np.arange(extent, dtype=F32) * 0.5, indices])
+    checks = [n for s in _stmts(prim.body) if isinstance(s, tir.BufferStore)
+              for n in iter_expr_post_order(s.value) if isinstance(n, (tir.Select, tir.Min, tir.Max))]
+    assert bool(checks) == tested
 
 
 def test_where_broadcasts_all_three():

@@ -108,8 +108,9 @@ def test_the_weight_is_stored_once_as_bytes_in_the_kernels_panels(cache_dir, tmp
     assert panels <= weights <= panels + 4096  # alignment, nothing else: not an int32 or float copy
 
 
-def test_a_right_operand_computed_at_run_time_is_packed_by_the_kernel(cache_dir):
-    model, feeds = matmul_integer((20, 37), 45, "uint8", "uint8", "rows", "one", weight=False)
+@pytest.mark.parametrize("n", [45, 12])  # 12: one narrow panel
+def test_a_right_operand_computed_at_run_time_is_packed_by_the_kernel(n, cache_dir):
+    model, feeds = matmul_integer((20, 37), n, "uint8", "uint8", "rows", "one", weight=False)
     _, lib = _build(model, cache_dir)
     _same_everywhere(lib, feeds, _exact(model, feeds))
 
@@ -131,11 +132,12 @@ def test_products_that_saturate_sixteen_bits_are_exact(cache_dir):
 
 
 @pytest.mark.parametrize(("k", "n", "dtype"), [(1, 1, "int8"), (6, 35, "uint8"), (64, 32, "int8"),
-                                               (9, 70, "uint8")])
+                                               (9, 70, "uint8"), (70, 16, "int8"), (5, 12, "uint8")])
 def test_panels_round_trip(k, n, dtype):
     weight = _ints(np.random.default_rng(k * n), dtype, (k, n))
     panels = qgemm_panels.to_panels(weight)
     assert panels.shape == qgemm_panels.panels_shape(k, n) and panels.dtype == np.int8
+    assert panels.shape[2] == (16 if n <= 16 else 32)  # at most 16 columns: narrow panels
     back = qgemm_panels.from_panels(panels, (k, n), dtype)
     assert back.dtype == weight.dtype and np.array_equal(back, weight)
     # column c's four k of group g side by side; a uint8 weight stored minus 128

@@ -241,8 +241,9 @@ def test_a_group_that_cannot_fuse_keeps_the_float_path(cache_dir):
     assert np.array_equal(_build(model, cache_dir)(feeds["x"]), expected)
 
 
-def test_the_weights_stay_int8_in_the_library(cache_dir, tmp_path):
-    model, _ = conv_model((1, 64, 8, 8), 96, 3, 1, 1)
+@pytest.mark.parametrize("groups", [1, 6])  # 6: groups of 16 outputs, in panels of 16 columns
+def test_the_weights_stay_int8_in_the_library(groups, cache_dir, tmp_path):
+    model, _ = conv_model((1, 96, 8, 8), 96, 3, 1, 1, groups=groups)
     codes = sum(numpy_helper.to_array(i).nbytes for i in model.graph.initializer)
     lib = _build(model, cache_dir)
     lib.export_library(str(tmp_path / "lib.so"))
@@ -335,6 +336,9 @@ def test_an_activation_between_qdq_pairs_is_a_lookup_table(act, cache_dir):
         tabled = get_pass("QuantizedLookupTables")(mod)
     ops = re.findall(r"^\s+(?:%\d+ = )?([a-z_.0-9]+)\(", str(tabled), re.MULTILINE)
     assert "take" in ops and "nn.hard_swish" not in ops and "multiply" not in ops, ops
+    take = re.search(r"take\(meta\[Constant\]\[\d+\], (%\d+)", str(tabled))
+    codes = re.search(rf"{take.group(1)} = ([a-z_.0-9]+)\(", str(tabled)).group(1)
+    assert codes == ("add" if act == "int8" else "qnn.requantize"), codes  # uint8 codes index it as they are
     expected = np.asarray(passinfra.evaluate(mod, feeds["x"]))
     assert np.array_equal(np.asarray(passinfra.evaluate(tabled, feeds["x"])), expected)
     assert np.array_equal(_build(model, cache_dir)(feeds["x"]), expected)

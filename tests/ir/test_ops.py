@@ -477,7 +477,7 @@ def test_take(axis):
 
 
 def test_take_errors():
-    with pytest.raises(IRTypeError, match=r"op take: expected the indices of dtype int32 or int64"):
+    with pytest.raises(IRTypeError, match=r"op take: expected the indices of dtype int32, int64 or uint8"):
         infer(op.take(X, Y, axis=0), F32, TensorType((2,), "float32"))
     with pytest.raises(EvaluationError, match="index 4 is out of range for an axis of size 4"):
         Op.get("take").compute([rand(4, 5), np.array([1, 4], "int64")], op.take(X, Y, axis=0).attrs)

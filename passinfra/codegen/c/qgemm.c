@@ -38,13 +38,21 @@ typedef int (*rp_chunk_fn)(void* ctx, int64_t begin, int64_t end);
 extern int rp_parallel_for(rp_chunk_fn fn, void* ctx, int64_t extent, int64_t work_per_iteration);
 
 /* output columns per panel (COLUMNS in passinfra/ir/op/qgemm_panels.py): B' is read in
-   panels of [Kp / 4][32 columns][4 k] signed bytes and then the 32 columns' sums (int32),
-   stored so at compile time for a constant weight (qgemm_panels), else packed here, one
-   panel at a time */
+   panels of [K4 / 4][W columns][4 k] signed bytes (K4: K rounded up to 4, zeros past K)
+   and then the W columns' sums (int32),
+   W 32 (16 for a narrow GEMM, below), stored so at compile time for a constant weight
+   (qgemm_panels), else packed here, one panel at a time; a body's raw sums are rows of 32 */
 #define RP_QGEMM_COLUMNS 32
+/* a GEMM (a group) of at most this many columns has panels of this many (NARROW_COLUMNS in
+   qgemm_panels.py): a grouped convolution's 16 outputs a group would leave half of a wide
+   panel zeros. A panel's width (rp_qgemm.width) is rp_qgemm_width(N), on both sides */
+#define RP_QGEMM_NARROW 16
 /* k a panel holds is a multiple of this (zeros past K): whole AMX tiles of 64 bytes a row */
 #define RP_QGEMM_DEPTH 64
-#define RP_QGEMM_PANEL(Kp) ((Kp) * RP_QGEMM_COLUMNS + RP_QGEMM_COLUMNS * 4)
+/* the bytes of a panel of K4 k and W columns: its groups of four k, then the columns' sums */
+#define RP_QGEMM_PANEL(K4, W) ((K4) * (W) + (W) * 4)
+
+static int64_t rp_qgemm_width(int64_t n) { return n <= RP_QGEMM_NARROW ? RP_QGEMM_NARROW : RP_QGEMM_COLUMNS; }
 /* rows of A' per AMX step (two tiles of 16); A' is allocated in whole steps */
 #define RP_QGEMM_AMX_ROWS 32
 
@@ -70,12 +78,14 @@ typedef struct {
   int64_t M, N, K, Kp, za_step, zb_step;
   int64_t ld;              /* row stride of out and of B as given: N times the groups */
   int64_t groups;          /* GEMMs of one call (a grouped convolution's), see rp_qgemm_i8 */
+  int64_t width;           /* the panels' columns: rp_qgemm_width(N) */
   /* which rows of A' the buffers A, A16 and tiles hold: every group's (a_first 0, the groups
      a_group_rows = M rows apart, their tiles tile_group_rows, M in whole steps), or one row
      block's from row a_first of one group (both 0: a work item's own, rp_qgemm_row_blocks) */
   int64_t a_first, a_group_rows, tile_group_rows;
   int a_signed, b_signed, b_packed;
-  int body;                /* 3: AMX (blocks of 16 rows or more; fewer on VNNI), 2: AVX-512 VNNI,
+  int body;
+  int64_t K4;              /* K rounded up to 4: the k of a panel (A' holds Kp, whole AMX steps) */                /* 3: AMX (blocks of 16 rows or more; fewer on VNNI), 2: AVX-512 VNNI,
                               1: AVX2, 0: portable */
 } rp_qgemm;
 
@@ -133,7 +143,8 @@ typedef struct {
 
 static void rp_qgemm_columns_of(const rp_qgemm* g, int64_t n0, int64_t cols, const uint8_t* panel,
                                 rp_qgemm_columns* c) {
-  memcpy(c->colsum, panel + g->Kp * RP_QGEMM_COLUMNS, sizeof(c->colsum));
+  memset(c->colsum, 0, sizeof(c->colsum));
+  memcpy(c->colsum, panel + g->K4 * g->width, (size_t)g->width * sizeof(uint32_t));
   const uint32_t za = rp_qgemm_za(g, 0), k = (uint32_t)g->K;
   c->n0 = n0, c->cols = cols, c->centered = 1;
   for (int64_t i = 0; i < RP_QGEMM_COLUMNS; i++) {
@@ -238,7 +249,7 @@ static void rp_qgemm_finish_avx512(const rp_qgemm* g, int64_t m, int64_t rows, c
 static void rp_qgemm_row(const rp_qgemm* g, int64_t k, int64_t n0, int64_t cols, uint8_t* row) {
   const uint8_t flip = g->b_signed ? 0 : 0x80;
   const uint8_t* src = g->B + k * g->ld + n0;
-  for (int64_t c = 0; c < RP_QGEMM_COLUMNS; c++) row[c] = k < g->K && c < cols ? (uint8_t)(src[c] ^ flip) : 0;
+  for (int64_t c = 0; c < g->width; c++) row[c] = k < g->K && c < cols ? (uint8_t)(src[c] ^ flip) : 0;
 }
 
 /* ----------------------------------------------------------------------------- packing */
@@ -246,18 +257,18 @@ static void rp_qgemm_row(const rp_qgemm* g, int64_t k, int64_t n0, int64_t cols,
 /* the columns' sums of a packed panel, stored after its groups */
 static void rp_qgemm_column_sums(const rp_qgemm* g, uint8_t* panel) {
   uint32_t sums[RP_QGEMM_COLUMNS] = {0};
-  for (int64_t k = 0; k < g->Kp; k += 4)
-    for (int c = 0; c < RP_QGEMM_COLUMNS; c++)
-      for (int j = 0; j < 4; j++) sums[c] += (uint32_t)(int32_t)(int8_t)panel[k * RP_QGEMM_COLUMNS + 4 * c + j];
-  memcpy(panel + g->Kp * RP_QGEMM_COLUMNS, sums, sizeof(sums));
+  for (int64_t k = 0; k < g->K4; k += 4)
+    for (int c = 0; c < g->width; c++)
+      for (int j = 0; j < 4; j++) sums[c] += (uint32_t)(int32_t)(int8_t)panel[k * g->width + 4 * c + j];
+  memcpy(panel + g->K4 * g->width, sums, (size_t)g->width * sizeof(uint32_t));
 }
 
-/* the panel of columns n0 .. n0+cols of an unpacked B: rows k .. k+3 transposed 4 x 32 */
+/* the (wide) panel of columns n0 .. n0+cols of an unpacked B: rows k .. k+3 transposed 4 x 32 */
 __attribute__((target("avx2")))
 static void rp_qgemm_pack_avx2(const rp_qgemm* g, int64_t n0, int64_t cols, uint8_t* packed) {
   const __m256i flip = _mm256_set1_epi8(g->b_signed ? 0 : (char)0x80);
   uint8_t rows[4][RP_QGEMM_COLUMNS];
-  for (int64_t k = 0; k < g->Kp; k += 4) {
+  for (int64_t k = 0; k < g->K4; k += 4) {
     __m256i r[4];
     for (int j = 0; j < 4; j++) {
       if (cols == RP_QGEMM_COLUMNS && k + j < g->K) {
@@ -280,42 +291,47 @@ static void rp_qgemm_pack_avx2(const rp_qgemm* g, int64_t n0, int64_t cols, uint
   }
 }
 
+/* any panel (a narrow one: its B is at most 16 columns, little to pack) */
 static void rp_qgemm_pack_c(const rp_qgemm* g, int64_t n0, int64_t cols, uint8_t* packed) {
   uint8_t row[RP_QGEMM_COLUMNS];
-  for (int64_t k = 0; k < g->Kp; k++) {
+  for (int64_t k = 0; k < g->K4; k++) {
     rp_qgemm_row(g, k, n0, cols, row);
-    for (int c = 0; c < RP_QGEMM_COLUMNS; c++) packed[(k / 4) * 128 + c * 4 + k % 4] = row[c];
+    for (int c = 0; c < g->width; c++) packed[(k / 4) * 4 * g->width + c * 4 + k % 4] = row[c];
   }
 }
 
 /* ----------------------------------------------------------------------------- AVX-512 VNNI */
 
-/* ROWS rows of A' from row m over one panel: raw sums into sums[ROWS][32] */
-#define RP_QGEMM_VNNI_TILE(ROWS)                                                                        \
-  __attribute__((target("avx512f,avx512bw,avx512vnni")))                                             \
-  static void rp_qgemm_tile_vnni_##ROWS(const rp_qgemm* g, int64_t m, const uint8_t* panel,           \
-                                        uint32_t* sums) {                                              \
-    __m512i acc[ROWS][2];                                                                              \
-    _Pragma("GCC unroll 4") for (int r = 0; r < ROWS; r++) acc[r][0] = acc[r][1] = _mm512_setzero_si512(); \
-    for (int64_t k = 0; k < g->Kp; k += 4) {                                                           \
-      const __m512i b0 = _mm512_loadu_si512(panel + k * RP_QGEMM_COLUMNS);                             \
-      const __m512i b1 = _mm512_loadu_si512(panel + k * RP_QGEMM_COLUMNS + 64);                        \
-      _Pragma("GCC unroll 4") for (int r = 0; r < ROWS; r++) {                                         \
-        int32_t quad;                                                                                  \
-        memcpy(&quad, g->A + (m + r - g->a_first) * g->Kp + k, 4);                                          \
-        const __m512i a = _mm512_set1_epi32(quad);                                                     \
-        acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], a, b0);                                             \
-        acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], a, b1);                                             \
-      }                                                                                                \
-    }                                                                                                  \
-    _Pragma("GCC unroll 4") for (int r = 0; r < ROWS; r++) {                                           \
-      _mm512_storeu_si512(sums + r * RP_QGEMM_COLUMNS, acc[r][0]);                                     \
-      _mm512_storeu_si512(sums + r * RP_QGEMM_COLUMNS + 16, acc[r][1]);                                \
-    }                                                                                                  \
+/* ROWS rows of A' from row m over one panel of HALVES * 16 columns: raw sums into
+   sums[ROWS][32] (their first 16 for a narrow panel) */
+#define RP_QGEMM_VNNI_TILE(ROWS, HALVES)                                                                     \
+  __attribute__((target("avx512f,avx512bw,avx512vnni")))                                                     \
+  static void rp_qgemm_tile_vnni_##ROWS##_##HALVES(const rp_qgemm* g, int64_t m, const uint8_t* panel,       \
+                                                   uint32_t* sums) {                                         \
+    __m512i acc[ROWS][HALVES], b[HALVES];                                                                    \
+    _Pragma("GCC unroll 4") for (int r = 0; r < ROWS; r++)                                                   \
+      _Pragma("GCC unroll 2") for (int h = 0; h < HALVES; h++) acc[r][h] = _mm512_setzero_si512();           \
+    for (int64_t k = 0; k < g->K4; k += 4) {                                                                 \
+      _Pragma("GCC unroll 2") for (int h = 0; h < HALVES; h++)                                               \
+        b[h] = _mm512_loadu_si512(panel + k * 16 * HALVES + 64 * h);                                         \
+      _Pragma("GCC unroll 4") for (int r = 0; r < ROWS; r++) {                                               \
+        int32_t quad;                                                                                        \
+        memcpy(&quad, g->A + (m + r - g->a_first) * g->Kp + k, 4);                                           \
+        const __m512i a = _mm512_set1_epi32(quad);                                                           \
+        _Pragma("GCC unroll 2") for (int h = 0; h < HALVES; h++)                                             \
+          acc[r][h] = _mm512_dpbusd_epi32(acc[r][h], a, b[h]);                                               \
+      }                                                                                                      \
+    }                                                                                                        \
+    _Pragma("GCC unroll 4") for (int r = 0; r < ROWS; r++)                                                   \
+      _Pragma("GCC unroll 2") for (int h = 0; h < HALVES; h++)                                               \
+        _mm512_storeu_si512(sums + r * RP_QGEMM_COLUMNS + 16 * h, acc[r][h]);                                \
   }
-RP_QGEMM_VNNI_TILE(1)
-RP_QGEMM_VNNI_TILE(2)
-RP_QGEMM_VNNI_TILE(4)
+RP_QGEMM_VNNI_TILE(1, 1)
+RP_QGEMM_VNNI_TILE(2, 1)
+RP_QGEMM_VNNI_TILE(4, 1)
+RP_QGEMM_VNNI_TILE(1, 2)
+RP_QGEMM_VNNI_TILE(2, 2)
+RP_QGEMM_VNNI_TILE(4, 2)
 
 /* ----------------------------------------------------------------------------- AMX */
 
@@ -356,11 +372,13 @@ __attribute__((target("amx-tile"))) static void rp_qgemm_amx_begin(void) { _tile
 
 __attribute__((target("amx-tile"))) static void rp_qgemm_amx_end(void) { _tile_release(); }
 
-/* rows m .. m+32 of A' (m a multiple of 32) over one panel: raw sums into sums[32][32]; a
-   panel of at most 16 columns (a grouped convolution's 16 outputs a group) multiplies its
-   first half only, half the TDPBUSDs (the sums of the columns past 16 are not written) */
+/* rows m .. m+32 of A' (m a multiple of 32) over one panel: raw sums into sums[32][32]; at
+   most 16 columns (a narrow panel, or a wide one's last) are one tile of B', half the
+   TDPBUSDs (the sums of the columns past 16 are not written); the last step's B' comes
+   from `tail` when K4 is not whole steps (rp_qgemm_item) */
 __attribute__((target("amx-tile,amx-int8")))
-static void rp_qgemm_tile_amx(const rp_qgemm* g, int64_t m, const uint8_t* panel, uint32_t* sums, int64_t cols) {
+static void rp_qgemm_tile_amx(const rp_qgemm* g, int64_t m, const uint8_t* panel, const uint8_t* tail,
+                              uint32_t* sums, int64_t cols) {
   const int64_t tile = 16 * RP_QGEMM_DEPTH, steps = g->Kp / RP_QGEMM_DEPTH;
   const uint8_t* a = g->tiles + (m - g->a_first) / 16 * steps * tile;
   const int stride = RP_QGEMM_COLUMNS * sizeof(uint32_t);
@@ -370,7 +388,7 @@ static void rp_qgemm_tile_amx(const rp_qgemm* g, int64_t m, const uint8_t* panel
     for (int64_t k = 0; k < g->Kp; k += RP_QGEMM_DEPTH) {
       _tile_loadd(4, a + k / RP_QGEMM_DEPTH * tile, RP_QGEMM_DEPTH);
       _tile_loadd(5, a + (steps + k / RP_QGEMM_DEPTH) * tile, RP_QGEMM_DEPTH);
-      _tile_loadd(6, panel + k * RP_QGEMM_COLUMNS, 4 * RP_QGEMM_COLUMNS);
+      _tile_loadd(6, k + RP_QGEMM_DEPTH <= g->K4 ? panel + k * g->width : tail, 4 * g->width);
       _tile_dpbusd(0, 4, 6);
       _tile_dpbusd(2, 5, 6);
     }
@@ -383,8 +401,9 @@ static void rp_qgemm_tile_amx(const rp_qgemm* g, int64_t m, const uint8_t* panel
   for (int64_t k = 0; k < g->Kp; k += RP_QGEMM_DEPTH) {
     _tile_loadd(4, a + k / RP_QGEMM_DEPTH * tile, RP_QGEMM_DEPTH);
     _tile_loadd(5, a + (steps + k / RP_QGEMM_DEPTH) * tile, RP_QGEMM_DEPTH);
-    _tile_loadd(6, panel + k * RP_QGEMM_COLUMNS, 4 * RP_QGEMM_COLUMNS);
-    _tile_loadd(7, panel + k * RP_QGEMM_COLUMNS + 64, 4 * RP_QGEMM_COLUMNS);
+    const uint8_t* b = k + RP_QGEMM_DEPTH <= g->K4 ? panel + k * RP_QGEMM_COLUMNS : tail;
+    _tile_loadd(6, b, 4 * RP_QGEMM_COLUMNS);
+    _tile_loadd(7, b + 64, 4 * RP_QGEMM_COLUMNS);
     _tile_dpbusd(0, 4, 6);
     _tile_dpbusd(1, 4, 7);
     _tile_dpbusd(2, 5, 6);
@@ -398,23 +417,23 @@ static void rp_qgemm_tile_amx(const rp_qgemm* g, int64_t m, const uint8_t* panel
 
 /* ----------------------------------------------------------------------------- AVX2 */
 
-/* ROWS rows over one panel, 8 columns at a time: 16 bytes of the panel (4 columns x 4 k)
+/* ROWS rows over one panel, 8 columns at a time (four times, twice for a narrow one): 16 bytes of the panel (4 columns x 4 k)
    widen to 16 int16, VPMADDWD with the row's four k (int16, from A16, repeated) gives each
    column's two pair sums in adjacent int32 lanes, added at the end */
 #define RP_QGEMM_AVX2_TILE(ROWS)                                                                        \
   __attribute__((target("avx2")))                                                                      \
   static void rp_qgemm_tile_avx2_##ROWS(const rp_qgemm* g, int64_t m, const uint8_t* panel,           \
                                         uint32_t* sums) {                                              \
-    for (int q = 0; q < 4; q++) {                                                                      \
+    for (int q = 0; q < g->width / 8; q++) {                                                           \
       __m256i acc[ROWS][2];                                                                            \
       _Pragma("GCC unroll 4") for (int r = 0; r < ROWS; r++) acc[r][0] = acc[r][1] = _mm256_setzero_si256(); \
-      for (int64_t k = 0; k < g->Kp; k += 4) {                                                         \
-        const uint8_t* bk = panel + k * RP_QGEMM_COLUMNS + 32 * q;                                     \
+      for (int64_t k = 0; k < g->K4; k += 4) {                                                         \
+        const uint8_t* bk = panel + k * g->width + 32 * q;                                             \
         const __m256i b0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)bk));                 \
         const __m256i b1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(bk + 16)));          \
         _Pragma("GCC unroll 4") for (int r = 0; r < ROWS; r++) {                                       \
           int64_t four;                                                                                \
-          memcpy(&four, g->A16 + (m + r - g->a_first) * g->Kp + k, 8);                                      \
+          memcpy(&four, g->A16 + (m + r - g->a_first) * g->Kp + k, 8);                                 \
           const __m256i a = _mm256_set1_epi64x(four);                                                  \
           acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(a, b0));                           \
           acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(a, b1));                           \
@@ -436,24 +455,29 @@ RP_QGEMM_AVX2_TILE(4)
 static void rp_qgemm_tile_c(const rp_qgemm* g, int64_t m, const uint8_t* panel, uint32_t* sums) {
   const uint8_t* a = g->A + (m - g->a_first) * g->Kp;
   memset(sums, 0, RP_QGEMM_COLUMNS * sizeof(uint32_t));
-  for (int64_t k = 0; k < g->Kp; k += 4)
-    for (int c = 0; c < RP_QGEMM_COLUMNS; c++)
+  for (int64_t k = 0; k < g->K4; k += 4)
+    for (int c = 0; c < g->width; c++)
       for (int j = 0; j < 4; j++)
-        sums[c] += (uint32_t)a[k + j] * (uint32_t)(int32_t)(int8_t)panel[k * RP_QGEMM_COLUMNS + 4 * c + j];
+        sums[c] += (uint32_t)a[k + j] * (uint32_t)(int32_t)(int8_t)panel[k * g->width + 4 * c + j];
 }
 
 /* ----------------------------------------------------------------------------- driver */
 
 /* rows m .. of A' over the panel: the body's widest tile that fits; the rows it took */
-static int rp_qgemm_rows(const rp_qgemm* g, int body, int64_t m, const uint8_t* panel, uint32_t* sums,
-                         int64_t cols) {
+static int rp_qgemm_rows(const rp_qgemm* g, int body, int64_t m, const uint8_t* panel, const uint8_t* tail,
+                         uint32_t* sums, int64_t cols) {
   const int64_t left = g->M - m;
   /* AMX: the tiles hold zero rows up to a whole step, so a last step of fewer rows is one too */
-  if (body == 3) return rp_qgemm_tile_amx(g, m, panel, sums, cols), RP_QGEMM_AMX_ROWS;
+  if (body == 3) return rp_qgemm_tile_amx(g, m, panel, tail, sums, cols), RP_QGEMM_AMX_ROWS;
+  if (body >= 2 && g->width == RP_QGEMM_NARROW) {
+    if (left >= 4) return rp_qgemm_tile_vnni_4_1(g, m, panel, sums), 4;
+    if (left >= 2) return rp_qgemm_tile_vnni_2_1(g, m, panel, sums), 2;
+    return rp_qgemm_tile_vnni_1_1(g, m, panel, sums), 1;
+  }
   if (body >= 2) {
-    if (left >= 4) return rp_qgemm_tile_vnni_4(g, m, panel, sums), 4;
-    if (left >= 2) return rp_qgemm_tile_vnni_2(g, m, panel, sums), 2;
-    return rp_qgemm_tile_vnni_1(g, m, panel, sums), 1;
+    if (left >= 4) return rp_qgemm_tile_vnni_4_2(g, m, panel, sums), 4;
+    if (left >= 2) return rp_qgemm_tile_vnni_2_2(g, m, panel, sums), 2;
+    return rp_qgemm_tile_vnni_1_2(g, m, panel, sums), 1;
   }
   if (body == 1) {
     if (left >= 4) return rp_qgemm_tile_avx2_4(g, m, panel, sums), 4;
@@ -471,12 +495,12 @@ static int rp_qgemm_rows(const rp_qgemm* g, int body, int64_t m, const uint8_t* 
 static rp_qgemm rp_qgemm_group(const rp_qgemm* g, int64_t group) {
   rp_qgemm v = *g;
   if (group == 0) return v;
-  const int64_t panels = (g->N + RP_QGEMM_COLUMNS - 1) / RP_QGEMM_COLUMNS;
+  const int64_t panels = (g->N + g->width - 1) / g->width;
   if (v.A) v.A += group * g->a_group_rows * g->Kp;
   if (v.A16) v.A16 += group * g->a_group_rows * g->Kp;
   if (v.tiles) v.tiles += group * g->tile_group_rows * g->Kp;
   v.rowsum += group * g->M;
-  v.B += g->b_packed ? group * panels * RP_QGEMM_PANEL(g->Kp) : group * g->N;
+  v.B += g->b_packed ? group * panels * RP_QGEMM_PANEL(g->K4, g->width) : group * g->N;
   v.out += group * g->N;
   if (g->zb_step) v.zb = (const uint8_t*)g->zb + group * g->N;  /* 8-bit zero points */
   if (g->qout) v.qout = (uint8_t*)g->qout + group * g->N;
@@ -488,13 +512,13 @@ static rp_qgemm rp_qgemm_group(const rp_qgemm* g, int64_t group) {
 static int rp_qgemm_pack_panels(void* ctx, int64_t begin, int64_t end) {
   const rp_qgemm* g = (const rp_qgemm*)ctx;
   uint8_t* packed = (uint8_t*)g->packed;
-  const int64_t panels = (g->N + RP_QGEMM_COLUMNS - 1) / RP_QGEMM_COLUMNS;
+  const int64_t panels = (g->N + g->width - 1) / g->width;
   for (int64_t i = begin; i < end; i++) {
     const rp_qgemm v = rp_qgemm_group(g, i / panels);
-    const int64_t n0 = i % panels * RP_QGEMM_COLUMNS;
-    const int64_t cols = v.N - n0 < RP_QGEMM_COLUMNS ? v.N - n0 : RP_QGEMM_COLUMNS;
-    uint8_t* panel = packed + i * RP_QGEMM_PANEL(g->Kp);
-    if (v.body >= 1) rp_qgemm_pack_avx2(&v, n0, cols, panel);
+    const int64_t n0 = i % panels * g->width;
+    const int64_t cols = v.N - n0 < g->width ? v.N - n0 : g->width;
+    uint8_t* panel = packed + i * RP_QGEMM_PANEL(g->K4, g->width);
+    if (v.body >= 1 && g->width == RP_QGEMM_COLUMNS) rp_qgemm_pack_avx2(&v, n0, cols, panel);
     else rp_qgemm_pack_c(&v, n0, cols, panel);
     rp_qgemm_column_sums(&v, panel);
   }
@@ -507,13 +531,21 @@ static void rp_qgemm_item(const rp_qgemm* all, int64_t group, int64_t first, int
   const rp_qgemm view = rp_qgemm_group(all, group);
   const rp_qgemm* g = &view;
   uint32_t sums[RP_QGEMM_AMX_ROWS * RP_QGEMM_COLUMNS];
-  const int64_t n0 = t * RP_QGEMM_COLUMNS;
-  const int64_t cols = g->N - n0 < RP_QGEMM_COLUMNS ? g->N - n0 : RP_QGEMM_COLUMNS;
-  const uint8_t* panel = g->B + t * RP_QGEMM_PANEL(g->Kp);
+  const int64_t n0 = t * g->width;
+  const int64_t cols = g->N - n0 < g->width ? g->N - n0 : g->width;
+  const uint8_t* panel = g->B + t * RP_QGEMM_PANEL(g->K4, g->width);
+  /* AMX: a last step of fewer than 64 k reads B' from a copy padded with zeros (a panel
+     holds K4 k, not whole steps) */
+  uint8_t tail[RP_QGEMM_DEPTH / 4 * 4 * RP_QGEMM_COLUMNS] __attribute__((aligned(64)));
+  const int64_t whole = g->K4 / RP_QGEMM_DEPTH * RP_QGEMM_DEPTH;
+  if (g->body == 3 && whole < g->K4) {
+    memset(tail, 0, sizeof(tail));
+    memcpy(tail, panel + whole * g->width, (size_t)((g->K4 - whole) * g->width));
+  }
   rp_qgemm_columns columns;
   rp_qgemm_columns_of(g, n0, cols, panel, &columns);
   for (int64_t m = first; m < last;) {
-    const int rows = rp_qgemm_rows(g, g->body, m, panel, sums, cols);
+    const int rows = rp_qgemm_rows(g, g->body, m, panel, tail, sums, cols);
     const int64_t done = m + rows < last ? rows : last - m;
     if (g->body >= 2) {
       rp_qgemm_finish_avx512(g, m, done, &columns, sums);
@@ -531,7 +563,7 @@ static void rp_qgemm_item(const rp_qgemm* all, int64_t group, int64_t first, int
    columns of its panel i % panels (A' made before) */
 static int rp_qgemm_blocks(void* ctx, int64_t begin, int64_t end) {
   const rp_qgemm* all = (const rp_qgemm*)ctx;
-  const int64_t panels = (all->N + RP_QGEMM_COLUMNS - 1) / RP_QGEMM_COLUMNS;
+  const int64_t panels = (all->N + all->width - 1) / all->width;
   const int64_t blocks = (all->M + RP_QGEMM_BLOCK_ROWS - 1) / RP_QGEMM_BLOCK_ROWS;
   if (all->body == 3) rp_qgemm_amx_begin();
   for (int64_t i = begin; i < end; i++) {
@@ -752,7 +784,7 @@ typedef struct {
 
 static int rp_qgemm_row_blocks(void* ctx, int64_t begin, int64_t end) {
   const rp_qgemm_rowwise* w = (const rp_qgemm_rowwise*)ctx;
-  const int64_t panels = (w->g->N + RP_QGEMM_COLUMNS - 1) / RP_QGEMM_COLUMNS;
+  const int64_t panels = (w->g->N + w->g->width - 1) / w->g->width;
   const int64_t blocks = (w->g->M + RP_QGEMM_BLOCK_ROWS - 1) / RP_QGEMM_BLOCK_ROWS;
   /* the block's A' in buffers of this call's own, reused block after block, so it stays in
      this core's cache from its copy to its products (buffers of every row are written out
@@ -812,7 +844,7 @@ static int rp_qgemm_run(const void* A, const rp_qgemm_image* image, const void* 
   const int vnni = level == 2 && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw");
   const int amx = vnni && M >= 16 && rp_qgemm_amx_usable();
   const int body = amx ? 3 : vnni ? 2 : level >= 1 ? 1 : 0;
-  const int64_t panels = (N + RP_QGEMM_COLUMNS - 1) / RP_QGEMM_COLUMNS;
+  const int64_t width = rp_qgemm_width(N), panels = (N + width - 1) / width;
   const int64_t blocks = (M + RP_QGEMM_BLOCK_ROWS - 1) / RP_QGEMM_BLOCK_ROWS;
   /* row mode (as many row blocks as panels, or more): each work item keeps its block's A'
      in buffers of its own (rp_qgemm_row_blocks); else A' of every row first, here */
@@ -842,8 +874,8 @@ static int rp_qgemm_run(const void* A, const rp_qgemm_image* image, const void* 
   rp_qgemm g = {Au, rowsum, A16, tiles, (const uint8_t*)B, 0, za, zb, quantize ? 0 : (int32_t*)out,
                 (const int32_t*)epilogue->bias, (const float*)epilogue->multiplier, quantize ? out : 0,
                 epilogue->bias_kind, epilogue->multiplier_step, out_zero, (int)epilogue->out_type,
-                M, N, K, Kp, za_step, zb_step, groups * N, groups, 0, M, tile_rows, (int)a_signed,
-                (int)b_signed, (int)b_packed, body};
+                M, N, K, Kp, za_step, zb_step, groups * N, groups, width, 0, M, tile_rows, (int)a_signed,
+                (int)b_signed, (int)b_packed, body, (K + 3) / 4 * 4};
   /* a symmetric weight (every zb' 0: an int8 weight of zero point 0) reads no row's sum */
   operand.rowsums = 0;
   for (int64_t n = 0; n < (zb_step ? groups * N : 1) && !operand.rowsums; n++) operand.rowsums = rp_qgemm_zb(&g, n) != 0;
@@ -851,16 +883,16 @@ static int rp_qgemm_run(const void* A, const rp_qgemm_image* image, const void* 
   uint8_t* packed = 0;
   int status = 0;
   if (!b_packed) {  /* B as given: packed once, the panels shared by every row block */
-    packed = (uint8_t*)malloc((size_t)(groups * panels * RP_QGEMM_PANEL(Kp)));
+    packed = (uint8_t*)malloc((size_t)(groups * panels * RP_QGEMM_PANEL(g.K4, width)));
     g.packed = packed;
-    status = packed ? rp_parallel_for(rp_qgemm_pack_panels, &g, groups * panels, Kp * RP_QGEMM_COLUMNS / 64 + 1)
+    status = packed ? rp_parallel_for(rp_qgemm_pack_panels, &g, groups * panels, g.K4 * width / 64 + 1)
                     : -1;
     g.B = packed, g.b_packed = 1;
   }
   /* work units of about a nanosecond: a row of A' is some K / 32 vector steps; a block by
      a panel block_rows * K * 32 multiply-adds */
   const int64_t prepare_work = block_rows * (K / 32 + 1);
-  const int64_t panel_work = block_rows * K * RP_QGEMM_COLUMNS / RP_MACS_PER_WORK + 1;
+  const int64_t panel_work = block_rows * K * width / RP_MACS_PER_WORK + 1;
   if (status == 0 && rowwise) {
     rp_qgemm_rowwise rowwise = {&g, &operand};
     status = rp_parallel_for(rp_qgemm_row_blocks, &rowwise, groups * blocks, prepare_work + panels * panel_work);

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from passinfra import tir
 from passinfra.codegen.compute.base import ComputeOp, TensorHandle, output_shape, register_compute
 from passinfra.ir.attrs import Attrs
-from passinfra.ir.op.qgemm_panels import COLUMNS, DEPTH, OP_NAME
+from passinfra.ir.op.qgemm_panels import DEPTH, OP_NAME, panel_width
 from passinfra.ir.types import Type
 
 
@@ -18,10 +18,11 @@ def _unpack(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> Com
     (panels,) = inputs
     shape = output_shape(out_type)
     dtype = attrs["dtype"]
-    columns, depth = tir.IntImm(COLUMNS), tir.IntImm(DEPTH)
     groups = attrs["groups"]
     per_group = int(shape[-1]) // groups
-    tiles_per_group = tir.IntImm(-(-per_group // COLUMNS))
+    width = panel_width(per_group)
+    columns, depth = tir.IntImm(width), tir.IntImm(DEPTH)
+    tiles_per_group = tir.IntImm(-(-per_group // width))
 
     def value(idx: Sequence[tir.PrimExpr]) -> tir.PrimExpr:
         *leading, n = idx

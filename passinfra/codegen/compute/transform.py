@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from passinfra import tir
 from passinfra.codegen.compute.base import (
     ComputeOp,
@@ -152,10 +154,32 @@ def _split(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> tupl
     return tuple(pieces)
 
 
+def _integer_range(expr: tir.PrimExpr) -> tuple[int, int] | None:
+    """The values ``expr`` can take by its type: that of the narrowest integer type it was
+    widened from (a uint8 code cast to int32 is in [0, 255]); None for a float."""
+    def info(dtype: str):
+        return np.iinfo(dtype) if dtype.startswith(("int", "uint")) else None
+
+    outer = info(expr.dtype)
+    if outer is None:
+        return None
+    while isinstance(expr, tir.Cast):
+        inner = info(expr.value.dtype)
+        if inner is None or inner.min < outer.min or inner.max > outer.max:  # not a widening
+            break
+        expr, outer = expr.value, inner
+    return int(outer.min), int(outer.max)
+
+
 def _wrapped_index(index: tir.PrimExpr, extent: int) -> tir.PrimExpr:
     """A take index in [-extent, extent) as a position in [0, extent); an index out of
-    range (an error in the reference) is clamped, so the read stays in bounds."""
+    range (an error in the reference) is clamped, so the read stays in bounds. What the
+    index's type rules out is not tested (a table of 256 looked up by 8-bit codes: the code
+    itself, not three copies of its expression under a Select and a clamp)."""
+    known = _integer_range(index)
     index = index if index.dtype == tir.INDEX_DTYPE else tir.Cast(tir.INDEX_DTYPE, index)
+    if known is not None and 0 <= known[0] and known[1] < extent:
+        return index
     wrapped = tir.Select(tir.LT(index, tir.IntImm(0)), index + tir.IntImm(extent), index)
     return clamp(wrapped, 0, max(extent - 1, 0))
 

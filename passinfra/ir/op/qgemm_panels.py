@@ -4,14 +4,17 @@ read back in its own layout.
 The runtime's integer GEMM (``passinfra/codegen/c/qgemm.c``) multiplies unsigned bytes of
 the data by signed bytes of the weight, four ``k`` at a time per output column (VPDPBUSD's
 operands; AMX's TDPBUSD reads a tile of 16 such groups). A ``[k, n]`` weight ``B`` (int8,
-or uint8) is stored for it as ``[ceil(n/32), 16 * ceil(k/64) + 1, 32, 4]`` int8 panels
+or uint8) is stored for it as ``[ceil(n/32), ceil(k/4) + 1, 32, 4]`` int8 panels
 (:func:`to_panels`): panel ``j`` holds columns ``32j .. 32j+31``, and for each group of
 four ``k`` the column's four values side by side; a uint8 weight is stored minus 128 (``B ^
 0x80``, so every stored byte is signed; the GEMM moves its zero point by 128 too); zeros
-past ``n``, and past ``k`` up to a multiple of 64 (a whole AMX tile of groups); and one more
-group: the 32 columns' sums of the stored bytes, int32 little-endian (the GEMM removes the
-zero points with them). onnxruntime packs
-its quantized weights in the same spirit at session load; we do it at compile time (the
+past ``n`` and past ``k`` (the GEMM's AMX body reads a last step of fewer than 64 ``k``
+from a zero-padded copy of its own); and one more group: the columns' sums of the stored
+bytes, int32 little-endian (the GEMM removes the zero points with them). A weight of at
+most 16 columns (a grouped convolution's 16 outputs a group, as RegNet's) has panels of 16
+(:func:`panel_width`): a panel of 32 would be half zeros, and the AMX body multiplies one
+tile of 16 columns then. onnxruntime packs its quantized weights in the same spirit at
+session load; we do it at compile time (the
 :class:`~passinfra.codegen.passes.panel_weights.PanelWeights` pass), so the library's
 weights file holds one byte per weight, and a call reads them in the order it uses them.
 
@@ -35,22 +38,31 @@ from passinfra.ir.op.registry import OpPattern
 from passinfra.ir.op.tensor import call_op
 from passinfra.ir.types import TensorType, Type
 
-__all__ = ["COLUMNS", "DEPTH", "K_MULTIPLE", "OP_NAME", "flat_shape", "from_panels", "panels_shape",
-           "to_panels", "unpack"]
+__all__ = ["COLUMNS", "DEPTH", "K_MULTIPLE", "NARROW_COLUMNS", "OP_NAME", "flat_shape", "from_panels",
+           "panel_width", "panels_shape", "to_panels", "unpack"]
 
 OP_NAME = "qgemm_panels.unpack"
 # output columns per panel, k per group (RP_QGEMM_COLUMNS in c/qgemm.c; VPDPBUSD's 4), and
-# the multiple of k a panel holds (RP_QGEMM_DEPTH: an AMX tile's 64 bytes a row)
+# the k of one step of the GEMM's AMX body (RP_QGEMM_DEPTH: an AMX tile's 64 bytes a row)
 COLUMNS, DEPTH, K_MULTIPLE = 32, 4, 64
+# the columns of a narrow panel: a weight (a group) of at most this many is stored so
+# (RP_QGEMM_NARROW in c/qgemm.c, which derives the width from n the same way)
+NARROW_COLUMNS = 16
 _DTYPES = ("int8", "uint8")
+
+
+def panel_width(n: int) -> int:
+    """The columns of each panel of a weight (or group) of ``n`` columns."""
+    return NARROW_COLUMNS if n <= NARROW_COLUMNS else COLUMNS
 
 
 def panels_shape(k: int, n: int, groups: int = 1) -> tuple[int, int, int, int]:
     """The panels' shape for a ``[k, n]`` weight; with ``groups``, for ``groups`` weights of
     ``[k, n / groups]`` (a grouped convolution's), one after the other."""
     per_group = n // groups
-    quads = -(-k // K_MULTIPLE) * (K_MULTIPLE // DEPTH) + 1  # groups of 4 k, then the columns' sums
-    return (groups * -(-per_group // COLUMNS), quads, COLUMNS, DEPTH)
+    width = panel_width(per_group)
+    quads = -(-k // DEPTH) + 1  # groups of 4 k, then the columns' sums
+    return (groups * -(-per_group // width), quads, width, DEPTH)
 
 
 def flat_shape(shape: Sequence[int]) -> tuple[int, int]:
@@ -61,14 +73,14 @@ def flat_shape(shape: Sequence[int]) -> tuple[int, int]:
 
 def _matrix_panels(weight: np.ndarray) -> np.ndarray:
     k, n = weight.shape
-    tiles, quads, _, _ = panels_shape(k, n)
+    tiles, quads, width, _ = panels_shape(k, n)
     quads -= 1  # the last holds the columns' sums
     signed = weight.view(np.int8) if weight.dtype == np.int8 else (weight ^ np.uint8(0x80)).view(np.int8)
-    padded = np.zeros((quads * DEPTH, tiles * COLUMNS), np.int8)
+    padded = np.zeros((quads * DEPTH, tiles * width), np.int8)
     padded[:k, :n] = signed
-    # [quads, 4, tiles, 32] -> [tiles, quads, 32, 4]
-    values = padded.reshape(quads, DEPTH, tiles, COLUMNS).transpose(2, 0, 3, 1)
-    sums = padded.astype(np.int32).sum(axis=0).astype("<i4").reshape(tiles, 1, COLUMNS, 1).view(np.int8)
+    # [quads, 4, tiles, width] -> [tiles, quads, width, 4]
+    values = padded.reshape(quads, DEPTH, tiles, width).transpose(2, 0, 3, 1)
+    sums = padded.astype(np.int32).sum(axis=0).astype("<i4").reshape(tiles, 1, width, 1).view(np.int8)
     return np.concatenate([values, sums], axis=1)
 
 

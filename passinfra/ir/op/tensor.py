@@ -624,7 +624,9 @@ register_tensor_op(
 def _take_relation(arg_types: Sequence[Type], attrs: Attrs) -> Type:
     data = expect_tensor(arg_types[0], "the data")
     indices = expect_tensor(arg_types[1], "the indices")
-    expect_dtype(indices, INDEX_DTYPES, "the indices")
+    # (uint8 too: a lookup table of 256 by 8-bit codes, QuantizedLookupTables', reads the
+    # codes as they are, a quarter of the bytes of int32 ones)
+    expect_dtype(indices, (*INDEX_DTYPES, "uint8"), "the indices")
     if attrs["axis"] is None:
         return TensorType(indices.shape, data.dtype)
     axis = normalize_axis(attrs["axis"], data.ndim)

@@ -142,9 +142,9 @@ class _LookupTables(ir.ExprMutator):
             expression = _Expression(call)
             if expression.valid and expression.ops >= MIN_OPS:
                 (source,) = expression.inputs
-                index = op.cast(self.visit(source), "int32")
+                index = self.visit(source)  # uint8 codes index the table as they are
                 if _tensor(source).dtype == "int8":
-                    index = op.add(index, Constant.owning(np.array(128, np.int32)))
+                    index = op.add(op.cast(index, "int32"), Constant.owning(np.array(128, np.int32)))
                 return op.take(Constant.owning(table(call, source)), index, axis=0)
         return super().visit_call(call)
 
