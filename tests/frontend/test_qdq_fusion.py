@@ -143,6 +143,7 @@ _CONVOLUTIONS = ("shape", "out_channels", "kernel", "stride", "pad", "groups", "
     ((1, 6, 12, 12), 16, 3, 1, 1, 1, "int8", True),  # 54: the integer GEMM
     ((1, 32, 8, 8), 32, 3, 1, 1, 2, "uint8", True),  # grouped: two GEMMs of 16 channels in one call
     ((1, 32, 19, 17), 32, 3, 1, 1, 2, "int8", True),  # 323 rows: two row blocks, the last of 67
+    ((2, 48, 11, 9), 48, 3, 2, 1, 3, "uint8", True),  # groups of 16, stride 2: two images, read in place
     ((1, 24, 7, 7), 24, 5, 2, 2, 24, "uint8", True),  # depthwise: exact on the float kernels
     ((1, 4, 3, 3), 6, 1, 1, 0, 1, "uint8", True),  # 9 rows: VNNI where there is AMX
 ])

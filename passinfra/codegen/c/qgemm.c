@@ -56,6 +56,11 @@ static int64_t rp_qgemm_width(int64_t n) { return n <= RP_QGEMM_NARROW ? RP_QGEM
 /* rows of A' per AMX step (two tiles of 16); A' is allocated in whole steps */
 #define RP_QGEMM_AMX_ROWS 32
 
+/* a convolution whose im2col matrix is A (rp_qconv_i8): NHWC image, HWIO weight */
+typedef struct {
+  int64_t height, width, channels, out_height, out_width, kh, kw, sh, sw, dh, dw, top, left;
+} rp_qgemm_image;
+
 typedef struct {
   const uint8_t* A;        /* [M, Kp]: A' (unsigned), zeros past K; not made for AMX */
   const uint32_t* rowsum;  /* [M] sum over k of each row of A' */
@@ -84,9 +89,14 @@ typedef struct {
      block's from row a_first of one group (both 0: a work item's own, rp_qgemm_row_blocks) */
   int64_t a_first, a_group_rows, tile_group_rows;
   int a_signed, b_signed, b_packed;
-  int body;
-  int64_t K4;              /* K rounded up to 4: the k of a panel (A' holds Kp, whole AMX steps) */                /* 3: AMX (blocks of 16 rows or more; fewer on VNNI), 2: AVX-512 VNNI,
-                              1: AVX2, 0: portable */
+  int body;                /* 4: direct (rp_qgemm_tile_direct), 3: AMX (blocks of 16 rows or more;
+                              fewer on VNNI), 2: AVX-512 VNNI, 1: AVX2, 0: portable */
+  int64_t K4;              /* K rounded up to 4: the k of a panel (A' holds Kp, whole AMX steps) */
+  /* body 4: a convolution's A' read from its image in place, no im2col */
+  const rp_qgemm_image* image;
+  const uint8_t* data;     /* the image at the group's first channel (rp_qgemm_group) */
+  const uint8_t* pad_row;  /* the image's zero point, a group's channels of it: a tap in the padding */
+  uint8_t flip;            /* 0x80 for an int8 image (A' = A ^ 0x80) */
 } rp_qgemm;
 
 static uint32_t rp_qgemm_za(const rp_qgemm* g, int64_t m) {
@@ -98,6 +108,14 @@ static uint32_t rp_qgemm_zb(const rp_qgemm* g, int64_t n) {
   const int64_t i = n * g->zb_step;
   return g->b_signed ? (uint32_t)(int32_t)((const int8_t*)g->zb)[i]
                      : (uint32_t)((int32_t)((const uint8_t*)g->zb)[i] - 128);
+}
+
+/* whether every zb' of `count` zero points is 0 (a symmetric weight: int8 of zero point 0,
+   uint8 of 128), so no value reads a row's sum */
+static int rp_qgemm_centered(const void* zb, int b_signed, int64_t count) {
+  for (int64_t i = 0; i < count; i++)
+    if ((b_signed ? ((const int8_t*)zb)[i] : (int)((const uint8_t*)zb)[i] - 128) != 0) return 0;
+  return 1;
 }
 
 /* the epilogue of one value (the sum plus the bias): qnn.requantize's operations, in its order
@@ -333,6 +351,53 @@ RP_QGEMM_VNNI_TILE(1, 2)
 RP_QGEMM_VNNI_TILE(2, 2)
 RP_QGEMM_VNNI_TILE(4, 2)
 
+/* body 4 (direct): ROWS rows (output pixels) from row m over a narrow panel, with A' read
+   from the image in place: for each tap, each row's pointer at its pixel's channels of the
+   group (or at the zero point's row, in the padding), four channels a VPDPBUSD (a group's
+   channels are whole quads). A convolution of narrow groups (RegNet's 16 outputs a group)
+   multiplies 16 columns a byte of A': an im2col copy of A' cost more than the products */
+#define RP_QGEMM_DIRECT_TILE(ROWS)                                                                           \
+  __attribute__((target("avx512f,avx512bw,avx512vnni")))                                                     \
+  static void rp_qgemm_tile_direct_##ROWS(const rp_qgemm* g, int64_t m, const uint8_t* panel,                \
+                                          uint32_t* sums) {                                                  \
+    const rp_qgemm_image* c = g->image;                                                                      \
+    const int64_t cg = g->K / (c->kh * c->kw), pixels = c->out_height * c->out_width;                        \
+    const uint8_t* base[ROWS];                                                                               \
+    int64_t top[ROWS], left[ROWS];                                                                           \
+    for (int r = 0; r < ROWS; r++) {                                                                         \
+      const int64_t n = (m + r) / pixels, at = (m + r) % pixels;                                             \
+      base[r] = g->data + n * c->height * c->width * c->channels;                                            \
+      top[r] = at / c->out_width * c->sh - c->top, left[r] = at % c->out_width * c->sw - c->left;            \
+    }                                                                                                        \
+    const __m512i flip = _mm512_set1_epi8((char)g->flip);                                                    \
+    __m512i acc[ROWS];                                                                                       \
+    _Pragma("GCC unroll 8") for (int r = 0; r < ROWS; r++) acc[r] = _mm512_setzero_si512();                  \
+    const uint8_t* b = panel;                                                                                \
+    for (int64_t ky = 0; ky < c->kh; ky++)                                                                   \
+      for (int64_t kx = 0; kx < c->kw; kx++) {                                                               \
+        const uint8_t* tap[ROWS];                                                                            \
+        for (int r = 0; r < ROWS; r++) {                                                                     \
+          const int64_t h = top[r] + ky * c->dh, w = left[r] + kx * c->dw;                                   \
+          const int inside = h >= 0 && h < c->height && w >= 0 && w < c->width;                              \
+          tap[r] = inside ? base[r] + (h * c->width + w) * c->channels : g->pad_row;                         \
+        }                                                                                                    \
+        for (int64_t q = 0; q < cg; q += 4, b += 4 * RP_QGEMM_NARROW) {                                      \
+          const __m512i weights = _mm512_loadu_si512(b);                                                     \
+          _Pragma("GCC unroll 8") for (int r = 0; r < ROWS; r++) {                                           \
+            int32_t quad;                                                                                    \
+            memcpy(&quad, tap[r] + q, 4);                                                                    \
+            const __m512i a = _mm512_xor_si512(_mm512_set1_epi32(quad), flip);                               \
+            acc[r] = _mm512_dpbusd_epi32(acc[r], a, weights);                                                \
+          }                                                                                                  \
+        }                                                                                                    \
+      }                                                                                                      \
+    _Pragma("GCC unroll 8") for (int r = 0; r < ROWS; r++)                                                 \
+      _mm512_storeu_si512(sums + r * RP_QGEMM_COLUMNS, acc[r]);                                             \
+  }
+RP_QGEMM_DIRECT_TILE(1)
+RP_QGEMM_DIRECT_TILE(4)
+RP_QGEMM_DIRECT_TILE(8)
+
 /* ----------------------------------------------------------------------------- AMX */
 
 /* AMX (Sapphire Rapids and later): TDPBUSD multiplies a tile of 16 rows x 64 k of A' by 16
@@ -469,6 +534,11 @@ static int rp_qgemm_rows(const rp_qgemm* g, int body, int64_t m, const uint8_t* 
   const int64_t left = g->M - m;
   /* AMX: the tiles hold zero rows up to a whole step, so a last step of fewer rows is one too */
   if (body == 3) return rp_qgemm_tile_amx(g, m, panel, tail, sums, cols), RP_QGEMM_AMX_ROWS;
+  if (body == 4) {  /* 8 rows: eight chains of VPDPBUSD in flight, its latency hidden */
+    if (left >= 8) return rp_qgemm_tile_direct_8(g, m, panel, sums), 8;
+    if (left >= 4) return rp_qgemm_tile_direct_4(g, m, panel, sums), 4;
+    return rp_qgemm_tile_direct_1(g, m, panel, sums), 1;
+  }
   if (body >= 2 && g->width == RP_QGEMM_NARROW) {
     if (left >= 4) return rp_qgemm_tile_vnni_4_1(g, m, panel, sums), 4;
     if (left >= 2) return rp_qgemm_tile_vnni_2_1(g, m, panel, sums), 2;
@@ -506,6 +576,7 @@ static rp_qgemm rp_qgemm_group(const rp_qgemm* g, int64_t group) {
   if (g->qout) v.qout = (uint8_t*)g->qout + group * g->N;
   if (g->bias_kind == 2) v.bias += group * g->N;
   if (g->multiplier_step) v.multiplier += group * g->N;
+  if (g->data) v.data += group * (g->K / (g->image->kh * g->image->kw));
   return v;
 }
 
@@ -545,7 +616,11 @@ static void rp_qgemm_item(const rp_qgemm* all, int64_t group, int64_t first, int
   rp_qgemm_columns columns;
   rp_qgemm_columns_of(g, n0, cols, panel, &columns);
   for (int64_t m = first; m < last;) {
-    const int rows = rp_qgemm_rows(g, g->body, m, panel, tail, sums, cols);
+    /* a body's steps (32 rows of AMX, 4 of the others) until the sums hold 32 rows or the
+       item's rows end, then one finish step for them all */
+    int64_t rows = 0;
+    while (rows < RP_QGEMM_AMX_ROWS && m + rows < last)
+      rows += rp_qgemm_rows(g, g->body, m + rows, panel, tail, sums + rows * RP_QGEMM_COLUMNS, cols);
     const int64_t done = m + rows < last ? rows : last - m;
     if (g->body >= 2) {
       rp_qgemm_finish_avx512(g, m, done, &columns, sums);
@@ -574,11 +649,6 @@ static int rp_qgemm_blocks(void* ctx, int64_t begin, int64_t end) {
   if (all->body == 3) rp_qgemm_amx_end();
   return 0;
 }
-
-/* a convolution whose im2col matrix is A (rp_qconv_i8): NHWC image, HWIO weight */
-typedef struct {
-  int64_t height, width, channels, out_height, out_width, kh, kw, sh, sw, dh, dw, top, left;
-} rp_qgemm_image;
 
 /* A' and what the bodies read of it, for rows [begin, end) of all groups */
 typedef struct {
@@ -793,12 +863,12 @@ static int rp_qgemm_row_blocks(void* ctx, int64_t begin, int64_t end) {
   rp_qgemm g = *w->g;
   rp_qgemm_operand operand = *w->operand;
   const size_t bytes = (size_t)((RP_QGEMM_BLOCK_ROWS + RP_QGEMM_AMX_ROWS) * g.Kp);
-  const int wide = g.body == 1;  /* the AVX2 body reads A' as int16 too */
-  uint8_t* buffer = (uint8_t*)calloc(wide ? 3 * bytes : bytes, 1);
-  if (!buffer) return -1;
+  const int wide = g.body == 1, direct = g.body == 4;  /* AVX2 reads A' as int16 too; direct: no A' */
+  uint8_t* buffer = direct ? 0 : (uint8_t*)calloc(wide ? 3 * bytes : bytes, 1);
+  if (!buffer && !direct) return -1;
   if (g.body == 3) {
     g.tiles = operand.tiles = buffer;
-  } else {
+  } else if (!direct) {
     g.A = operand.Au = buffer;
     if (wide) g.A16 = operand.A16 = (int16_t*)(buffer + bytes);
   }
@@ -808,7 +878,7 @@ static int rp_qgemm_row_blocks(void* ctx, int64_t begin, int64_t end) {
     const int64_t group = i / blocks, first = i % blocks * RP_QGEMM_BLOCK_ROWS;
     const int64_t last = first + RP_QGEMM_BLOCK_ROWS < g.M ? first + RP_QGEMM_BLOCK_ROWS : g.M;
     g.a_first = operand.a_first = first;
-    status = rp_qgemm_prepare(&operand, group * g.M + first, group * g.M + last);
+    if (!direct) status = rp_qgemm_prepare(&operand, group * g.M + first, group * g.M + last);
     if (g.body == 3) rp_qgemm_amx_begin();
     for (int64_t t = 0; t < panels && status == 0; t++) rp_qgemm_item(&g, group, first, last, t);
     if (g.body == 3) rp_qgemm_amx_end();
@@ -838,27 +908,34 @@ static int rp_qgemm_run(const void* A, const rp_qgemm_image* image, const void* 
                         const rp_qgemm_epilogue* epilogue) {
   if (M <= 0 || N <= 0 || groups <= 0) return 0;
   const int64_t Kp = (K + RP_QGEMM_DEPTH - 1) / RP_QGEMM_DEPTH * RP_QGEMM_DEPTH, rows = groups * M;
-  uint32_t* rowsum = (uint32_t*)malloc((size_t)rows * sizeof(uint32_t));
+  uint32_t* rowsum = (uint32_t*)calloc((size_t)rows, sizeof(uint32_t));
   __builtin_cpu_init();
   const int level = raypass_conv_isa(-1);  /* the level in effect (detected once) */
   const int vnni = level == 2 && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw");
-  const int amx = vnni && M >= 16 && rp_qgemm_amx_usable();
-  const int body = amx ? 3 : vnni ? 2 : level >= 1 ? 1 : 0;
   const int64_t width = rp_qgemm_width(N), panels = (N + width - 1) / width;
+  const int centered = rp_qgemm_centered(zb, (int)b_signed, zb_step ? groups * N : 1);
+  /* a convolution of narrow groups whose channels are whole quads: the direct body, where
+     there is AVX-512 VNNI (its A' is no copy); else A' is made first (AMX: in its tiles) */
+  const int64_t cg = image ? K / (image->kh * image->kw) : 0;
+  const int direct = image && vnni && width == RP_QGEMM_NARROW && cg % 4 == 0 && centered;
+  const int amx = !direct && vnni && M >= 16 && rp_qgemm_amx_usable();
+  const int body = direct ? 4 : amx ? 3 : vnni ? 2 : level >= 1 ? 1 : 0;
   const int64_t blocks = (M + RP_QGEMM_BLOCK_ROWS - 1) / RP_QGEMM_BLOCK_ROWS;
   /* row mode (as many row blocks as panels, or more): each work item keeps its block's A'
      in buffers of its own (rp_qgemm_row_blocks); else A' of every row first, here */
   const int rowwise = blocks >= panels;
   /* AMX: whole steps of rows, zeros past M */
   const int64_t tile_rows = (M + RP_QGEMM_AMX_ROWS - 1) / RP_QGEMM_AMX_ROWS * RP_QGEMM_AMX_ROWS;
-  const int shared = !rowwise, wide = body == 1;
+  const int shared = !rowwise && !direct, wide = body == 1;
   uint8_t* tiles = shared && amx ? (uint8_t*)malloc((size_t)(groups * tile_rows * Kp)) : 0;
   int16_t* A16 = shared && wide ? (int16_t*)malloc((size_t)(rows * Kp) * sizeof(int16_t)) : 0;
   uint8_t* Au = shared && !amx ? (uint8_t*)malloc((size_t)(rows * Kp)) : 0;  /* AMX reads the tiles only */
-  if ((shared && ((!amx && !Au) || (amx && !tiles) || (wide && !A16))) || !rowsum) {
-    free(Au), free(rowsum), free(tiles), free(A16);
+  uint8_t* pad_row = direct ? (uint8_t*)malloc((size_t)cg) : 0;
+  if ((shared && ((!amx && !Au) || (amx && !tiles) || (wide && !A16))) || !rowsum || (direct && !pad_row)) {
+    free(Au), free(rowsum), free(tiles), free(A16), free(pad_row);
     return -1;
   }
+  if (direct) memset(pad_row, *(const uint8_t*)za, (size_t)cg);
   /* the tiles' rows past M (a last step of fewer rows) are zeros */
   for (int64_t group = 0; tiles && group < groups && tile_rows > M; group++)
     for (int64_t row = M; row < tile_rows; row++)
@@ -875,10 +952,9 @@ static int rp_qgemm_run(const void* A, const rp_qgemm_image* image, const void* 
                 (const int32_t*)epilogue->bias, (const float*)epilogue->multiplier, quantize ? out : 0,
                 epilogue->bias_kind, epilogue->multiplier_step, out_zero, (int)epilogue->out_type,
                 M, N, K, Kp, za_step, zb_step, groups * N, groups, width, 0, M, tile_rows, (int)a_signed,
-                (int)b_signed, (int)b_packed, body, (K + 3) / 4 * 4};
-  /* a symmetric weight (every zb' 0: an int8 weight of zero point 0) reads no row's sum */
-  operand.rowsums = 0;
-  for (int64_t n = 0; n < (zb_step ? groups * N : 1) && !operand.rowsums; n++) operand.rowsums = rp_qgemm_zb(&g, n) != 0;
+                (int)b_signed, (int)b_packed, body, (K + 3) / 4 * 4, image, direct ? (const uint8_t*)A : 0,
+                pad_row, (uint8_t)(a_signed ? 0x80 : 0)};
+  operand.rowsums = !centered;
   const int64_t block_rows = M < RP_QGEMM_BLOCK_ROWS ? M : RP_QGEMM_BLOCK_ROWS;
   uint8_t* packed = 0;
   int status = 0;
@@ -897,11 +973,11 @@ static int rp_qgemm_run(const void* A, const rp_qgemm_image* image, const void* 
     rp_qgemm_rowwise rowwise = {&g, &operand};
     status = rp_parallel_for(rp_qgemm_row_blocks, &rowwise, groups * blocks, prepare_work + panels * panel_work);
   } else if (status == 0) {
-    status = rp_parallel_for(rp_qgemm_prepare, &operand, rows, K / 32 + 1);
+    if (!direct) status = rp_parallel_for(rp_qgemm_prepare, &operand, rows, K / 32 + 1);
     if (status == 0) status = rp_parallel_for(rp_qgemm_blocks, &g, groups * blocks * panels, panel_work);
   }
   free(packed);
-  free(Au), free(rowsum), free(tiles), free(A16);
+  free(Au), free(rowsum), free(tiles), free(A16), free(pad_row);
   return status < 0 ? -1 : 0;
 }
 
