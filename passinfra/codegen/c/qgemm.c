@@ -53,6 +53,10 @@ extern int rp_parallel_for(rp_chunk_fn fn, void* ctx, int64_t extent, int64_t wo
 #define RP_QGEMM_PANEL(K4, W) ((K4) * (W) + (W) * 4)
 
 static int64_t rp_qgemm_width(int64_t n) { return n <= RP_QGEMM_NARROW ? RP_QGEMM_NARROW : RP_QGEMM_COLUMNS; }
+/* AMX: the first step of rows over a panel streams it from memory, asking for its bytes
+   this many k ahead (a decoder's 32-row projections are reads of their weights: 2.9 ->
+   2.75 ms on one thread for a layer's seven; 128-512 alike, 1024 slower) */
+#define RP_QGEMM_PREFETCH 256
 /* rows of A' per AMX step (two tiles of 16); A' is allocated in whole steps */
 #define RP_QGEMM_AMX_ROWS 32
 
@@ -443,7 +447,7 @@ __attribute__((target("amx-tile"))) static void rp_qgemm_amx_end(void) { _tile_r
    from `tail` when K4 is not whole steps (rp_qgemm_item) */
 __attribute__((target("amx-tile,amx-int8")))
 static void rp_qgemm_tile_amx(const rp_qgemm* g, int64_t m, const uint8_t* panel, const uint8_t* tail,
-                              uint32_t* sums, int64_t cols) {
+                              uint32_t* sums, int64_t cols, int stream) {
   const int64_t tile = 16 * RP_QGEMM_DEPTH, steps = g->Kp / RP_QGEMM_DEPTH;
   const uint8_t* a = g->tiles + (m - g->a_first) / 16 * steps * tile;
   const int stride = RP_QGEMM_COLUMNS * sizeof(uint32_t);
@@ -467,6 +471,8 @@ static void rp_qgemm_tile_amx(const rp_qgemm* g, int64_t m, const uint8_t* panel
     _tile_loadd(4, a + k / RP_QGEMM_DEPTH * tile, RP_QGEMM_DEPTH);
     _tile_loadd(5, a + (steps + k / RP_QGEMM_DEPTH) * tile, RP_QGEMM_DEPTH);
     const uint8_t* b = k + RP_QGEMM_DEPTH <= g->K4 ? panel + k * RP_QGEMM_COLUMNS : tail;
+    for (int line = 0; stream && line < RP_QGEMM_DEPTH * RP_QGEMM_COLUMNS; line += 64)
+      _mm_prefetch((const char*)(panel + (k + RP_QGEMM_PREFETCH) * RP_QGEMM_COLUMNS) + line, _MM_HINT_T0);
     _tile_loadd(6, b, 4 * RP_QGEMM_COLUMNS);
     _tile_loadd(7, b + 64, 4 * RP_QGEMM_COLUMNS);
     _tile_dpbusd(0, 4, 6);
@@ -530,10 +536,10 @@ static void rp_qgemm_tile_c(const rp_qgemm* g, int64_t m, const uint8_t* panel, 
 
 /* rows m .. of A' over the panel: the body's widest tile that fits; the rows it took */
 static int rp_qgemm_rows(const rp_qgemm* g, int body, int64_t m, const uint8_t* panel, const uint8_t* tail,
-                         uint32_t* sums, int64_t cols) {
+                         uint32_t* sums, int64_t cols, int stream) {
   const int64_t left = g->M - m;
   /* AMX: the tiles hold zero rows up to a whole step, so a last step of fewer rows is one too */
-  if (body == 3) return rp_qgemm_tile_amx(g, m, panel, tail, sums, cols), RP_QGEMM_AMX_ROWS;
+  if (body == 3) return rp_qgemm_tile_amx(g, m, panel, tail, sums, cols, stream), RP_QGEMM_AMX_ROWS;
   if (body == 4) {  /* 8 rows: eight chains of VPDPBUSD in flight, its latency hidden */
     if (left >= 8) return rp_qgemm_tile_direct_8(g, m, panel, sums), 8;
     if (left >= 4) return rp_qgemm_tile_direct_4(g, m, panel, sums), 4;
@@ -620,7 +626,8 @@ static void rp_qgemm_item(const rp_qgemm* all, int64_t group, int64_t first, int
        item's rows end, then one finish step for them all */
     int64_t rows = 0;
     while (rows < RP_QGEMM_AMX_ROWS && m + rows < last)
-      rows += rp_qgemm_rows(g, g->body, m + rows, panel, tail, sums + rows * RP_QGEMM_COLUMNS, cols);
+      rows += rp_qgemm_rows(g, g->body, m + rows, panel, tail, sums + rows * RP_QGEMM_COLUMNS, cols,
+                            m + rows == first);
     const int64_t done = m + rows < last ? rows : last - m;
     if (g->body >= 2) {
       rp_qgemm_finish_avx512(g, m, done, &columns, sums);

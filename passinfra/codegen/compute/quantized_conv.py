@@ -4,15 +4,19 @@ reference's bits whatever its order of summation or its thread count.
 
 In NHWC/HWIO (AlterOpLayout's layout) with static sizes and a per-tensor data zero point:
 
-* **one group**: the runtime's integer GEMM (``c/qgemm.c``, the body the CPU can run:
-  AMX, AVX-512 VNNI, AVX2 or portable) on the im2col matrix ``[N*OH*OW, KH*KW*C]``, which
-  a pointwise convolution of stride 1 is already (the data itself); the padding holds the
+* **groups of at least** :data:`MIN_GEMM_GROUP_CHANNELS` **input channels** (one group,
+  or RegNet's groups of 16): the runtime's integer GEMM (``c/qgemm.c``, the body the CPU
+  can run: AMX, AVX-512 VNNI, AVX2 or portable), every group in one call, on the im2col
+  matrix ``[N*OH*OW, KH*KW*C]``, which the runtime gathers row by row (a pointwise
+  convolution of stride 1 is the data itself; narrow groups of whole quads of channels
+  are read from the image in place where there is AVX-512 VNNI); the padding holds the
   data's zero point, so it adds nothing, as in the reference. The weight is the GEMM's
   ``[KH*KW*C, O]`` matrix, which PanelWeights stores in the GEMM's panels;
-* **several groups** (depthwise, RegNet's groups of 16): the direct channels-last kernel
-  of the float convolutions (:mod:`passinfra.codegen.compute.conv_direct`) on int32
-  values ``x - zd`` and ``w - zw`` with int32 accumulators: its vector lanes run over
-  output channels, its skipped padding adds nothing where the reference adds 0.
+* **fewer channels a group** (a depthwise convolution that ExactFloatConvolutions left
+  integer): the direct channels-last kernel of the float convolutions
+  (:mod:`passinfra.codegen.compute.conv_direct`) on int32 values ``x - zd`` and ``w - zw``
+  with int32 accumulators: its vector lanes run over output channels, its skipped padding
+  adds nothing where the reference adds 0.
 
 Anything else (NCHW, symbolic sizes, a per-element data zero point) is the generic loop
 nest: an int32 sum of the centered products, a padded tap contributing 0.
@@ -57,7 +61,8 @@ from passinfra.tir.intrinsics import QCONV_INTRINSIC
 _I32 = "int32"
 # a group of at least this many input channels runs on the integer GEMM; fewer (a
 # depthwise convolution) on the direct kernel. RegNetX-like's groups of 16 (3x3,
-# one thread): 7.8 ms for the model on the direct kernel, XX on the GEMM
+# one thread): 7.8 ms for the model on the direct kernel, 1.9 ms on the GEMM (its
+# direct body, AVX-512 VNNI)
 MIN_GEMM_GROUP_CHANNELS = 8
 
 
