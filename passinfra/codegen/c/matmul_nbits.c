@@ -64,65 +64,120 @@ __attribute__((target("avx512f"))) static inline __m512 rp_nbits_widen_avx512(__
   return _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(codes), zero));
 }
 
-__attribute__((target("avx512f")))
-static void rp_nbits_rows_avx512(const rp_nbits* g, int64_t n, int64_t m0, int64_t rows) {
-  const uint8_t* row_codes = g->codes + n * g->blocks * g->blob;
-  const __m128i nibble = _mm_set1_epi8(15);
-  for (int64_t r = 0; r < rows; r++) {
-    const float* a = g->As + (m0 + r) * g->ldas;
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t b = 0; b < g->blocks; b++) {
-      const uint8_t* blob = row_codes + b * g->blob;
-      const __m512i zero = _mm512_set1_epi32(g->zp[n * g->blocks + b]);
-      const float* ab = a + b * g->block;
-      __m512 part = _mm512_setzero_ps();
-#define RP_NBITS_512_STEP(codes, x) \
-      part = _mm512_add_ps(part, _mm512_mul_ps(_mm512_loadu_ps(x), rp_nbits_widen_avx512(codes, zero)))
-      RP_NBITS_BLOCK(RP_NBITS_512_STEP)
-      acc = _mm512_add_ps(acc, _mm512_mul_ps(part, _mm512_set1_ps(g->scales[n * g->blocks + b])));
-    }
-    float s[16];
-    _mm512_storeu_ps(s, acc);
-    for (int w = 8; w >= 1; w /= 2)
-      for (int l = 0; l < w; l++) s[l] = s[l] + s[l + w];
-    g->out[(m0 + r) * g->N + n] = s[0];
+/* COLS columns n .. n+COLS-1 of rows m0 .. m0+rows-1: the columns' chains of additions
+   interleaved (one column's chain is the latency of its additions; a row of A is read once
+   for them), each column's operations in the order of one column alone */
+#define RP_NBITS_AVX512_COLUMNS(COLS)                                                                        \
+  __attribute__((target("avx512f")))                                                                         \
+  static void rp_nbits_rows_avx512_##COLS(const rp_nbits* g, int64_t n, int64_t m0, int64_t rows) {          \
+    const __m128i nibble = _mm_set1_epi8(15);                                                                \
+    for (int64_t r = 0; r < rows; r++) {                                                                     \
+      const float* a = g->As + (m0 + r) * g->ldas;                                                           \
+      __m512 acc[COLS];                                                                                      \
+      _Pragma("GCC unroll 8") for (int c = 0; c < COLS; c++) acc[c] = _mm512_setzero_ps();                   \
+      for (int64_t b = 0; b < g->blocks; b++) {                                                              \
+        const float* ab = a + b * g->block;                                                                  \
+        const uint8_t* blob[COLS];                                                                           \
+        __m512i zero[COLS];                                                                                  \
+        __m512 part[COLS];                                                                                   \
+        _Pragma("GCC unroll 8") for (int c = 0; c < COLS; c++) {                                             \
+          blob[c] = g->codes + ((n + c) * g->blocks + b) * g->blob;                                          \
+          zero[c] = _mm512_set1_epi32(g->zp[(n + c) * g->blocks + b]);                                       \
+          part[c] = _mm512_setzero_ps();                                                                     \
+        }                                                                                                    \
+        for (int64_t j = 0; j < g->blob; j += 16) {                                                          \
+          if (g->bits == 4) {                                                                                \
+            const __m512 even = _mm512_loadu_ps(ab + 2 * j), odd = _mm512_loadu_ps(ab + 2 * j + 16);         \
+            _Pragma("GCC unroll 8") for (int c = 0; c < COLS; c++) {                                         \
+              const __m128i bytes = _mm_loadu_si128((const __m128i*)(blob[c] + j));                          \
+              const __m128i low = _mm_and_si128(bytes, nibble);                                              \
+              const __m128i high = _mm_and_si128(_mm_srli_epi16(bytes, 4), nibble);                          \
+              part[c] = _mm512_add_ps(part[c], _mm512_mul_ps(even, rp_nbits_widen_avx512(low, zero[c])));    \
+              part[c] = _mm512_add_ps(part[c], _mm512_mul_ps(odd, rp_nbits_widen_avx512(high, zero[c])));    \
+            }                                                                                                \
+          } else {                                                                                           \
+            const __m512 x = _mm512_loadu_ps(ab + j);                                                        \
+            _Pragma("GCC unroll 8") for (int c = 0; c < COLS; c++) {                                         \
+              const __m128i bytes = _mm_loadu_si128((const __m128i*)(blob[c] + j));                          \
+              part[c] = _mm512_add_ps(part[c], _mm512_mul_ps(x, rp_nbits_widen_avx512(bytes, zero[c])));     \
+            }                                                                                                \
+          }                                                                                                  \
+        }                                                                                                    \
+        _Pragma("GCC unroll 8") for (int c = 0; c < COLS; c++) {                                             \
+          const __m512 scale = _mm512_set1_ps(g->scales[(n + c) * g->blocks + b]);                           \
+          acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(part[c], scale));                                     \
+        }                                                                                                    \
+      }                                                                                                      \
+      _Pragma("GCC unroll 8") for (int c = 0; c < COLS; c++) {                                               \
+        float s[16];                                                                                         \
+        _mm512_storeu_ps(s, acc[c]);                                                                         \
+        for (int w = 8; w >= 1; w /= 2)                                                                      \
+          for (int l = 0; l < w; l++) s[l] = s[l] + s[l + w];                                                \
+        g->out[(m0 + r) * g->N + n + c] = s[0];                                                              \
+      }                                                                                                      \
+    }                                                                                                        \
   }
-}
+RP_NBITS_AVX512_COLUMNS(1)
+RP_NBITS_AVX512_COLUMNS(8)
 
 __attribute__((target("avx2"))) static inline __m256 rp_nbits_widen_avx2(__m128i codes, __m256i zero) {
   return _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(codes), zero));
 }
 
-/* lanes 0-7 and 8-15 of 16 codes, times 16 floats from x, added to the halves */
-#define RP_NBITS_AVX2_STEP(codes, x)                                                                   \
-  part0 = _mm256_add_ps(part0, _mm256_mul_ps(_mm256_loadu_ps(x), rp_nbits_widen_avx2(codes, zero)));  \
-  part1 = _mm256_add_ps(part1, _mm256_mul_ps(_mm256_loadu_ps((x) + 8),                               \
-                                             rp_nbits_widen_avx2(_mm_srli_si128(codes, 8), zero)))
+/* lanes 0-7 and 8-15 of 16 codes, times 16 floats from x, added to the halves of part */
+#define RP_NBITS_AVX2_STEP(part, codes, x, zero)                                                   \
+  part[0] = _mm256_add_ps(part[0], _mm256_mul_ps(_mm256_loadu_ps(x), rp_nbits_widen_avx2(codes, zero)));   \
+  part[1] = _mm256_add_ps(part[1], _mm256_mul_ps(_mm256_loadu_ps((x) + 8),                            \
+                                                 rp_nbits_widen_avx2(_mm_srli_si128(codes, 8), zero)))
 
-__attribute__((target("avx2")))
-static void rp_nbits_rows_avx2(const rp_nbits* g, int64_t n, int64_t m0, int64_t rows) {
-  const uint8_t* row_codes = g->codes + n * g->blocks * g->blob;
-  const __m128i nibble = _mm_set1_epi8(15);
-  for (int64_t r = 0; r < rows; r++) {
-    const float* a = g->As + (m0 + r) * g->ldas;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    for (int64_t b = 0; b < g->blocks; b++) {
-      const uint8_t* blob = row_codes + b * g->blob;
-      const __m256i zero = _mm256_set1_epi32(g->zp[n * g->blocks + b]);
-      const float* ab = a + b * g->block;
-      __m256 part0 = _mm256_setzero_ps(), part1 = _mm256_setzero_ps();
-      RP_NBITS_BLOCK(RP_NBITS_AVX2_STEP)
-      const __m256 scale = _mm256_set1_ps(g->scales[n * g->blocks + b]);
-      acc0 = _mm256_add_ps(acc0, _mm256_mul_ps(part0, scale));
-      acc1 = _mm256_add_ps(acc1, _mm256_mul_ps(part1, scale));
-    }
-    float s[8];
-    _mm256_storeu_ps(s, _mm256_add_ps(acc0, acc1));
-    for (int w = 4; w >= 1; w /= 2)
-      for (int l = 0; l < w; l++) s[l] = s[l] + s[l + w];
-    g->out[(m0 + r) * g->N + n] = s[0];
+/* COLS columns at a time, as the AVX-512 bodies (two: the halves take the registers) */
+#define RP_NBITS_AVX2_COLUMNS(COLS)                                                                          \
+  __attribute__((target("avx2")))                                                                            \
+  static void rp_nbits_rows_avx2_##COLS(const rp_nbits* g, int64_t n, int64_t m0, int64_t rows) {            \
+    const __m128i nibble = _mm_set1_epi8(15);                                                                \
+    for (int64_t r = 0; r < rows; r++) {                                                                     \
+      const float* a = g->As + (m0 + r) * g->ldas;                                                           \
+      __m256 acc[COLS][2];                                                                                   \
+      _Pragma("GCC unroll 2") for (int c = 0; c < COLS; c++) acc[c][0] = acc[c][1] = _mm256_setzero_ps();    \
+      for (int64_t b = 0; b < g->blocks; b++) {                                                              \
+        const float* ab = a + b * g->block;                                                                  \
+        const uint8_t* blob[COLS];                                                                           \
+        __m256i zero[COLS];                                                                                  \
+        __m256 part[COLS][2];                                                                                \
+        _Pragma("GCC unroll 2") for (int c = 0; c < COLS; c++) {                                             \
+          blob[c] = g->codes + ((n + c) * g->blocks + b) * g->blob;                                          \
+          zero[c] = _mm256_set1_epi32(g->zp[(n + c) * g->blocks + b]);                                       \
+          part[c][0] = part[c][1] = _mm256_setzero_ps();                                                     \
+        }                                                                                                    \
+        for (int64_t j = 0; j < g->blob; j += 16) {                                                          \
+          _Pragma("GCC unroll 2") for (int c = 0; c < COLS; c++) {                                           \
+            const __m128i bytes = _mm_loadu_si128((const __m128i*)(blob[c] + j));                            \
+            if (g->bits == 4) {                                                                              \
+              RP_NBITS_AVX2_STEP(part[c], _mm_and_si128(bytes, nibble), ab + 2 * j, zero[c]);                \
+              const __m128i high = _mm_and_si128(_mm_srli_epi16(bytes, 4), nibble);                          \
+              RP_NBITS_AVX2_STEP(part[c], high, ab + 2 * j + 16, zero[c]);                                   \
+            } else {                                                                                         \
+              RP_NBITS_AVX2_STEP(part[c], bytes, ab + j, zero[c]);                                           \
+            }                                                                                                \
+          }                                                                                                  \
+        }                                                                                                    \
+        _Pragma("GCC unroll 2") for (int c = 0; c < COLS; c++) {                                             \
+          const __m256 scale = _mm256_set1_ps(g->scales[(n + c) * g->blocks + b]);                           \
+          acc[c][0] = _mm256_add_ps(acc[c][0], _mm256_mul_ps(part[c][0], scale));                            \
+          acc[c][1] = _mm256_add_ps(acc[c][1], _mm256_mul_ps(part[c][1], scale));                            \
+        }                                                                                                    \
+      }                                                                                                      \
+      _Pragma("GCC unroll 2") for (int c = 0; c < COLS; c++) {                                               \
+        float s[8];                                                                                          \
+        _mm256_storeu_ps(s, _mm256_add_ps(acc[c][0], acc[c][1]));                                            \
+        for (int w = 4; w >= 1; w /= 2)                                                                      \
+          for (int l = 0; l < w; l++) s[l] = s[l] + s[l + w];                                                \
+        g->out[(m0 + r) * g->N + n + c] = s[0];                                                              \
+      }                                                                                                      \
+    }                                                                                                        \
   }
-}
+RP_NBITS_AVX2_COLUMNS(1)
+RP_NBITS_AVX2_COLUMNS(2)
 
 /* SSE2: quarter q of 16 codes (lanes 4q .. 4q+3) minus the zero point, as floats */
 static inline __m128 rp_nbits_widen_c(__m128i codes, int q, __m128i zero) {
@@ -167,10 +222,19 @@ static int rp_nbits_columns(void* ctx, int64_t begin, int64_t end) {
   const int level = raypass_conv_isa(-1);  /* the level in effect (detected once) */
   for (int64_t m0 = 0; m0 < g->M; m0 += RP_NBITS_ROWS) {
     const int64_t rows = g->M - m0 < RP_NBITS_ROWS ? g->M - m0 : RP_NBITS_ROWS;
-    for (int64_t n = begin; n < end; n++) {
-      if (level == 2) rp_nbits_rows_avx512(g, n, m0, rows);
-      else if (level == 1) rp_nbits_rows_avx2(g, n, m0, rows);
+    for (int64_t n = begin; n < end;) {
+      if (level == 2 && end - n >= 8) {
+        rp_nbits_rows_avx512_8(g, n, m0, rows), n += 8;
+        continue;
+      }
+      if (level == 1 && end - n >= 2) {
+        rp_nbits_rows_avx2_2(g, n, m0, rows), n += 2;
+        continue;
+      }
+      if (level == 2) rp_nbits_rows_avx512_1(g, n, m0, rows);
+      else if (level == 1) rp_nbits_rows_avx2_1(g, n, m0, rows);
       else rp_nbits_rows_c(g, n, m0, rows);
+      n++;
     }
   }
   return 0;
