@@ -519,7 +519,45 @@ static void rp_qgemm_tile_amx(const rp_qgemm* g, int64_t m, const uint8_t* panel
     }                                                                                                  \
   }
 RP_QGEMM_AVX2_TILE(1)
-RP_QGEMM_AVX2_TILE(4)
+
+/* the same for four rows, the eight accumulators named (as an array GCC kept one of them
+   in memory and moved the others between registers every step: ResNet-50 QDQ with the
+   AVX2 paths, one thread, 80 -> 71 ms) */
+#define RP_QGEMM_AVX2_ROW(r, a)                                                                    \
+  acc##r##0 = _mm256_add_epi32(acc##r##0, _mm256_madd_epi16(a, b0));                              \
+  acc##r##1 = _mm256_add_epi32(acc##r##1, _mm256_madd_epi16(a, b1))
+
+static inline __attribute__((target("avx2"), always_inline)) __m256i rp_qgemm_four_avx2(const int16_t* row) {
+  int64_t four;
+  memcpy(&four, row, 8);
+  return _mm256_set1_epi64x(four);
+}
+
+__attribute__((target("avx2")))
+static void rp_qgemm_tile_avx2_4(const rp_qgemm* g, int64_t m, const uint8_t* panel, uint32_t* sums) {
+  const int16_t* a0 = g->A16 + (m - g->a_first) * g->Kp;
+  const int16_t *a1 = a0 + g->Kp, *a2 = a1 + g->Kp, *a3 = a2 + g->Kp;
+  for (int q = 0; q < g->width / 8; q++) {
+    __m256i acc00 = _mm256_setzero_si256(), acc01 = acc00, acc10 = acc00, acc11 = acc00;
+    __m256i acc20 = acc00, acc21 = acc00, acc30 = acc00, acc31 = acc00;
+    const uint8_t* bk = panel + 32 * q;
+    for (int64_t k = 0; k < g->K4; k += 4, bk += 4 * g->width) {
+      const __m256i b0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)bk));
+      const __m256i b1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(bk + 16)));
+      RP_QGEMM_AVX2_ROW(0, rp_qgemm_four_avx2(a0 + k));
+      RP_QGEMM_AVX2_ROW(1, rp_qgemm_four_avx2(a1 + k));
+      RP_QGEMM_AVX2_ROW(2, rp_qgemm_four_avx2(a2 + k));
+      RP_QGEMM_AVX2_ROW(3, rp_qgemm_four_avx2(a3 + k));
+    }
+    const __m256i accs[4][2] = {{acc00, acc01}, {acc10, acc11}, {acc20, acc21}, {acc30, acc31}};
+    for (int r = 0; r < 4; r++) {
+      uint32_t pairs[16];
+      _mm256_storeu_si256((__m256i*)pairs, accs[r][0]);
+      _mm256_storeu_si256((__m256i*)(pairs + 8), accs[r][1]);
+      for (int c = 0; c < 8; c++) sums[r * RP_QGEMM_COLUMNS + 8 * q + c] = pairs[2 * c] + pairs[2 * c + 1];
+    }
+  }
+}
 
 /* ----------------------------------------------------------------------------- portable */
 
