@@ -60,6 +60,14 @@ typedef struct {
     }                                                                                                 \
   }
 
+/* the sum of `lanes` floats (a power of two), halves added until one is left: the order
+   of every body's last steps */
+static inline float rp_nbits_pairwise(float* s, int lanes) {
+  for (int w = lanes / 2; w >= 1; w /= 2)
+    for (int l = 0; l < w; l++) s[l] = s[l] + s[l + w];
+  return s[0];
+}
+
 __attribute__((target("avx512f"))) static inline __m512 rp_nbits_widen_avx512(__m128i codes, __m512i zero) {
   return _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(codes), zero));
 }
@@ -111,9 +119,7 @@ __attribute__((target("avx512f"))) static inline __m512 rp_nbits_widen_avx512(__
       _Pragma("GCC unroll 8") for (int c = 0; c < COLS; c++) {                                               \
         float s[16];                                                                                         \
         _mm512_storeu_ps(s, acc[c]);                                                                         \
-        for (int w = 8; w >= 1; w /= 2)                                                                      \
-          for (int l = 0; l < w; l++) s[l] = s[l] + s[l + w];                                                \
-        g->out[(m0 + r) * g->N + n + c] = s[0];                                                              \
+        g->out[(m0 + r) * g->N + n + c] = rp_nbits_pairwise(s, 16);                                          \
       }                                                                                                      \
     }                                                                                                        \
   }
@@ -170,9 +176,7 @@ __attribute__((target("avx2"))) static inline __m256 rp_nbits_widen_avx2(__m128i
       _Pragma("GCC unroll 2") for (int c = 0; c < COLS; c++) {                                               \
         float s[8];                                                                                          \
         _mm256_storeu_ps(s, _mm256_add_ps(acc[c][0], acc[c][1]));                                            \
-        for (int w = 4; w >= 1; w /= 2)                                                                      \
-          for (int l = 0; l < w; l++) s[l] = s[l] + s[l + w];                                                \
-        g->out[(m0 + r) * g->N + n + c] = s[0];                                                              \
+        g->out[(m0 + r) * g->N + n + c] = rp_nbits_pairwise(s, 8);                                           \
       }                                                                                                      \
     }                                                                                                        \
   }
