@@ -53,7 +53,9 @@ variant rounds each product, as the generic loop nests do. ``raypass_conv_isa(le
 numbered as :data:`CONV_ISA_LEVELS`. The environment variable ``RAYPASS_MAX_ISA``
 (``portable`` or ``avx2``; :data:`passinfra.runtime.module.MAX_ISA_ENV`) caps what the CPU
 supports, read once per library at its first convolution: an AVX-512 machine then runs
-exactly the code a CPU without AVX-512 runs (the suite's AVX2-only mode).
+exactly the code a CPU without AVX-512 runs (the suite's AVX2-only mode); ``avx2`` means
+AVX2 and FMA only, so the integer GEMM's AVX-VNNI body (``c/qgemm.c``, which the AVX2
+level runs on a CPU that has AVX-VNNI) is off too.
 """
 
 from __future__ import annotations

@@ -307,7 +307,8 @@ static const rp_tile_fn rp_tiles_c[5] = {0, rp_tile_c_1, rp_tile_c_2, rp_tile_c_
 /* -1: not detected yet */
 static int rp_conv_level = -1;
 
-/* RAYPASS_MAX_ISA caps the level: the machine runs as a CPU without the higher ones would */
+/* RAYPASS_MAX_ISA caps the level: the machine runs as a CPU without the higher ones would
+   (avx2: AVX2 and FMA only, so no VNNI either: the integer GEMM's AVX-VNNI body is off) */
 static int rp_conv_cap(void) {
   const char* cap = getenv("RAYPASS_MAX_ISA");
   if (cap && !strcmp(cap, "portable")) return 0;
@@ -322,6 +323,9 @@ static int rp_conv_supported(void) {
   else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) cpu = 1;
   return cpu < cap ? cpu : cap;
 }
+
+/* whether RAYPASS_MAX_ISA caps this process below AVX-512 (qgemm.c: no AVX-VNNI then) */
+int rp_isa_capped(void) { return rp_conv_cap() < 2; }
 
 int raypass_conv_isa(int level) {
   int supported = rp_conv_supported();

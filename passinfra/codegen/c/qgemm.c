@@ -34,6 +34,7 @@ extern long syscall(long number, ...);
 #endif
 
 extern int raypass_conv_isa(int level);
+extern int rp_isa_capped(void);
 typedef int (*rp_chunk_fn)(void* ctx, int64_t begin, int64_t end);
 extern int rp_parallel_for(rp_chunk_fn fn, void* ctx, int64_t extent, int64_t work_per_iteration);
 
@@ -93,8 +94,9 @@ typedef struct {
      block's from row a_first of one group (both 0: a work item's own, rp_qgemm_row_blocks) */
   int64_t a_first, a_group_rows, tile_group_rows;
   int a_signed, b_signed, b_packed;
-  int body;                /* 4: direct (rp_qgemm_tile_direct), 3: AMX (blocks of 16 rows or more;
-                              fewer on VNNI), 2: AVX-512 VNNI, 1: AVX2, 0: portable */
+  int body;                /* 5: AVX-VNNI (256-bit VPDPBUSD, no AVX-512), 4: direct
+                              (rp_qgemm_tile_direct), 3: AMX (blocks of 16 rows or more; fewer
+                              on VNNI), 2: AVX-512 VNNI, 1: AVX2, 0: portable */
   int64_t K4;              /* K rounded up to 4: the k of a panel (A' holds Kp, whole AMX steps) */
   /* body 4: a convolution's A' read from its image in place, no im2col */
   const rp_qgemm_image* image;
@@ -355,6 +357,36 @@ RP_QGEMM_VNNI_TILE(1, 2)
 RP_QGEMM_VNNI_TILE(2, 2)
 RP_QGEMM_VNNI_TILE(4, 2)
 
+/* body 5 (AVX-VNNI: VPDPBUSD on 256-bit vectors, on CPUs with AVX2 and VNNI but no AVX-512):
+   ROWS rows over one panel of QUARTERS * 8 columns, 8 columns a vector */
+#define RP_QGEMM_AVXVNNI_TILE(ROWS, QUARTERS)                                                                \
+  __attribute__((target("avx2,avxvnni")))                                                                    \
+  static void rp_qgemm_tile_avxvnni_##ROWS##_##QUARTERS(const rp_qgemm* g, int64_t m, const uint8_t* panel,  \
+                                                        uint32_t* sums) {                                    \
+    __m256i acc[ROWS][QUARTERS], b[QUARTERS];                                                                \
+    _Pragma("GCC unroll 4") for (int r = 0; r < ROWS; r++)                                                   \
+      _Pragma("GCC unroll 4") for (int h = 0; h < QUARTERS; h++) acc[r][h] = _mm256_setzero_si256();         \
+    for (int64_t k = 0; k < g->K4; k += 4) {                                                                 \
+      _Pragma("GCC unroll 4") for (int h = 0; h < QUARTERS; h++)                                             \
+        b[h] = _mm256_loadu_si256((const __m256i*)(panel + k * 8 * QUARTERS + 32 * h));                      \
+      _Pragma("GCC unroll 4") for (int r = 0; r < ROWS; r++) {                                               \
+        int32_t quad;                                                                                        \
+        memcpy(&quad, g->A + (m + r - g->a_first) * g->Kp + k, 4);                                           \
+        const __m256i a = _mm256_set1_epi32(quad);                                                           \
+        _Pragma("GCC unroll 4") for (int h = 0; h < QUARTERS; h++)                                           \
+          acc[r][h] = _mm256_dpbusd_avx_epi32(acc[r][h], a, b[h]);                                           \
+      }                                                                                                      \
+    }                                                                                                        \
+    _Pragma("GCC unroll 4") for (int r = 0; r < ROWS; r++)                                                   \
+      _Pragma("GCC unroll 4") for (int h = 0; h < QUARTERS; h++)                                             \
+        _mm256_storeu_si256((__m256i*)(sums + r * RP_QGEMM_COLUMNS + 8 * h), acc[r][h]);                     \
+  }
+/* (two rows of a wide panel: eight accumulators and four columns' vectors of 16 registers) */
+RP_QGEMM_AVXVNNI_TILE(1, 2)
+RP_QGEMM_AVXVNNI_TILE(4, 2)
+RP_QGEMM_AVXVNNI_TILE(1, 4)
+RP_QGEMM_AVXVNNI_TILE(2, 4)
+
 /* body 4 (direct): ROWS rows (output pixels) from row m over a narrow panel, with A' read
    from the image in place: for each tap, each row's pointer at its pixel's channels of the
    group (or at the zero point's row, in the padding), four channels a VPDPBUSD (a group's
@@ -583,6 +615,14 @@ static int rp_qgemm_rows(const rp_qgemm* g, int body, int64_t m, const uint8_t* 
     if (left >= 4) return rp_qgemm_tile_direct_4(g, m, panel, sums), 4;
     return rp_qgemm_tile_direct_1(g, m, panel, sums), 1;
   }
+  if (body == 5 && g->width == RP_QGEMM_NARROW) {
+    if (left >= 4) return rp_qgemm_tile_avxvnni_4_2(g, m, panel, sums), 4;
+    return rp_qgemm_tile_avxvnni_1_2(g, m, panel, sums), 1;
+  }
+  if (body == 5) {
+    if (left >= 2) return rp_qgemm_tile_avxvnni_2_4(g, m, panel, sums), 2;
+    return rp_qgemm_tile_avxvnni_1_4(g, m, panel, sums), 1;
+  }
   if (body >= 2 && g->width == RP_QGEMM_NARROW) {
     if (left >= 4) return rp_qgemm_tile_vnni_4_1(g, m, panel, sums), 4;
     if (left >= 2) return rp_qgemm_tile_vnni_2_1(g, m, panel, sums), 2;
@@ -667,9 +707,9 @@ static void rp_qgemm_item(const rp_qgemm* all, int64_t group, int64_t first, int
       rows += rp_qgemm_rows(g, g->body, m + rows, panel, tail, sums + rows * RP_QGEMM_COLUMNS, cols,
                             m + rows == first);
     const int64_t done = m + rows < last ? rows : last - m;
-    if (g->body >= 2) {
+    if (g->body >= 2 && g->body <= 4) {
       rp_qgemm_finish_avx512(g, m, done, &columns, sums);
-    } else if (g->body == 1) {
+    } else if (g->body == 1 || g->body == 5) {
       rp_qgemm_finish_avx2(g, m, done, &columns, sums);
     } else {
       for (int64_t r = 0; r < done; r++)
@@ -964,7 +1004,10 @@ static int rp_qgemm_run(const void* A, const rp_qgemm_image* image, const void* 
   const int64_t cg = image ? K / (image->kh * image->kw) : 0;
   const int direct = image && vnni && width == RP_QGEMM_NARROW && cg % 4 == 0 && centered;
   const int amx = !direct && vnni && M >= 16 && rp_qgemm_amx_usable();
-  const int body = direct ? 4 : amx ? 3 : vnni ? 2 : level >= 1 ? 1 : 0;
+  /* AVX-VNNI where AVX2 is the level and the CPU has it (not under RAYPASS_MAX_ISA=avx2,
+     which runs as an AVX2-only CPU would) */
+  const int avxvnni = level == 1 && !rp_isa_capped() && __builtin_cpu_supports("avxvnni");
+  const int body = direct ? 4 : amx ? 3 : vnni ? 2 : avxvnni ? 5 : level >= 1 ? 1 : 0;
   const int64_t blocks = (M + RP_QGEMM_BLOCK_ROWS - 1) / RP_QGEMM_BLOCK_ROWS;
   /* row mode (as many row blocks as panels, or more): each work item keeps its block's A'
      in buffers of its own (rp_qgemm_row_blocks); else A' of every row first, here */
