@@ -94,8 +94,8 @@ typedef struct {
      block's from row a_first of one group (both 0: a work item's own, rp_qgemm_row_blocks) */
   int64_t a_first, a_group_rows, tile_group_rows;
   int a_signed, b_signed, b_packed;
-  int body;                /* 5: AVX-VNNI (256-bit VPDPBUSD, no AVX-512), 4: direct
-                              (rp_qgemm_tile_direct), 3: AMX (blocks of 16 rows or more; fewer
+  int body;                /* 6: direct on AVX-VNNI, 5: AVX-VNNI (256-bit VPDPBUSD, no AVX-512),
+                              4: direct (rp_qgemm_tile_direct), 3: AMX (blocks of 16 rows or more; fewer
                               on VNNI), 2: AVX-512 VNNI, 1: AVX2, 0: portable */
   int64_t K4;              /* K rounded up to 4: the k of a panel (A' holds Kp, whole AMX steps) */
   /* body 4: a convolution's A' read from its image in place, no im2col */
@@ -392,19 +392,36 @@ RP_QGEMM_AVXVNNI_TILE(2, 4)
    group (or at the zero point's row, in the padding), four channels a VPDPBUSD (a group's
    channels are whole quads). A convolution of narrow groups (RegNet's 16 outputs a group)
    multiplies 16 columns a byte of A': an im2col copy of A' cost more than the products */
+/* the direct bodies' rows: a row's (output pixel's) image and the corner of its window */
+typedef struct {
+  const uint8_t* image;
+  int64_t top, left;
+} rp_qgemm_window;
+
+static inline rp_qgemm_window rp_qgemm_window_of(const rp_qgemm* g, int64_t m) {
+  const rp_qgemm_image* c = g->image;
+  const int64_t pixels = c->out_height * c->out_width, n = m / pixels, at = m % pixels;
+  const rp_qgemm_window w = {g->data + n * c->height * c->width * c->channels,
+                             at / c->out_width * c->sh - c->top, at % c->out_width * c->sw - c->left};
+  return w;
+}
+
+/* the group's channels a window's tap (ky, kx) reads: the image's, or the zero point's row */
+static inline const uint8_t* rp_qgemm_tap(const rp_qgemm* g, const rp_qgemm_window* w, int64_t ky, int64_t kx) {
+  const rp_qgemm_image* c = g->image;
+  const int64_t h = w->top + ky * c->dh, x = w->left + kx * c->dw;
+  const int inside = h >= 0 && h < c->height && x >= 0 && x < c->width;
+  return inside ? w->image + (h * c->width + x) * c->channels : g->pad_row;
+}
+
 #define RP_QGEMM_DIRECT_TILE(ROWS)                                                                           \
   __attribute__((target("avx512f,avx512bw,avx512vnni")))                                                     \
   static void rp_qgemm_tile_direct_##ROWS(const rp_qgemm* g, int64_t m, const uint8_t* panel,                \
                                           uint32_t* sums) {                                                  \
     const rp_qgemm_image* c = g->image;                                                                      \
-    const int64_t cg = g->K / (c->kh * c->kw), pixels = c->out_height * c->out_width;                        \
-    const uint8_t* base[ROWS];                                                                               \
-    int64_t top[ROWS], left[ROWS];                                                                           \
-    for (int r = 0; r < ROWS; r++) {                                                                         \
-      const int64_t n = (m + r) / pixels, at = (m + r) % pixels;                                             \
-      base[r] = g->data + n * c->height * c->width * c->channels;                                            \
-      top[r] = at / c->out_width * c->sh - c->top, left[r] = at % c->out_width * c->sw - c->left;            \
-    }                                                                                                        \
+    const int64_t cg = g->K / (c->kh * c->kw);                                                               \
+    rp_qgemm_window window[ROWS];                                                                            \
+    for (int r = 0; r < ROWS; r++) window[r] = rp_qgemm_window_of(g, m + r);                                 \
     const __m512i flip = _mm512_set1_epi8((char)g->flip);                                                    \
     __m512i acc[ROWS];                                                                                       \
     _Pragma("GCC unroll 8") for (int r = 0; r < ROWS; r++) acc[r] = _mm512_setzero_si512();                  \
@@ -412,11 +429,7 @@ RP_QGEMM_AVXVNNI_TILE(2, 4)
     for (int64_t ky = 0; ky < c->kh; ky++)                                                                   \
       for (int64_t kx = 0; kx < c->kw; kx++) {                                                               \
         const uint8_t* tap[ROWS];                                                                            \
-        for (int r = 0; r < ROWS; r++) {                                                                     \
-          const int64_t h = top[r] + ky * c->dh, w = left[r] + kx * c->dw;                                   \
-          const int inside = h >= 0 && h < c->height && w >= 0 && w < c->width;                              \
-          tap[r] = inside ? base[r] + (h * c->width + w) * c->channels : g->pad_row;                         \
-        }                                                                                                    \
+        for (int r = 0; r < ROWS; r++) tap[r] = rp_qgemm_tap(g, &window[r], ky, kx);                         \
         for (int64_t q = 0; q < cg; q += 4, b += 4 * RP_QGEMM_NARROW) {                                      \
           const __m512i weights = _mm512_loadu_si512(b);                                                     \
           _Pragma("GCC unroll 8") for (int r = 0; r < ROWS; r++) {                                           \
@@ -427,12 +440,49 @@ RP_QGEMM_AVXVNNI_TILE(2, 4)
           }                                                                                                  \
         }                                                                                                    \
       }                                                                                                      \
-    _Pragma("GCC unroll 8") for (int r = 0; r < ROWS; r++)                                                 \
-      _mm512_storeu_si512(sums + r * RP_QGEMM_COLUMNS, acc[r]);                                             \
+    _Pragma("GCC unroll 8") for (int r = 0; r < ROWS; r++)                                                   \
+      _mm512_storeu_si512(sums + r * RP_QGEMM_COLUMNS, acc[r]);                                              \
   }
 RP_QGEMM_DIRECT_TILE(1)
 RP_QGEMM_DIRECT_TILE(4)
 RP_QGEMM_DIRECT_TILE(8)
+
+/* the same on AVX-VNNI (body 6): 16 columns in two vectors, four rows */
+#define RP_QGEMM_DIRECT_AVXVNNI_TILE(ROWS)                                                                   \
+  __attribute__((target("avx2,avxvnni")))                                                                    \
+  static void rp_qgemm_tile_direct_avxvnni_##ROWS(const rp_qgemm* g, int64_t m, const uint8_t* panel,        \
+                                                  uint32_t* sums) {                                          \
+    const rp_qgemm_image* c = g->image;                                                                      \
+    const int64_t cg = g->K / (c->kh * c->kw);                                                               \
+    rp_qgemm_window window[ROWS];                                                                            \
+    for (int r = 0; r < ROWS; r++) window[r] = rp_qgemm_window_of(g, m + r);                                 \
+    const __m256i flip = _mm256_set1_epi8((char)g->flip);                                                    \
+    __m256i acc[ROWS][2];                                                                                    \
+    _Pragma("GCC unroll 4") for (int r = 0; r < ROWS; r++) acc[r][0] = acc[r][1] = _mm256_setzero_si256();   \
+    const uint8_t* b = panel;                                                                                \
+    for (int64_t ky = 0; ky < c->kh; ky++)                                                                   \
+      for (int64_t kx = 0; kx < c->kw; kx++) {                                                               \
+        const uint8_t* tap[ROWS];                                                                            \
+        for (int r = 0; r < ROWS; r++) tap[r] = rp_qgemm_tap(g, &window[r], ky, kx);                         \
+        for (int64_t q = 0; q < cg; q += 4, b += 4 * RP_QGEMM_NARROW) {                                      \
+          const __m256i low = _mm256_loadu_si256((const __m256i*)b);                                         \
+          const __m256i high = _mm256_loadu_si256((const __m256i*)(b + 32));                                 \
+          _Pragma("GCC unroll 4") for (int r = 0; r < ROWS; r++) {                                           \
+            int32_t quad;                                                                                    \
+            memcpy(&quad, tap[r] + q, 4);                                                                    \
+            const __m256i a = _mm256_xor_si256(_mm256_set1_epi32(quad), flip);                               \
+            acc[r][0] = _mm256_dpbusd_avx_epi32(acc[r][0], a, low);                                          \
+            acc[r][1] = _mm256_dpbusd_avx_epi32(acc[r][1], a, high);                                         \
+          }                                                                                                  \
+        }                                                                                                    \
+      }                                                                                                      \
+    _Pragma("GCC unroll 4") for (int r = 0; r < ROWS; r++) {                                                 \
+      _mm256_storeu_si256((__m256i*)(sums + r * RP_QGEMM_COLUMNS), acc[r][0]);                               \
+      _mm256_storeu_si256((__m256i*)(sums + r * RP_QGEMM_COLUMNS + 8), acc[r][1]);                           \
+    }                                                                                                        \
+  }
+RP_QGEMM_DIRECT_AVXVNNI_TILE(1)
+RP_QGEMM_DIRECT_AVXVNNI_TILE(4)
 
 /* ----------------------------------------------------------------------------- AMX */
 
@@ -615,6 +665,10 @@ static int rp_qgemm_rows(const rp_qgemm* g, int body, int64_t m, const uint8_t* 
     if (left >= 4) return rp_qgemm_tile_direct_4(g, m, panel, sums), 4;
     return rp_qgemm_tile_direct_1(g, m, panel, sums), 1;
   }
+  if (body == 6) {
+    if (left >= 4) return rp_qgemm_tile_direct_avxvnni_4(g, m, panel, sums), 4;
+    return rp_qgemm_tile_direct_avxvnni_1(g, m, panel, sums), 1;
+  }
   if (body == 5 && g->width == RP_QGEMM_NARROW) {
     if (left >= 4) return rp_qgemm_tile_avxvnni_4_2(g, m, panel, sums), 4;
     return rp_qgemm_tile_avxvnni_1_2(g, m, panel, sums), 1;
@@ -709,7 +763,7 @@ static void rp_qgemm_item(const rp_qgemm* all, int64_t group, int64_t first, int
     const int64_t done = m + rows < last ? rows : last - m;
     if (g->body >= 2 && g->body <= 4) {
       rp_qgemm_finish_avx512(g, m, done, &columns, sums);
-    } else if (g->body == 1 || g->body == 5) {
+    } else if (g->body == 1 || g->body >= 5) {
       rp_qgemm_finish_avx2(g, m, done, &columns, sums);
     } else {
       for (int64_t r = 0; r < done; r++)
@@ -948,7 +1002,7 @@ static int rp_qgemm_row_blocks(void* ctx, int64_t begin, int64_t end) {
   rp_qgemm g = *w->g;
   rp_qgemm_operand operand = *w->operand;
   const size_t bytes = (size_t)((RP_QGEMM_BLOCK_ROWS + RP_QGEMM_AMX_ROWS) * g.Kp);
-  const int wide = g.body == 1, direct = g.body == 4;  /* AVX2 reads A' as int16 too; direct: no A' */
+  const int wide = g.body == 1, direct = g.body == 4 || g.body == 6;  /* AVX2: int16 A' too; direct: none */
   uint8_t* buffer = direct ? 0 : (uint8_t*)calloc(wide ? 3 * bytes : bytes, 1);
   if (!buffer && !direct) return -1;
   if (g.body == 3) {
@@ -999,15 +1053,15 @@ static int rp_qgemm_run(const void* A, const rp_qgemm_image* image, const void* 
   const int vnni = level == 2 && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw");
   const int64_t width = rp_qgemm_width(N), panels = (N + width - 1) / width;
   const int centered = rp_qgemm_centered(zb, (int)b_signed, zb_step ? groups * N : 1);
-  /* a convolution of narrow groups whose channels are whole quads: the direct body, where
-     there is AVX-512 VNNI (its A' is no copy); else A' is made first (AMX: in its tiles) */
-  const int64_t cg = image ? K / (image->kh * image->kw) : 0;
-  const int direct = image && vnni && width == RP_QGEMM_NARROW && cg % 4 == 0 && centered;
-  const int amx = !direct && vnni && M >= 16 && rp_qgemm_amx_usable();
   /* AVX-VNNI where AVX2 is the level and the CPU has it (not under RAYPASS_MAX_ISA=avx2,
      which runs as an AVX2-only CPU would) */
   const int avxvnni = level == 1 && !rp_isa_capped() && __builtin_cpu_supports("avxvnni");
-  const int body = direct ? 4 : amx ? 3 : vnni ? 2 : avxvnni ? 5 : level >= 1 ? 1 : 0;
+  /* a convolution of narrow groups whose channels are whole quads: the direct body, where
+     there is VNNI (its A' is no copy); else A' is made first (AMX: in its tiles) */
+  const int64_t cg = image ? K / (image->kh * image->kw) : 0;
+  const int direct = image && (vnni || avxvnni) && width == RP_QGEMM_NARROW && cg % 4 == 0 && centered;
+  const int amx = !direct && vnni && M >= 16 && rp_qgemm_amx_usable();
+  const int body = direct ? (vnni ? 4 : 6) : amx ? 3 : vnni ? 2 : avxvnni ? 5 : level >= 1 ? 1 : 0;
   const int64_t blocks = (M + RP_QGEMM_BLOCK_ROWS - 1) / RP_QGEMM_BLOCK_ROWS;
   /* row mode (as many row blocks as panels, or more): each work item keeps its block's A'
      in buffers of its own (rp_qgemm_row_blocks); else A' of every row first, here */
