@@ -11,13 +11,13 @@
 
      sum (A - za)(B - zb) = S - zb' * rowsum(A') - za' * colsum(B') + K * za' * zb'
 
-   with S = sum A' * B' (the columns' sums of B' are stored with the weight). Each term is an integer
-   computed exactly modulo 2^32 (uint32 arithmetic), so the result does not depend on the
-   order of the sums: the AMX, AVX-512 VNNI, AVX-VNNI, direct, AVX2 and portable bodies
-   and any thread count give the same bits. No step saturates: TDPBUSD and VPDPBUSD add their u8 x s8 products
-   in 32 bits, and the AVX2 body widens to 16 bits and uses VPMADDWD (a pair of products of
-   at most 255 * 128 each fits in int32), where onnxruntime's AVX2 kernel uses VPMADDUBSW,
-   whose 16-bit pair sums can saturate. */
+   with S = sum A' * B' (the columns' sums of B' are stored with the weight). Each term is
+   an integer computed exactly modulo 2^32 (uint32 arithmetic), so the result does not
+   depend on the order of the sums: the AMX, AVX-512 VNNI, AVX-VNNI, direct, AVX2 and
+   portable bodies and any thread count give the same bits. No step saturates: TDPBUSD
+   and VPDPBUSD add their u8 x s8 products in 32 bits, and the AVX2 body widens to 16
+   bits and uses VPMADDWD (a pair of products of at most 255 * 128 each fits in int32),
+   where onnxruntime's AVX2 kernel uses VPMADDUBSW, whose 16-bit pair sums can saturate. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
