@@ -324,68 +324,53 @@ static void rp_qgemm_pack_c(const rp_qgemm* g, int64_t n0, int64_t cols, uint8_t
   }
 }
 
-/* ----------------------------------------------------------------------------- AVX-512 VNNI */
+/* ----------------------------------------------------------------------------- VNNI (AVX-512, AVX) */
 
-/* ROWS rows of A' from row m over one panel of HALVES * 16 columns: raw sums into
-   sums[ROWS][32] (their first 16 for a narrow panel) */
-#define RP_QGEMM_VNNI_TILE(ROWS, HALVES)                                                                     \
-  __attribute__((target("avx512f,avx512bw,avx512vnni")))                                                     \
-  static void rp_qgemm_tile_vnni_##ROWS##_##HALVES(const rp_qgemm* g, int64_t m, const uint8_t* panel,       \
-                                                   uint32_t* sums) {                                         \
-    __m512i acc[ROWS][HALVES], b[HALVES];                                                                    \
-    _Pragma("GCC unroll 4") for (int r = 0; r < ROWS; r++)                                                   \
-      _Pragma("GCC unroll 2") for (int h = 0; h < HALVES; h++) acc[r][h] = _mm512_setzero_si512();           \
-    for (int64_t k = 0; k < g->K4; k += 4) {                                                                 \
-      _Pragma("GCC unroll 2") for (int h = 0; h < HALVES; h++)                                               \
-        b[h] = _mm512_loadu_si512(panel + k * 16 * HALVES + 64 * h);                                         \
-      _Pragma("GCC unroll 4") for (int r = 0; r < ROWS; r++) {                                               \
-        int32_t quad;                                                                                        \
-        memcpy(&quad, g->A + (m + r - g->a_first) * g->Kp + k, 4);                                           \
-        const __m512i a = _mm512_set1_epi32(quad);                                                           \
-        _Pragma("GCC unroll 2") for (int h = 0; h < HALVES; h++)                                             \
-          acc[r][h] = _mm512_dpbusd_epi32(acc[r][h], a, b[h]);                                               \
-      }                                                                                                      \
-    }                                                                                                        \
-    _Pragma("GCC unroll 4") for (int r = 0; r < ROWS; r++)                                                   \
-      _Pragma("GCC unroll 2") for (int h = 0; h < HALVES; h++)                                               \
-        _mm512_storeu_si512(sums + r * RP_QGEMM_COLUMNS + 16 * h, acc[r][h]);                                \
+/* ROWS rows of A' from row m over one panel, VECS vectors of COLS columns a group of four
+   k: raw sums into sums[ROWS][32]. The VPDPBUSD bodies: body 2 (AVX-512 VNNI: 16 columns
+   a vector, two for a wide panel, one for a narrow) and body 5 (AVX-VNNI: VPDPBUSD on
+   256-bit vectors, on CPUs with AVX2 and VNNI but no AVX-512: 8 columns a vector) */
+#define RP_QGEMM_DPBUSD_TILE(NAME, TARGET, VEC, COLS, ROWS, VECS, ZERO, LOAD, SET1, DOT, STORE)                        \
+  __attribute__((target(TARGET)))                                                                                      \
+  static void NAME(const rp_qgemm* g, int64_t m, const uint8_t* panel, uint32_t* sums) {                               \
+    VEC acc[ROWS][VECS], b[VECS];                                                                                      \
+    _Pragma("GCC unroll 4") for (int r = 0; r < ROWS; r++)                                                             \
+      _Pragma("GCC unroll 4") for (int h = 0; h < VECS; h++) acc[r][h] = ZERO();                                       \
+    for (int64_t k = 0; k < g->K4; k += 4) {                                                                           \
+      _Pragma("GCC unroll 4") for (int h = 0; h < VECS; h++) b[h] = LOAD(panel + k * COLS * VECS + 4 * COLS * h);      \
+      _Pragma("GCC unroll 4") for (int r = 0; r < ROWS; r++) {                                                         \
+        int32_t quad;                                                                                                  \
+        memcpy(&quad, g->A + (m + r - g->a_first) * g->Kp + k, 4);                                                     \
+        const VEC a = SET1(quad);                                                                                      \
+        _Pragma("GCC unroll 4") for (int h = 0; h < VECS; h++) acc[r][h] = DOT(acc[r][h], a, b[h]);                    \
+      }                                                                                                                \
+    }                                                                                                                  \
+    _Pragma("GCC unroll 4") for (int r = 0; r < ROWS; r++)                                                             \
+      _Pragma("GCC unroll 4") for (int h = 0; h < VECS; h++) STORE(sums + r * RP_QGEMM_COLUMNS + COLS * h, acc[r][h]); \
   }
+#define RP_LOAD512(p) _mm512_loadu_si512(p)
+#define RP_STORE512(p, v) _mm512_storeu_si512(p, v)
+#define RP_LOAD256(p) _mm256_loadu_si256((const __m256i*)(p))
+#define RP_STORE256(p, v) _mm256_storeu_si256((__m256i*)(p), v)
+#define RP_QGEMM_VNNI_TILE(ROWS, VECS)                                                                       \
+  RP_QGEMM_DPBUSD_TILE(rp_qgemm_tile_vnni_##ROWS##_##VECS, "avx512f,avx512bw,avx512vnni", __m512i, 16, ROWS, \
+                       VECS, _mm512_setzero_si512, RP_LOAD512, _mm512_set1_epi32, _mm512_dpbusd_epi32, RP_STORE512)
+#define RP_QGEMM_AVXVNNI_TILE(ROWS, VECS)                                                                    \
+  RP_QGEMM_DPBUSD_TILE(rp_qgemm_tile_avxvnni_##ROWS##_##VECS, "avx2,avxvnni", __m256i, 8, ROWS, VECS,        \
+                       _mm256_setzero_si256, RP_LOAD256, _mm256_set1_epi32, _mm256_dpbusd_avx_epi32, RP_STORE256)
 RP_QGEMM_VNNI_TILE(1, 1)
 RP_QGEMM_VNNI_TILE(2, 1)
 RP_QGEMM_VNNI_TILE(4, 1)
 RP_QGEMM_VNNI_TILE(1, 2)
 RP_QGEMM_VNNI_TILE(2, 2)
 RP_QGEMM_VNNI_TILE(4, 2)
-
-/* body 5 (AVX-VNNI: VPDPBUSD on 256-bit vectors, on CPUs with AVX2 and VNNI but no AVX-512):
-   ROWS rows over one panel of QUARTERS * 8 columns, 8 columns a vector */
-#define RP_QGEMM_AVXVNNI_TILE(ROWS, QUARTERS)                                                                \
-  __attribute__((target("avx2,avxvnni")))                                                                    \
-  static void rp_qgemm_tile_avxvnni_##ROWS##_##QUARTERS(const rp_qgemm* g, int64_t m, const uint8_t* panel,  \
-                                                        uint32_t* sums) {                                    \
-    __m256i acc[ROWS][QUARTERS], b[QUARTERS];                                                                \
-    _Pragma("GCC unroll 4") for (int r = 0; r < ROWS; r++)                                                   \
-      _Pragma("GCC unroll 4") for (int h = 0; h < QUARTERS; h++) acc[r][h] = _mm256_setzero_si256();         \
-    for (int64_t k = 0; k < g->K4; k += 4) {                                                                 \
-      _Pragma("GCC unroll 4") for (int h = 0; h < QUARTERS; h++)                                             \
-        b[h] = _mm256_loadu_si256((const __m256i*)(panel + k * 8 * QUARTERS + 32 * h));                      \
-      _Pragma("GCC unroll 4") for (int r = 0; r < ROWS; r++) {                                               \
-        int32_t quad;                                                                                        \
-        memcpy(&quad, g->A + (m + r - g->a_first) * g->Kp + k, 4);                                           \
-        const __m256i a = _mm256_set1_epi32(quad);                                                           \
-        _Pragma("GCC unroll 4") for (int h = 0; h < QUARTERS; h++)                                           \
-          acc[r][h] = _mm256_dpbusd_avx_epi32(acc[r][h], a, b[h]);                                           \
-      }                                                                                                      \
-    }                                                                                                        \
-    _Pragma("GCC unroll 4") for (int r = 0; r < ROWS; r++)                                                   \
-      _Pragma("GCC unroll 4") for (int h = 0; h < QUARTERS; h++)                                             \
-        _mm256_storeu_si256((__m256i*)(sums + r * RP_QGEMM_COLUMNS + 8 * h), acc[r][h]);                     \
-  }
-/* (two rows of a wide panel: eight accumulators and four columns' vectors of 16 registers) */
+/* (AVX-VNNI: two rows of a wide panel, four of a narrow: eight accumulators of 16 registers) */
 RP_QGEMM_AVXVNNI_TILE(1, 2)
 RP_QGEMM_AVXVNNI_TILE(4, 2)
 RP_QGEMM_AVXVNNI_TILE(1, 4)
 RP_QGEMM_AVXVNNI_TILE(2, 4)
+
+
 
 /* body 4 (direct): ROWS rows (output pixels) from row m over a narrow panel, with A' read
    from the image in place: for each tap, each row's pointer at its pixel's channels of the
