@@ -399,73 +399,50 @@ static inline const uint8_t* rp_qgemm_tap(const rp_qgemm* g, const rp_qgemm_wind
   return inside ? w->image + (h * c->width + x) * c->channels : g->pad_row;
 }
 
-#define RP_QGEMM_DIRECT_TILE(ROWS)                                                                           \
-  __attribute__((target("avx512f,avx512bw,avx512vnni")))                                                     \
-  static void rp_qgemm_tile_direct_##ROWS(const rp_qgemm* g, int64_t m, const uint8_t* panel,                \
-                                          uint32_t* sums) {                                                  \
-    const rp_qgemm_image* c = g->image;                                                                      \
-    const int64_t cg = g->K / (c->kh * c->kw);                                                               \
-    rp_qgemm_window window[ROWS];                                                                            \
-    for (int r = 0; r < ROWS; r++) window[r] = rp_qgemm_window_of(g, m + r);                                 \
-    const __m512i flip = _mm512_set1_epi8((char)g->flip);                                                    \
-    __m512i acc[ROWS];                                                                                       \
-    _Pragma("GCC unroll 8") for (int r = 0; r < ROWS; r++) acc[r] = _mm512_setzero_si512();                  \
-    const uint8_t* b = panel;                                                                                \
-    for (int64_t ky = 0; ky < c->kh; ky++)                                                                   \
-      for (int64_t kx = 0; kx < c->kw; kx++) {                                                               \
-        const uint8_t* tap[ROWS];                                                                            \
-        for (int r = 0; r < ROWS; r++) tap[r] = rp_qgemm_tap(g, &window[r], ky, kx);                         \
-        for (int64_t q = 0; q < cg; q += 4, b += 4 * RP_QGEMM_NARROW) {                                      \
-          const __m512i weights = _mm512_loadu_si512(b);                                                     \
-          _Pragma("GCC unroll 8") for (int r = 0; r < ROWS; r++) {                                           \
-            int32_t quad;                                                                                    \
-            memcpy(&quad, tap[r] + q, 4);                                                                    \
-            const __m512i a = _mm512_xor_si512(_mm512_set1_epi32(quad), flip);                               \
-            acc[r] = _mm512_dpbusd_epi32(acc[r], a, weights);                                                \
-          }                                                                                                  \
-        }                                                                                                    \
-      }                                                                                                      \
-    _Pragma("GCC unroll 8") for (int r = 0; r < ROWS; r++)                                                   \
-      _mm512_storeu_si512(sums + r * RP_QGEMM_COLUMNS, acc[r]);                                              \
+#define RP_QGEMM_DIRECT_BODY(NAME, TARGET, VEC, COLS, ROWS, ZERO, LOAD, SET1, SET1_8, XOR, DOT, STORE)                 \
+  __attribute__((target(TARGET)))                                                                                      \
+  static void NAME(const rp_qgemm* g, int64_t m, const uint8_t* panel, uint32_t* sums) {                               \
+    enum { VECS = RP_QGEMM_NARROW / COLS };                                                                            \
+    const rp_qgemm_image* c = g->image;                                                                                \
+    const int64_t cg = g->K / (c->kh * c->kw);                                                                         \
+    rp_qgemm_window window[ROWS];                                                                                      \
+    for (int r = 0; r < ROWS; r++) window[r] = rp_qgemm_window_of(g, m + r);                                           \
+    const VEC flip = SET1_8((char)g->flip);                                                                            \
+    VEC acc[ROWS][VECS];                                                                                               \
+    _Pragma("GCC unroll 8") for (int r = 0; r < ROWS; r++)                                                             \
+      _Pragma("GCC unroll 2") for (int h = 0; h < VECS; h++) acc[r][h] = ZERO();                                       \
+    const uint8_t* b = panel;                                                                                          \
+    for (int64_t ky = 0; ky < c->kh; ky++)                                                                             \
+      for (int64_t kx = 0; kx < c->kw; kx++) {                                                                         \
+        const uint8_t* tap[ROWS];                                                                                      \
+        for (int r = 0; r < ROWS; r++) tap[r] = rp_qgemm_tap(g, &window[r], ky, kx);                                   \
+        for (int64_t q = 0; q < cg; q += 4, b += 4 * RP_QGEMM_NARROW) {                                                \
+          VEC weights[VECS];                                                                                           \
+          _Pragma("GCC unroll 2") for (int h = 0; h < VECS; h++) weights[h] = LOAD(b + 4 * COLS * h);                  \
+          _Pragma("GCC unroll 8") for (int r = 0; r < ROWS; r++) {                                                     \
+            int32_t quad;                                                                                              \
+            memcpy(&quad, tap[r] + q, 4);                                                                              \
+            const VEC a = XOR(SET1(quad), flip);                                                                       \
+            _Pragma("GCC unroll 2") for (int h = 0; h < VECS; h++) acc[r][h] = DOT(acc[r][h], a, weights[h]);          \
+          }                                                                                                            \
+        }                                                                                                              \
+      }                                                                                                                \
+    _Pragma("GCC unroll 8") for (int r = 0; r < ROWS; r++)                                                             \
+      _Pragma("GCC unroll 2") for (int h = 0; h < VECS; h++) STORE(sums + r * RP_QGEMM_COLUMNS + COLS * h, acc[r][h]); \
   }
+/* body 4 (AVX-512 VNNI: the 16 columns in one vector, eight rows) and body 6 (AVX-VNNI:
+   in two, four rows) */
+#define RP_QGEMM_DIRECT_TILE(ROWS)                                                                           \
+  RP_QGEMM_DIRECT_BODY(rp_qgemm_tile_direct_##ROWS, "avx512f,avx512bw,avx512vnni", __m512i, 16, ROWS,        \
+                       _mm512_setzero_si512, RP_LOAD512, _mm512_set1_epi32, _mm512_set1_epi8, _mm512_xor_si512, \
+                       _mm512_dpbusd_epi32, RP_STORE512)
+#define RP_QGEMM_DIRECT_AVXVNNI_TILE(ROWS)                                                                   \
+  RP_QGEMM_DIRECT_BODY(rp_qgemm_tile_direct_avxvnni_##ROWS, "avx2,avxvnni", __m256i, 8, ROWS,                \
+                       _mm256_setzero_si256, RP_LOAD256, _mm256_set1_epi32, _mm256_set1_epi8, _mm256_xor_si256, \
+                       _mm256_dpbusd_avx_epi32, RP_STORE256)
 RP_QGEMM_DIRECT_TILE(1)
 RP_QGEMM_DIRECT_TILE(4)
 RP_QGEMM_DIRECT_TILE(8)
-
-/* the same on AVX-VNNI (body 6): 16 columns in two vectors, four rows */
-#define RP_QGEMM_DIRECT_AVXVNNI_TILE(ROWS)                                                                   \
-  __attribute__((target("avx2,avxvnni")))                                                                    \
-  static void rp_qgemm_tile_direct_avxvnni_##ROWS(const rp_qgemm* g, int64_t m, const uint8_t* panel,        \
-                                                  uint32_t* sums) {                                          \
-    const rp_qgemm_image* c = g->image;                                                                      \
-    const int64_t cg = g->K / (c->kh * c->kw);                                                               \
-    rp_qgemm_window window[ROWS];                                                                            \
-    for (int r = 0; r < ROWS; r++) window[r] = rp_qgemm_window_of(g, m + r);                                 \
-    const __m256i flip = _mm256_set1_epi8((char)g->flip);                                                    \
-    __m256i acc[ROWS][2];                                                                                    \
-    _Pragma("GCC unroll 4") for (int r = 0; r < ROWS; r++) acc[r][0] = acc[r][1] = _mm256_setzero_si256();   \
-    const uint8_t* b = panel;                                                                                \
-    for (int64_t ky = 0; ky < c->kh; ky++)                                                                   \
-      for (int64_t kx = 0; kx < c->kw; kx++) {                                                               \
-        const uint8_t* tap[ROWS];                                                                            \
-        for (int r = 0; r < ROWS; r++) tap[r] = rp_qgemm_tap(g, &window[r], ky, kx);                         \
-        for (int64_t q = 0; q < cg; q += 4, b += 4 * RP_QGEMM_NARROW) {                                      \
-          const __m256i low = _mm256_loadu_si256((const __m256i*)b);                                         \
-          const __m256i high = _mm256_loadu_si256((const __m256i*)(b + 32));                                 \
-          _Pragma("GCC unroll 4") for (int r = 0; r < ROWS; r++) {                                           \
-            int32_t quad;                                                                                    \
-            memcpy(&quad, tap[r] + q, 4);                                                                    \
-            const __m256i a = _mm256_xor_si256(_mm256_set1_epi32(quad), flip);                               \
-            acc[r][0] = _mm256_dpbusd_avx_epi32(acc[r][0], a, low);                                          \
-            acc[r][1] = _mm256_dpbusd_avx_epi32(acc[r][1], a, high);                                         \
-          }                                                                                                  \
-        }                                                                                                    \
-      }                                                                                                      \
-    _Pragma("GCC unroll 4") for (int r = 0; r < ROWS; r++) {                                                 \
-      _mm256_storeu_si256((__m256i*)(sums + r * RP_QGEMM_COLUMNS), acc[r][0]);                               \
-      _mm256_storeu_si256((__m256i*)(sums + r * RP_QGEMM_COLUMNS + 8), acc[r][1]);                           \
-    }                                                                                                        \
-  }
 RP_QGEMM_DIRECT_AVXVNNI_TILE(1)
 RP_QGEMM_DIRECT_AVXVNNI_TILE(4)
 
