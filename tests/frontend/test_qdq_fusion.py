@@ -230,6 +230,44 @@ def test_a_qdq_add_is_qlinearadd_and_movement_drops_its_pairs(cache_dir):
     assert np.array_equal(_build(model, cache_dir)(feeds["x"]), expected)
 
 
+@pytest.mark.parametrize("zero", [0, 9])
+def test_a_residual_add_and_its_relu_are_one_qlinearadd(zero, cache_dir):
+    """Q(relu(DQ(a) + DQ(b))): a residual block's join. The ReLU becomes a maximum with
+    the output's zero point, nothing where that is the type's lowest (as onnxruntime drops
+    it before its QLinearAdd; it keeps the other group in float, one step away at most)."""
+    g = _Graph((1, 8, 6, 5), seed=6)
+    a = g.qdq("x", 0.05, 128)
+    b = g.qdq(g.node("Sigmoid", ["x"]), 0.004, 0)
+    model = g.model(g.qdq(g.node("Relu", [g.node("Add", [a, b])]), 0.04, zero))
+    ops = _fused_ops(model)
+    assert "qnn.add" in ops and "nn.relu" not in ops and ("maximum" in ops) == (zero != 0), ops
+    feeds = g.feeds()
+    got = _build(model, cache_dir)(feeds["x"])
+    with PassContext(opt_level=3):
+        fused = FuseQDQ()(InferType()(from_onnx(model)))
+    assert got.min() >= 0.0
+    assert np.array_equal(got, np.asarray(passinfra.evaluate(fused, feeds["x"])))
+    # onnxruntime's AVX2 QLinearAdd rounds with fused multiply-adds, b's term first
+    # (ir/op/quantize.py): one step away where a value lies within float32 rounding of a
+    # half; two of these 240 do
+    assert np.abs(got - _onnxruntime(model, feeds)).max() <= 0.04 * 1.001
+
+
+@pytest.mark.parametrize(("act", "shape"), [("uint8", (1, 256, 7, 7)), ("int8", (2, 96, 13, 11))])
+def test_a_qdq_global_average_pool_is_qlinearglobalaveragepool_exactly(act, shape, cache_dir):
+    """onnxruntime turns DQ -> GlobalAveragePool -> Q into QLinearGlobalAveragePool (the
+    int32 sum of the codes, requantized): so does FuseQDQ, to the bit. (Here the float
+    path, relay.FuseQDQ.enabled off, is one step off in one output of each case.)"""
+    g = _Graph(shape, act, seed=5)
+    zero = 120 if act == "uint8" else -3
+    y = g.node("GlobalAveragePool", [g.qdq("x", 0.05, zero)])
+    model = g.model(g.qdq(y, 0.02, zero + 7))
+    ops = _fused_ops(model)
+    assert "sum" in ops and "nn.global_avg_pool2d" not in ops, ops
+    feeds = {"x": g.feeds()["x"] * 3}
+    assert_same_on_every_isa(_build(model, cache_dir), [feeds["x"]], _onnxruntime(model, feeds), runtime=None)
+
+
 def test_a_group_that_cannot_fuse_keeps_the_float_path(cache_dir):
     """A bias whose scale is not x_scale * w_scale: the group stays float32 (and folds)."""
     model, feeds = conv_model((1, 4, 6, 6), 8, 3, 1, 1)

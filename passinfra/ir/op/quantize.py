@@ -43,11 +43,14 @@ clamp does):
 * add: with ``rA = sa / sc`` and ``rB = sb / sc``, ``fixed = float(zc) - (rA * float(za)
   + rB * float(zb))``, then ``saturate(rne((fixed + float(a) * rA) + float(b) * rB))``:
   the formula of MLAS's SSE2 QLinearAdd kernel, each operation rounded to float32.
-  onnxruntime's AVX2 kernel (used on x86-64 CPUs with AVX2) evaluates the same formula
-  with fused multiply-adds, and its kernel for an operand that is a scalar within the
-  broadcast span adds that operand to ``fixed`` first; the NEON kernel uses fixed-point
-  arithmetic. Those round differently where the exact value lies within a float32 rounding
-  error of a half-integer: there onnxruntime's result may be 1 away from this one.
+  onnxruntime's AVX2 kernel (used on x86-64 CPUs with AVX2) evaluates it with fused
+  multiply-adds and ``b``'s term first, ``fma(a, rA, fma(b, rB, fixed))``, and its kernel
+  for an operand that is a scalar within the broadcast span adds that operand to
+  ``fixed`` first; the NEON kernel uses fixed-point arithmetic. Those round differently
+  where the exact value lies within a float32 rounding error of a half-integer: there
+  onnxruntime's result is 1 away from this one (``b - zb = 125`` with ``rB = 0.004 /
+  0.04``: ``12.5000011`` here, exactly ``12.5`` there, so 13 against 12; in a ResNet-50
+  that one step propagates to a fifth of the logits, each one step off).
 * mul: ``saturate(rne(float((a - za) * (b - zb)) * ((sa * sb) / sc) + float(zc)))``,
   the zero point added in float32 before rounding, as MLAS's QLinearMul (SSE2 and NEON).
 * dynamic_quantize: ``lo = min(0, min(x))``, ``hi = max(0, max(x))``, ``scale = (hi - lo)
@@ -67,9 +70,8 @@ compiler does not contract ``a * b + c`` into a fused multiply-add, even with
 ``-march=native``; so interpreted, folded and compiled results are identical.
 
 Checked against onnxruntime 1.32 (tests/frontend/test_onnx_quantization.py): every op
-above gives onnxruntime's results bit for bit on x86-64, QLinearAdd included over all
-65,536 input pairs of several scale sets (the cases where its AVX2 kernel's fused
-multiply-adds would round differently did not occur there).
+above gives onnxruntime's results bit for bit on x86-64, QLinearAdd over all 65,536 input
+pairs of several scale sets where its AVX2 kernel's rounding agrees (see add above).
 """
 
 from __future__ import annotations

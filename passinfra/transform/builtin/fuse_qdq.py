@@ -14,7 +14,12 @@ onnxruntime's QDQ transformers turn it into QLinearConv, QLinearMatMul or QLinea
 * ``Q(matmul(DQ(x), DQ(w)) [+ DQ(bias)])`` and the same with ``nn.dense`` (a Gemm with
   ``transB``) become ``requantize(qnn.matmul(x, w) + bias, (sx * sw) / sy, zy)``, the
   weight's scale and zero point per tensor or per column;
-* ``Q(add(DQ(a), DQ(b)))`` becomes ``qnn.add`` (QLinearAdd's arithmetic);
+* ``Q(add(DQ(a), DQ(b)) [relu])`` becomes ``qnn.add`` (QLinearAdd's arithmetic; a ReLU as
+  in a convolution's group: a residual block's);
+* ``Q(global_avg_pool2d(DQ(x)))`` becomes ``requantize(sum(int32(x)) - zx * HW, sx / (sy *
+  HW), zy)``: QLinearGlobalAveragePool's arithmetic, which onnxruntime's QDQ transformer
+  turns the group into (the int32 sum of the codes, its multiplier in float32 as MLAS
+  computes it, rounded half to even and saturated);
 * ``Q(DQ(x))`` with the same scale, zero point and type is ``x`` exactly, and so is
   ``Q(m(DQ(x)))`` for the data movement ops ``m`` (reshape, transpose, max pooling), which
   commute with a monotonic elementwise map.
@@ -64,6 +69,7 @@ register_config(ENABLED_CONFIG, bool)
 _QUANTIZE, _DEQUANTIZE = Op.get("qnn.quantize"), Op.get("qnn.dequantize")
 _CONV2D, _BIAS_ADD, _RELU = Op.get("nn.conv2d"), Op.get("nn.bias_add"), Op.get("nn.relu")
 _MATMUL, _DENSE, _ADD = Op.get("matmul"), Op.get("nn.dense"), Op.get("add")
+_GLOBAL_AVG_POOL = Op.get("nn.global_avg_pool2d")
 # ops that move or select values without computing new ones
 _MOVEMENT = frozenset(Op.get(name) for name in ("reshape", "transpose", "nn.max_pool2d"))
 _EIGHT_BITS = qnn.INTEGER_KERNEL_DTYPES
@@ -149,7 +155,7 @@ class _Fuser(ir.ExprMutator):
         if scale.dtype != _F32:
             return None
         source = q.args[0]
-        for rule in (self._same_grid, self._movement, self._add, self._contraction):
+        for rule in (self._same_grid, self._movement, self._add, self._global_pool, self._contraction):
             fused = rule(source, _scalar(scale), _scalar(zero_point))
             if fused is not None:
                 return fused
@@ -174,6 +180,11 @@ class _Fuser(ir.ExprMutator):
         return Call(source.op, [inner, *(self.visit(a) for a in source.args[1:])], source.attrs)
 
     def _add(self, source: Expr, scale: np.ndarray, zero_point: np.ndarray) -> Expr | None:
+        relu = _call_of(source, _RELU)  # a residual block's add, then its ReLU
+        if relu is not None:
+            if not self._single_use(relu):
+                return None
+            source = relu.args[0]
         call = _call_of(source, _ADD)
         if call is None or not self._single_use(call):
             return None
@@ -182,9 +193,30 @@ class _Fuser(ir.ExprMutator):
             return None
         if not lhs.dtype == rhs.dtype == str(zero_point.dtype) or lhs.dtype not in _EIGHT_BITS:
             return None
-        return qnn.add(self.visit(lhs.data), _const(_scalar(lhs.scale)), _const(_scalar(lhs.zero_point)),
-                       self.visit(rhs.data), _const(_scalar(rhs.scale)), _const(_scalar(rhs.zero_point)),
-                       _const(scale), _const(zero_point))
+        result = qnn.add(self.visit(lhs.data), _const(_scalar(lhs.scale)), _const(_scalar(lhs.zero_point)),
+                         self.visit(rhs.data), _const(_scalar(rhs.scale)), _const(_scalar(rhs.zero_point)),
+                         _const(scale), _const(zero_point))
+        return _after_relu(result, zero_point) if relu is not None else result
+
+    def _global_pool(self, source: Expr, scale: np.ndarray, zero_point: np.ndarray) -> Expr | None:
+        call = _call_of(source, _GLOBAL_AVG_POOL)
+        if call is None or not self._single_use(call) or call.attrs["layout"] not in ("NCHW", "NHWC"):
+            return None
+        data = _dequantized(call.args[0])
+        if data is None or not data.per_tensor or data.dtype not in _EIGHT_BITS:
+            return None
+        if data.dtype != str(zero_point.dtype):  # QLinearGlobalAveragePool: one type in and out
+            return None
+        ty = data.data._checked_type
+        if not (isinstance(ty, TensorType) and ty.is_static and len(ty.shape) == 4):
+            return None
+        axes = (2, 3) if call.attrs["layout"] == "NCHW" else (1, 2)
+        pixels = int(ty.shape[axes[0]]) * int(ty.shape[axes[1]])
+        total = op.sum(op.cast(self.visit(data.data), "int32"), axis=axes, keepdims=True)
+        centered = op.subtract(total, _const(np.array(int(_scalar(data.zero_point)) * pixels, np.int32)))
+        # MLAS's multiplier: x_scale / (y_scale * pixels), each step in float32
+        multiplier = _F32(_scalar(data.scale)) / (_F32(scale) * _F32(pixels))
+        return qnn.requantize(centered, _const(np.asarray(multiplier, _F32)), _const(zero_point))
 
     def _contraction(self, source: Expr, scale: np.ndarray, zero_point: np.ndarray) -> Expr | None:
         relu = _call_of(source, _RELU)
@@ -217,9 +249,7 @@ class _Fuser(ir.ExprMutator):
         if bias is not None:
             acc = op.add(acc, _const(bias))
         result = qnn.requantize(acc, _const(multiplier.astype(_F32)), _const(zero_point))
-        if relu and zero_point != np.iinfo(zero_point.dtype).min:
-            result = op.maximum(result, _const(zero_point))
-        return result
+        return _after_relu(result, zero_point) if relu else result
 
     def _conv2d(self, conv: Call, data: _Dequantized, weight: _Dequantized, codes: np.ndarray,
                 bias: _Bias | None, scale: np.ndarray, zero_point: np.ndarray, relu: bool) -> Expr | None:
@@ -266,6 +296,14 @@ class _Fuser(ir.ExprMutator):
         multiplier = (product / scale).astype(_F32)
         return self._finish(acc, bias_codes, multiplier if multiplier.size > 1 else multiplier.reshape(()),
                             zero_point, relu)
+
+
+def _after_relu(result: Expr, zero_point: np.ndarray) -> Expr:
+    """Q(relu(v)) as max(Q(v), zy) (quantizing is monotonic and Q(0) is zy); nothing where
+    zy is the type's lowest value (onnxruntime drops such a ReLU too)."""
+    if zero_point == np.iinfo(zero_point.dtype).min:
+        return result
+    return op.maximum(result, _const(zero_point))
 
 
 def _per_channel(value: np.ndarray, channels: int, ndim: int, axis: int) -> np.ndarray | None:
