@@ -51,7 +51,7 @@ from passinfra.ir.dims import is_static as is_static_dim
 from passinfra.ir.types import TensorType, Type
 from passinfra.tir.intrinsics import QGEMM_INTRINSIC
 
-_F32, _F64, _I32 = "float32", "float64", "int32"
+_F32, _I32 = "float32", "int32"
 
 
 def _as(dtype: str, value: tir.PrimExpr) -> tir.PrimExpr:
@@ -157,28 +157,16 @@ def _binary_loads(inputs: Sequence[TensorHandle], idx: Indices, shape: tuple[int
     return values
 
 
-def _fused_multiply_add(x: tir.PrimExpr, y: tir.PrimExpr, z: tir.PrimExpr) -> tir.PrimExpr:
-    """``x * y + z`` rounded once to float32 through float64, as
-    :func:`passinfra.ir.op.quantize.fused_multiply_add` (no fmaf: the same bits, and the
-    same code, on a CPU without FMA)."""
-    return _as(_F32, _as(_F64, x) * _as(_F64, y) + _as(_F64, z))
-
-
 @register_compute("qnn.add")
 def _add(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> ComputeOp:
     out = _out(out_type)
-    same_shape = tuple(inputs[0].shape) == tuple(inputs[3].shape)
 
     def value(idx: Indices) -> tir.PrimExpr:
         lhs, lhs_scale, lhs_zero, rhs, rhs_scale, rhs_zero, out_scale, out_zero = _binary_loads(inputs, idx,
                                                                                                  out.shape)
         ratio_lhs, ratio_rhs = lhs_scale / out_scale, rhs_scale / out_scale
         fixed = _as(_F32, out_zero) - (ratio_lhs * _as(_F32, lhs_zero) + ratio_rhs * _as(_F32, rhs_zero))
-        if same_shape:  # fused multiply-adds, b's term first (ir/op/quantize.py)
-            inner = _fused_multiply_add(_as(_F32, rhs), ratio_rhs, fixed)
-            total = _fused_multiply_add(_as(_F32, lhs), ratio_lhs, inner)
-        else:
-            total = (fixed + _as(_F32, lhs) * ratio_lhs) + _as(_F32, rhs) * ratio_rhs
+        total = (fixed + _as(_F32, lhs) * ratio_lhs) + _as(_F32, rhs) * ratio_rhs
         return round_saturate(total, out.dtype)
 
     return ComputeOp("qnn.add", out.shape, out.dtype, value)

@@ -41,17 +41,16 @@ clamp does):
   ``(alpha * a_scale * b_scale) / y_scale`` for QGemm, and
   ``x_scale / (y_scale * float(image_size))`` for QLinearGlobalAveragePool.
 * add: with ``rA = sa / sc`` and ``rB = sb / sc``, ``fixed = float(zc) - (rA * float(za)
-  + rB * float(zb))``; for operands of one shape ``saturate(rne(fma(float(a), rA,
-  fma(float(b), rB, fixed))))``, the fused multiply-adds of onnxruntime's AVX2 kernel (all
-  x86-64 CPUs with AVX2), ``b``'s term first, each rounded once (computed in float64:
-  :func:`fused_multiply_add`); for operands that broadcast, ``saturate(rne((fixed +
-  float(a) * rA) + float(b) * rB))``, MLAS's SSE2 formula, each operation rounded (its
-  AVX2 kernel for an operand that is a scalar within the broadcast span adds that operand
-  to ``fixed`` first: there the two can differ by 1 where the exact value lies within a
-  float32 rounding error of a half-integer). The formulas differ in those cases too:
-  ``b = 125, a - za = 0`` with ``rB = 0.004 / 0.04`` is ``12.5000011`` by the SSE2 one
-  and exactly ``12.5`` fused, so 13 against 12, a step that propagates through a
-  ResNet-50 to a fifth of its logits. The NEON kernel uses fixed-point arithmetic.
+  + rB * float(zb))``, then ``saturate(rne((fixed + float(a) * rA) + float(b) * rB))``:
+  the formula of MLAS's SSE2 QLinearAdd kernel, each operation rounded to float32.
+  onnxruntime's AVX2 kernel (used on x86-64 CPUs with AVX2) evaluates it with fused
+  multiply-adds and ``b``'s term first, ``fma(a, rA, fma(b, rB, fixed))``, and its kernel
+  for an operand that is a scalar within the broadcast span adds that operand to
+  ``fixed`` first; the NEON kernel uses fixed-point arithmetic. Those round differently
+  where the exact value lies within a float32 rounding error of a half-integer: there
+  onnxruntime's result is 1 away from this one (``b - zb = 125`` with ``rB = 0.004 /
+  0.04``: ``12.5000011`` here, exactly ``12.5`` there, so 13 against 12; in a ResNet-50
+  that one step propagates to a fifth of the logits, each one step off).
 * mul: ``saturate(rne(float((a - za) * (b - zb)) * ((sa * sb) / sc) + float(zc)))``,
   the zero point added in float32 before rounding, as MLAS's QLinearMul (SSE2 and NEON).
 * dynamic_quantize: ``lo = min(0, min(x))``, ``hi = max(0, max(x))``, ``scale = (hi - lo)
@@ -443,23 +442,12 @@ def _binary_args(args: Sequence[Any]) -> tuple[np.ndarray, ...]:
     return tuple(np.asarray(a) for a in args)
 
 
-def fused_multiply_add(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> np.ndarray:
-    """``x * y + z`` of float32 operands rounded once to float32, computed in float64 (the
-    product of two float32 values is exact there, and so is the sum while the operands'
-    bits span at most 53: qnn.add's, an 8-bit code times a scale ratio plus a float32,
-    for scale ratios within 2^20 of each other), as the generated C computes it too."""
-    return (x.astype(np.float64) * y.astype(np.float64) + z.astype(np.float64)).astype(_F32)
-
-
 def _add_impl(args: Sequence[Any], attrs: Attrs) -> np.ndarray:
     lhs, lhs_scale, lhs_zero, rhs, rhs_scale, rhs_zero, out_scale, out_zero = _binary_args(args)
     with np.errstate(all="ignore"):
         ratio_lhs, ratio_rhs = _f32(lhs_scale) / _f32(out_scale), _f32(rhs_scale) / _f32(out_scale)
         fixed = _f32(out_zero) - (ratio_lhs * _f32(lhs_zero) + ratio_rhs * _f32(rhs_zero))
-        if lhs.shape == rhs.shape:  # onnxruntime's AVX2 kernel: b's term first, fused
-            values = fused_multiply_add(_f32(lhs), ratio_lhs, fused_multiply_add(_f32(rhs), ratio_rhs, fixed))
-        else:
-            values = (fixed + _f32(lhs) * ratio_lhs) + _f32(rhs) * ratio_rhs
+        values = (fixed + _f32(lhs) * ratio_lhs) + _f32(rhs) * ratio_rhs
     return round_saturate(values, lhs.dtype.name)
 
 
