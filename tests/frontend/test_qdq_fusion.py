@@ -138,6 +138,7 @@ _CONVOLUTIONS = ("shape", "out_channels", "kernel", "stride", "pad", "groups", "
 
 @pytest.mark.parametrize(_CONVOLUTIONS, [
     ((1, 16, 9, 9), 24, 1, 1, 0, 1, "uint8", True),  # pointwise: the data is the GEMM's matrix
+    ((1, 64, 7, 9), 40, 1, 1, 0, 1, "uint8", True),  # 64 channels: AMX reads 32 of the 63 rows in place
     ((1, 8, 11, 9), 40, 3, 2, 1, 1, "uint8", True),  # im2col with padding, 5 x 5 = 25 rows
     ((2, 3, 12, 12), 16, 3, 1, 1, 1, "int8", False),  # 27 products a sum: the float kernels too
     ((1, 6, 12, 12), 16, 3, 1, 1, 1, "int8", True),  # 54: the integer GEMM
@@ -207,6 +208,7 @@ def _matmul_model(rows: int, k: int, n: int, op: str, per_channel: bool, act: st
     (1, 64, 40, "MatMul", True, "int8"),
     (33, 70, 48, "MatMul", False, "uint8"),
     (4, 96, 10, "Gemm", True, "uint8"),
+    (70, 128, 40, "MatMul", True, "uint8"),  # uint8 rows of 128: read in place but the last 6
 ])
 def test_a_qdq_matmul_is_onnxruntime_s_exactly(rows, k, n, op, per_channel, act, cache_dir):
     model, feeds = _matmul_model(rows, k, n, op, per_channel, act)

@@ -103,6 +103,11 @@ typedef struct {
   const uint8_t* data;     /* the image at the group's first channel (rp_qgemm_group) */
   const uint8_t* pad_row;  /* the image's zero point, a group's channels of it: a tap in the padding */
   uint8_t flip;            /* 0x80 for an int8 image (A' = A ^ 0x80) */
+  /* AMX reading A in place (a uint8 A, so A' is A, with K whole steps of 64 and no row
+     sums to make: a pointwise convolution's data): its rows below rows_full (whole steps of
+     32), tile loads K bytes apart; the last partial step comes from the tiles as made */
+  const uint8_t* rows;
+  int64_t rows_full;
 } rp_qgemm;
 
 static uint32_t rp_qgemm_za(const rp_qgemm* g, int64_t m) {
@@ -493,14 +498,21 @@ __attribute__((target("amx-tile,amx-int8")))
 static void rp_qgemm_tile_amx(const rp_qgemm* g, int64_t m, const uint8_t* panel, const uint8_t* tail,
                               uint32_t* sums, int64_t cols, int stream) {
   const int64_t tile = 16 * RP_QGEMM_DEPTH, steps = g->Kp / RP_QGEMM_DEPTH;
+  /* the two A' tiles of a step: 16 rows each, a step of k apart by `next`, rows `pitch` apart */
   const uint8_t* a = g->tiles + (m - g->a_first) / 16 * steps * tile;
+  const uint8_t* b = a + steps * tile;
+  int64_t next = tile, pitch = RP_QGEMM_DEPTH;
+  if (g->rows && m < g->rows_full) {  /* in place */
+    a = g->rows + m * g->K, b = a + 16 * g->K;
+    next = RP_QGEMM_DEPTH, pitch = g->K;
+  }
   const int stride = RP_QGEMM_COLUMNS * sizeof(uint32_t);
   _tile_zero(0);
   _tile_zero(2);
   if (cols <= 16) {
     for (int64_t k = 0; k < g->Kp; k += RP_QGEMM_DEPTH) {
-      _tile_loadd(4, a + k / RP_QGEMM_DEPTH * tile, RP_QGEMM_DEPTH);
-      _tile_loadd(5, a + (steps + k / RP_QGEMM_DEPTH) * tile, RP_QGEMM_DEPTH);
+      _tile_loadd(4, a + k / RP_QGEMM_DEPTH * next, pitch);
+      _tile_loadd(5, b + k / RP_QGEMM_DEPTH * next, pitch);
       _tile_loadd(6, k + RP_QGEMM_DEPTH <= g->K4 ? panel + k * g->width : tail, 4 * g->width);
       _tile_dpbusd(0, 4, 6);
       _tile_dpbusd(2, 5, 6);
@@ -512,13 +524,13 @@ static void rp_qgemm_tile_amx(const rp_qgemm* g, int64_t m, const uint8_t* panel
   _tile_zero(1);
   _tile_zero(3);
   for (int64_t k = 0; k < g->Kp; k += RP_QGEMM_DEPTH) {
-    _tile_loadd(4, a + k / RP_QGEMM_DEPTH * tile, RP_QGEMM_DEPTH);
-    _tile_loadd(5, a + (steps + k / RP_QGEMM_DEPTH) * tile, RP_QGEMM_DEPTH);
-    const uint8_t* b = k + RP_QGEMM_DEPTH <= g->K4 ? panel + k * RP_QGEMM_COLUMNS : tail;
+    _tile_loadd(4, a + k / RP_QGEMM_DEPTH * next, pitch);
+    _tile_loadd(5, b + k / RP_QGEMM_DEPTH * next, pitch);
+    const uint8_t* w = k + RP_QGEMM_DEPTH <= g->K4 ? panel + k * RP_QGEMM_COLUMNS : tail;
     for (int line = 0; stream && line < RP_QGEMM_DEPTH * RP_QGEMM_COLUMNS; line += 64)
       _mm_prefetch((const char*)(panel + (k + RP_QGEMM_PREFETCH) * RP_QGEMM_COLUMNS) + line, _MM_HINT_T0);
-    _tile_loadd(6, b, 4 * RP_QGEMM_COLUMNS);
-    _tile_loadd(7, b + 64, 4 * RP_QGEMM_COLUMNS);
+    _tile_loadd(6, w, 4 * RP_QGEMM_COLUMNS);
+    _tile_loadd(7, w + 64, 4 * RP_QGEMM_COLUMNS);
     _tile_dpbusd(0, 4, 6);
     _tile_dpbusd(1, 4, 7);
     _tile_dpbusd(2, 5, 6);
@@ -764,6 +776,7 @@ typedef struct {
   uint8_t flip;
   int avx2, amx;
   int rowsums;                  /* 0: every zb' is 0, so no value reads a row's sum (left 0) */
+  int64_t copy_from;            /* rows below it AMX reads in place (rp_qgemm.rows): not made */
 } rp_qgemm_operand;
 
 /* row m of group `group` of the im2col matrix: for each tap the group's channels of the
@@ -861,6 +874,7 @@ __attribute__((target("avx2"))) static uint32_t rp_qgemm_tile_row_sum_avx2(const
    past K */
 __attribute__((target("avx2"))) static void rp_qgemm_prepare_tiles(const rp_qgemm_operand* p, int64_t begin,
                                                                    int64_t end) {
+  if (begin < p->copy_from) begin = p->copy_from < end ? p->copy_from : end;  /* (one group then) */
   const int64_t steps = p->Kp / RP_QGEMM_DEPTH;
   const rp_qgemm_image* c = p->image;
   int64_t group = begin / p->M, row = begin % p->M, n = 0, oh = 0, ow = 0;
@@ -1059,6 +1073,12 @@ static int rp_qgemm_run(const void* A, const rp_qgemm_image* image, const void* 
                 (int)b_signed, (int)b_packed, body, (K + 3) / 4 * 4, image, direct ? (const uint8_t*)A : 0,
                 pad_row, (uint8_t)(a_signed ? 0x80 : 0)};
   operand.rowsums = !centered;
+  /* a uint8 A of whole 64-byte steps (A' is A), no row sums, one group: AMX reads its whole
+     steps of rows in place, and only a last partial step is copied into tiles */
+  if (amx && !image && !a_signed && K % RP_QGEMM_DEPTH == 0 && centered && groups == 1) {
+    g.rows = (const uint8_t*)A, g.rows_full = M / RP_QGEMM_AMX_ROWS * RP_QGEMM_AMX_ROWS;
+    operand.copy_from = g.rows_full;
+  }
   const int64_t block_rows = M < RP_QGEMM_BLOCK_ROWS ? M : RP_QGEMM_BLOCK_ROWS;
   uint8_t* packed = 0;
   int status = 0;
