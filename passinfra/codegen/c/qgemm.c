@@ -1062,7 +1062,7 @@ static int rp_qgemm_run(const void* A, const rp_qgemm_image* image, const void* 
                                                   row % 16) * RP_QGEMM_DEPTH, 0, RP_QGEMM_DEPTH);
   rp_qgemm_operand operand = {(const uint8_t*)A, image, image ? *(const uint8_t*)za : 0, Au, tiles, rowsum,
                                A16, M, K, Kp, 0, M, tile_rows, (uint8_t)(a_signed ? 0x80 : 0), level >= 1,
-                               amx, 1};
+                               amx, 1, 0};
   const int quantize = epilogue->out_type != 0;
   const int32_t out_zero = !quantize ? 0
                            : epilogue->out_type == 1 ? *(const uint8_t*)epilogue->zero : *(const int8_t*)epilogue->zero;
@@ -1071,7 +1071,7 @@ static int rp_qgemm_run(const void* A, const rp_qgemm_image* image, const void* 
                 epilogue->bias_kind, epilogue->multiplier_step, out_zero, (int)epilogue->out_type,
                 M, N, K, Kp, za_step, zb_step, groups * N, groups, width, 0, M, tile_rows, (int)a_signed,
                 (int)b_signed, (int)b_packed, body, (K + 3) / 4 * 4, image, direct ? (const uint8_t*)A : 0,
-                pad_row, (uint8_t)(a_signed ? 0x80 : 0)};
+                pad_row, (uint8_t)(a_signed ? 0x80 : 0), 0, 0};
   operand.rowsums = !centered;
   /* a uint8 A of whole 64-byte steps (A' is A), no row sums, one group: AMX reads its whole
      steps of rows in place, and only a last partial step is copied into tiles */
