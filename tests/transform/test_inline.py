@@ -78,6 +78,16 @@ def test_an_inlined_argument_shared_by_two_calls_binds_fresh_vars_at_the_second(
     assert_pass_preserves_semantics(Inline, ir.IRModule({"f": _three_params_with_a_let(), "main": main}))
 
 
+def test_an_inlined_argument_read_inside_another_argument_too_binds_fresh_vars():
+    """f(tanh(h), h) with h an inlined call: found by the property test, which floated h's
+    chain out of the second argument with h's own vars, still bound where tanh reads h."""
+    x = ir.var("x", (2,))
+    f = ir.GlobalVar("f")
+    inner = ir.Call(f, [op.exp(x), op.tanh(x), op.negative(x)])
+    main = ir.Function([x], ir.Call(f, [op.tanh(inner), inner, x]))
+    assert_pass_preserves_semantics(Inline, ir.IRModule({"f": _three_params_with_a_let(), "main": main}))
+
+
 def test_function_used_as_a_value_is_kept():
     x, sq = ir.var("x", (2,)), ir.GlobalVar("sq")
     mod = ir.IRModule({"sq": square_plus_one(), "main": ir.Function([x], ir.Tuple([ir.Call(sq, [x]), sq]))})

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 import networkx as nx
 
 from passinfra.errors import IRError
-from passinfra.ir.analysis import bound_vars
+from passinfra.ir.analysis import bound_vars, use_counts
 from passinfra.ir.expr import Call, Constant, Expr, Function, GlobalVar, Let, Var
 from passinfra.ir.functor import ExprMutator
 from passinfra.ir.module import IRModule
@@ -70,10 +70,13 @@ def _is_inline(func: object) -> bool:
 
 
 class _CallInliner(ExprMutator):
-    def __init__(self, bodies: Mapping[GlobalVar, Function]) -> None:
+    def __init__(self, bodies: Mapping[GlobalVar, Function], func: Function) -> None:
         self._bodies = bodies
+        self._uses = use_counts(func)
         # the Let chains floated out of an argument so far, by identity (kept alive here):
-        # a chain shared by two calls binds its vars at the first, fresh ones at the others
+        # a chain shared by two calls binds its vars at the first, fresh ones at the others;
+        # and the chains an inlined call became that more than one node reads (floated out
+        # of one argument, still read in place by another: never floated with own vars)
         self._floated: dict[int, Expr] = {}
 
     def visit_call(self, call: Call) -> Expr:
@@ -81,7 +84,10 @@ class _CallInliner(ExprMutator):
         callee = self._bodies.get(new.op) if type(new.op) is GlobalVar else None
         if callee is None:
             return new
-        return _inline_call(callee, new.args, self._floated)
+        inlined = _inline_call(callee, new.args, self._floated)
+        if self._uses[call] > 1:
+            self._floated[id(inlined)] = inlined
+        return inlined
 
 
 def _inline_call(callee: Function, args: tuple, floated: dict[int, Expr]) -> Expr:
@@ -115,8 +121,9 @@ def _inline_call(callee: Function, args: tuple, floated: dict[int, Expr]) -> Exp
 def _float_chain(chain: Expr, bindings: list[tuple[Var, Expr]], floated: dict[int, Expr]) -> Expr:
     """Append the bindings of the Let chain ``chain`` to ``bindings``; returns its body.
     The first call site a chain is floated to binds its own vars (unique: nothing is
-    captured); a chain already floated at another call site (a shared argument) binds
-    fresh vars, since its own are bound there."""
+    captured); a chain in ``floated`` binds fresh vars, since its own are bound elsewhere
+    too: floated at another call site (a shared argument), or read in place by another
+    node (``@f(g(%3), %3)`` with ``%3`` an inlined call)."""
     renamed: dict[Var, Expr] | None = {} if id(chain) in floated else None
     floated[id(chain)] = chain
     while type(chain) is Let:
@@ -161,10 +168,10 @@ def inline_functions(mod: IRModule) -> IRModule:
         return mod
     bodies: dict[GlobalVar, Function] = {}
     for gv in _inline_order(mod, inline):
-        bodies[gv] = _CallInliner(bodies).visit(mod[gv])
+        bodies[gv] = _CallInliner(bodies, mod[gv]).visit(mod[gv])
     for gv, func in list(mod.items()):
         if isinstance(func, Function):
-            mod[gv] = bodies[gv] if gv in bodies else _CallInliner(bodies).visit(func)
+            mod[gv] = bodies[gv] if gv in bodies else _CallInliner(bodies, func).visit(func)
     still_used = {ref for func in mod.functions.values() for ref in referenced_globals(func)}
     for gv in inline:
         if gv not in still_used and gv.name_hint != ENTRY_FUNCTION:
