@@ -135,7 +135,8 @@ def dynamic_int8(model: onnx.ModelProto, tmp: str) -> onnx.ModelProto:
     return onnx.load(target)
 
 
-def static_qdq(model: onnx.ModelProto, tmp: str, operators: bool = False) -> onnx.ModelProto:
+def static_qdq(model: onnx.ModelProto, tmp: str, operators: bool = False,
+               reduce_range: bool = False) -> onnx.ModelProto:
     """``model`` through onnxruntime's documented flow: ``quant_pre_process`` (shape
     inference and onnxruntime's graph optimizations, which fold BatchNormalization into the
     convolutions), then ``quantize_static`` in the QDQ format (uint8 activations, int8
@@ -158,7 +159,8 @@ def static_qdq(model: onnx.ModelProto, tmp: str, operators: bool = False) -> onn
     quant_pre_process(str(source_path), str(path))
     quant_format = QuantFormat.QOperator if operators else QuantFormat.QDQ
     quantize_static(path, target, RandomBatches(), quant_format=quant_format,
-                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, per_channel=True)
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, per_channel=True,
+                    reduce_range=reduce_range)
     return onnx.load(target)
 
 

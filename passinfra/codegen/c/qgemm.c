@@ -94,9 +94,10 @@ typedef struct {
      block's from row a_first of one group (both 0: a work item's own, rp_qgemm_row_blocks) */
   int64_t a_first, a_group_rows, tile_group_rows;
   int a_signed, b_signed, b_packed;
-  int body;                /* 6: direct on AVX-VNNI, 5: AVX-VNNI (256-bit VPDPBUSD, no AVX-512),
-                              4: direct (rp_qgemm_tile_direct), 3: AMX (blocks of 16 rows or more; fewer
-                              on VNNI), 2: AVX-512 VNNI, 1: AVX2, 0: portable */
+  int body;                /* 7: AVX2 by VPMADDUBSW (a weight whose pairs fit 16 bits), 6: direct on
+                              AVX-VNNI, 5: AVX-VNNI (256-bit VPDPBUSD, no AVX-512), 4: direct
+                              (rp_qgemm_tile_direct), 3: AMX (blocks of 16 rows or more; fewer on
+                              VNNI), 2: AVX-512 VNNI, 1: AVX2 widening to 16 bits, 0: portable */
   int64_t K4;              /* K rounded up to 4: the k of a panel (A' holds Kp, whole AMX steps) */
   /* body 4: a convolution's A' read from its image in place, no im2col */
   const rp_qgemm_image* image;
@@ -544,37 +545,44 @@ static void rp_qgemm_tile_amx(const rp_qgemm* g, int64_t m, const uint8_t* panel
 
 /* ----------------------------------------------------------------------------- AVX2 */
 
-/* ROWS rows over one panel, 8 columns at a time (four times, twice for a narrow one): 16 bytes of the panel (4 columns x 4 k)
-   widen to 16 int16, VPMADDWD with the row's four k (int16, from A16, repeated) gives each
-   column's two pair sums in adjacent int32 lanes, added at the end */
-#define RP_QGEMM_AVX2_TILE(ROWS)                                                                        \
+/* one row over one panel, the panel read once in its order (a decode step's GEMM reads its
+   weight from memory: one pass, not one per 8 columns): for each group of four k, each 16
+   bytes of it (4 columns x 4 k) widen to 16 int16, VPMADDWD with the row's four k (int16,
+   from A16, repeated) gives each column's two pair sums in adjacent int32 lanes, added at the
+   end. Q: the panel's vectors of 8 columns (4 wide, 2 narrow) */
+#ifndef RP_QGEMM_STREAM_AHEAD
+#define RP_QGEMM_STREAM_AHEAD 1024
+#endif
+#define RP_QGEMM_AVX2_ONE(Q)                                                                            \
   __attribute__((target("avx2")))                                                                      \
-  static void rp_qgemm_tile_avx2_##ROWS(const rp_qgemm* g, int64_t m, const uint8_t* panel,           \
-                                        uint32_t* sums) {                                              \
-    for (int q = 0; q < g->width / 8; q++) {                                                           \
-      __m256i acc[ROWS][2];                                                                            \
-      _Pragma("GCC unroll 4") for (int r = 0; r < ROWS; r++) acc[r][0] = acc[r][1] = _mm256_setzero_si256(); \
-      for (int64_t k = 0; k < g->K4; k += 4) {                                                         \
-        const uint8_t* bk = panel + k * g->width + 32 * q;                                             \
-        const __m256i b0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)bk));                 \
-        const __m256i b1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(bk + 16)));          \
-        _Pragma("GCC unroll 4") for (int r = 0; r < ROWS; r++) {                                       \
-          int64_t four;                                                                                \
-          memcpy(&four, g->A16 + (m + r - g->a_first) * g->Kp + k, 8);                                 \
-          const __m256i a = _mm256_set1_epi64x(four);                                                  \
-          acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(a, b0));                           \
-          acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(a, b1));                           \
-        }                                                                                              \
-      }                                                                                                \
-      for (int r = 0; r < ROWS; r++) {                                                                 \
-        uint32_t pairs[16];                                                                            \
-        _mm256_storeu_si256((__m256i*)pairs, acc[r][0]);                                               \
-        _mm256_storeu_si256((__m256i*)(pairs + 8), acc[r][1]);                                         \
-        for (int c = 0; c < 8; c++) sums[r * RP_QGEMM_COLUMNS + 8 * q + c] = pairs[2 * c] + pairs[2 * c + 1]; \
+  static void rp_qgemm_tile_avx2_1_##Q(const rp_qgemm* g, int64_t m, const uint8_t* panel,            \
+                                       uint32_t* sums) {                                               \
+    const int16_t* a0 = g->A16 + (m - g->a_first) * g->Kp;                                             \
+    __m256i acc[Q][2];                                                                                 \
+    _Pragma("GCC unroll 4") for (int q = 0; q < Q; q++) acc[q][0] = acc[q][1] = _mm256_setzero_si256(); \
+    const uint8_t* bk = panel;                                                                         \
+    for (int64_t k = 0; k < g->K4; k += 4, bk += 32 * Q) {                                              \
+      int64_t four;                                                                                    \
+      memcpy(&four, a0 + k, 8);                                                                        \
+      const __m256i a = _mm256_set1_epi64x(four);                                                      \
+      _mm_prefetch((const char*)(bk + RP_QGEMM_STREAM_AHEAD), _MM_HINT_T0);                           \
+      _mm_prefetch((const char*)(bk + RP_QGEMM_STREAM_AHEAD + 64), _MM_HINT_T0);                      \
+      _Pragma("GCC unroll 4") for (int q = 0; q < Q; q++) {                                            \
+        const __m256i b0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(bk + 32 * q)));       \
+        const __m256i b1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(bk + 32 * q + 16)));  \
+        acc[q][0] = _mm256_add_epi32(acc[q][0], _mm256_madd_epi16(a, b0));                             \
+        acc[q][1] = _mm256_add_epi32(acc[q][1], _mm256_madd_epi16(a, b1));                             \
       }                                                                                                \
     }                                                                                                  \
+    for (int q = 0; q < Q; q++) {                                                                      \
+      uint32_t pairs[16];                                                                              \
+      _mm256_storeu_si256((__m256i*)pairs, acc[q][0]);                                                 \
+      _mm256_storeu_si256((__m256i*)(pairs + 8), acc[q][1]);                                           \
+      for (int c = 0; c < 8; c++) sums[8 * q + c] = pairs[2 * c] + pairs[2 * c + 1];                   \
+    }                                                                                                  \
   }
-RP_QGEMM_AVX2_TILE(1)
+RP_QGEMM_AVX2_ONE(4)
+RP_QGEMM_AVX2_ONE(2)
 
 /* the same for four rows, the eight accumulators named (as an array GCC kept one of them
    in memory and moved the others between registers every step: ResNet-50 QDQ with the
@@ -615,6 +623,112 @@ static void rp_qgemm_tile_avx2_4(const rp_qgemm* g, int64_t m, const uint8_t* pa
   }
 }
 
+/* ------------------------------------------------------------- AVX2, VPMADDUBSW (body 7) */
+
+/* Where every pair of B' (k = 2j and 2j + 1 of a column) has |b0 + b1| <= 128, VPMADDUBSW
+   cannot saturate: for b0 and b1 of one sign |a0 * b0 + a1 * b1| <= 255 * (|b0| + |b1|) =
+   255 * |b0 + b1| <= 32640, and of opposite signs the two products cancel, |a0 * b0 + a1 *
+   b1| <= 255 * 128. Then VPMADDUBSW (u8 x s8 pairs in int16), VPMADDWD with ones and
+   VPADDD are exact: onnxruntime's AVX2 u8 x s8 steps, on this weight without its
+   saturation, with a third fewer instructions a product than widening to 16 bits (ResNet-50
+   of 7-bit weights, one thread of a Zen 3: see bench/results_quantized_avx2.md). A weight
+   of 7 bits (onnxruntime's reduce_range, which its documentation advises for U8S8 on AVX2)
+   always fits; one of the full 8 rarely does, and runs on the widening body (1). */
+__attribute__((target("avx2"))) static int rp_qgemm_pairs_fit_avx2(const uint8_t* panel, int64_t bytes) {
+  const __m256i ones = _mm256_set1_epi8(1);
+  __m256i most = _mm256_setzero_si256();
+  int64_t i = 0;
+  for (; i + 32 <= bytes; i += 32)  /* b0 + b1 of each pair, exact in int16 */
+    most = _mm256_max_epi16(most, _mm256_abs_epi16(_mm256_maddubs_epi16(ones, _mm256_loadu_si256((const __m256i*)(panel + i)))));
+  int16_t lanes[16];
+  _mm256_storeu_si256((__m256i*)lanes, most);
+  int fits = 1;
+  for (int j = 0; j < 16; j++) fits &= lanes[j] <= 128;
+  for (; i + 2 <= bytes; i += 2) fits &= abs((int8_t)panel[i] + (int8_t)panel[i + 1]) <= 128;
+  return fits;
+}
+
+/* whether every panel's pairs fit (rp_qgemm_fits: one flag a panel, set where one does not) */
+typedef struct {
+  const uint8_t* B;
+  int64_t panel_bytes, bytes;  /* a panel's, and of its k (the column sums follow) */
+  int misfit;
+} rp_qgemm_fits;
+
+static int rp_qgemm_check_panels(void* ctx, int64_t begin, int64_t end) {
+  rp_qgemm_fits* f = (rp_qgemm_fits*)ctx;
+  for (int64_t i = begin; i < end && !__atomic_load_n(&f->misfit, __ATOMIC_RELAXED); i++)
+    if (!rp_qgemm_pairs_fit_avx2(f->B + i * f->panel_bytes, f->bytes)) __atomic_store_n(&f->misfit, 1, __ATOMIC_RELAXED);
+  return 0;
+}
+
+#define RP_QGEMM_UBS_MIN_ROWS 4
+
+#define RP_QGEMM_UBS(acc, a, b) acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), ones))
+
+static inline __attribute__((target("avx2"), always_inline)) __m256i rp_qgemm_quad_avx2(const uint8_t* row) {
+  int32_t quad;
+  memcpy(&quad, row, 4);
+  return _mm256_set1_epi32(quad);
+}
+
+/* four rows over a panel, 16 columns at a time: each lane of an accumulator is one column's
+   sum (VPMADDWD adds the pairs of its four k), stored as it is */
+__attribute__((target("avx2")))
+static void rp_qgemm_tile_ubs_4(const rp_qgemm* g, int64_t m, const uint8_t* panel, uint32_t* sums) {
+  const uint8_t* a0 = g->A + (m - g->a_first) * g->Kp;
+  const uint8_t *a1 = a0 + g->Kp, *a2 = a1 + g->Kp, *a3 = a2 + g->Kp;
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int h = 0; h < g->width / 16; h++) {
+    __m256i acc00 = _mm256_setzero_si256(), acc01 = acc00, acc10 = acc00, acc11 = acc00;
+    __m256i acc20 = acc00, acc21 = acc00, acc30 = acc00, acc31 = acc00;
+    const uint8_t* bk = panel + 64 * h;
+    for (int64_t k = 0; k < g->K4; k += 4, bk += 4 * g->width) {
+      const __m256i b0 = _mm256_loadu_si256((const __m256i*)bk), b1 = _mm256_loadu_si256((const __m256i*)(bk + 32));
+      __m256i a = rp_qgemm_quad_avx2(a0 + k);
+      RP_QGEMM_UBS(acc00, a, b0);
+      RP_QGEMM_UBS(acc01, a, b1);
+      a = rp_qgemm_quad_avx2(a1 + k);
+      RP_QGEMM_UBS(acc10, a, b0);
+      RP_QGEMM_UBS(acc11, a, b1);
+      a = rp_qgemm_quad_avx2(a2 + k);
+      RP_QGEMM_UBS(acc20, a, b0);
+      RP_QGEMM_UBS(acc21, a, b1);
+      a = rp_qgemm_quad_avx2(a3 + k);
+      RP_QGEMM_UBS(acc30, a, b0);
+      RP_QGEMM_UBS(acc31, a, b1);
+    }
+    uint32_t* s = sums + 16 * h;
+    _mm256_storeu_si256((__m256i*)s, acc00), _mm256_storeu_si256((__m256i*)(s + 8), acc01);
+    s += RP_QGEMM_COLUMNS;
+    _mm256_storeu_si256((__m256i*)s, acc10), _mm256_storeu_si256((__m256i*)(s + 8), acc11);
+    s += RP_QGEMM_COLUMNS;
+    _mm256_storeu_si256((__m256i*)s, acc20), _mm256_storeu_si256((__m256i*)(s + 8), acc21);
+    s += RP_QGEMM_COLUMNS;
+    _mm256_storeu_si256((__m256i*)s, acc30), _mm256_storeu_si256((__m256i*)(s + 8), acc31);
+  }
+}
+
+/* one row over a panel, read once in its order; Q vectors of 8 columns */
+#define RP_QGEMM_UBS_ONE(Q)                                                                             \
+  __attribute__((target("avx2")))                                                                      \
+  static void rp_qgemm_tile_ubs_1_##Q(const rp_qgemm* g, int64_t m, const uint8_t* panel,             \
+                                      uint32_t* sums) {                                                \
+    const uint8_t* a0 = g->A + (m - g->a_first) * g->Kp;                                               \
+    const __m256i ones = _mm256_set1_epi16(1);                                                         \
+    __m256i acc[Q];                                                                                    \
+    _Pragma("GCC unroll 4") for (int q = 0; q < Q; q++) acc[q] = _mm256_setzero_si256();               \
+    const uint8_t* bk = panel;                                                                         \
+    for (int64_t k = 0; k < g->K4; k += 4, bk += 32 * Q) {                                              \
+      const __m256i a = rp_qgemm_quad_avx2(a0 + k);                                                    \
+      _Pragma("GCC unroll 4") for (int q = 0; q < Q; q++)                                              \
+        RP_QGEMM_UBS(acc[q], a, _mm256_loadu_si256((const __m256i*)(bk + 32 * q)));                    \
+    }                                                                                                  \
+    for (int q = 0; q < Q; q++) _mm256_storeu_si256((__m256i*)(sums + 8 * q), acc[q]);                 \
+  }
+RP_QGEMM_UBS_ONE(4)
+RP_QGEMM_UBS_ONE(2)
+
 /* ----------------------------------------------------------------------------- portable */
 
 static void rp_qgemm_tile_c(const rp_qgemm* g, int64_t m, const uint8_t* panel, uint32_t* sums) {
@@ -633,6 +747,11 @@ static int rp_qgemm_rows(const rp_qgemm* g, int body, int64_t m, const uint8_t* 
                          uint32_t* sums, int64_t cols, int stream) {
   const int64_t left = g->M - m;
   /* AMX: the tiles hold zero rows up to a whole step, so a last step of fewer rows is one too */
+  if (body == 7) {
+    if (left >= 4) return rp_qgemm_tile_ubs_4(g, m, panel, sums), 4;
+    if (g->width == RP_QGEMM_COLUMNS) return rp_qgemm_tile_ubs_1_4(g, m, panel, sums), 1;
+    return rp_qgemm_tile_ubs_1_2(g, m, panel, sums), 1;
+  }
   if (body == 3) return rp_qgemm_tile_amx(g, m, panel, tail, sums, cols, stream), RP_QGEMM_AMX_ROWS;
   if (body == 4) {  /* 8 rows: eight chains of VPDPBUSD in flight, its latency hidden */
     if (left >= 8) return rp_qgemm_tile_direct_8(g, m, panel, sums), 8;
@@ -663,7 +782,8 @@ static int rp_qgemm_rows(const rp_qgemm* g, int body, int64_t m, const uint8_t* 
   }
   if (body == 1) {
     if (left >= 4) return rp_qgemm_tile_avx2_4(g, m, panel, sums), 4;
-    return rp_qgemm_tile_avx2_1(g, m, panel, sums), 1;
+    if (g->width == RP_QGEMM_COLUMNS) return rp_qgemm_tile_avx2_1_4(g, m, panel, sums), 1;
+    return rp_qgemm_tile_avx2_1_2(g, m, panel, sums), 1;
   }
   return rp_qgemm_tile_c(g, m, panel, sums), 1;
 }
@@ -747,14 +867,31 @@ static void rp_qgemm_item(const rp_qgemm* all, int64_t group, int64_t first, int
   }
 }
 
+/* The work items of a parallel loop, claimed one at a time by whichever thread is free
+   (each chunk rp_parallel_for hands out takes items until none is left): with the items
+   split in one run a thread, the loop waits for the slowest thread, and a core that
+   another process shares runs its run late (dynamic int8, one row, two threads on a
+   shared 2-core machine: see bench/results_quantized_avx2.md). An item's sums do not
+   depend on which thread computes it. */
+typedef struct {
+  const void* ctx;
+  int64_t extent, next;
+} rp_qgemm_claims;
+
+static int64_t rp_qgemm_claim(rp_qgemm_claims* c) {
+  return __atomic_fetch_add(&c->next, 1, __ATOMIC_RELAXED);
+}
+
 /* work item i: group i / (blocks * panels), the rows of its block i / panels % blocks by the
    columns of its panel i % panels (A' made before) */
 static int rp_qgemm_blocks(void* ctx, int64_t begin, int64_t end) {
-  const rp_qgemm* all = (const rp_qgemm*)ctx;
+  rp_qgemm_claims* claims = (rp_qgemm_claims*)ctx;
+  const rp_qgemm* all = (const rp_qgemm*)claims->ctx;
   const int64_t panels = (all->N + all->width - 1) / all->width;
   const int64_t blocks = (all->M + RP_QGEMM_BLOCK_ROWS - 1) / RP_QGEMM_BLOCK_ROWS;
+  (void)begin, (void)end;
   if (all->body == 3) rp_qgemm_amx_begin();
-  for (int64_t i = begin; i < end; i++) {
+  for (int64_t i = rp_qgemm_claim(claims); i < claims->extent; i = rp_qgemm_claim(claims)) {
     const int64_t first = i / panels % blocks * RP_QGEMM_BLOCK_ROWS;
     const int64_t last = first + RP_QGEMM_BLOCK_ROWS < all->M ? first + RP_QGEMM_BLOCK_ROWS : all->M;
     rp_qgemm_item(all, i / (blocks * panels), first, last, i % panels);
@@ -968,7 +1105,9 @@ typedef struct {
 } rp_qgemm_rowwise;
 
 static int rp_qgemm_row_blocks(void* ctx, int64_t begin, int64_t end) {
-  const rp_qgemm_rowwise* w = (const rp_qgemm_rowwise*)ctx;
+  rp_qgemm_claims* claims = (rp_qgemm_claims*)ctx;
+  const rp_qgemm_rowwise* w = (const rp_qgemm_rowwise*)claims->ctx;
+  (void)begin, (void)end;
   const int64_t panels = (w->g->N + w->g->width - 1) / w->g->width;
   const int64_t blocks = (w->g->M + RP_QGEMM_BLOCK_ROWS - 1) / RP_QGEMM_BLOCK_ROWS;
   /* the block's A' in buffers of this call's own, reused block after block, so it stays in
@@ -989,7 +1128,7 @@ static int rp_qgemm_row_blocks(void* ctx, int64_t begin, int64_t end) {
   }
   g.a_group_rows = g.tile_group_rows = operand.a_group_rows = operand.tile_group_rows = 0;
   int status = 0;
-  for (int64_t i = begin; i < end && status == 0; i++) {
+  for (int64_t i = rp_qgemm_claim(claims); i < claims->extent && status == 0; i = rp_qgemm_claim(claims)) {
     const int64_t group = i / blocks, first = i % blocks * RP_QGEMM_BLOCK_ROWS;
     const int64_t last = first + RP_QGEMM_BLOCK_ROWS < g.M ? first + RP_QGEMM_BLOCK_ROWS : g.M;
     g.a_first = operand.a_first = first;
@@ -1000,6 +1139,14 @@ static int rp_qgemm_row_blocks(void* ctx, int64_t begin, int64_t end) {
   }
   free(buffer);
   return status;
+}
+
+/* the calls each body has run in this library (tests read them: which body a call took) */
+#define RP_QGEMM_BODIES 8
+static int64_t rp_qgemm_calls[RP_QGEMM_BODIES];
+
+int64_t rp_qgemm_body_calls(int body) {
+  return body >= 0 && body < RP_QGEMM_BODIES ? __atomic_load_n(&rp_qgemm_calls[body], __ATOMIC_RELAXED) : -1;
 }
 
 /* `groups` GEMMs of one shape in one call (1: one GEMM): A [groups, M, K] int8 (a_signed 1)
@@ -1037,7 +1184,17 @@ static int rp_qgemm_run(const void* A, const rp_qgemm_image* image, const void* 
   const int64_t cg = image ? K / (image->kh * image->kw) : 0;
   const int direct = image && (vnni || avxvnni) && width == RP_QGEMM_NARROW && cg % 4 == 0 && centered;
   const int amx = !direct && vnni && M >= 16 && rp_qgemm_amx_usable();
-  const int body = direct ? (vnni ? 4 : 6) : amx ? 3 : vnni ? 2 : avxvnni ? 5 : level >= 1 ? 1 : 0;
+  int body = direct ? (vnni ? 4 : 6) : amx ? 3 : vnni ? 2 : avxvnni ? 5 : level >= 1 ? 1 : 0;
+  /* AVX2: VPMADDUBSW where the stored weight's pairs fit (rp_qgemm_pairs_fit_avx2), checked
+     here, each call (a panel that does not ends the check): for at least this many rows, as
+     one row the check costs about what it saves */
+  if (body == 1 && b_packed && M >= RP_QGEMM_UBS_MIN_ROWS) {
+    const int64_t K4 = (K + 3) / 4 * 4;
+    rp_qgemm_fits fits = {(const uint8_t*)B, RP_QGEMM_PANEL(K4, width), K4 * width, 0};
+    if (rp_parallel_for(rp_qgemm_check_panels, &fits, groups * panels, K4 * width / 64 + 1) == 0 && !fits.misfit)
+      body = 7;
+  }
+  __atomic_add_fetch(&rp_qgemm_calls[body], 1, __ATOMIC_RELAXED);
   const int64_t blocks = (M + RP_QGEMM_BLOCK_ROWS - 1) / RP_QGEMM_BLOCK_ROWS;
   /* row mode (as many row blocks as panels, or more): each work item keeps its block's A'
      in buffers of its own (rp_qgemm_row_blocks); else A' of every row first, here */
@@ -1095,10 +1252,12 @@ static int rp_qgemm_run(const void* A, const rp_qgemm_image* image, const void* 
   const int64_t panel_work = block_rows * K * width / RP_MACS_PER_WORK + 1;
   if (status == 0 && rowwise) {
     rp_qgemm_rowwise rowwise = {&g, &operand};
-    status = rp_parallel_for(rp_qgemm_row_blocks, &rowwise, groups * blocks, prepare_work + panels * panel_work);
+    rp_qgemm_claims claims = {&rowwise, groups * blocks, 0};
+    status = rp_parallel_for(rp_qgemm_row_blocks, &claims, claims.extent, prepare_work + panels * panel_work);
   } else if (status == 0) {
     if (!direct) status = rp_parallel_for(rp_qgemm_prepare, &operand, rows, K / 32 + 1);
-    if (status == 0) status = rp_parallel_for(rp_qgemm_blocks, &g, groups * blocks * panels, panel_work);
+    rp_qgemm_claims claims = {&g, groups * blocks * panels, 0};
+    if (status == 0) status = rp_parallel_for(rp_qgemm_blocks, &claims, claims.extent, panel_work);
   }
   free(packed);
   free(Au), free(rowsum), free(tiles), free(A16), free(pad_row);
