@@ -31,7 +31,7 @@ from raypass_cli.common import (
 )
 from raypass_cli.progress import BuildProgress
 from raypass_cli.report import print_timing
-from raypass_cli.trace import LOAD_SPAN, WRITE_SPAN, PassSpanRecorder, ProcessSpans, Span, write_trace
+from raypass_cli.trace import LOAD_SPAN, WRITE_SPAN, ProcessSpans, Span, pass_spans, write_trace
 from scheduler.stats import RunStats
 
 EMIT_KINDS = ("c", "ir")
@@ -116,8 +116,8 @@ def compile_model(
     from passinfra.build import compile_pipeline, link_pipeline, run_link
 
     kwargs = context_kwargs(args, _build_config(args))
-    timing, recorder = PassTimingInstrument(), PassSpanRecorder()
-    others = [timing, recorder, *_instruments(args)]
+    timing = PassTimingInstrument()
+    others = [timing, *_instruments(args)]
     # the display shows the plan the scheduler runs (it hands it over as the run starts),
     # then the link step, which the build runs in this process after it
     progress = BuildProgress([link_pipeline()], live=live_progress)
@@ -131,9 +131,9 @@ def compile_model(
             outcome.emitted = _emit(emit, scheduler.run(compile_pipeline(), mod), run_link)
         # read before the context exits: the timing instrument clears itself on exit
         outcome.timings = timing.timings()
+        outcome.spans = pass_spans(timing)
     outcome.seconds = time.perf_counter() - started
     outcome.stats = scheduler.last_run
-    outcome.spans = list(recorder.spans)
     return outcome
 
 

@@ -20,12 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from passinfra.instrument import PassInstrument
 from scheduler.stats import RunStats
 
 if TYPE_CHECKING:
-    from passinfra.ir.module import IRModule
-    from passinfra.transform.pass_info import PassInfo
+    from passinfra.instrument import PassTimingInstrument
 
 DRIVER_TID = 0
 TRACE_PID = 1
@@ -40,28 +38,12 @@ class Span:
     category: str
 
 
-class PassSpanRecorder(PassInstrument):
-    """Records the wall-clock span of every pass run in the driver."""
-
-    uses_module = False
-
-    def __init__(self) -> None:
-        self.spans: list[Span] = []
-        self._open: list[tuple[str, float, float]] = []
-
-    def run_before_pass(self, mod: IRModule, info: PassInfo) -> None:
-        self._open.append((info.name, time.time(), time.perf_counter()))
-
-    def run_after_pass(self, mod: IRModule, info: PassInfo) -> None:
-        self._close(info.name)
-
-    def on_pass_error(self, mod: IRModule, info: PassInfo, error: BaseException) -> None:
-        self._close(info.name)
-
-    def _close(self, name: str) -> None:
-        if self._open and self._open[-1][0] == name:
-            _, wall, started = self._open.pop()
-            self.spans.append(Span(name, wall, time.perf_counter() - started, "pass"))
+def pass_spans(timing: PassTimingInstrument) -> list[Span]:
+    """The wall-clock span of every pass run in the driver: the timing instrument's own
+    measurements (read before its context exits), so the trace's pass slices and the
+    timing table are one set of numbers (two instruments, each stamping its own hooks,
+    differed whenever the machine ran something else between their stamps)."""
+    return [Span(name, wall, seconds, "pass") for name, wall, seconds in timing.spans()]
 
 
 # ----- the process around the build ----------------------------------------------------------

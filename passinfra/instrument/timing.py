@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 class _Profile:
     name: str
     start: float = 0.0
+    wall: float = 0.0  # time.time() at the start, for timelines (start is perf_counter's)
     seconds: float | None = None  # None while the pass is running
     failed: bool = False
     children: list[_Profile] = field(default_factory=list)
@@ -61,7 +62,7 @@ class PassTimingInstrument(PassInstrument):
 
     # ----- hooks -------------------------------------------------------------------
     def run_before_pass(self, mod: IRModule, info: PassInfo) -> None:
-        node = _Profile(info.name, start=time.perf_counter())
+        node = _Profile(info.name, start=time.perf_counter(), wall=time.time())
         parent = self._open[-1] if self._open else self._root
         parent.children.append(node)
         self._open.append(node)
@@ -120,6 +121,21 @@ class PassTimingInstrument(PassInstrument):
         return found
 
     # ----- reports -------------------------------------------------------------------
+    def spans(self) -> list[tuple[str, float, float]]:
+        """Every finished pass run as (name, start as ``time.time()``, seconds), each after
+        the passes it ran (the order they finished): the same measurements as
+        :meth:`timings`, for a timeline that agrees with the table to the microsecond."""
+        result: list[tuple[str, float, float]] = []
+
+        def visit(node: _Profile) -> None:
+            for child in node.children:
+                visit(child)
+            if node is not self._root and node.seconds is not None:
+                result.append((node.name, node.wall, node.seconds))
+
+        visit(self._root)
+        return result
+
     def timings(self) -> list[dict[str, Any]]:
         """The tree as dicts: name, total_us, self_us, total_pct, parent_pct, failed,
         workers (``{"cpu_us", "functions", "worker_ids"}`` or None), children."""

@@ -7,6 +7,7 @@ generic runtime error.
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 from pass_testlib import make_add_abs_function, make_add_to_mul, make_module, make_tracer
@@ -121,6 +122,24 @@ def test_timing_is_cleared_on_exit_and_survives_a_failing_pass():
     # the failure is a query (failed_passes), never a suffix that breaks the line format
     assert "failing" in rendered and "[failed]" not in rendered
     assert timing.render() == "" and timing.timings() == []
+
+
+def test_timing_spans_are_the_table_s_measurements_in_finishing_order():
+    """The spans a trace draws (raypass compile --trace) are the timings' own numbers:
+    each pass after the passes it ran, its seconds the tree's total to the microsecond."""
+    timing = PassTimingInstrument()
+    before = time.time()
+    with PassContext(instruments=[timing]):
+        Sequential([make_add_to_mul(0, name="First"), make_add_to_mul(0, name="Second")], name="outer")(
+            make_module())
+        spans, tree = timing.spans(), timing.timings()
+    assert [name for name, _, _ in spans] == ["First", "Second", "outer"]
+    totals = {tree[0]["name"]: tree[0]["total_us"],
+              **{child["name"]: child["total_us"] for child in tree[0]["children"]}}
+    for name, wall, seconds in spans:
+        assert seconds * 1e6 == pytest.approx(totals[name], abs=1e-6)
+        assert before <= wall <= time.time()
+    assert spans[0][1] <= spans[1][1] and spans[2][1] <= spans[0][1]  # outer started first
 
 
 def test_timing_renders_while_a_pass_is_running():
