@@ -35,7 +35,16 @@ libraries load); the float32 / quantized ratio then has the AVX2 target of 1.3.
 onnxruntime still runs its own AVX-512/VNNI code here, so its column is not a
 comparison with the AVX2 paths and has no verdict.
 
-    python -m bench.quantized [--hidden H] [--mlp M] [--repeats N] [--max-isa avx2] [--output PATH]
+**7-bit weights** (``--reduce-range``): the int8 models once more, quantized with
+``reduce_range`` (weights in [-64, 63]), which onnxruntime's documentation advises for its
+u8 x s8 kernels on AVX2 without VNNI: their VPMADDUBSW adds pairs of products in 16 bits
+with saturation, so on such a CPU a full-range weight's sums are not exact in
+onnxruntime (raypass's are: it widens to 16 bits, half the products an instruction), and
+a 7-bit weight's are in both (raypass then takes VPMADDUBSW too). On a CPU without VNNI
+(an AMD Zen 3, ``bench/results_quantized_avx2_cpu.md``) both are a comparison.
+
+    python -m bench.quantized [--hidden H] [--mlp M] [--repeats N] [--max-isa avx2] [--reduce-range]
+                              [--output PATH]
 """
 
 from __future__ import annotations
@@ -65,6 +74,10 @@ OUTPUT = ROOT / "bench" / "results_quantized.md"
 OUTPUT_AVX2 = ROOT / "bench" / "results_quantized_avx2.md"
 # what caps this process at the AVX2 paths: raypass's runtime and OpenBLAS's kernels
 AVX2_ENVIRONMENT = {"RAYPASS_MAX_ISA": "avx2", "OPENBLAS_CORETYPE": "Haswell"}
+
+
+# the label of a model quantized with weights of 7 bits (onnxruntime's reduce_range)
+SEVEN_BITS = ", 7-bit weights"
 
 
 def has_vnni() -> bool:
@@ -125,13 +138,13 @@ def weight_only(model: onnx.ModelProto, bits: int, block_size: int = 32) -> onnx
     return quantized.model if hasattr(quantized, "model") else quantized
 
 
-def dynamic_int8(model: onnx.ModelProto, tmp: str) -> onnx.ModelProto:
+def dynamic_int8(model: onnx.ModelProto, tmp: str, reduce_range: bool = False) -> onnx.ModelProto:
     """``model`` through onnxruntime's ``quantize_dynamic`` (int8 weights)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     source, target = Path(tmp) / "float32.onnx", Path(tmp) / "dynamic.onnx"
     onnx.save(model, source)
-    quantize_dynamic(source, target, weight_type=QuantType.QInt8)
+    quantize_dynamic(source, target, weight_type=QuantType.QInt8, reduce_range=reduce_range)
     return onnx.load(target)
 
 
@@ -208,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--max-isa", choices=["avx2"], default=None,
                         help="cap raypass (and OpenBLAS) at the AVX2 paths")
+    parser.add_argument("--reduce-range", action="store_true",
+                        help="also the int8 models with weights of 7 bits (onnxruntime's reduce_range)")
     parser.add_argument("--output", default=None)
     args = parser.parse_args(argv)
     avx2 = args.max_isa == "avx2"
@@ -230,21 +245,23 @@ def main(argv: list[str] | None = None) -> int:
             assert "MatMulNBits" in _nodes(quantized) and "MatMul" not in _nodes(quantized), "all quantized"
             label = f"{bits}-bit weight-only, one row"
             results.append(compare(label, model, quantized, args.repeats, cache, out))
-        for rows in (1, 32):
+        ranges = (False, True) if args.reduce_range else (False,)
+        for rows, seven in ((rows, seven) for rows in (1, 32) for seven in ranges):
             print(f"dynamic int8, {rows} row(s) ...", flush=True)
             model = decoder_linear_layers(args.hidden, args.mlp, rows)
-            quantized = dynamic_int8(model, tmp)
+            quantized = dynamic_int8(model, tmp, reduce_range=seven)
             assert "MatMulInteger" in _nodes(quantized) and "MatMul" not in _nodes(quantized), "all quantized"
-            label = "dynamic int8, one row" if rows == 1 else f"dynamic int8, {rows} rows"
+            label = ("dynamic int8, one row" if rows == 1 else f"dynamic int8, {rows} rows") + (
+                SEVEN_BITS if seven else "")
             results.append(compare(label, model, quantized, args.repeats, cache, out))
         cnns = (("MobileNetV3-like", conv_models.mobilenet), ("RegNetX-like", conv_models.regnet),
                 ("ResNet-50", conv_models.resnet50))
-        for name, builder in cnns:
+        for (name, builder), seven in ((cnn, seven) for cnn in cnns for seven in ranges):
             print(f"static QDQ {name} ...", flush=True)
             model = builder()
-            quantized = static_qdq(model, tmp)
+            quantized = static_qdq(model, tmp, reduce_range=seven)
             assert "QuantizeLinear" in _nodes(quantized), "quantized"
-            label = f"{name} QDQ (static, per-channel)"
+            label = f"{name} QDQ (static, per-channel)" + (SEVEN_BITS if seven else "")
             results.append(compare(label, model, quantized, args.repeats, cache, out))
         print("static QOperator MobileNetV3-like ...", flush=True)
         model = conv_models.mobilenet()
@@ -269,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
                          f"{vs_float.median:.2f}", f"{vs_float.low:.2f}-{vs_float.high:.2f}",
                          f">= {float_target}", verdict(vs_float.median, float_target, True)])
     notes = machine_notes()
-    flag = " --max-isa avx2" if avx2 else ""
+    flag = (" --max-isa avx2" if avx2 else "") + (" --reduce-range" if args.reduce_range else "")
     scope = (["With raypass's runtime capped at AVX2 and OpenBLAS's Haswell kernels, both builds "
               "(onnxruntime runs its own AVX-512/VNNI code: its column is not a comparison)."] if avx2
              else [f"This CPU {'has' if has_vnni() else 'has no'} VNNI: the target over float32 is "
