@@ -154,16 +154,16 @@ def _body_calls(lib) -> list[int]:
     return [entry(body) for body in range(8)]
 
 
-@pytest.mark.parametrize("rows", [17, 5])
+@pytest.mark.parametrize(("rows", "k"), [(17, 601), (5, 130)])  # 601: three blocks of k (256 each)
 @pytest.mark.parametrize("fits", [True, False])
-def test_a_weight_whose_pairs_fit_sixteen_bits_runs_on_vpmaddubsw_exactly(rows, fits, cache_dir):
+def test_a_weight_whose_pairs_fit_sixteen_bits_runs_on_vpmaddubsw_exactly(rows, k, fits, cache_dir):
     """AVX2 without VNNI multiplies by VPMADDUBSW where every pair of a column (k = 2j,
     2j + 1) has |b0 + b1| <= 128 (a 7-bit weight, onnxruntime's reduce_range): then no pair
     of products saturates 16 bits. Pairs at the bound (-64, -64) times 255; one pair past it
     (-64, -65) keeps the weight on the body that widens to 16 bits. Exact either way, on
     every level; at the AVX2 level the counters show the body each took, where that level
     runs the AVX2 bodies (not on a CPU with AVX-VNNI, whose 256-bit VNNI body it takes)."""
-    k, n = 130, 40
+    n = 40
     model, _ = matmul_integer((rows, k), n, "uint8", "int8", "one", "none", seed=rows)
     rng = np.random.default_rng(rows)
     b = rng.integers(-64, 64, (k, n)).astype(np.int8)

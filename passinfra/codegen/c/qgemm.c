@@ -207,10 +207,28 @@ static void rp_qgemm_finish_avx2(const rp_qgemm* g, int64_t m, int64_t rows, con
   const int quantize = g->out_type != 0;
   const __m256 low = _mm256_set1_ps(c->low), high = _mm256_set1_ps(c->high);
   const __m256i zero = _mm256_set1_epi32(g->out_zero);
+  /* the dwords of 32 bytes packed from four vectors a, b, c, d (PACKSSDW and PACKUSWB
+     work within 128-bit lanes: a0-3 b0-3 c0-3 d0-3 | a4-7 b4-7 c4-7 d4-7), in order */
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   for (int64_t r = 0; r < rows; r++, sums += RP_QGEMM_COLUMNS) {
     const __m256i ra = _mm256_set1_epi32((int)g->rowsum[m + r]);
     uint8_t* qrow = (uint8_t*)g->qout + (m + r) * g->ld + c->n0;
     int32_t* row = g->out + (m + r) * g->ld + c->n0;
+    if (quantize && vectors == 4) {  /* a wide panel's 32 columns: packed and stored at once */
+      __m256i q[4];
+      _Pragma("GCC unroll 4") for (int v = 0; v < 4; v++) {
+        __m256i value = _mm256_sub_epi32(_mm256_loadu_si256((const __m256i*)(sums + 8 * v)),
+                                         _mm256_loadu_si256((const __m256i*)(c->fixed + 8 * v)));
+        if (!c->centered)
+          value = _mm256_sub_epi32(value, _mm256_mullo_epi32(_mm256_loadu_si256((const __m256i*)(c->zb + 8 * v)), ra));
+        const __m256 scaled = _mm256_mul_ps(_mm256_cvtepi32_ps(value), _mm256_loadu_ps(c->scale + 8 * v));
+        q[v] = _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(scaled, low), high)), zero);
+      }
+      const __m256i w0 = _mm256_packs_epi32(q[0], q[1]), w1 = _mm256_packs_epi32(q[2], q[3]);
+      const __m256i bytes = g->out_type == 1 ? _mm256_packus_epi16(w0, w1) : _mm256_packs_epi16(w0, w1);
+      _mm256_storeu_si256((__m256i*)qrow, _mm256_permutevar8x32_epi32(bytes, order));
+      continue;
+    }
     for (int64_t v = 0; v < vectors; v++) {
       __m256i value = _mm256_sub_epi32(_mm256_loadu_si256((const __m256i*)(sums + 8 * v)),
                                        _mm256_loadu_si256((const __m256i*)(c->fixed + 8 * v)));
@@ -672,18 +690,34 @@ static inline __attribute__((target("avx2"), always_inline)) __m256i rp_qgemm_qu
   return _mm256_set1_epi32(quad);
 }
 
-/* four rows over a panel, 16 columns at a time: each lane of an accumulator is one column's
-   sum (VPMADDWD adds the pairs of its four k), stored as it is */
+/* k of a panel one pass of the VPMADDUBSW tiles covers (RP_QGEMM_UBS_KBLOCK / 4 groups of a
+   panel's row: 8 KiB of a wide panel): a work item runs its rows' tiles over one block of
+   k, then the next, the block in the L1 cache for all its rows (a 3x3 convolution of 512
+   channels has a panel of 147 KiB, which each four rows read from L2 otherwise) */
+#define RP_QGEMM_UBS_KBLOCK 256
+
+/* four rows over k [k0, k1) of a panel, 16 columns at a time: each lane of an accumulator
+   is one column's sum (VPMADDWD adds the pairs of its four k), added to the sums there
+   (`more`: a later block of k) or stored */
 __attribute__((target("avx2")))
-static void rp_qgemm_tile_ubs_4(const rp_qgemm* g, int64_t m, const uint8_t* panel, uint32_t* sums) {
+static void rp_qgemm_tile_ubs_4(const rp_qgemm* g, int64_t m, const uint8_t* panel, uint32_t* sums,
+                                int64_t k0, int64_t k1, int more) {
   const uint8_t* a0 = g->A + (m - g->a_first) * g->Kp;
   const uint8_t *a1 = a0 + g->Kp, *a2 = a1 + g->Kp, *a3 = a2 + g->Kp;
   const __m256i ones = _mm256_set1_epi16(1);
   for (int h = 0; h < g->width / 16; h++) {
+    uint32_t* s0 = sums + 16 * h;
+    uint32_t *s1 = s0 + RP_QGEMM_COLUMNS, *s2 = s1 + RP_QGEMM_COLUMNS, *s3 = s2 + RP_QGEMM_COLUMNS;
     __m256i acc00 = _mm256_setzero_si256(), acc01 = acc00, acc10 = acc00, acc11 = acc00;
     __m256i acc20 = acc00, acc21 = acc00, acc30 = acc00, acc31 = acc00;
-    const uint8_t* bk = panel + 64 * h;
-    for (int64_t k = 0; k < g->K4; k += 4, bk += 4 * g->width) {
+    if (more) {
+      acc00 = _mm256_loadu_si256((const __m256i*)s0), acc01 = _mm256_loadu_si256((const __m256i*)(s0 + 8));
+      acc10 = _mm256_loadu_si256((const __m256i*)s1), acc11 = _mm256_loadu_si256((const __m256i*)(s1 + 8));
+      acc20 = _mm256_loadu_si256((const __m256i*)s2), acc21 = _mm256_loadu_si256((const __m256i*)(s2 + 8));
+      acc30 = _mm256_loadu_si256((const __m256i*)s3), acc31 = _mm256_loadu_si256((const __m256i*)(s3 + 8));
+    }
+    const uint8_t* bk = panel + k0 * g->width + 64 * h;
+    for (int64_t k = k0; k < k1; k += 4, bk += 4 * g->width) {
       const __m256i b0 = _mm256_loadu_si256((const __m256i*)bk), b1 = _mm256_loadu_si256((const __m256i*)(bk + 32));
       __m256i a = rp_qgemm_quad_avx2(a0 + k);
       RP_QGEMM_UBS(acc00, a, b0);
@@ -698,28 +732,25 @@ static void rp_qgemm_tile_ubs_4(const rp_qgemm* g, int64_t m, const uint8_t* pan
       RP_QGEMM_UBS(acc30, a, b0);
       RP_QGEMM_UBS(acc31, a, b1);
     }
-    uint32_t* s = sums + 16 * h;
-    _mm256_storeu_si256((__m256i*)s, acc00), _mm256_storeu_si256((__m256i*)(s + 8), acc01);
-    s += RP_QGEMM_COLUMNS;
-    _mm256_storeu_si256((__m256i*)s, acc10), _mm256_storeu_si256((__m256i*)(s + 8), acc11);
-    s += RP_QGEMM_COLUMNS;
-    _mm256_storeu_si256((__m256i*)s, acc20), _mm256_storeu_si256((__m256i*)(s + 8), acc21);
-    s += RP_QGEMM_COLUMNS;
-    _mm256_storeu_si256((__m256i*)s, acc30), _mm256_storeu_si256((__m256i*)(s + 8), acc31);
+    _mm256_storeu_si256((__m256i*)s0, acc00), _mm256_storeu_si256((__m256i*)(s0 + 8), acc01);
+    _mm256_storeu_si256((__m256i*)s1, acc10), _mm256_storeu_si256((__m256i*)(s1 + 8), acc11);
+    _mm256_storeu_si256((__m256i*)s2, acc20), _mm256_storeu_si256((__m256i*)(s2 + 8), acc21);
+    _mm256_storeu_si256((__m256i*)s3, acc30), _mm256_storeu_si256((__m256i*)(s3 + 8), acc31);
   }
 }
 
-/* one row over a panel, read once in its order; Q vectors of 8 columns */
+/* one row over k [k0, k1) of a panel, read in its order; Q vectors of 8 columns */
 #define RP_QGEMM_UBS_ONE(Q)                                                                             \
   __attribute__((target("avx2")))                                                                      \
   static void rp_qgemm_tile_ubs_1_##Q(const rp_qgemm* g, int64_t m, const uint8_t* panel,             \
-                                      uint32_t* sums) {                                                \
+                                      uint32_t* sums, int64_t k0, int64_t k1, int more) {              \
     const uint8_t* a0 = g->A + (m - g->a_first) * g->Kp;                                               \
     const __m256i ones = _mm256_set1_epi16(1);                                                         \
     __m256i acc[Q];                                                                                    \
-    _Pragma("GCC unroll 4") for (int q = 0; q < Q; q++) acc[q] = _mm256_setzero_si256();               \
-    const uint8_t* bk = panel;                                                                         \
-    for (int64_t k = 0; k < g->K4; k += 4, bk += 32 * Q) {                                              \
+    _Pragma("GCC unroll 4") for (int q = 0; q < Q; q++)                                                \
+      acc[q] = more ? _mm256_loadu_si256((const __m256i*)(sums + 8 * q)) : _mm256_setzero_si256();     \
+    const uint8_t* bk = panel + k0 * 8 * Q;                                                            \
+    for (int64_t k = k0; k < k1; k += 4, bk += 32 * Q) {                                                \
       const __m256i a = rp_qgemm_quad_avx2(a0 + k);                                                    \
       _Pragma("GCC unroll 4") for (int q = 0; q < Q; q++)                                              \
         RP_QGEMM_UBS(acc[q], a, _mm256_loadu_si256((const __m256i*)(bk + 32 * q)));                    \
@@ -728,6 +759,23 @@ static void rp_qgemm_tile_ubs_4(const rp_qgemm* g, int64_t m, const uint8_t* pan
   }
 RP_QGEMM_UBS_ONE(4)
 RP_QGEMM_UBS_ONE(2)
+
+/* rows m .. (at most `left`, up to RP_QGEMM_AMX_ROWS) over the panel, block of k after block:
+   the rows it took */
+static int64_t rp_qgemm_ubs_rows(const rp_qgemm* g, int64_t m, int64_t left, const uint8_t* panel,
+                                 uint32_t* sums) {
+  const int64_t rows = left < RP_QGEMM_AMX_ROWS ? left : RP_QGEMM_AMX_ROWS;
+  for (int64_t k0 = 0; k0 < g->K4; k0 += RP_QGEMM_UBS_KBLOCK) {
+    const int64_t k1 = k0 + RP_QGEMM_UBS_KBLOCK < g->K4 ? k0 + RP_QGEMM_UBS_KBLOCK : g->K4;
+    int64_t r = 0;
+    for (; r + 4 <= rows; r += 4) rp_qgemm_tile_ubs_4(g, m + r, panel, sums + r * RP_QGEMM_COLUMNS, k0, k1, k0 > 0);
+    for (; r < rows; r++) {
+      if (g->width == RP_QGEMM_COLUMNS) rp_qgemm_tile_ubs_1_4(g, m + r, panel, sums + r * RP_QGEMM_COLUMNS, k0, k1, k0 > 0);
+      else rp_qgemm_tile_ubs_1_2(g, m + r, panel, sums + r * RP_QGEMM_COLUMNS, k0, k1, k0 > 0);
+    }
+  }
+  return rows;
+}
 
 /* ----------------------------------------------------------------------------- portable */
 
@@ -746,12 +794,8 @@ static void rp_qgemm_tile_c(const rp_qgemm* g, int64_t m, const uint8_t* panel, 
 static int rp_qgemm_rows(const rp_qgemm* g, int body, int64_t m, const uint8_t* panel, const uint8_t* tail,
                          uint32_t* sums, int64_t cols, int stream) {
   const int64_t left = g->M - m;
+  if (body == 7) return (int)rp_qgemm_ubs_rows(g, m, left, panel, sums);
   /* AMX: the tiles hold zero rows up to a whole step, so a last step of fewer rows is one too */
-  if (body == 7) {
-    if (left >= 4) return rp_qgemm_tile_ubs_4(g, m, panel, sums), 4;
-    if (g->width == RP_QGEMM_COLUMNS) return rp_qgemm_tile_ubs_1_4(g, m, panel, sums), 1;
-    return rp_qgemm_tile_ubs_1_2(g, m, panel, sums), 1;
-  }
   if (body == 3) return rp_qgemm_tile_amx(g, m, panel, tail, sums, cols, stream), RP_QGEMM_AMX_ROWS;
   if (body == 4) {  /* 8 rows: eight chains of VPDPBUSD in flight, its latency hidden */
     if (left >= 8) return rp_qgemm_tile_direct_8(g, m, panel, sums), 8;
