@@ -563,6 +563,12 @@ static void rp_qgemm_tile_amx(const rp_qgemm* g, int64_t m, const uint8_t* panel
 
 /* ----------------------------------------------------------------------------- AVX2 */
 
+/* k of a panel one pass of the AVX2 tiles covers (RP_QGEMM_KBLOCK / 4 groups of a panel's
+   row: 8 KiB of a wide panel): a work item runs its rows' tiles over one block of k, then
+   the next, the block in the L1 cache for all its rows (a 3x3 convolution of 512 channels
+   has a panel of 147 KiB, which each four rows read from L2 otherwise) */
+#define RP_QGEMM_KBLOCK 256
+
 /* one row over one panel, the panel read once in its order (a decode step's GEMM reads its
    weight from memory: one pass, not one per 8 columns): for each group of four k, each 16
    bytes of it (4 columns x 4 k) widen to 16 int16, VPMADDWD with the row's four k (int16,
@@ -574,12 +580,12 @@ static void rp_qgemm_tile_amx(const rp_qgemm* g, int64_t m, const uint8_t* panel
 #define RP_QGEMM_AVX2_ONE(Q)                                                                            \
   __attribute__((target("avx2")))                                                                      \
   static void rp_qgemm_tile_avx2_1_##Q(const rp_qgemm* g, int64_t m, const uint8_t* panel,            \
-                                       uint32_t* sums) {                                               \
+                                       uint32_t* sums, int64_t k0, int64_t k1, int more) {             \
     const int16_t* a0 = g->A16 + (m - g->a_first) * g->Kp;                                             \
     __m256i acc[Q][2];                                                                                 \
     _Pragma("GCC unroll 4") for (int q = 0; q < Q; q++) acc[q][0] = acc[q][1] = _mm256_setzero_si256(); \
-    const uint8_t* bk = panel;                                                                         \
-    for (int64_t k = 0; k < g->K4; k += 4, bk += 32 * Q) {                                              \
+    const uint8_t* bk = panel + k0 * 8 * Q;                                                            \
+    for (int64_t k = k0; k < k1; k += 4, bk += 32 * Q) {                                                \
       int64_t four;                                                                                    \
       memcpy(&four, a0 + k, 8);                                                                        \
       const __m256i a = _mm256_set1_epi64x(four);                                                      \
@@ -596,7 +602,7 @@ static void rp_qgemm_tile_amx(const rp_qgemm* g, int64_t m, const uint8_t* panel
       uint32_t pairs[16];                                                                              \
       _mm256_storeu_si256((__m256i*)pairs, acc[q][0]);                                                 \
       _mm256_storeu_si256((__m256i*)(pairs + 8), acc[q][1]);                                           \
-      for (int c = 0; c < 8; c++) sums[8 * q + c] = pairs[2 * c] + pairs[2 * c + 1];                   \
+      for (int c = 0; c < 8; c++) sums[8 * q + c] = (more ? sums[8 * q + c] : 0) + pairs[2 * c] + pairs[2 * c + 1]; \
     }                                                                                                  \
   }
 RP_QGEMM_AVX2_ONE(4)
@@ -616,14 +622,15 @@ static inline __attribute__((target("avx2"), always_inline)) __m256i rp_qgemm_fo
 }
 
 __attribute__((target("avx2")))
-static void rp_qgemm_tile_avx2_4(const rp_qgemm* g, int64_t m, const uint8_t* panel, uint32_t* sums) {
+static void rp_qgemm_tile_avx2_4(const rp_qgemm* g, int64_t m, const uint8_t* panel, uint32_t* sums,
+                                 int64_t k0, int64_t k1, int more) {
   const int16_t* a0 = g->A16 + (m - g->a_first) * g->Kp;
   const int16_t *a1 = a0 + g->Kp, *a2 = a1 + g->Kp, *a3 = a2 + g->Kp;
   for (int q = 0; q < g->width / 8; q++) {
     __m256i acc00 = _mm256_setzero_si256(), acc01 = acc00, acc10 = acc00, acc11 = acc00;
     __m256i acc20 = acc00, acc21 = acc00, acc30 = acc00, acc31 = acc00;
-    const uint8_t* bk = panel + 32 * q;
-    for (int64_t k = 0; k < g->K4; k += 4, bk += 4 * g->width) {
+    const uint8_t* bk = panel + k0 * g->width + 32 * q;
+    for (int64_t k = k0; k < k1; k += 4, bk += 4 * g->width) {
       const __m256i b0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)bk));
       const __m256i b1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(bk + 16)));
       RP_QGEMM_AVX2_ROW(0, rp_qgemm_four_avx2(a0 + k));
@@ -636,7 +643,8 @@ static void rp_qgemm_tile_avx2_4(const rp_qgemm* g, int64_t m, const uint8_t* pa
       uint32_t pairs[16];
       _mm256_storeu_si256((__m256i*)pairs, accs[r][0]);
       _mm256_storeu_si256((__m256i*)(pairs + 8), accs[r][1]);
-      for (int c = 0; c < 8; c++) sums[r * RP_QGEMM_COLUMNS + 8 * q + c] = pairs[2 * c] + pairs[2 * c + 1];
+      uint32_t* out = sums + r * RP_QGEMM_COLUMNS + 8 * q;
+      for (int c = 0; c < 8; c++) out[c] = (more ? out[c] : 0) + pairs[2 * c] + pairs[2 * c + 1];
     }
   }
 }
@@ -689,12 +697,6 @@ static inline __attribute__((target("avx2"), always_inline)) __m256i rp_qgemm_qu
   memcpy(&quad, row, 4);
   return _mm256_set1_epi32(quad);
 }
-
-/* k of a panel one pass of the VPMADDUBSW tiles covers (RP_QGEMM_UBS_KBLOCK / 4 groups of a
-   panel's row: 8 KiB of a wide panel): a work item runs its rows' tiles over one block of
-   k, then the next, the block in the L1 cache for all its rows (a 3x3 convolution of 512
-   channels has a panel of 147 KiB, which each four rows read from L2 otherwise) */
-#define RP_QGEMM_UBS_KBLOCK 256
 
 /* four rows over k [k0, k1) of a panel, 16 columns at a time: each lane of an accumulator
    is one column's sum (VPMADDWD adds the pairs of its four k), added to the sums there
@@ -760,19 +762,24 @@ static void rp_qgemm_tile_ubs_4(const rp_qgemm* g, int64_t m, const uint8_t* pan
 RP_QGEMM_UBS_ONE(4)
 RP_QGEMM_UBS_ONE(2)
 
-/* rows m .. (at most `left`, up to RP_QGEMM_AMX_ROWS) over the panel, block of k after block:
-   the rows it took */
-static int64_t rp_qgemm_ubs_rows(const rp_qgemm* g, int64_t m, int64_t left, const uint8_t* panel,
-                                 uint32_t* sums) {
+/* the AVX2 bodies' tiles: rows from m over k [k0, k1) of a panel, into sums or (`more`)
+   added to them */
+typedef void (*rp_qgemm_ktile)(const rp_qgemm* g, int64_t m, const uint8_t* panel, uint32_t* sums, int64_t k0,
+                               int64_t k1, int more);
+
+/* rows m .. (at most `left`, up to RP_QGEMM_AMX_ROWS) over the panel by an AVX2 body's tiles
+   (`four` rows at a time, `one` a row: a wide panel's, `narrow` a narrow one's), block of k
+   after block: the rows it took */
+static int64_t rp_qgemm_blocked_rows(const rp_qgemm* g, int64_t m, int64_t left, const uint8_t* panel,
+                                     uint32_t* sums, rp_qgemm_ktile four, rp_qgemm_ktile one,
+                                     rp_qgemm_ktile narrow) {
   const int64_t rows = left < RP_QGEMM_AMX_ROWS ? left : RP_QGEMM_AMX_ROWS;
-  for (int64_t k0 = 0; k0 < g->K4; k0 += RP_QGEMM_UBS_KBLOCK) {
-    const int64_t k1 = k0 + RP_QGEMM_UBS_KBLOCK < g->K4 ? k0 + RP_QGEMM_UBS_KBLOCK : g->K4;
+  const rp_qgemm_ktile single = g->width == RP_QGEMM_COLUMNS ? one : narrow;
+  for (int64_t k0 = 0; k0 < g->K4; k0 += RP_QGEMM_KBLOCK) {
+    const int64_t k1 = k0 + RP_QGEMM_KBLOCK < g->K4 ? k0 + RP_QGEMM_KBLOCK : g->K4;
     int64_t r = 0;
-    for (; r + 4 <= rows; r += 4) rp_qgemm_tile_ubs_4(g, m + r, panel, sums + r * RP_QGEMM_COLUMNS, k0, k1, k0 > 0);
-    for (; r < rows; r++) {
-      if (g->width == RP_QGEMM_COLUMNS) rp_qgemm_tile_ubs_1_4(g, m + r, panel, sums + r * RP_QGEMM_COLUMNS, k0, k1, k0 > 0);
-      else rp_qgemm_tile_ubs_1_2(g, m + r, panel, sums + r * RP_QGEMM_COLUMNS, k0, k1, k0 > 0);
-    }
+    for (; r + 4 <= rows; r += 4) four(g, m + r, panel, sums + r * RP_QGEMM_COLUMNS, k0, k1, k0 > 0);
+    for (; r < rows; r++) single(g, m + r, panel, sums + r * RP_QGEMM_COLUMNS, k0, k1, k0 > 0);
   }
   return rows;
 }
@@ -794,7 +801,12 @@ static void rp_qgemm_tile_c(const rp_qgemm* g, int64_t m, const uint8_t* panel, 
 static int rp_qgemm_rows(const rp_qgemm* g, int body, int64_t m, const uint8_t* panel, const uint8_t* tail,
                          uint32_t* sums, int64_t cols, int stream) {
   const int64_t left = g->M - m;
-  if (body == 7) return (int)rp_qgemm_ubs_rows(g, m, left, panel, sums);
+  if (body == 7)
+    return (int)rp_qgemm_blocked_rows(g, m, left, panel, sums, rp_qgemm_tile_ubs_4, rp_qgemm_tile_ubs_1_4,
+                                      rp_qgemm_tile_ubs_1_2);
+  if (body == 1)
+    return (int)rp_qgemm_blocked_rows(g, m, left, panel, sums, rp_qgemm_tile_avx2_4, rp_qgemm_tile_avx2_1_4,
+                                      rp_qgemm_tile_avx2_1_2);
   /* AMX: the tiles hold zero rows up to a whole step, so a last step of fewer rows is one too */
   if (body == 3) return rp_qgemm_tile_amx(g, m, panel, tail, sums, cols, stream), RP_QGEMM_AMX_ROWS;
   if (body == 4) {  /* 8 rows: eight chains of VPDPBUSD in flight, its latency hidden */
@@ -823,11 +835,6 @@ static int rp_qgemm_rows(const rp_qgemm* g, int body, int64_t m, const uint8_t* 
     if (left >= 4) return rp_qgemm_tile_vnni_4_2(g, m, panel, sums), 4;
     if (left >= 2) return rp_qgemm_tile_vnni_2_2(g, m, panel, sums), 2;
     return rp_qgemm_tile_vnni_1_2(g, m, panel, sums), 1;
-  }
-  if (body == 1) {
-    if (left >= 4) return rp_qgemm_tile_avx2_4(g, m, panel, sums), 4;
-    if (g->width == RP_QGEMM_COLUMNS) return rp_qgemm_tile_avx2_1_4(g, m, panel, sums), 1;
-    return rp_qgemm_tile_avx2_1_2(g, m, panel, sums), 1;
   }
   return rp_qgemm_tile_c(g, m, panel, sums), 1;
 }
