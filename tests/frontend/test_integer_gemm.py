@@ -154,7 +154,9 @@ def _body_calls(lib) -> list[int]:
     return [entry(body) for body in range(8)]
 
 
-@pytest.mark.parametrize(("rows", "k"), [(17, 601), (5, 130)])  # 601: three blocks of k (256 each)
+# 601: three blocks of k (256 each); 128: a whole number of groups of four, so the rows are
+# read in place (300: two blocks of rows)
+@pytest.mark.parametrize(("rows", "k"), [(17, 601), (5, 130), (300, 128)])
 @pytest.mark.parametrize("fits", [True, False])
 def test_a_weight_whose_pairs_fit_sixteen_bits_runs_on_vpmaddubsw_exactly(rows, k, fits, cache_dir):
     """AVX2 without VNNI multiplies by VPMADDUBSW where every pair of a column (k = 2j,

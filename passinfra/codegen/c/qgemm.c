@@ -109,6 +109,11 @@ typedef struct {
      32), tile loads K bytes apart; the last partial step comes from the tiles as made */
   const uint8_t* rows;
   int64_t rows_full;
+  /* the row stride of A' the VPMADDUBSW tiles read: Kp where A' is made, K where A is read
+     in place (`in_place`: a uint8 A of whole groups of four k, no row sums, one group, not
+     an image: A' is A, and a row's last group of four ends at K) */
+  int64_t a_stride;
+  int in_place;
 } rp_qgemm;
 
 static uint32_t rp_qgemm_za(const rp_qgemm* g, int64_t m) {
@@ -704,8 +709,8 @@ static inline __attribute__((target("avx2"), always_inline)) __m256i rp_qgemm_qu
 __attribute__((target("avx2")))
 static void rp_qgemm_tile_ubs_4(const rp_qgemm* g, int64_t m, const uint8_t* panel, uint32_t* sums,
                                 int64_t k0, int64_t k1, int more) {
-  const uint8_t* a0 = g->A + (m - g->a_first) * g->Kp;
-  const uint8_t *a1 = a0 + g->Kp, *a2 = a1 + g->Kp, *a3 = a2 + g->Kp;
+  const uint8_t* a0 = g->A + (m - g->a_first) * g->a_stride;
+  const uint8_t *a1 = a0 + g->a_stride, *a2 = a1 + g->a_stride, *a3 = a2 + g->a_stride;
   const __m256i ones = _mm256_set1_epi16(1);
   for (int h = 0; h < g->width / 16; h++) {
     uint32_t* s0 = sums + 16 * h;
@@ -746,7 +751,7 @@ static void rp_qgemm_tile_ubs_4(const rp_qgemm* g, int64_t m, const uint8_t* pan
   __attribute__((target("avx2")))                                                                      \
   static void rp_qgemm_tile_ubs_1_##Q(const rp_qgemm* g, int64_t m, const uint8_t* panel,             \
                                       uint32_t* sums, int64_t k0, int64_t k1, int more) {              \
-    const uint8_t* a0 = g->A + (m - g->a_first) * g->Kp;                                               \
+    const uint8_t* a0 = g->A + (m - g->a_first) * g->a_stride;                                         \
     const __m256i ones = _mm256_set1_epi16(1);                                                         \
     __m256i acc[Q];                                                                                    \
     _Pragma("GCC unroll 4") for (int q = 0; q < Q; q++)                                                \
@@ -1168,7 +1173,8 @@ static int rp_qgemm_row_blocks(void* ctx, int64_t begin, int64_t end) {
   rp_qgemm g = *w->g;
   rp_qgemm_operand operand = *w->operand;
   const size_t bytes = (size_t)((RP_QGEMM_BLOCK_ROWS + RP_QGEMM_AMX_ROWS) * g.Kp);
-  const int wide = g.body == 1, direct = g.body == 4 || g.body == 6;  /* AVX2: int16 A' too; direct: none */
+  /* AVX2: int16 A' too; direct, or A read in place: none */
+  const int wide = g.body == 1, direct = g.body == 4 || g.body == 6 || g.in_place;
   uint8_t* buffer = direct ? 0 : (uint8_t*)calloc(wide ? 3 * bytes : bytes, 1);
   if (!buffer && !direct) return -1;
   if (g.body == 3) {
@@ -1182,7 +1188,7 @@ static int rp_qgemm_row_blocks(void* ctx, int64_t begin, int64_t end) {
   for (int64_t i = rp_qgemm_claim(claims); i < claims->extent && status == 0; i = rp_qgemm_claim(claims)) {
     const int64_t group = i / blocks, first = i % blocks * RP_QGEMM_BLOCK_ROWS;
     const int64_t last = first + RP_QGEMM_BLOCK_ROWS < g.M ? first + RP_QGEMM_BLOCK_ROWS : g.M;
-    g.a_first = operand.a_first = first;
+    g.a_first = operand.a_first = g.in_place ? 0 : first;  /* in place: the rows of A itself */
     if (!direct) status = rp_qgemm_prepare(&operand, group * g.M + first, group * g.M + last);
     if (g.body == 3) rp_qgemm_amx_begin();
     for (int64_t t = 0; t < panels && status == 0; t++) rp_qgemm_item(&g, group, first, last, t);
@@ -1246,13 +1252,16 @@ static int rp_qgemm_run(const void* A, const rp_qgemm_image* image, const void* 
       body = 7;
   }
   __atomic_add_fetch(&rp_qgemm_calls[body], 1, __ATOMIC_RELAXED);
+  /* VPMADDUBSW reads a uint8 A in place where it is A' (a pointwise convolution's data, a
+     projection's): no copy, no row sums */
+  const int in_place = body == 7 && !image && !a_signed && K % 4 == 0 && centered && groups == 1;
   const int64_t blocks = (M + RP_QGEMM_BLOCK_ROWS - 1) / RP_QGEMM_BLOCK_ROWS;
   /* row mode (as many row blocks as panels, or more): each work item keeps its block's A'
      in buffers of its own (rp_qgemm_row_blocks); else A' of every row first, here */
   const int rowwise = blocks >= panels;
   /* AMX: whole steps of rows, zeros past M */
   const int64_t tile_rows = (M + RP_QGEMM_AMX_ROWS - 1) / RP_QGEMM_AMX_ROWS * RP_QGEMM_AMX_ROWS;
-  const int shared = !rowwise && !direct, wide = body == 1;
+  const int shared = !rowwise && !direct && !in_place, wide = body == 1;
   uint8_t* tiles = shared && amx ? (uint8_t*)malloc((size_t)(groups * tile_rows * Kp)) : 0;
   int16_t* A16 = shared && wide ? (int16_t*)malloc((size_t)(rows * Kp) * sizeof(int16_t)) : 0;
   uint8_t* Au = shared && !amx ? (uint8_t*)malloc((size_t)(rows * Kp)) : 0;  /* AMX reads the tiles only */
@@ -1279,8 +1288,9 @@ static int rp_qgemm_run(const void* A, const rp_qgemm_image* image, const void* 
                 epilogue->bias_kind, epilogue->multiplier_step, out_zero, (int)epilogue->out_type,
                 M, N, K, Kp, za_step, zb_step, groups * N, groups, width, 0, M, tile_rows, (int)a_signed,
                 (int)b_signed, (int)b_packed, body, (K + 3) / 4 * 4, image, direct ? (const uint8_t*)A : 0,
-                pad_row, (uint8_t)(a_signed ? 0x80 : 0), 0, 0};
+                pad_row, (uint8_t)(a_signed ? 0x80 : 0), 0, 0, Kp, in_place};
   operand.rowsums = !centered;
+  if (in_place) g.A = (const uint8_t*)A, g.a_stride = K;
   /* a uint8 A of whole 64-byte steps (A' is A), no row sums, one group: AMX reads its whole
      steps of rows in place, and only a last partial step is copied into tiles */
   if (amx && !image && !a_signed && K % RP_QGEMM_DEPTH == 0 && centered && groups == 1) {
@@ -1306,7 +1316,7 @@ static int rp_qgemm_run(const void* A, const rp_qgemm_image* image, const void* 
     rp_qgemm_claims claims = {&rowwise, groups * blocks, 0};
     status = rp_parallel_for(rp_qgemm_row_blocks, &claims, claims.extent, prepare_work + panels * panel_work);
   } else if (status == 0) {
-    if (!direct) status = rp_parallel_for(rp_qgemm_prepare, &operand, rows, K / 32 + 1);
+    if (!direct && !in_place) status = rp_parallel_for(rp_qgemm_prepare, &operand, rows, K / 32 + 1);
     rp_qgemm_claims claims = {&g, groups * blocks * panels, 0};
     if (status == 0) status = rp_parallel_for(rp_qgemm_blocks, &claims, claims.extent, panel_work);
   }
