@@ -162,7 +162,7 @@ def test_a_weight_whose_pairs_fit_sixteen_bits_runs_on_vpmaddubsw_exactly(rows, 
     """AVX2 without VNNI multiplies by VPMADDUBSW where every pair of a column (k = 2j,
     2j + 1) has |b0 + b1| <= 128 (a 7-bit weight, onnxruntime's reduce_range): then no pair
     of products saturates 16 bits. Pairs at the bound (-64, -64) times 255; one pair past it
-    (-64, -65) keeps the weight on the body that widens to 16 bits. Exact either way, on
+    (-64, -65), the weight's last, keeps it on the body that widens to 16 bits. Exact either way, on
     every level; at the AVX2 level the counters show the body each took, where that level
     runs the AVX2 bodies (not on a CPU with AVX-VNNI, whose 256-bit VNNI body it takes)."""
     n = 40
@@ -170,8 +170,9 @@ def test_a_weight_whose_pairs_fit_sixteen_bits_runs_on_vpmaddubsw_exactly(rows, 
     rng = np.random.default_rng(rows)
     b = rng.integers(-64, 64, (k, n)).astype(np.int8)
     b[:2, :] = -64  # |b0 + b1| = 128: 255 * 128 = 32640 fits
-    if not fits:
-        b[10, 7], b[11, 7] = -64, -65
+    if not fits:  # the last pair of the last column: the check reads every panel to its end
+        last = (k - 2) // 2 * 2
+        b[last, n - 1], b[last + 1, n - 1] = -64, -65
     for init in model.graph.initializer:
         if init.name == "B":
             init.CopyFrom(numpy_helper.from_array(b, "B"))

@@ -666,17 +666,19 @@ static void rp_qgemm_tile_avx2_4(const rp_qgemm* g, int64_t m, const uint8_t* pa
    of 7 bits (onnxruntime's reduce_range, which its documentation advises for U8S8 on AVX2)
    always fits; one of the full 8 rarely does, and runs on the widening body (1). */
 __attribute__((target("avx2"))) static int rp_qgemm_pairs_fit_avx2(const uint8_t* panel, int64_t bytes) {
-  const __m256i ones = _mm256_set1_epi8(1);
-  __m256i most = _mm256_setzero_si256();
+  const __m256i ones = _mm256_set1_epi8(1), bound = _mm256_set1_epi16(128);
   int64_t i = 0;
-  for (; i + 32 <= bytes; i += 32)  /* b0 + b1 of each pair, exact in int16 */
-    most = _mm256_max_epi16(most, _mm256_abs_epi16(_mm256_maddubs_epi16(ones, _mm256_loadu_si256((const __m256i*)(panel + i)))));
-  int16_t lanes[16];
-  _mm256_storeu_si256((__m256i*)lanes, most);
-  int fits = 1;
-  for (int j = 0; j < 16; j++) fits &= lanes[j] <= 128;
-  for (; i + 2 <= bytes; i += 2) fits &= abs((int8_t)panel[i] + (int8_t)panel[i + 1]) <= 128;
-  return fits;
+  /* 256 bytes at a time, so a full-range weight (whose first misfit is usually within its
+     first few hundred bytes) costs about nothing to reject */
+  for (; i + 256 <= bytes; i += 256) {
+    __m256i most = _mm256_setzero_si256();
+    for (int j = 0; j < 256; j += 32)  /* b0 + b1 of each pair, exact in int16 */
+      most = _mm256_max_epi16(most, _mm256_abs_epi16(_mm256_maddubs_epi16(ones, _mm256_loadu_si256((const __m256i*)(panel + i + j)))));
+    if (!_mm256_testz_si256(_mm256_cmpgt_epi16(most, bound), _mm256_cmpgt_epi16(most, bound))) return 0;
+  }
+  for (; i + 2 <= bytes; i += 2)
+    if (abs((int8_t)panel[i] + (int8_t)panel[i + 1]) > 128) return 0;
+  return 1;
 }
 
 /* whether every panel's pairs fit (rp_qgemm_fits: one flag a panel, set where one does not) */
