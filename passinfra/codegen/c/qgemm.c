@@ -662,7 +662,7 @@ static void rp_qgemm_tile_avx2_4(const rp_qgemm* g, int64_t m, const uint8_t* pa
    b1| <= 255 * 128. Then VPMADDUBSW (u8 x s8 pairs in int16), VPMADDWD with ones and
    VPADDD are exact: onnxruntime's AVX2 u8 x s8 steps, on this weight without its
    saturation, with a third fewer instructions a product than widening to 16 bits (ResNet-50
-   of 7-bit weights, one thread of a Zen 3: see bench/results_quantized_avx2.md). A weight
+   of 7-bit weights, one thread of a Zen 3: see bench/results_quantized_avx2_cpu.md). A weight
    of 7 bits (onnxruntime's reduce_range, which its documentation advises for U8S8 on AVX2)
    always fits; one of the full 8 rarely does, and runs on the widening body (1). */
 __attribute__((target("avx2"))) static int rp_qgemm_pairs_fit_avx2(const uint8_t* panel, int64_t bytes) {
@@ -681,7 +681,8 @@ __attribute__((target("avx2"))) static int rp_qgemm_pairs_fit_avx2(const uint8_t
   return 1;
 }
 
-/* whether every panel's pairs fit (rp_qgemm_fits: one flag a panel, set where one does not) */
+/* whether every panel's pairs fit: `misfit` set by the first panel that does not, which
+   ends the check on every thread at its next panel */
 typedef struct {
   const uint8_t* B;
   int64_t panel_bytes, bytes;  /* a panel's, and of its k (the column sums follow) */
