@@ -200,6 +200,23 @@ static void rp_qgemm_columns_of(const rp_qgemm* g, int64_t n0, int64_t cols, con
    integers, so clamping before rounding is clamping after), rounded by CVTPS2DQ in the
    current rounding mode (nearbyintf's), plus the zero point: in range, so the saturating
    packs change nothing */
+/* vector v (8 columns) of a row's values: its raw sums less the columns' constants (and,
+   a weight not centered, zb' times the row's sum) */
+static inline __attribute__((target("avx2"), always_inline)) __m256i rp_qgemm_values8(
+    const rp_qgemm_columns* c, const uint32_t* sums, int64_t v, __m256i ra) {
+  const __m256i value = _mm256_sub_epi32(_mm256_loadu_si256((const __m256i*)(sums + 8 * v)),
+                                         _mm256_loadu_si256((const __m256i*)(c->fixed + 8 * v)));
+  if (c->centered) return value;
+  return _mm256_sub_epi32(value, _mm256_mullo_epi32(_mm256_loadu_si256((const __m256i*)(c->zb + 8 * v)), ra));
+}
+
+/* those values requantized: scaled, clamped to [low, high], rounded, plus the zero point */
+static inline __attribute__((target("avx2"), always_inline)) __m256i rp_qgemm_requantize8(
+    const rp_qgemm_columns* c, __m256i value, int64_t v, __m256 low, __m256 high, __m256i zero) {
+  const __m256 scaled = _mm256_mul_ps(_mm256_cvtepi32_ps(value), _mm256_loadu_ps(c->scale + 8 * v));
+  return _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(scaled, low), high)), zero);
+}
+
 __attribute__((target("avx2")))
 static void rp_qgemm_finish_avx2(const rp_qgemm* g, int64_t m, int64_t rows, const rp_qgemm_columns* c,
                                  const uint32_t* sums) {
@@ -219,33 +236,27 @@ static void rp_qgemm_finish_avx2(const rp_qgemm* g, int64_t m, int64_t rows, con
     const __m256i ra = _mm256_set1_epi32((int)g->rowsum[m + r]);
     uint8_t* qrow = (uint8_t*)g->qout + (m + r) * g->ld + c->n0;
     int32_t* row = g->out + (m + r) * g->ld + c->n0;
-    if (quantize && vectors == 4) {  /* a wide panel's 32 columns: packed and stored at once */
-      __m256i q[4];
-      _Pragma("GCC unroll 4") for (int v = 0; v < 4; v++) {
-        __m256i value = _mm256_sub_epi32(_mm256_loadu_si256((const __m256i*)(sums + 8 * v)),
-                                         _mm256_loadu_si256((const __m256i*)(c->fixed + 8 * v)));
-        if (!c->centered)
-          value = _mm256_sub_epi32(value, _mm256_mullo_epi32(_mm256_loadu_si256((const __m256i*)(c->zb + 8 * v)), ra));
-        const __m256 scaled = _mm256_mul_ps(_mm256_cvtepi32_ps(value), _mm256_loadu_ps(c->scale + 8 * v));
-        q[v] = _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(scaled, low), high)), zero);
-      }
-      const __m256i w0 = _mm256_packs_epi32(q[0], q[1]), w1 = _mm256_packs_epi32(q[2], q[3]);
+    if (quantize && (vectors == 4 || (vectors == 2 && c->cols == 16))) {
+      /* a whole panel's 32 (16) columns: packed and stored at once */
+#define RP_QGEMM_Q8(v) rp_qgemm_requantize8(c, rp_qgemm_values8(c, sums, v, ra), v, low, high, zero)
+      const __m256i q0 = RP_QGEMM_Q8(0), q1 = RP_QGEMM_Q8(1);
+      /* 16 columns: their two vectors packed twice, stored once */
+      const __m256i q2 = vectors == 4 ? RP_QGEMM_Q8(2) : q0, q3 = vectors == 4 ? RP_QGEMM_Q8(3) : q1;
+#undef RP_QGEMM_Q8
+      const __m256i w0 = _mm256_packs_epi32(q0, q1), w1 = _mm256_packs_epi32(q2, q3);
       const __m256i bytes = g->out_type == 1 ? _mm256_packus_epi16(w0, w1) : _mm256_packs_epi16(w0, w1);
-      _mm256_storeu_si256((__m256i*)qrow, _mm256_permutevar8x32_epi32(bytes, order));
+      const __m256i ordered = _mm256_permutevar8x32_epi32(bytes, order);
+      if (vectors == 4) _mm256_storeu_si256((__m256i*)qrow, ordered);
+      else _mm_storeu_si128((__m128i*)qrow, _mm256_castsi256_si128(ordered));
       continue;
     }
     for (int64_t v = 0; v < vectors; v++) {
-      __m256i value = _mm256_sub_epi32(_mm256_loadu_si256((const __m256i*)(sums + 8 * v)),
-                                       _mm256_loadu_si256((const __m256i*)(c->fixed + 8 * v)));
-      if (!c->centered)
-        value = _mm256_sub_epi32(value, _mm256_mullo_epi32(_mm256_loadu_si256((const __m256i*)(c->zb + 8 * v)), ra));
+      const __m256i value = rp_qgemm_values8(c, sums, v, ra);
       if (!quantize) {
         _mm256_storeu_si256((__m256i*)(row + 8 * v), value);
         continue;
       }
-      const __m256 scaled = _mm256_mul_ps(_mm256_cvtepi32_ps(value), _mm256_loadu_ps(c->scale + 8 * v));
-      const __m256 clamped = _mm256_min_ps(_mm256_max_ps(scaled, low), high);
-      const __m256i q = _mm256_add_epi32(_mm256_cvtps_epi32(clamped), zero);
+      const __m256i q = rp_qgemm_requantize8(c, value, v, low, high, zero);
       const __m128i words = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
       const __m128i bytes = g->out_type == 1 ? _mm_packus_epi16(words, words) : _mm_packs_epi16(words, words);
       _mm_storel_epi64((__m128i*)(qrow + 8 * v), bytes);
@@ -1118,9 +1129,11 @@ __attribute__((target("avx2"))) static void rp_qgemm_prepare_tiles(const rp_qgem
 static int rp_qgemm_prepare(void* ctx, int64_t begin, int64_t end) {
   const rp_qgemm_operand* p = (const rp_qgemm_operand*)ctx;
   if (p->amx) return rp_qgemm_prepare_tiles(p, begin, end), 0;
-  /* a gathered row is Kp bytes: past K, bytes that flip to 0 (so whole vectors flip) */
-  uint8_t* gathered = p->image ? (uint8_t*)malloc((size_t)p->Kp) : 0;
-  if (p->image && !gathered) return -1;
+  /* a uint8 image (A' is A) whose rows no value sums: gathered straight into place */
+  const int straight = p->image && !p->flip && !p->rowsums;
+  /* else a gathered row is Kp bytes: past K, bytes that flip to 0 (so whole vectors flip) */
+  uint8_t* gathered = p->image && !straight ? (uint8_t*)malloc((size_t)p->Kp) : 0;
+  if (p->image && !straight && !gathered) return -1;
   if (gathered) memset(gathered + p->K, p->flip, (size_t)(p->Kp - p->K));
   const int64_t valid = p->image ? p->Kp : p->K;  /* bytes of a row to flip */
   /* where row `begin` is: its group, its row in the group, and (an image's) its output
@@ -1131,18 +1144,21 @@ static int rp_qgemm_prepare(void* ctx, int64_t begin, int64_t end) {
     n = row / pixels, oh = row % pixels / p->image->out_width, ow = row % p->image->out_width;
   }
   for (int64_t m = begin; m < end; m++) {
-    const uint8_t* src = gathered;
-    if (p->image) rp_qgemm_gather(p, group, n, oh, ow, gathered);
-    else src = p->A + m * p->K;
     const int64_t at = (group * p->a_group_rows + row - p->a_first) * p->Kp;
     uint8_t* dst = p->Au + at;
+    const uint8_t* src = gathered;
+    if (straight) rp_qgemm_gather(p, group, n, oh, ow, dst);
+    else if (p->image) rp_qgemm_gather(p, group, n, oh, ow, gathered);
+    else src = p->A + m * p->K;
     uint32_t s = 0;
-    if (p->avx2) {
+    if (straight) {
+      memset(dst + p->K, 0, (size_t)(p->Kp - p->K));  /* the row's sum stays 0: nothing reads it */
+    } else if (p->avx2) {
       s = rp_qgemm_flip_avx2(src, dst, valid, p->flip);
     } else {
       for (int64_t k = 0; k < valid; k++) s += dst[k] = (uint8_t)(src[k] ^ p->flip);
     }
-    memset(dst + valid, 0, (size_t)(p->Kp - valid));
+    if (!straight) memset(dst + valid, 0, (size_t)(p->Kp - valid));
     if (p->A16) rp_qgemm_widen_avx2(dst, p->A16 + at, p->Kp);
     p->rowsum[m] = s;
     if (++row == p->M) row = 0, n = 0, oh = 0, ow = -1, group++;
