@@ -63,6 +63,7 @@ COMPILE_PIPELINE: tuple[str, ...] = (
     "FuseOps",
     "ToMixedPrecision",
     "PanelWeights",
+    "IntegerWeights",
     "StreamWeights",
     "LowerToPrimFunc",
     "Simplify",

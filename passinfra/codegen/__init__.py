@@ -4,7 +4,7 @@ The loop IR itself is :mod:`passinfra.tir`. The passes live in two sub-packages,
 pass per module, each module named after the pass it registers (the snake_case of its
 name): ``passes/`` the build steps (LowerToPrimFunc, CodegenC, CompileC, PanelWeights,
 StreamWeights, SpecializeKernels, ApplyTuningRecords, DenseAsMatmul, ConvTransposeAsConv,
-ExactFloatConvolutions, RequantizeInKernels, PlanMemory,
+ExactFloatConvolutions, RequantizeInKernels, IntegerWeights, PlanMemory,
 HostCodegen, LinkLibrary) and ``transform/`` the loop passes
 (PrimFunc -> PrimFunc, built on ``prim_func_pass.py``). The rest of this package is the
 machinery they run, by stage:
@@ -29,7 +29,7 @@ machinery they run, by stage:
 Importing the package registers its passes (the loop passes, then CodegenC, CompileC,
 LowerToPrimFunc, PlanMemory, HostCodegen, LinkLibrary, PanelWeights, StreamWeights,
 SpecializeKernels, ApplyTuningRecords, DenseAsMatmul, ConvTransposeAsConv,
-ExactFloatConvolutions, RequantizeInKernels) and
+ExactFloatConvolutions, RequantizeInKernels, IntegerWeights) and
 its config keys (codegen.*, tir.*).
 """
 
@@ -42,6 +42,7 @@ from passinfra.codegen.passes import (
     DenseAsMatmul,
     ExactFloatConvolutions,
     HostCodegen,
+    IntegerWeights,
     LinkLibrary,
     LowerToPrimFunc,
     PanelWeights,
@@ -58,5 +59,5 @@ __all__ = [
     "create_prim_func_pass", "prim_func_pass", "RemoveNoOp", "Simplify", "StorageFlatten",
     "UnrollLoop", "VectorizeLoop", "StreamWeights", "PanelWeights", "SpecializeKernels", "ApplyTuningRecords",
     "DenseAsMatmul", "ConvTransposeAsConv", "ExactFloatConvolutions",
-    "RequantizeInKernels",
+    "RequantizeInKernels", "IntegerWeights",
 ]

@@ -289,7 +289,8 @@ def test_a_group_that_cannot_fuse_keeps_the_float_path(cache_dir):
     assert np.array_equal(_build(model, cache_dir)(feeds["x"]), expected)
 
 
-@pytest.mark.parametrize("groups", [1, 6])  # 6: groups of 16 outputs, in panels of 16 columns
+# 6: groups of 16 outputs, in panels of 16 columns; 96: depthwise, on the float kernels (IntegerWeights)
+@pytest.mark.parametrize("groups", [1, 6, 96])
 def test_the_weights_stay_int8_in_the_library(groups, cache_dir, tmp_path):
     model, _ = conv_model((1, 96, 8, 8), 96, 3, 1, 1, groups=groups)
     codes = sum(numpy_helper.to_array(i).nbytes for i in model.graph.initializer)
