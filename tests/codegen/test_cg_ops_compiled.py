@@ -523,13 +523,13 @@ case("qnn.matmul", "s8u8-batched-rhs", op.qnn.matmul, ints(2, 3, 5, dtype="int8"
      ints(2, 5, 4, dtype="uint8", low=0, high=255), ints(dtype="int8", low=-128, high=127),
      ints(dtype="uint8", low=0, high=255))
 # qgemm_panels.unpack: a uint8 [6, 35] weight from two panels of 32 columns, k in groups of
-# 4 (2 groups: k padded to 8, and a group of the columns' sums); a grouped int8 weight of 2
-# groups of 12 columns from narrow panels of 16
+# 4 (2 groups: k padded to 8, then a group of the columns' sums and one of the flag); a
+# grouped int8 weight of 2 groups of 12 columns from narrow panels of 16
 case("qgemm_panels.unpack", "u8-6x35", lambda x: qgemm_panels.unpack(x, (6, 35), "uint8"),
-     ints(2, 3, 32, 4, dtype="int8", low=-128, high=127))
+     ints(2, 4, 32, 4, dtype="int8", low=-128, high=127))
 case("qgemm_panels.unpack", "i8-groups-narrow",
      lambda x: qgemm_panels.unpack(x, (3, 3, 1, 24), "int8", groups=2),
-     ints(2, 4, 16, 4, dtype="int8", low=-128, high=127))
+     ints(2, 5, 16, 4, dtype="int8", low=-128, high=127))
 case("qnn.matmul_nbits", "4-bit-rows-tail",  # K = 40: the second block of 32 codes half padding
      lambda a, codes, scales, zeros: matmul_nbits(a, codes, scales, zeros, bits=4, block_size=32),
      f32(3, 40), ints(5, 2, 16, dtype="uint8", low=0, high=255), f32(5, 2, low=0.01, high=0.1),

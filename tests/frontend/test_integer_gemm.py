@@ -119,8 +119,9 @@ def test_the_weight_is_stored_once_as_bytes_in_the_kernels_panels(cache_dir, tmp
     _, lib = _build(model, cache_dir)
     lib.export_library(str(tmp_path / "lib.so"))
     weights = (tmp_path / "lib.so.weights.bin").stat().st_size
-    panels = int(np.prod(qgemm_panels.panels_shape(k, n)))  # the bytes and 96 int32 column sums
-    assert panels == k * n + 4 * n
+    # the bytes, 96 int32 column sums and a panel's 4 bytes of flags a column
+    panels = int(np.prod(qgemm_panels.panels_shape(k, n)))
+    assert panels == k * n + 8 * n
     assert panels <= weights <= panels + 4096  # alignment, nothing else: not an int32 or float copy
 
 
@@ -155,14 +156,15 @@ def _body_calls(lib) -> list[int]:
 
 
 # 601: three blocks of k (256 each); 128: a whole number of groups of four, so the rows are
-# read in place (300: two blocks of rows)
-@pytest.mark.parametrize(("rows", "k"), [(17, 601), (5, 130), (300, 128)])
+# read in place (300: two blocks of rows); one row: a decode step's
+@pytest.mark.parametrize(("rows", "k"), [(17, 601), (5, 130), (300, 128), (1, 64)])
 @pytest.mark.parametrize("fits", [True, False])
 def test_a_weight_whose_pairs_fit_sixteen_bits_runs_on_vpmaddubsw_exactly(rows, k, fits, cache_dir):
     """AVX2 without VNNI multiplies by VPMADDUBSW where every pair of a column (k = 2j,
     2j + 1) has |b0 + b1| <= 128 (a 7-bit weight, onnxruntime's reduce_range): then no pair
     of products saturates 16 bits. Pairs at the bound (-64, -64) times 255; one pair past it
-    (-64, -65), the weight's last, keeps it on the body that widens to 16 bits. Exact either way, on
+    (-64, -65), the weight's last, keeps it on the body that widens to 16 bits (the panels'
+    flag, qgemm_panels.pairs_fit at compile time). Exact either way, on
     every level; at the AVX2 level the counters show the body each took, where that level
     runs the AVX2 bodies (not on a CPU with AVX-VNNI, whose 256-bit VNNI body it takes)."""
     n = 40
@@ -170,7 +172,7 @@ def test_a_weight_whose_pairs_fit_sixteen_bits_runs_on_vpmaddubsw_exactly(rows, 
     rng = np.random.default_rng(rows)
     b = rng.integers(-64, 64, (k, n)).astype(np.int8)
     b[:2, :] = -64  # |b0 + b1| = 128: 255 * 128 = 32640 fits
-    if not fits:  # the last pair of the last column: the check reads every panel to its end
+    if not fits:  # the last pair of the last column
         last = (k - 2) // 2 * 2
         b[last, n - 1], b[last + 1, n - 1] = -64, -65
     for init in model.graph.initializer:
@@ -207,9 +209,29 @@ def test_panels_round_trip(k, n, dtype):
     assert panels[0, 0, 0, 0] == signed[0, 0]
     if k > 3 and n > 2:
         assert panels[0, 0, 2, 3] == signed[3, 2]
-    # the last group: each column's sum, int32 little-endian
-    sums = np.ascontiguousarray(panels[:, -1]).view("<i4").reshape(-1)
+    # the group before the last: each column's sum, int32 little-endian
+    sums = np.ascontiguousarray(panels[:, -2]).view("<i4").reshape(-1)
     assert np.array_equal(sums[:n], signed.sum(axis=0)) and not sums[n:].any()
+    # the last: the flag of every panel, whether each pair of stored bytes fits 16 bits
+    flags = panels[:, -1].reshape(len(panels), -1)
+    assert (flags[:, 0] == qgemm_panels.pairs_fit(weight)).all() and not flags[:, 1:].any()
+
+
+@pytest.mark.parametrize("groups", [1, 2])
+def test_the_panels_flag_says_whether_every_pair_of_the_weight_fits_sixteen_bits(groups):
+    weight = np.random.default_rng(0).integers(-64, 64, (9, 40)).astype(np.int8)
+    weight[:2] = -64  # |b0 + b1| = 128: the bound, which fits
+    assert qgemm_panels.pairs_fit(weight)
+    assert (qgemm_panels.to_panels(weight, groups)[:, -1, 0, 0] == 1).all()
+    weight[8, 39] = -128  # k's last pair: -128 with the zero past k, which fits
+    assert qgemm_panels.pairs_fit(weight)
+    for row, column, pair in ((6, 39, [127, 2]), (2, 0, [-64, -65])):  # past the bound
+        misfit = weight.copy()
+        misfit[row:row + 2, column] = pair
+        assert not qgemm_panels.pairs_fit(misfit)
+        assert (qgemm_panels.to_panels(misfit, groups)[:, -1, 0, 0] == 0).all()
+    unsigned = np.full((4, 3), 192, np.uint8)  # stored as 64: 64 + 64 fits
+    assert qgemm_panels.pairs_fit(unsigned) and not qgemm_panels.pairs_fit(unsigned + 1)
 
 
 def test_a_dynamically_quantized_model_with_symbolic_rows(cache_dir, tmp_path):

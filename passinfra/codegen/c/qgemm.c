@@ -40,7 +40,8 @@ extern int rp_parallel_for(rp_chunk_fn fn, void* ctx, int64_t extent, int64_t wo
 
 /* output columns per panel (COLUMNS in passinfra/ir/op/qgemm_panels.py): B' is read in
    panels of [K4 / 4][W columns][4 k] signed bytes (K4: K rounded up to 4, zeros past K)
-   and then the W columns' sums (int32),
+   and then the W columns' sums (int32) and W * 4 bytes of flags (the first: every pair of the
+   weight fits 16 bits, body 7; packed here: unset, not read),
    W 32 (16 for a narrow GEMM, below), stored so at compile time for a constant weight
    (qgemm_panels), else packed here, one panel at a time; a body's raw sums are rows of 32 */
 #define RP_QGEMM_COLUMNS 32
@@ -50,8 +51,8 @@ extern int rp_parallel_for(rp_chunk_fn fn, void* ctx, int64_t extent, int64_t wo
 #define RP_QGEMM_NARROW 16
 /* k a panel holds is a multiple of this (zeros past K): whole AMX tiles of 64 bytes a row */
 #define RP_QGEMM_DEPTH 64
-/* the bytes of a panel of K4 k and W columns: its groups of four k, then the columns' sums */
-#define RP_QGEMM_PANEL(K4, W) ((K4) * (W) + (W) * 4)
+/* the bytes of a panel of K4 k and W columns: its groups of four k, the columns' sums, the flags */
+#define RP_QGEMM_PANEL(K4, W) ((K4) * (W) + (W) * 8)
 
 static int64_t rp_qgemm_width(int64_t n) { return n <= RP_QGEMM_NARROW ? RP_QGEMM_NARROW : RP_QGEMM_COLUMNS; }
 /* AMX: the first step of rows over a panel streams it from memory, asking for its bytes
@@ -675,39 +676,8 @@ static void rp_qgemm_tile_avx2_4(const rp_qgemm* g, int64_t m, const uint8_t* pa
    saturation, with a third fewer instructions a product than widening to 16 bits (ResNet-50
    of 7-bit weights, one thread of a Zen 3: see bench/results_quantized_avx2_cpu.md). A weight
    of 7 bits (onnxruntime's reduce_range, which its documentation advises for U8S8 on AVX2)
-   always fits; one of the full 8 rarely does, and runs on the widening body (1). */
-__attribute__((target("avx2"))) static int rp_qgemm_pairs_fit_avx2(const uint8_t* panel, int64_t bytes) {
-  const __m256i ones = _mm256_set1_epi8(1), bound = _mm256_set1_epi16(128);
-  int64_t i = 0;
-  /* 256 bytes at a time, so a full-range weight (whose first misfit is usually within its
-     first few hundred bytes) costs about nothing to reject */
-  for (; i + 256 <= bytes; i += 256) {
-    __m256i most = _mm256_setzero_si256();
-    for (int j = 0; j < 256; j += 32)  /* b0 + b1 of each pair, exact in int16 */
-      most = _mm256_max_epi16(most, _mm256_abs_epi16(_mm256_maddubs_epi16(ones, _mm256_loadu_si256((const __m256i*)(panel + i + j)))));
-    if (!_mm256_testz_si256(_mm256_cmpgt_epi16(most, bound), _mm256_cmpgt_epi16(most, bound))) return 0;
-  }
-  for (; i + 2 <= bytes; i += 2)
-    if (abs((int8_t)panel[i] + (int8_t)panel[i + 1]) > 128) return 0;
-  return 1;
-}
-
-/* whether every panel's pairs fit: `misfit` set by the first panel that does not, which
-   ends the check on every thread at its next panel */
-typedef struct {
-  const uint8_t* B;
-  int64_t panel_bytes, bytes;  /* a panel's, and of its k (the column sums follow) */
-  int misfit;
-} rp_qgemm_fits;
-
-static int rp_qgemm_check_panels(void* ctx, int64_t begin, int64_t end) {
-  rp_qgemm_fits* f = (rp_qgemm_fits*)ctx;
-  for (int64_t i = begin; i < end && !__atomic_load_n(&f->misfit, __ATOMIC_RELAXED); i++)
-    if (!rp_qgemm_pairs_fit_avx2(f->B + i * f->panel_bytes, f->bytes)) __atomic_store_n(&f->misfit, 1, __ATOMIC_RELAXED);
-  return 0;
-}
-
-#define RP_QGEMM_UBS_MIN_ROWS 4
+   always fits; one of the full 8 rarely does, and runs on the widening body (1). Which
+   one a weight is, qgemm_panels.pairs_fit found at compile time: its panels' flag. */
 
 #define RP_QGEMM_UBS(acc, a, b) acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), ones))
 
@@ -1261,15 +1231,10 @@ static int rp_qgemm_run(const void* A, const rp_qgemm_image* image, const void* 
   const int direct = image && (vnni || avxvnni) && width == RP_QGEMM_NARROW && cg % 4 == 0 && centered;
   const int amx = !direct && vnni && M >= 16 && rp_qgemm_amx_usable();
   int body = direct ? (vnni ? 4 : 6) : amx ? 3 : vnni ? 2 : avxvnni ? 5 : level >= 1 ? 1 : 0;
-  /* AVX2: VPMADDUBSW where the stored weight's pairs fit (rp_qgemm_pairs_fit_avx2), checked
-     here, each call (a panel that does not ends the check): for at least this many rows, as
-     one row the check costs about what it saves */
-  if (body == 1 && b_packed && M >= RP_QGEMM_UBS_MIN_ROWS) {
-    const int64_t K4 = (K + 3) / 4 * 4;
-    rp_qgemm_fits fits = {(const uint8_t*)B, RP_QGEMM_PANEL(K4, width), K4 * width, 0};
-    if (rp_parallel_for(rp_qgemm_check_panels, &fits, groups * panels, K4 * width / 64 + 1) == 0 && !fits.misfit)
-      body = 7;
-  }
+  /* AVX2: VPMADDUBSW where every pair of the stored weight fits (the first panel's flag; a
+     decode step's one row too: its panels' bytes as stored, not widened, 1-3% faster) */
+  const int64_t K4 = (K + 3) / 4 * 4;
+  if (body == 1 && b_packed && ((const uint8_t*)B)[K4 * width + width * 4] == 1) body = 7;
   __atomic_add_fetch(&rp_qgemm_calls[body], 1, __ATOMIC_RELAXED);
   /* VPMADDUBSW reads a uint8 A in place where it is A' (a pointwise convolution's data, a
      projection's): no copy, no row sums */

@@ -9,8 +9,14 @@ or uint8) is stored for it as ``[ceil(n/32), ceil(k/4) + 1, 32, 4]`` int8 panels
 four ``k`` the column's four values side by side; a uint8 weight is stored minus 128 (``B ^
 0x80``, so every stored byte is signed; the GEMM moves its zero point by 128 too); zeros
 past ``n`` and past ``k`` (the GEMM's AMX body reads a last step of fewer than 64 ``k``
-from a zero-padded copy of its own); and one more group: the columns' sums of the stored
-bytes, int32 little-endian (the GEMM removes the zero points with them). A weight of at
+from a zero-padded copy of its own); and two more groups: the columns' sums of the stored
+bytes, int32 little-endian (the GEMM removes the zero points with them), and a flag, its
+first byte 1 where every pair of stored bytes of a column (``k = 2j, 2j + 1``, all
+panels, all groups) has ``|b0 + b1| <= 128`` (:func:`pairs_fit`), else 0, the rest zeros:
+then the AVX2 body multiplies by VPMADDUBSW, whose 16-bit pair sums cannot saturate (a
+7-bit weight); the GEMM reads it from the first panel, where a check of every panel on
+every call cost 11% of a 32-row layer of 2048 x 5632 (its weight read twice from memory).
+The flag is data, not a constant of the kernel: layers of one shape share one kernel. A weight of at
 most 16 columns (a grouped convolution's 16 outputs a group, as RegNet's) has panels of 16
 (:func:`panel_width`): a panel of 32 would be half zeros, and the AMX body multiplies one
 tile of 16 columns then. onnxruntime packs its quantized weights in the same spirit at
@@ -39,7 +45,7 @@ from passinfra.ir.op.tensor import call_op
 from passinfra.ir.types import TensorType, Type
 
 __all__ = ["COLUMNS", "DEPTH", "K_MULTIPLE", "NARROW_COLUMNS", "OP_NAME", "flat_shape", "from_panels",
-           "panel_width", "panels_shape", "to_panels", "unpack"]
+           "pairs_fit", "panel_width", "panels_shape", "to_panels", "unpack"]
 
 OP_NAME = "qgemm_panels.unpack"
 # output columns per panel, k per group (RP_QGEMM_COLUMNS in c/qgemm.c; VPDPBUSD's 4), and
@@ -61,7 +67,7 @@ def panels_shape(k: int, n: int, groups: int = 1) -> tuple[int, int, int, int]:
     ``[k, n / groups]`` (a grouped convolution's), one after the other."""
     per_group = n // groups
     width = panel_width(per_group)
-    quads = -(-k // DEPTH) + 1  # groups of 4 k, then the columns' sums
+    quads = -(-k // DEPTH) + 2  # groups of 4 k, then the columns' sums and the flag
     return (groups * -(-per_group // width), quads, width, DEPTH)
 
 
@@ -71,17 +77,33 @@ def flat_shape(shape: Sequence[int]) -> tuple[int, int]:
     return int(np.prod([int(d) for d in shape[:-1]], dtype=np.int64)), int(shape[-1])
 
 
-def _matrix_panels(weight: np.ndarray) -> np.ndarray:
+def _stored(weight: np.ndarray) -> np.ndarray:
+    """The signed bytes the panels store for an int8 or uint8 ``weight`` (uint8 minus 128)."""
+    return weight.view(np.int8) if weight.dtype == np.int8 else (weight ^ np.uint8(0x80)).view(np.int8)
+
+
+def pairs_fit(weight: np.ndarray) -> bool:
+    """Whether every pair of stored bytes of a column of the ``[k, n]`` ``weight`` (rows
+    ``2j`` and ``2j + 1``, a zero past an odd ``k``) has ``|b0 + b1| <= 128``: then no
+    product pair of VPMADDUBSW (u8 x s8, summed in 16 bits) saturates."""
+    values = _stored(weight).astype(np.int16)
+    if len(values) % 2:
+        values = np.concatenate([values, np.zeros((1, values.shape[1]), np.int16)])
+    return bool(np.abs(values[0::2] + values[1::2]).max(initial=0) <= 128)
+
+
+def _matrix_panels(weight: np.ndarray, fits: bool) -> np.ndarray:
     k, n = weight.shape
     tiles, quads, width, _ = panels_shape(k, n)
-    quads -= 1  # the last holds the columns' sums
-    signed = weight.view(np.int8) if weight.dtype == np.int8 else (weight ^ np.uint8(0x80)).view(np.int8)
+    quads -= 2  # the last two hold the columns' sums and the flag
     padded = np.zeros((quads * DEPTH, tiles * width), np.int8)
-    padded[:k, :n] = signed
+    padded[:k, :n] = _stored(weight)
     # [quads, 4, tiles, width] -> [tiles, quads, width, 4]
     values = padded.reshape(quads, DEPTH, tiles, width).transpose(2, 0, 3, 1)
     sums = padded.astype(np.int32).sum(axis=0).astype("<i4").reshape(tiles, 1, width, 1).view(np.int8)
-    return np.concatenate([values, sums], axis=1)
+    flag = np.zeros((tiles, 1, width, DEPTH), np.int8)
+    flag[:, 0, 0, 0] = fits
+    return np.concatenate([values, sums, flag], axis=1)
 
 
 def to_panels(weight: np.ndarray, groups: int = 1) -> np.ndarray:
@@ -91,14 +113,15 @@ def to_panels(weight: np.ndarray, groups: int = 1) -> np.ndarray:
     k, n = flat_shape(weight.shape)
     matrix = weight.reshape(k, n)
     per_group = n // groups
-    parts = [_matrix_panels(matrix[:, g * per_group:(g + 1) * per_group]) for g in range(groups)]
+    fits = pairs_fit(matrix)  # a column's pairs are its group's: one flag for the whole weight
+    parts = [_matrix_panels(matrix[:, g * per_group:(g + 1) * per_group], fits) for g in range(groups)]
     return np.ascontiguousarray(np.concatenate(parts, axis=0))
 
 
 def _matrix_from_panels(panels: np.ndarray, k: int, n: int) -> np.ndarray:
     tiles, quads, columns, depth = panels.shape
-    values = panels[:, :quads - 1]  # the last: the columns' sums
-    return values.transpose(1, 3, 0, 2).reshape((quads - 1) * depth, tiles * columns)[:k, :n]
+    values = panels[:, :quads - 2]  # the last two: the columns' sums and the flag
+    return values.transpose(1, 3, 0, 2).reshape((quads - 2) * depth, tiles * columns)[:k, :n]
 
 
 def from_panels(panels: np.ndarray, shape: Sequence[int], dtype: str, groups: int = 1) -> np.ndarray:
