@@ -22,6 +22,7 @@ from __future__ import annotations
 import concurrent.futures as futures
 import multiprocessing
 import os
+import signal
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
@@ -89,6 +90,11 @@ class Runner:
 
     def close(self) -> None:
         raise NotImplementedError
+
+    def abort(self) -> None:
+        """Close at once, jobs in flight stopped (after Ctrl-C): :meth:`close` unless a
+        subclass has a faster way."""
+        self.close()
 
     def pids(self) -> list[int]:
         """Each slot's worker process id (asked of the worker itself)."""
@@ -176,9 +182,25 @@ def core_groups(workers: int) -> list[set[int]]:
     return [set(cpus[i * per:(i + 1) * per]) or {cpus[i % len(cpus)]} for i in range(workers)]
 
 
+def _ignore_interrupt(*_: object) -> None:
+    """A worker's SIGINT handler: nothing (module docstring of ProcessRunner)."""
+
+
+def _start_process_worker(threads: int, cache_dir: str | None, cpus: set[int]) -> None:
+    # Ctrl-C in a terminal reaches the whole process group: a worker waiting for its next
+    # job would die of the KeyboardInterrupt inside the executor's queue read, which can
+    # leave the executor's shutdown waiting for ever (CPython issue 125886). The driver
+    # alone decides: it stops its workers (ProcessRunner.abort). A handler rather than
+    # SIG_IGN, which the compiler processes a worker starts would inherit: they still
+    # stop at Ctrl-C.
+    signal.signal(signal.SIGINT, _ignore_interrupt)
+    configure_worker(threads, cache_dir, cpus)
+
+
 class ProcessRunner(Runner):
     """One worker process per slot on this machine, each on its own CPUs (a one-process
-    executor per slot: a worker that dies breaks only its own slot)."""
+    executor per slot: a worker that dies breaks only its own slot). The workers ignore
+    SIGINT; after Ctrl-C the driver terminates them (:meth:`abort`)."""
 
     def __init__(self, workers: int, cache_dir: str | None = None) -> None:
         super().__init__()
@@ -192,7 +214,7 @@ class ProcessRunner(Runner):
             executor.submit(os.getpid)
 
     def _start(self, slot: int) -> futures.ProcessPoolExecutor:
-        return futures.ProcessPoolExecutor(1, mp_context=self._context, initializer=configure_worker,
+        return futures.ProcessPoolExecutor(1, mp_context=self._context, initializer=_start_process_worker,
                                            initargs=(self.threads, self._cache_dir, self._groups[slot]))
 
     def _submit(self, slot: int, fn: Callable[..., Any], args: tuple[Any, ...]) -> futures.Future:
@@ -208,6 +230,19 @@ class ProcessRunner(Runner):
     def close(self) -> None:
         for executor in self._executors:
             executor.shutdown(wait=True, cancel_futures=True)
+
+    def abort(self) -> None:
+        """Terminate the workers (a job in flight is lost: the caller keeps what finished),
+        then shut the executors down, which then waits for nothing."""
+        for executor in self._executors:
+            terminate = getattr(executor, "terminate_workers", None)  # Python 3.14
+            if terminate is not None:
+                terminate()
+                continue
+            for process in list((getattr(executor, "_processes", None) or {}).values()):
+                if process.is_alive():
+                    process.terminate()
+        self.close()
 
 
 __all__ = ["MAX_LOSSES", "WORKER_SETTINGS", "JobRun", "ProcessRunner", "Runner", "configure_worker",

@@ -238,6 +238,7 @@ def tune(mod: IRModule, trials: int, db_path: str, workers: int = 1, cache_dir: 
     deadline = None if minutes is None else time.monotonic() + minutes * 60
     owned = runner is None
     runner = ProcessRunner(workers, cache_dir) if runner is None else runner
+    interrupted = False
     try:
         # the kernels' C runtime, compiled once here (in the background while the model is
         # fused) into the cache the workers build with: N workers with a fresh cache would
@@ -259,7 +260,7 @@ def tune(mod: IRModule, trials: int, db_path: str, workers: int = 1, cache_dir: 
             _confirm(tasks, runner, result, say)
             _check_model(mod, tasks, target, runner, result, say)
         except KeyboardInterrupt:
-            result.interrupted = True
+            result.interrupted = interrupted = True
             say("interrupted: keeping what was measured")
             raise
         finally:
@@ -270,7 +271,9 @@ def tune(mod: IRModule, trials: int, db_path: str, workers: int = 1, cache_dir: 
             database.save(db_path)
             result.seconds = time.perf_counter() - started
     finally:
-        if owned:
+        if owned and interrupted:  # after Ctrl-C, the jobs in flight are stopped, not waited for
+            runner.abort()
+        elif owned:
             runner.close()
     return result
 

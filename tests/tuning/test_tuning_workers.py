@@ -55,6 +55,33 @@ def test_no_job_starts_after_the_deadline_and_every_started_job_finishes():
     assert sorted(done + not_started) == list(range(20)) and not_started == list(range(len(done), 20))
 
 
+def test_workers_ignore_ctrl_c_and_abort_stops_a_job_in_flight():
+    """SIGINT (a terminal's Ctrl-C reaches the whole process group) leaves a worker
+    running, so only the driver decides; abort() then stops a job in flight at once
+    instead of waiting for it, and leaves no worker behind."""
+    runner = ProcessRunner(1)
+    try:
+        (pid,) = runner.pids()
+        os.kill(pid, signal.SIGINT)
+        assert runner.pids() == [pid]  # still there, still taking jobs
+        job = runner._submit(0, time.sleep, (60,))
+        time.sleep(0.5)
+        started = time.monotonic()
+        runner.abort()
+        assert time.monotonic() - started < 10
+        assert job.done()
+    finally:
+        runner.abort()
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        assert time.monotonic() < deadline, "the worker outlived abort()"
+        time.sleep(0.1)
+
+
 def _tune_killing_one_worker(runner, tmp_path):
     """Tune the MLP on ``runner``, SIGKILLing one worker's process once the first
     candidate is measured; returns the result and the database."""
