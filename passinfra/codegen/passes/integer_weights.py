@@ -31,12 +31,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from passinfra.ir import op
 from passinfra.ir.expr import Constant, Expr, Function, Var
 from passinfra.ir.module import IRModule
-from passinfra.ir.types import TensorType
 from passinfra.transform.builtin.to_mixed_precision import weight_parameters
-from passinfra.transform.builtin.weight_parameters import rewrite_weight_parameters
+from passinfra.transform.builtin.weight_parameters import rewrite_weight_parameters, widened_parameter
 from passinfra.transform.config import register_config
 from passinfra.transform.context import PassContext
 from passinfra.transform.pass_info import PassInfo
@@ -50,7 +48,6 @@ register_config(INTEGER_WEIGHTS_CONFIG, bool)
 STORAGE_DTYPES: tuple[str, ...] = ("int8", "uint8", "int16")
 # a smaller weight saves less than a cache line of the weights file
 MIN_ELEMENTS = 64
-_FLOAT32 = "float32"
 
 
 def storage_dtype(data: np.ndarray) -> str | None:
@@ -86,10 +83,7 @@ class _Rule:
         return storage_dtype(constant.data) == self.dtype
 
     def parameter(self, old: Var) -> tuple[Var, Expr]:
-        ty = old.type_annotation
-        assert isinstance(ty, TensorType)
-        new = Var(old.name_hint, TensorType(ty.shape, self.dtype))
-        return new, op.cast(new, _FLOAT32)
+        return widened_parameter(old, self.dtype)
 
     def constant(self, constant: Constant) -> Constant:
         return Constant.owning(constant.data.astype(self.dtype))

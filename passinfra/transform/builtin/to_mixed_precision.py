@@ -60,13 +60,12 @@ import ml_dtypes  # noqa: F401  (registers "bfloat16" with NumPy)
 import numpy as np
 
 from passinfra.errors import OpNotFoundError
-from passinfra.ir import op
 from passinfra.ir.expr import Call, Constant, Expr, Function, Var
 from passinfra.ir.functor import expr_children, iter_post_order
 from passinfra.ir.module import IRModule
 from passinfra.ir.op.registry import Op
 from passinfra.ir.types import TensorType
-from passinfra.transform.builtin.weight_parameters import rewrite_weight_parameters
+from passinfra.transform.builtin.weight_parameters import rewrite_weight_parameters, widened_parameter
 from passinfra.transform.config import register_config
 from passinfra.transform.context import PassContext
 from passinfra.transform.errors import PassArgumentError
@@ -181,10 +180,7 @@ class _Rule:
         return constant.dtype == _FLOAT32 and _representable(constant.data, self.weight_dtype)
 
     def parameter(self, old: Var) -> tuple[Var, Expr]:
-        ty = old.type_annotation
-        assert isinstance(ty, TensorType)
-        new = Var(old.name_hint, TensorType(ty.shape, self.weight_dtype))
-        return new, op.cast(new, _FLOAT32)
+        return widened_parameter(old, self.weight_dtype)
 
     def constant(self, constant: Constant) -> Constant:
         # NumPy's and ml_dtypes' casts round to nearest-even, as the kernels' own casts do

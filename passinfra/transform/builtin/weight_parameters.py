@@ -29,12 +29,14 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from passinfra.file_pages import release_file_pages
+from passinfra.ir import op
 from passinfra.ir.expr import Call, Constant, Expr, Function, GlobalVar, Var
 from passinfra.ir.functor import ExprMutator, expr_children, iter_post_order
 from passinfra.ir.graph import is_primitive
 from passinfra.ir.module import IRModule
+from passinfra.ir.types import TensorType
 
-__all__ = ["WeightRule", "rewrite_weight_parameters", "skipped"]
+__all__ = ["WeightRule", "rewrite_weight_parameters", "skipped", "widened_parameter"]
 
 
 class WeightRule(Protocol):
@@ -53,6 +55,16 @@ class WeightRule(Protocol):
 
     def constant(self, constant: Constant) -> Constant:
         """The converted constant."""
+
+
+def widened_parameter(old: Var, dtype: str) -> tuple[Var, Expr]:
+    """A float32 weight parameter stored as ``dtype``: the new parameter, and the
+    ``cast(new, "float32")`` that replaces ``old`` (a rule's :meth:`WeightRule.parameter`
+    for a narrower storage type)."""
+    ty = old.type_annotation
+    assert isinstance(ty, TensorType)
+    new = Var(old.name_hint, TensorType(ty.shape, dtype))
+    return new, op.cast(new, "float32")
 
 
 def skipped(func: Function) -> bool:
