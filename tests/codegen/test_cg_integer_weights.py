@@ -27,6 +27,7 @@ _F32 = np.float32
     ([1, np.inf], None),
     ([1, np.nan], None),
     ([-0.0, 1], None),  # an integer has no negative zero
+    ([0] * 100 + [0.5], None),  # a fraction past the first values, which are read first
 ])
 def test_a_weight_is_stored_in_the_narrowest_type_that_holds_it_exactly(values, dtype):
     assert storage_dtype(np.array(values, _F32)) == dtype
