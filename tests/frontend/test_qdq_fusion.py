@@ -148,6 +148,7 @@ _CONVOLUTIONS = ("shape", "out_channels", "kernel", "stride", "pad", "groups", "
     ((1, 8, 11, 9), 40, 3, 2, 1, 1, "uint8", True),  # im2col with padding, 5 x 5 = 25 rows
     ((2, 3, 12, 12), 16, 3, 1, 1, 1, "int8", False),  # 27 products a sum: the float kernels too
     ((1, 6, 12, 12), 16, 3, 1, 1, 1, "int8", True),  # 54: the integer GEMM
+    ((1, 3, 23, 21), 8, 7, 2, 3, 1, "uint8", True),  # a 7x7 stem: a row of taps inside is one copy of 21
     ((1, 32, 8, 8), 32, 3, 1, 1, 2, "uint8", True),  # grouped: two GEMMs of 16 channels in one call
     ((1, 32, 19, 17), 32, 3, 1, 1, 2, "int8", True),  # 323 rows: two row blocks, the last of 67
     ((2, 48, 11, 9), 48, 3, 2, 1, 3, "uint8", True),  # groups of 16, stride 2: two images, read in place

@@ -961,9 +961,18 @@ typedef struct {
    from src to dst, 16 at a time where it can (the copies of a gather are short:
    a group's channels, often 16 or 32, where a libc call costs more than the copy) */
 static void rp_qgemm_copy(uint8_t* dst, const uint8_t* src, int64_t n) {
+  if (n < 16) {  /* two copies that overlap where n is not a power of two (a 3-channel image's taps) */
+    uint64_t u, v;
+    uint32_t x, y;
+    if (n >= 8) memcpy(&u, src, 8), memcpy(&v, src + n - 8, 8), memcpy(dst, &u, 8), memcpy(dst + n - 8, &v, 8);
+    else if (n >= 4) memcpy(&x, src, 4), memcpy(&y, src + n - 4, 4), memcpy(dst, &x, 4), memcpy(dst + n - 4, &y, 4);
+    else for (int64_t i = 0; i < n; i++) dst[i] = src[i];
+    return;
+  }
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) _mm_storeu_si128((__m128i*)(dst + i), _mm_loadu_si128((const __m128i*)(src + i)));
-  for (; i < n; i++) dst[i] = src[i];
+  /* the last bytes: the 16 that end the row, some copied twice */
+  if (i < n) _mm_storeu_si128((__m128i*)(dst + n - 16), _mm_loadu_si128((const __m128i*)(src + n - 16)));
 }
 
 static void rp_qgemm_gather(const rp_qgemm_operand* p, int64_t group, int64_t n, int64_t oh, int64_t ow,
@@ -979,6 +988,15 @@ static void rp_qgemm_gather(const rp_qgemm_operand* p, int64_t group, int64_t n,
       continue;
     }
     const uint8_t* line = image + h * c->width * c->channels;
+    /* a row of taps inside the image, each of all its pixel's channels, one pixel after
+       the next (no dilation): one run of the line, copied at once (a 7x7 stem's 3-channel
+       taps are 21 bytes a row, not seven copies of 3) */
+    const int64_t w0 = ow * c->sw - c->left;
+    if (c->dw == 1 && cg == c->channels && w0 >= 0 && w0 + c->kw <= c->width) {
+      rp_qgemm_copy(row, line + w0 * c->channels, c->kw * cg);
+      row += c->kw * cg;
+      continue;
+    }
     for (int64_t kx = 0; kx < c->kw; kx++, row += cg) {
       const int64_t w = ow * c->sw + kx * c->dw - c->left;
       if (w < 0 || w >= c->width) memset(row, p->pad, (size_t)cg);
