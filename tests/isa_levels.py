@@ -1,8 +1,10 @@
-"""One assertion the integer-kernel tests share: a library's results are the same bits on
-two threads and one, and on every instruction-set level its runtime can run here."""
+"""What the integer-kernel tests share: the assertion that a library's results are the same
+bits on two threads and one, and on every instruction-set level its runtime can run here;
+and the counters of the bodies its integer GEMM took."""
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Sequence
 
 import numpy as np
@@ -31,3 +33,13 @@ def assert_same_on_every_isa(lib, args: Sequence[np.ndarray], expected: np.ndarr
         lib.conv_isa(isa)
     finally:
         lib.set_num_threads(2)
+
+
+QGEMM_BODIES = 9  # RP_QGEMM_BODIES of passinfra/codegen/c/qgemm.c
+
+
+def qgemm_body_calls(lib) -> list[int]:
+    """How many GEMM calls each body of the library's runtime has run (c/qgemm.c)."""
+    entry = lib._cdll.rp_qgemm_body_calls
+    entry.restype, entry.argtypes = ctypes.c_int64, [ctypes.c_int]
+    return [entry(body) for body in range(QGEMM_BODIES)]

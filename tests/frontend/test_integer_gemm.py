@@ -5,8 +5,6 @@ every instruction set the runtime has here and for any thread count."""
 
 from __future__ import annotations
 
-import ctypes
-
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
@@ -15,7 +13,7 @@ import passinfra
 from passinfra.frontend import from_onnx
 from passinfra.ir.op import qgemm_panels
 from passinfra.transform import PassContext
-from tests.isa_levels import assert_same_on_every_isa
+from tests.isa_levels import assert_same_on_every_isa, qgemm_body_calls
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -148,13 +146,6 @@ def test_products_that_saturate_sixteen_bits_are_exact(cache_dir):
     _same_everywhere(lib, {"A": a}, expected)
 
 
-def _body_calls(lib) -> list[int]:
-    """How many GEMM calls each body of the library's runtime has run (c/qgemm.c)."""
-    entry = lib._cdll.rp_qgemm_body_calls
-    entry.restype, entry.argtypes = ctypes.c_int64, [ctypes.c_int]
-    return [entry(body) for body in range(8)]
-
-
 # 601: three blocks of k (256 each); 128: a whole number of groups of four, so the rows are
 # read in place (300: two blocks of rows); one row: a decode step's
 @pytest.mark.parametrize(("rows", "k"), [(17, 601), (5, 130), (300, 128), (1, 64)])
@@ -185,9 +176,9 @@ def test_a_weight_whose_pairs_fit_sixteen_bits_runs_on_vpmaddubsw_exactly(rows, 
     levels = lib.conv_isa()
     lib.conv_isa("avx2")
     try:
-        before = _body_calls(lib)
+        before = qgemm_body_calls(lib)
         assert np.array_equal(lib(a), expected)
-        took = [after - first for after, first in zip(_body_calls(lib), before, strict=True)]
+        took = [after - first for after, first in zip(qgemm_body_calls(lib), before, strict=True)]
     finally:
         lib.conv_isa(levels)
     assert sum(took) == 1, took

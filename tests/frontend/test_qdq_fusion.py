@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 import passinfra
 from passinfra.frontend import from_onnx
 from passinfra.transform import FuseQDQ, InferType, PassContext
-from tests.isa_levels import assert_same_on_every_isa
+from tests.isa_levels import assert_same_on_every_isa, qgemm_body_calls
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -164,6 +164,28 @@ def test_a_qdq_convolution_is_onnxruntime_s_qlinearconv_exactly(shape, out_chann
     expected = _onnxruntime(model, feeds)
     # (a short sum may run on float kernels that are generated C, not the runtime's)
     assert_same_on_every_isa(_build(model, cache_dir), [feeds["x"]], expected, runtime=None)
+
+
+@pytest.mark.parametrize("act", ["uint8", "int8"])
+def test_narrow_groups_of_a_weight_whose_pairs_fit_read_the_image_in_place_on_avx2(act, cache_dir):
+    """Without VNNI, a convolution of narrow groups (16 channels a group, whole quads) whose
+    weight's pairs fit 16 bits (7-bit codes) multiplies by VPMADDUBSW reading its image in
+    place (body 8 of c/qgemm.c: no im2col copy, which cost RegNet's grouped 3x3 layers more
+    than their products); at the AVX2 level on any CPU (not AVX-VNNI's direct body, on a CPU
+    that has it) and onnxruntime's bits."""
+    model, feeds = conv_model((1, 48, 13, 11), 48, 3, 2, 1, 3, act=act)  # stride 2, padding
+    lib = _build(model, cache_dir)
+    expected = _onnxruntime(model, feeds)
+    assert_same_on_every_isa(lib, [feeds["x"]], expected)
+    levels = lib.conv_isa()
+    lib.conv_isa("avx2")
+    try:
+        before = qgemm_body_calls(lib)
+        assert np.array_equal(lib(feeds["x"]), expected)
+        took = [after - first for after, first in zip(qgemm_body_calls(lib), before, strict=True)]
+    finally:
+        lib.conv_isa(levels)
+    assert sum(took) == 1 and took[8 if took[6] == 0 else 6] == 1, took
 
 
 @pytest.mark.parametrize("act", ["uint8", "int8"])

@@ -95,10 +95,11 @@ typedef struct {
      block's from row a_first of one group (both 0: a work item's own, rp_qgemm_row_blocks) */
   int64_t a_first, a_group_rows, tile_group_rows;
   int a_signed, b_signed, b_packed;
-  int body;                /* 7: AVX2 by VPMADDUBSW (a weight whose pairs fit 16 bits), 6: direct on
-                              AVX-VNNI, 5: AVX-VNNI (256-bit VPDPBUSD, no AVX-512), 4: direct
-                              (rp_qgemm_tile_direct), 3: AMX (blocks of 16 rows or more; fewer on
-                              VNNI), 2: AVX-512 VNNI, 1: AVX2 widening to 16 bits, 0: portable */
+  int body;                /* 8: direct by VPMADDUBSW, 7: AVX2 by VPMADDUBSW (a weight whose pairs
+                              fit 16 bits), 6: direct on AVX-VNNI, 5: AVX-VNNI (256-bit VPDPBUSD,
+                              no AVX-512), 4: direct (rp_qgemm_tile_direct), 3: AMX (blocks of 16
+                              rows or more; fewer on VNNI), 2: AVX-512 VNNI, 1: AVX2 widening to 16
+                              bits, 0: portable */
   int64_t K4;              /* K rounded up to 4: the k of a panel (A' holds Kp, whole AMX steps) */
   /* body 4: a convolution's A' read from its image in place, no im2col */
   const rp_qgemm_image* image;
@@ -751,6 +752,20 @@ static void rp_qgemm_tile_ubs_4(const rp_qgemm* g, int64_t m, const uint8_t* pan
 RP_QGEMM_UBS_ONE(4)
 RP_QGEMM_UBS_ONE(2)
 
+/* body 8: the direct bodies' tiles (A' read from the image in place, see body 4) by
+   VPMADDUBSW, for a weight whose pairs fit; four rows of the narrow panel's 16 columns in
+   eight accumulators, as AVX-VNNI's */
+static inline __attribute__((target("avx2"), always_inline)) __m256i rp_qgemm_ubs_dot(__m256i acc, __m256i a,
+                                                                                     __m256i b) {
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1)));
+}
+#define RP_QGEMM_DIRECT_UBS_TILE(ROWS)                                                                       \
+  RP_QGEMM_DIRECT_BODY(rp_qgemm_tile_direct_ubs_##ROWS, "avx2", __m256i, 8, ROWS, _mm256_setzero_si256,     \
+                       RP_LOAD256, _mm256_set1_epi32, _mm256_set1_epi8, _mm256_xor_si256, rp_qgemm_ubs_dot, \
+                       RP_STORE256)
+RP_QGEMM_DIRECT_UBS_TILE(1)
+RP_QGEMM_DIRECT_UBS_TILE(4)
+
 /* the AVX2 bodies' tiles: rows from m over k [k0, k1) of a panel, into sums or (`more`)
    added to them */
 typedef void (*rp_qgemm_ktile)(const rp_qgemm* g, int64_t m, const uint8_t* panel, uint32_t* sums, int64_t k0,
@@ -806,6 +821,10 @@ static int rp_qgemm_rows(const rp_qgemm* g, int body, int64_t m, const uint8_t* 
   if (body == 6) {
     if (left >= 4) return rp_qgemm_tile_direct_avxvnni_4(g, m, panel, sums), 4;
     return rp_qgemm_tile_direct_avxvnni_1(g, m, panel, sums), 1;
+  }
+  if (body == 8) {
+    if (left >= 4) return rp_qgemm_tile_direct_ubs_4(g, m, panel, sums), 4;
+    return rp_qgemm_tile_direct_ubs_1(g, m, panel, sums), 1;
   }
   if (body == 5 && g->width == RP_QGEMM_NARROW) {
     if (left >= 4) return rp_qgemm_tile_avxvnni_4_2(g, m, panel, sums), 4;
@@ -1181,7 +1200,7 @@ static int rp_qgemm_row_blocks(void* ctx, int64_t begin, int64_t end) {
   rp_qgemm_operand operand = *w->operand;
   const size_t bytes = (size_t)((RP_QGEMM_BLOCK_ROWS + RP_QGEMM_AMX_ROWS) * g.Kp);
   /* AVX2: int16 A' too; direct, or A read in place: none */
-  const int wide = g.body == 1, direct = g.body == 4 || g.body == 6 || g.in_place;
+  const int wide = g.body == 1, direct = g.body == 4 || g.body == 6 || g.body == 8 || g.in_place;
   uint8_t* buffer = direct ? 0 : (uint8_t*)calloc(wide ? 3 * bytes : bytes, 1);
   if (!buffer && !direct) return -1;
   if (g.body == 3) {
@@ -1206,7 +1225,7 @@ static int rp_qgemm_row_blocks(void* ctx, int64_t begin, int64_t end) {
 }
 
 /* the calls each body has run in this library (tests read them: which body a call took) */
-#define RP_QGEMM_BODIES 8
+#define RP_QGEMM_BODIES 9
 static int64_t rp_qgemm_calls[RP_QGEMM_BODIES];
 
 int64_t rp_qgemm_body_calls(int body) {
@@ -1246,13 +1265,18 @@ static int rp_qgemm_run(const void* A, const rp_qgemm_image* image, const void* 
   /* a convolution of narrow groups whose channels are whole quads: the direct body, where
      there is VNNI (its A' is no copy); else A' is made first (AMX: in its tiles) */
   const int64_t cg = image ? K / (image->kh * image->kw) : 0;
-  const int direct = image && (vnni || avxvnni) && width == RP_QGEMM_NARROW && cg % 4 == 0 && centered;
-  const int amx = !direct && vnni && M >= 16 && rp_qgemm_amx_usable();
-  int body = direct ? (vnni ? 4 : 6) : amx ? 3 : vnni ? 2 : avxvnni ? 5 : level >= 1 ? 1 : 0;
+  const int narrow_image = image && width == RP_QGEMM_NARROW && cg % 4 == 0 && centered;
   /* AVX2: VPMADDUBSW where every pair of the stored weight fits (the first panel's flag; a
      decode step's one row too: its panels' bytes as stored, not widened, 1-3% faster) */
   const int64_t K4 = (K + 3) / 4 * 4;
-  if (body == 1 && b_packed && ((const uint8_t*)B)[K4 * width + width * 4] == 1) body = 7;
+  const int pairs_fit = b_packed && ((const uint8_t*)B)[K4 * width + width * 4] == 1;
+  /* and on a narrow image without VNNI, the direct body by VPMADDUBSW (8): RegNet's
+     grouped 3x3 convolutions spent longer in the im2col copy than in the products */
+  const int fits_direct = narrow_image && level >= 1 && !vnni && !avxvnni && pairs_fit;
+  const int direct = (narrow_image && (vnni || avxvnni)) || fits_direct;
+  const int amx = !direct && vnni && M >= 16 && rp_qgemm_amx_usable();
+  int body = fits_direct ? 8 : direct ? (vnni ? 4 : 6) : amx ? 3 : vnni ? 2 : avxvnni ? 5 : level >= 1 ? 1 : 0;
+  if (body == 1 && pairs_fit) body = 7;
   __atomic_add_fetch(&rp_qgemm_calls[body], 1, __ATOMIC_RELAXED);
   /* VPMADDUBSW reads a uint8 A in place where it is A' (a pointwise convolution's data, a
      projection's): no copy, no row sums */
