@@ -146,7 +146,7 @@ _CONVOLUTIONS = ("shape", "out_channels", "kernel", "stride", "pad", "groups", "
     ((1, 16, 9, 9), 24, 1, 1, 0, 1, "uint8", True),  # pointwise: the data is the GEMM's matrix
     ((1, 64, 7, 9), 40, 1, 1, 0, 1, "uint8", True),  # 64 channels: AMX reads 32 of the 63 rows in place
     ((1, 8, 11, 9), 40, 3, 2, 1, 1, "uint8", True),  # im2col with padding, 5 x 5 = 25 rows
-    ((2, 3, 12, 12), 16, 3, 1, 1, 1, "int8", False),  # 27 products a sum: the float kernels too
+    ((2, 3, 12, 12), 16, 3, 1, 1, 1, "int8", False),  # 27 products a sum: an RGB first layer, two images
     ((1, 6, 12, 12), 16, 3, 1, 1, 1, "int8", True),  # 54: the integer GEMM
     ((1, 3, 23, 21), 8, 7, 2, 3, 1, "uint8", True),  # a 7x7 stem: a row of taps inside is one copy of 21
     ((1, 32, 8, 8), 32, 3, 1, 1, 2, "uint8", True),  # grouped: two GEMMs of 16 channels in one call
@@ -324,9 +324,10 @@ def test_the_weights_stay_int8_in_the_library(groups, cache_dir, tmp_path):
 
 
 def test_short_sums_run_exactly_on_the_float_kernels_and_long_ones_stay_integer():
-    """ExactFloatConvolutions: a depthwise convolution, or one of fewer than 32 products a
+    """ExactFloatConvolutions: a depthwise convolution, or one of fewer than 16 products a
     sum, becomes a float32 convolution of x - zx and w - zw where every partial sum is an
-    integer below 2^24; a 31x31 depthwise filter of extreme weights could pass 2^24."""
+    integer below 2^24; a 31x31 depthwise filter of extreme weights could pass 2^24. An
+    RGB first layer (27 products) stays integer."""
     from passinfra.build import COMPILE_PIPELINE
     from passinfra.transform import get_pass
 
@@ -338,9 +339,10 @@ def test_short_sums_run_exactly_on_the_float_kernels_and_long_ones_stay_integer(
         return re.findall(r"^\s+(?:%\d+ = )?([a-z_.0-9]+)\(", str(mod), re.MULTILINE)
 
     depthwise, _ = conv_model((1, 8, 9, 9), 8, 3, 1, 1, 8)
-    first_layer, _ = conv_model((1, 3, 9, 9), 8, 3, 1, 1)
-    wide, _ = conv_model((1, 8, 9, 9), 8, 3, 1, 1)  # 72 products a sum
-    for model, on_float in ((depthwise, True), (first_layer, True), (wide, False)):
+    grayscale, _ = conv_model((1, 1, 9, 9), 8, 3, 1, 1)  # 9 products a sum
+    first_layer, _ = conv_model((1, 3, 9, 9), 8, 3, 1, 1)  # 27
+    wide, _ = conv_model((1, 8, 9, 9), 8, 3, 1, 1)  # 72
+    for model, on_float in ((depthwise, True), (grayscale, True), (first_layer, False), (wide, False)):
         ops = ops_after_the_rewrite(model)
         assert ("nn.conv2d" in ops) == on_float and ("qnn.conv2d" in ops) != on_float, ops
     # the integer one then requantizes in its GEMM (RequantizeInKernels)

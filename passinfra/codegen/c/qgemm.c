@@ -973,13 +973,14 @@ typedef struct {
   int avx2, amx;
   int rowsums;                  /* 0: every zb' is 0, so no value reads a row's sum (left 0) */
   int64_t copy_from;            /* rows below it AMX reads in place (rp_qgemm.rows): not made */
+  int64_t group_channels;       /* an image's: K / (kh * kw), once (not a division a row) */
 } rp_qgemm_operand;
 
 /* row m of group `group` of the im2col matrix: for each tap the group's channels of the
    pixel it reads, or the zero point where it reads padding; rp_qgemm_copy copies n bytes
    from src to dst, 16 at a time where it can (the copies of a gather are short:
    a group's channels, often 16 or 32, where a libc call costs more than the copy) */
-static void rp_qgemm_copy(uint8_t* dst, const uint8_t* src, int64_t n) {
+static inline __attribute__((always_inline)) void rp_qgemm_copy(uint8_t* dst, const uint8_t* src, int64_t n) {
   if (n < 16) {  /* two copies that overlap where n is not a power of two (a 3-channel image's taps) */
     uint64_t u, v;
     uint32_t x, y;
@@ -997,7 +998,7 @@ static void rp_qgemm_copy(uint8_t* dst, const uint8_t* src, int64_t n) {
 static void rp_qgemm_gather(const rp_qgemm_operand* p, int64_t group, int64_t n, int64_t oh, int64_t ow,
                             uint8_t* row) {
   const rp_qgemm_image* c = p->image;
-  const int64_t cg = p->K / (c->kh * c->kw);
+  const int64_t cg = p->group_channels;
   const uint8_t* image = p->A + n * c->height * c->width * c->channels + group * cg;
   for (int64_t ky = 0; ky < c->kh; ky++) {
     const int64_t h = oh * c->sh + ky * c->dh - c->top;
@@ -1105,7 +1106,7 @@ __attribute__((target("avx2"))) static void rp_qgemm_prepare_tiles(const rp_qgem
     if (!c) {
       rp_qgemm_put_avx2(dst, 0, p->A + m * p->K, p->K, p->flip, 0);
     } else {
-      const int64_t cg = p->K / (c->kh * c->kw);
+      const int64_t cg = p->group_channels;
       const uint8_t* image = p->A + n * c->height * c->width * c->channels + group * cg;
       int64_t k = 0;
       for (int64_t ky = 0; ky < c->kh; ky++) {
@@ -1157,15 +1158,12 @@ static int rp_qgemm_prepare(void* ctx, int64_t begin, int64_t end) {
     if (straight) rp_qgemm_gather(p, group, n, oh, ow, dst);
     else if (p->image) rp_qgemm_gather(p, group, n, oh, ow, gathered);
     else src = p->A + m * p->K;
-    uint32_t s = 0;
-    if (straight) {
-      memset(dst + p->K, 0, (size_t)(p->Kp - p->K));  /* the row's sum stays 0: nothing reads it */
-    } else if (p->avx2) {
-      s = rp_qgemm_flip_avx2(src, dst, valid, p->flip);
-    } else {
+    /* a row's bytes past `valid` are zeros from the buffer's calloc: nothing writes them (a
+       first layer's 27 bytes a row of 64 cleared each time cost a tenth of its GEMM) */
+    uint32_t s = 0;  /* straight: the row's sum stays 0, nothing reads it */
+    if (!straight && p->avx2) s = rp_qgemm_flip_avx2(src, dst, valid, p->flip);
+    else if (!straight)
       for (int64_t k = 0; k < valid; k++) s += dst[k] = (uint8_t)(src[k] ^ p->flip);
-    }
-    if (!straight) memset(dst + valid, 0, (size_t)(p->Kp - valid));
     if (p->A16) rp_qgemm_widen_avx2(dst, p->A16 + at, p->Kp);
     p->rowsum[m] = s;
     if (++row == p->M) row = 0, n = 0, oh = 0, ow = -1, group++;
@@ -1290,7 +1288,8 @@ static int rp_qgemm_run(const void* A, const rp_qgemm_image* image, const void* 
   const int shared = !rowwise && !direct && !in_place, wide = body == 1;
   uint8_t* tiles = shared && amx ? (uint8_t*)malloc((size_t)(groups * tile_rows * Kp)) : 0;
   int16_t* A16 = shared && wide ? (int16_t*)malloc((size_t)(rows * Kp) * sizeof(int16_t)) : 0;
-  uint8_t* Au = shared && !amx ? (uint8_t*)malloc((size_t)(rows * Kp)) : 0;  /* AMX reads the tiles only */
+  /* zeros past each row's bytes: rp_qgemm_prepare writes only those (AMX reads the tiles only) */
+  uint8_t* Au = shared && !amx ? (uint8_t*)calloc((size_t)(rows * Kp), 1) : 0;
   uint8_t* pad_row = direct ? (uint8_t*)malloc((size_t)cg) : 0;
   if ((shared && ((!amx && !Au) || (amx && !tiles) || (wide && !A16))) || !rowsum || (direct && !pad_row)) {
     free(Au), free(rowsum), free(tiles), free(A16), free(pad_row);
@@ -1305,7 +1304,7 @@ static int rp_qgemm_run(const void* A, const rp_qgemm_image* image, const void* 
                                                   row % 16) * RP_QGEMM_DEPTH, 0, RP_QGEMM_DEPTH);
   rp_qgemm_operand operand = {(const uint8_t*)A, image, image ? *(const uint8_t*)za : 0, Au, tiles, rowsum,
                                A16, M, K, Kp, 0, M, tile_rows, (uint8_t)(a_signed ? 0x80 : 0), level >= 1,
-                               amx, 1, 0};
+                               amx, 1, 0, cg};
   const int quantize = epilogue->out_type != 0;
   const int32_t out_zero = !quantize ? 0
                            : epilogue->out_type == 1 ? *(const uint8_t*)epilogue->zero : *(const int8_t*)epilogue->zero;
