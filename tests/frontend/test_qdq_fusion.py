@@ -324,10 +324,10 @@ def test_the_weights_stay_int8_in_the_library(groups, cache_dir, tmp_path):
 
 
 def test_short_sums_run_exactly_on_the_float_kernels_and_long_ones_stay_integer():
-    """ExactFloatConvolutions: a depthwise convolution, or one of fewer than 16 products a
-    sum, becomes a float32 convolution of x - zx and w - zw where every partial sum is an
-    integer below 2^24; a 31x31 depthwise filter of extreme weights could pass 2^24. An
-    RGB first layer (27 products) stays integer."""
+    """ExactFloatConvolutions: a depthwise convolution, or one of fewer than 32 products a
+    sum (16 for a weight whose pairs fit VPMADDUBSW: an RGB first layer of 7-bit codes stays
+    integer), becomes a float32 convolution of x - zx and w - zw where every partial sum is
+    an integer below 2^24; a 31x31 depthwise filter of extreme weights could pass 2^24."""
     from passinfra.build import COMPILE_PIPELINE
     from passinfra.transform import get_pass
 
@@ -340,9 +340,11 @@ def test_short_sums_run_exactly_on_the_float_kernels_and_long_ones_stay_integer(
 
     depthwise, _ = conv_model((1, 8, 9, 9), 8, 3, 1, 1, 8)
     grayscale, _ = conv_model((1, 1, 9, 9), 8, 3, 1, 1)  # 9 products a sum
-    first_layer, _ = conv_model((1, 3, 9, 9), 8, 3, 1, 1)  # 27
-    wide, _ = conv_model((1, 8, 9, 9), 8, 3, 1, 1)  # 72
-    for model, on_float in ((depthwise, True), (grayscale, True), (first_layer, False), (wide, False)):
+    first_layer, _ = conv_model((1, 3, 9, 9), 8, 3, 1, 1)  # 27, 7-bit codes
+    full_range, _ = conv_model((1, 3, 9, 9), 8, 3, 1, 1, full_range=True)
+    wide, _ = conv_model((1, 8, 9, 9), 8, 3, 1, 1, full_range=True)  # 72
+    for model, on_float in ((depthwise, True), (grayscale, True), (first_layer, False), (full_range, True),
+                            (wide, False)):
         ops = ops_after_the_rewrite(model)
         assert ("nn.conv2d" in ops) == on_float and ("qnn.conv2d" in ops) != on_float, ops
     # the integer one then requantizes in its GEMM (RequantizeInKernels)

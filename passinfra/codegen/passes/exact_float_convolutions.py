@@ -2,9 +2,10 @@
 convolution kernels, with the same integer result.
 
 A depthwise ``qnn.conv2d`` (one input channel a group) has nothing for the integer GEMM to
-multiply: each output sums ``KH * KW`` products of one channel; a sum of fewer than 16
-products (a grayscale first layer's 3x3: 9) is mostly the GEMM's fixed costs, its copy of
-the data into its layout and its requantizing finish. The float32 convolution kernels
+multiply: each output sums ``KH * KW`` products of one channel; a sum of fewer than 32
+products (a first layer's: 3 channels, 3x3: 27) is mostly the GEMM's fixed costs, its copy
+of the data into its layout and its requantizing finish, and on AVX2 without VNNI, a
+full-range weight's widening to 16 bits. The float32 convolution kernels
 (the runtime's depthwise and microkernels, AVX-512/AVX2) compute such sums fastest, and
 for these operands they are exact: ``x - zx`` and ``w - zw`` are integers of at most 255 in
 magnitude, so every product and every partial sum is an integer, and while the sum of the
@@ -15,16 +16,19 @@ convolution bit for bit; its epilogue (the int32 bias, the requantization, a
 hard-swish) runs in the float kernel's.
 
 The rewrite, per call: ``qnn.conv2d(x, W, zx, zw)`` with a constant weight ``W``, one
-input channel per group or fewer than :data:`SHORT_SUM` products per output, a
+input channel per group or fewer than :data:`SHORT_SUM` products per output (fewer than
+:data:`SHORT_FITTING_SUM` for a weight whose pairs fit ``VPMADDUBSW``), a
 per-tensor data zero point and static sizes becomes
 ``cast(nn.conv2d(subtract(cast(x, "float32"), zx), W'), "int32")`` with ``W' = float32(W -
 zw)`` a constant, when the bound above holds (a 7x7 filter of extreme values: 49 * 255 *
 255 < 2^24 always). Padding: the float convolution pads with 0, which is ``x - zx`` at a
 padded cell, as the integer one has it. Longer sums stay integer (the integer GEMM
-multiplies them four to sixteen times faster than float32 FMAs): an RGB first layer's 3x3
-(27 products) too, since its im2col copies a row of taps at once (RegNetX-like and
-MobileNetV3-like 7-bit, AVX2 on a Zen 3: 5-10% faster with it integer than on the float
-kernels).
+multiplies them four to sixteen times faster than float32 FMAs), and so do sums of 16 to
+31 products of a weight whose pairs fit (``qgemm_panels.pairs_fit``: a 7-bit weight,
+onnxruntime's ``reduce_range``, which AVX2 multiplies by ``VPMADDUBSW`` without widening):
+an RGB first layer of such a weight is integer (RegNetX-like and MobileNetV3-like 7-bit on
+a Zen 3's AVX2: 5-10% faster so than on the float kernels; of full-range weights, 7%
+slower).
 
 Where: after FoldConstant has made the weights and zero points constants and before
 AlterOpLayout, which lays the new convolution out like every other.
@@ -38,6 +42,7 @@ from passinfra.ir import op
 from passinfra.ir.expr import Call, Constant, Expr, Function
 from passinfra.ir.functor import ExprMutator
 from passinfra.ir.module import IRModule
+from passinfra.ir.op import qgemm_panels
 from passinfra.ir.op.nn import conv2d
 from passinfra.ir.op.registry import Op
 from passinfra.ir.types import TensorType
@@ -49,14 +54,25 @@ from passinfra.transform.registry import register_pass
 _QNN_CONV2D = Op.get("qnn.conv2d")
 # a float32 holds every integer of magnitude up to 2^24 exactly
 EXACT_LIMIT = 2 ** 24
-# sums shorter than this run on the float kernels (module docstring)
-SHORT_SUM = 16
+# sums shorter than this run on the float kernels (module docstring) ...
+SHORT_SUM = 32
+# ... and a weight whose pairs fit VPMADDUBSW is integer from this many products on
+SHORT_FITTING_SUM = 16
 
 
 def _data_range(dtype: str, zero_point: int) -> int:
     """The largest ``|x - zx|`` of a ``dtype`` value ``x``."""
     info = np.iinfo(dtype)
     return max(zero_point - int(info.min), int(info.max) - zero_point)
+
+
+def _short(codes: np.ndarray) -> bool:
+    """Whether the sums of an OIHW weight ``codes`` are short (module docstring)."""
+    products = int(np.prod(codes.shape[1:]))
+    if products < SHORT_FITTING_SUM or products >= SHORT_SUM:
+        return products < SHORT_FITTING_SUM
+    # the GEMM's k runs over (ky, kx, channel): the HWIO weight's rows
+    return not qgemm_panels.pairs_fit(codes.transpose(2, 3, 1, 0).reshape(products, codes.shape[0]))
 
 
 def exact_in_float(call: Call) -> np.ndarray | None:
@@ -74,7 +90,7 @@ def exact_in_float(call: Call) -> np.ndarray | None:
     if not all(isinstance(arg, Constant) for arg in (weight, data_zero, weight_zero)):
         return None
     codes = weight.data
-    if data_zero.data.size != 1 or (codes.shape[1] != 1 and int(np.prod(codes.shape[1:])) >= SHORT_SUM):
+    if data_zero.data.size != 1 or (codes.shape[1] != 1 and not _short(codes)):
         return None
     centered = codes.astype(np.int64) - weight_zero.data.astype(np.int64)  # broadcasts to the weight
     magnitudes = np.abs(centered).reshape(codes.shape[0], -1).sum(axis=1)
@@ -122,9 +138,10 @@ class ExactFloatConvolutionsPass(FunctionPass):
 
 @register_pass("ExactFloatConvolutions")
 def ExactFloatConvolutions() -> FunctionPass:  # noqa: N802 - pass factories are named like classes
-    """Run integer convolutions of short sums (depthwise, fewer than 16 products) on the
-    float32 kernels where every sum is exact in float32 (opt_level 0)."""
+    """Run integer convolutions of short sums (depthwise, a first layer's) on the float32
+    kernels where every sum is exact in float32 (opt_level 0)."""
     return ExactFloatConvolutionsPass()
 
 
-__all__ = ["EXACT_LIMIT", "SHORT_SUM", "ExactFloatConvolutions", "exact_float_convolutions", "exact_in_float"]
+__all__ = ["EXACT_LIMIT", "SHORT_FITTING_SUM", "SHORT_SUM", "ExactFloatConvolutions",
+           "exact_float_convolutions", "exact_in_float"]
