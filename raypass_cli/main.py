@@ -89,6 +89,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args, rest) if getattr(args, "takes_rest", False) else args.func(args)
     except (RaypassError, OSError) as err:
+        from passinfra.codegen.cc_driver import CompileInterrupted
+
+        if isinstance(err, CompileInterrupted):
+            # the Ctrl-C stopped a compiler (every process of the group gets it) before
+            # this process took it: the same interruption
+            return _interrupted()
         if args.debug:
             raise
         user_error = isinstance(err, user_error_types()) or isinstance(err, OSError)
@@ -99,11 +105,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("raypass: run again with --debug for the traceback", file=sys.stderr)
         return EXIT_USER_ERROR if user_error else EXIT_FAILURE
     except KeyboardInterrupt:
-        from passinfra.codegen.cc_driver import stop_compiles
+        return _interrupted()
 
-        stop_compiles()  # a compile in a background thread would hold the exit
-        print("raypass: interrupted", file=sys.stderr)
-        return 130
+
+def _interrupted() -> int:
+    """After Ctrl-C: the compiles still running stopped (one in a background thread would
+    hold the exit), the one line, exit status 130."""
+    from passinfra.codegen.cc_driver import stop_compiles
+
+    stop_compiles()
+    print("raypass: interrupted", file=sys.stderr)
+    return 130
 
 
 def cli() -> None:

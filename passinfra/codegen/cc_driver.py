@@ -28,6 +28,7 @@ import functools
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -51,6 +52,19 @@ register_config("codegen.no_cache", bool)
 
 class CompileError(RaypassError):
     """The C compiler (or linker) failed; the message holds its stderr and the kept C file."""
+
+
+class CompileInterrupted(CompileError):
+    """The C compiler (or linker) was stopped by SIGINT, or its compile by
+    ``stop_compiles``: a Ctrl-C reaches every process of the terminal's group, the
+    compilers a worker process runs too, so a worker's compile ends so when the user
+    interrupts; not the C's fault (``raypass tune`` turns it into the interruption it is).
+    Another signal (the kernel's SIGKILL when memory runs out) is a CompileError."""
+
+
+def stopped_by(returncode: int) -> type[CompileError]:
+    """The error of a compiler or linker that a signal stopped (a negative return code)."""
+    return CompileInterrupted if returncode == -signal.SIGINT else CompileError
 
 
 @dataclass(frozen=True)
@@ -109,7 +123,7 @@ def compiler_identity(cc: str) -> str:
     except OSError as error:
         raise CompileError(f"cannot run C compiler {cc!r} ({path}): {error}") from error
     if result.returncode < 0:  # stopped by a signal (Ctrl-C): no answer, and none to cache
-        raise CompileError(f"`{path} --version` was stopped by signal {-result.returncode}")
+        raise stopped_by(result.returncode)(f"`{path} --version` was stopped by signal {-result.returncode}")
     first_line = (result.stdout or result.stderr).splitlines()[:1]
     return f"{path}|{first_line[0] if first_line else 'unknown version'}"
 
@@ -177,8 +191,9 @@ def _run_compiler(source: str, settings: CompilerSettings, name: str) -> bytes:
             raise CompileError(f"running the C compiler failed: {error}\n  command: {shlex.join(command)}\n"
                                f"  C file kept at: {c_path}") from error
         if result.returncode < 0:  # a signal (Ctrl-C reaches the compiler too), not the C's fault
-            raise CompileError(f"the C compiler was stopped by signal {-result.returncode} while compiling "
-                               f"{name!r}\n  command: {shlex.join(command)}")
+            stopped = stopped_by(result.returncode)
+            raise stopped(f"the C compiler was stopped by signal {-result.returncode} while compiling "
+                          f"{name!r}\n  command: {shlex.join(command)}")
         if result.returncode != 0:
             kept = True
             raise CompileError(
@@ -215,7 +230,7 @@ def _run_tracked(command: list[str], workdir: str) -> subprocess.CompletedProces
     of the compiles ``stop_compiles`` ends."""
     with _running_lock:
         if _stopped:
-            raise CompileError("compiling was stopped: the command was interrupted")
+            raise CompileInterrupted("compiling was stopped: the command was interrupted")
         proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 cwd=workdir)
         _running.add(proc)
@@ -252,6 +267,9 @@ def link_shared(objects: list[tuple[str, bytes]], settings: CompilerSettings | N
     command = [resolve_compiler(settings.cc), "-shared", *link_flags, "-o", "library.so", *names,
                *libraries, *extra_flags]
     result = subprocess.run(command, capture_output=True, text=True, cwd=workdir, timeout=600)
+    if result.returncode < 0:  # a signal (Ctrl-C), as for the compiler
+        raise stopped_by(result.returncode)(f"the linker was stopped by signal {-result.returncode}\n"
+                                             f"  command: {shlex.join(command)}")
     if result.returncode != 0:
         raise CompileError(
             f"linking the shared library failed (exit code {result.returncode})\n"
@@ -264,7 +282,8 @@ def link_shared(objects: list[tuple[str, bytes]], settings: CompilerSettings | N
 
 
 __all__ = [
-    "CompileError", "CompileResult", "CompilerSettings", "DEFAULT_CC", "DEFAULT_CFLAGS", "compile_c",
-    "compile_c_result", "compiler_identity",
+    "CompileError", "CompileInterrupted", "CompileResult", "CompilerSettings", "DEFAULT_CC", "DEFAULT_CFLAGS",
+    "compile_c",
+    "compile_c_result", "compiler_identity", "stopped_by",
     "link_shared", "resolve_compiler",
 ]

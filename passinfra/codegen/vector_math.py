@@ -104,7 +104,10 @@ def vector_math_available(cc: str, cflags: str) -> bool:
         if result.returncode < 0:
             # stopped by a signal (Ctrl-C reaches the probe too): no answer, and a cached
             # False would change every later kernel's C in this process
-            raise RuntimeError(f"the vector-math probe ({path}) was stopped by signal {-result.returncode}")
+            from passinfra.codegen.cc_driver import stopped_by
+
+            raise stopped_by(result.returncode)(f"the vector-math probe ({path}) was stopped by signal "
+                                                f"{-result.returncode}")
         return result.returncode == 0
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -69,6 +69,15 @@ def in_worker(fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[int, float
     return os.getpid(), start, time.perf_counter() - clock, value
 
 
+def _interrupted(error: BaseException) -> bool:
+    """Whether a job's error is its compile stopped by a signal (a Ray task's error is a
+    subclass of the one it wraps)."""
+    from passinfra.codegen.cc_driver import CompileInterrupted
+
+    cause = getattr(error, "cause", None)
+    return isinstance(error, CompileInterrupted) or isinstance(cause, CompileInterrupted)
+
+
 class Runner:
     """A fixed number of slots, one job in flight on each (module docstring)."""
 
@@ -134,6 +143,10 @@ class Runner:
                     try:
                         pid, start, seconds, value = future.result()
                     except BaseException as error:
+                        if _interrupted(error):
+                            # the user's Ctrl-C stopped the worker's compiler before this
+                            # process took it: the same interruption, not a failed job
+                            raise KeyboardInterrupt from error
                         if not self._is_lost_worker(error):
                             raise
                         self.lost_workers += 1

@@ -179,3 +179,24 @@ def test_ctrl_c_while_the_driver_compiles_and_the_pool_still_starts_leaves_nothi
         assert not [path.name for path in temp.iterdir() if path.name.startswith("raypass-")]
     finally:
         _kill_what_is_left(proc, marker)
+
+
+def test_a_compiler_that_ctrl_c_stopped_first_ends_the_command_as_interrupted(raypass_inprocess, tmp_path):
+    """The Ctrl-C a terminal sends the group may stop a C compiler before the command
+    takes it: ``raypass compile`` then ends as interrupted (exit 130, its one line), not
+    with the compiler's error (exit 1)."""
+    import sys
+
+    fake = tmp_path / "fake-cc"
+    fake.write_text(f"#!{sys.executable}\n"
+                    "import os, signal, sys\n"
+                    "if '--version' in sys.argv:\n"
+                    "    print('fake-cc 1.0')\n"
+                    "    sys.exit(0)\n"
+                    "signal.signal(signal.SIGINT, signal.SIG_DFL)\n"
+                    "os.kill(os.getpid(), signal.SIGINT)\n")
+    fake.chmod(0o755)
+    status, _, err = raypass_inprocess("compile", "zoo:mlp", "-o", "lib.so", "--config", f"codegen.cc={fake}",
+                                       "--config", "codegen.no_cache=true")
+    assert (status, err.strip().splitlines()[-1]) == (130, "raypass: interrupted"), err
+    assert not (tmp_path / "lib.so").exists()

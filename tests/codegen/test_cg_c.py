@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
+import sys
 
 import numpy as np
 import pytest
@@ -264,6 +266,32 @@ def test_compile_error_shows_stderr_and_keeps_the_c_file(settings):
 def test_missing_compiler_is_a_compile_error(settings):
     with pytest.raises(CompileError, match="no-such-cc-raypass"):
         compile_c("int f(void) { return 0; }\n", CompilerSettings(cc="no-such-cc-raypass"))
+
+
+@pytest.mark.parametrize("probe", [False, True])
+@pytest.mark.parametrize(("stop", "interrupted"), [(signal.SIGINT, True), (signal.SIGKILL, False)])
+def test_a_compiler_stopped_by_ctrl_c_is_an_interruption_and_by_another_signal_an_error(stop, interrupted,
+                                                                                       probe, tmp_path):
+    """A Ctrl-C reaches every process of the terminal's group, a worker's compilers too: a
+    compiler that SIGINT stopped (compiling, or probing for the vector math library) is
+    CompileInterrupted (``raypass tune`` and the CLI end as interrupted, exit 130); one
+    the kernel killed (SIGKILL) a plain CompileError."""
+    from passinfra.codegen.cc_driver import CompileInterrupted
+
+    fake = tmp_path / "fake-cc"
+    fake.write_text(f"#!{sys.executable}\n"
+                    "import os, signal, sys\n"
+                    "if '--version' in sys.argv:\n"
+                    "    print('fake-cc 1.0')\n"
+                    "    sys.exit(0)\n"
+                    "signal.signal(signal.SIGINT, signal.SIG_DFL)\n"
+                    f"os.kill(os.getpid(), {int(stop)})\n")
+    fake.chmod(0o755)
+    settings = CompilerSettings(cc=str(fake), use_cache=False, vector_math=probe)
+    with pytest.raises(CompileError, match=f"stopped by signal {int(stop)}") as info:
+        compile_c("int f(void) { return 0; }\n", settings)
+    assert isinstance(info.value, CompileInterrupted) == interrupted
+    assert ("vector-math probe" in str(info.value)) == probe
 
 
 def test_codegen_and_compile_passes_touch_prim_funcs_only(tmp_path):

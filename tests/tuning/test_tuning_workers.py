@@ -39,6 +39,21 @@ def test_a_job_that_kills_its_worker_is_given_up_and_every_other_job_finishes():
         assert len(set(runner.pids())) == 2  # both slots have a live worker again
 
 
+def _compile_stopped_by_ctrl_c() -> None:
+    from passinfra.codegen.cc_driver import CompileInterrupted
+
+    raise CompileInterrupted("the C compiler was stopped by signal 2 while compiling 'kernel'")
+
+
+def test_a_job_whose_compiler_ctrl_c_stopped_ends_the_run_as_interrupted():
+    """The Ctrl-C that reaches the driver reaches a worker's compiler too, which may stop
+    first: its job's error is that interruption (KeyboardInterrupt: ``raypass tune``
+    keeps what was measured, exit 130), not a failure of the job (a CI run under load
+    once ended in ``raypass: CompileInterrupted`` and exit 1)."""
+    with ProcessRunner(1) as runner, pytest.raises(KeyboardInterrupt):
+        runner.run(_compile_stopped_by_ctrl_c, [()], lambda index, value, run: None)
+
+
 def _nap(x: int) -> int:
     time.sleep(0.2)
     return x
