@@ -181,10 +181,11 @@ def test_ctrl_c_while_the_driver_compiles_and_the_pool_still_starts_leaves_nothi
         _kill_what_is_left(proc, marker)
 
 
-def test_a_compiler_that_ctrl_c_stopped_first_ends_the_command_as_interrupted(raypass_inprocess, tmp_path):
+def test_a_compiler_that_ctrl_c_stopped_first_ends_the_command_as_interrupted(raypass, tmp_path):
     """The Ctrl-C a terminal sends the group may stop a C compiler before the command
     takes it: ``raypass compile`` then ends as interrupted (exit 130, its one line), not
-    with the compiler's error (exit 1)."""
+    with the compiler's error (exit 1). (A process of its own: an interrupted command
+    stops every compile of its process for good.)"""
     import sys
 
     fake = tmp_path / "fake-cc"
@@ -196,7 +197,8 @@ def test_a_compiler_that_ctrl_c_stopped_first_ends_the_command_as_interrupted(ra
                     "signal.signal(signal.SIGINT, signal.SIG_DFL)\n"
                     "os.kill(os.getpid(), signal.SIGINT)\n")
     fake.chmod(0o755)
-    status, _, err = raypass_inprocess("compile", "zoo:mlp", "-o", "lib.so", "--config", f"codegen.cc={fake}",
-                                       "--config", "codegen.no_cache=true")
-    assert (status, err.strip().splitlines()[-1]) == (130, "raypass: interrupted"), err
+    result = raypass("compile", "zoo:mlp", "-o", "lib.so", "--config", f"codegen.cc={fake}",
+                     "--config", "codegen.no_cache=true")
+    last = result.stderr.strip().splitlines()[-1]
+    assert (result.returncode, last) == (130, "raypass: interrupted"), result.stderr
     assert not (tmp_path / "lib.so").exists()
