@@ -139,14 +139,21 @@ def cli() -> None:
     exit_quickly(code)
 
 
+# seconds an interrupted command (exit 130) waits for its other threads: the user asked it
+# to stop, and a thread stuck in a library's shutdown must not hold it
+INTERRUPTED_JOIN_SECONDS = 10.0
+
+
 def exit_quickly(code: int) -> None:
     import atexit
     import os
     import threading
+    import time
 
+    deadline = time.monotonic() + INTERRUPTED_JOIN_SECONDS if code == 130 else None
     for thread in threading.enumerate():
         if thread is not threading.main_thread() and not thread.daemon:
-            thread.join()
+            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:

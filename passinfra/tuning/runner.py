@@ -33,6 +33,7 @@ from typing import Any
 from passinfra.runtime.cpus import available_cpus
 
 MAX_LOSSES = 2  # a job whose worker died this many times is given up
+ABORT_WAIT = 10.0  # seconds ProcessRunner.abort waits for its executors to wind down
 
 # what a worker process was configured with (ProcessRunner's initializer, a Ray actor's
 # constructor); the tuner's jobs read it
@@ -246,7 +247,9 @@ class ProcessRunner(Runner):
 
     def abort(self) -> None:
         """Terminate the workers (a job in flight is lost: the caller keeps what finished),
-        then shut the executors down, which then waits for nothing."""
+        then shut the executors down, waiting at most :data:`ABORT_WAIT` seconds in all for
+        their manager threads to see the workers gone (after Ctrl-C, a shutdown that
+        hangs must not hold the command)."""
         for executor in self._executors:
             terminate = getattr(executor, "terminate_workers", None)  # Python 3.14
             if terminate is not None:
@@ -255,8 +258,15 @@ class ProcessRunner(Runner):
             for process in list((getattr(executor, "_processes", None) or {}).values()):
                 if process.is_alive():
                     process.terminate()
-        self.close()
+        # (taken before shutdown, which drops its reference)
+        managers = [getattr(executor, "_executor_manager_thread", None) for executor in self._executors]
+        for executor in self._executors:
+            executor.shutdown(wait=False, cancel_futures=True)
+        deadline = time.monotonic() + ABORT_WAIT
+        for manager in managers:
+            if manager is not None:
+                manager.join(max(0.0, deadline - time.monotonic()))
 
 
-__all__ = ["MAX_LOSSES", "WORKER_SETTINGS", "JobRun", "ProcessRunner", "Runner", "configure_worker",
-           "core_groups", "in_worker"]
+__all__ = ["ABORT_WAIT", "MAX_LOSSES", "WORKER_SETTINGS", "JobRun", "ProcessRunner", "Runner",
+           "configure_worker", "core_groups", "in_worker"]

@@ -267,14 +267,22 @@ def test_ctrl_c_during_raypass_tune_keeps_what_was_measured_and_leaves_no_proces
     onnx.save(cnn(width=16), model)
     command = [sys.executable, "-m", "raypass_cli.main", "tune", str(model), "--shapes", "input=8,3,32,32",
                "--trials", "500", "--workers", "2", "--db", str(db), "--cache-dir", str(tmp_path / "c")]
-    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    # faulthandler: SIGABRT prints every thread's stack, what a hang below shows
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                               env=dict(os.environ, PYTHONFAULTHANDLER="1"))
     try:
         for line in process.stderr:
             if line.startswith("[tune] [") and "fused_" in line:  # a candidate was measured
                 break
         time.sleep(1)
         os.killpg(process.pid, signal.SIGINT)
-        status = process.wait(timeout=60)
+        try:
+            status = process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.kill(process.pid, signal.SIGABRT)
+            process.wait(timeout=10)
+            raise AssertionError("raypass tune did not exit after Ctrl-C; its threads:\n"
+                                 + process.stderr.read()[-6000:]) from None
         said = process.stderr.read()
         assert status == 130 and "interrupted" in said, said[-2000:]  # what it said, where it did not
     finally:
