@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.conftest import RAYPASS
+from tests.fake_compilers import compiler_stopped_by
 
 MARKER = "RAYPASS_TEST_RUN"
 # big enough that its codegen stage (C compilation on the workers) runs for seconds
@@ -186,17 +187,7 @@ def test_a_compiler_that_ctrl_c_stopped_first_ends_the_command_as_interrupted(ra
     takes it: ``raypass compile`` then ends as interrupted (exit 130, its one line), not
     with the compiler's error (exit 1). (A process of its own: an interrupted command
     stops every compile of its process for good.)"""
-    import sys
-
-    fake = tmp_path / "fake-cc"
-    fake.write_text(f"#!{sys.executable}\n"
-                    "import os, signal, sys\n"
-                    "if '--version' in sys.argv:\n"
-                    "    print('fake-cc 1.0')\n"
-                    "    sys.exit(0)\n"
-                    "signal.signal(signal.SIGINT, signal.SIG_DFL)\n"
-                    "os.kill(os.getpid(), signal.SIGINT)\n")
-    fake.chmod(0o755)
+    fake = compiler_stopped_by(signal.SIGINT, tmp_path)
     result = raypass("compile", "zoo:mlp", "-o", "lib.so", "--config", f"codegen.cc={fake}",
                      "--config", "codegen.no_cache=true")
     last = result.stderr.strip().splitlines()[-1]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import sys
 
 import numpy as np
 import pytest
@@ -21,6 +20,7 @@ from passinfra.ir import op
 from passinfra.ir.expr import Function, var
 from passinfra.ir.module import IRModule
 from passinfra.transform import PassContext
+from tests.fake_compilers import compiler_stopped_by
 from tests.numerics import assert_sums_close
 
 F32 = "float32"
@@ -278,15 +278,7 @@ def test_a_compiler_stopped_by_ctrl_c_is_an_interruption_and_by_another_signal_a
     the kernel killed (SIGKILL) a plain CompileError."""
     from passinfra.codegen.cc_driver import CompileInterrupted
 
-    fake = tmp_path / "fake-cc"
-    fake.write_text(f"#!{sys.executable}\n"
-                    "import os, signal, sys\n"
-                    "if '--version' in sys.argv:\n"
-                    "    print('fake-cc 1.0')\n"
-                    "    sys.exit(0)\n"
-                    "signal.signal(signal.SIGINT, signal.SIG_DFL)\n"
-                    f"os.kill(os.getpid(), {int(stop)})\n")
-    fake.chmod(0o755)
+    fake = compiler_stopped_by(stop, tmp_path)
     settings = CompilerSettings(cc=str(fake), use_cache=False, vector_math=probe)
     with pytest.raises(CompileError, match=f"stopped by signal {int(stop)}") as info:
         compile_c("int f(void) { return 0; }\n", settings)
