@@ -259,6 +259,7 @@ def test_ctrl_c_during_raypass_tune_keeps_what_was_measured_and_leaves_no_proces
     import signal
     import subprocess
     import sys
+    import threading
     import time
 
     import onnx
@@ -270,10 +271,21 @@ def test_ctrl_c_during_raypass_tune_keeps_what_was_measured_and_leaves_no_proces
     # faulthandler: SIGABRT prints every thread's stack, what a hang below shows
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, start_new_session=True,
                                env=dict(os.environ, PYTHONFAULTHANDLER="1"))
-    try:
+    # its stderr read all along, in a thread: a pipe left full blocks every write of the
+    # command (its progress, its last line, a stack dump), which then never exits
+    lines: list[str] = []
+    measured = threading.Event()
+
+    def read() -> None:
         for line in process.stderr:
+            lines.append(line)
             if line.startswith("[tune] [") and "fused_" in line:  # a candidate was measured
-                break
+                measured.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert measured.wait(timeout=300), "".join(lines)[-3000:]
         time.sleep(1)
         os.killpg(process.pid, signal.SIGINT)
         try:
@@ -281,9 +293,11 @@ def test_ctrl_c_during_raypass_tune_keeps_what_was_measured_and_leaves_no_proces
         except subprocess.TimeoutExpired:
             os.kill(process.pid, signal.SIGABRT)
             process.wait(timeout=10)
+            reader.join(timeout=10)
             raise AssertionError("raypass tune did not exit after Ctrl-C; its threads:\n"
-                                 + process.stderr.read()[-6000:]) from None
-        said = process.stderr.read()
+                                 + "".join(lines)[-6000:]) from None
+        reader.join(timeout=10)
+        said = "".join(lines)
         assert status == 130 and "interrupted" in said, said[-2000:]  # what it said, where it did not
     finally:
         if process.poll() is None:
