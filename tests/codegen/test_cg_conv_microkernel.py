@@ -49,6 +49,10 @@ CASES = [
      {"auto_pad": "SAME_UPPER", "strides": [2, 2]}),
     ("tail5_same_lower", (1, 24, 6, 7), 5, (2, 2), {"auto_pad": "SAME_LOWER"}),
     ("valid_33_outputs", (1, 32, 8, 9), 33, (3, 3), {"auto_pad": "VALID"}),
+    # AVX2's 3-pixel tiles of 4 vectors and of 3, whole and with the last vector masked
+    # (61 = 32 + 29, 29 = 3 x 8 + 5; 21 = 2 x 8 + 5)
+    ("tail61_three_pixel_tiles", (1, 20, 6, 9), 61, (3, 3), {"pads": [1, 1, 1, 1]}),
+    ("tail21_three_vectors", (1, 12, 5, 8), 21, (3, 3), {"pads": [1, 1, 1, 1]}),
     ("window_beyond_the_padding", (1, 16, 3, 3), 16, (3, 3), {"pads": [2, 2, 2, 2], "strides": [3, 3]}),
     ("one_pixel_wide", (1, 16, 9, 1), 24, (3, 1), {"pads": [1, 0, 1, 0]}),
     ("conv1d_strided_dilated", (2, 16, 30), 48, (3,), {"strides": [2], "dilations": [3], "pads": [1, 2]}),
@@ -122,6 +126,7 @@ def test_microkernel_matches_interpreter_on_every_isa(cache_dir, name):
 
 
 @pytest.mark.parametrize("name", ["strided_dilated_asymmetric_tail37_batch2", "large_weight_whole_image",
+                                  "tail61_three_pixel_tiles",
                                   "depthwise_3x3_tail40", "depthwise_7x7_asymmetric",
                                   "grouped_16_per_group_tail", "row_tiles_one_vector_borders",
                                   "row_tiles_two_vectors_and_a_tail_strided_dilated", "row_tiles_grouped",

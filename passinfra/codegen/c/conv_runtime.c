@@ -236,35 +236,77 @@ static int rp_row_tile_fits(const rp_conv* g, int64_t q, int64_t px) {
   return (ix0 >= 0 && ix0 + span <= g->W) || span * (g->C < CB ? g->C : CB) <= RP_WINDOW;
 }
 
-/* ---------------------------------------------------------------- AVX2 + FMA: 6 x 16 */
-#define RP_STEP256_BODY(ap, wp, n) \
-  for (int64_t c = 0; c < (n); c++) { \
-    __m256 b[NV_]; \
-    _Pragma("GCC unroll 2") for (int v = 0; v < NV_; v++) \
-      b[v] = v == NV_ - 1 ? _mm256_maskload_ps((wp) + c * g->LDW + 8 * v, tail) \
-                          : _mm256_loadu_ps((wp) + c * g->LDW + 8 * v); \
-    _Pragma("GCC unroll 8") for (int p = 0; p < PX_; p++) { \
-      __m256 x = _mm256_broadcast_ss((ap)[p] + c); \
-      _Pragma("GCC unroll 2") for (int v = 0; v < NV_; v++) acc[p][v] = _mm256_fmadd_ps(x, b[v], acc[p][v]); \
+/* ------------------------------------------------- AVX2 + FMA: 3 x 32 and 6 x 16
+   A block of 32 output channels (a whole panel row: both cache lines of it) runs on
+   tiles of 3 pixels x 4 vectors: a step broadcasts the 3 inputs, then loads the weight
+   vectors one at a time against them (12 accumulators, 3 inputs and 1 weight: the 16
+   registers). The 6 x 16 tiles (12 accumulators, 2 weights, 1 input) read half of each
+   panel row, so a block streamed every weight line from L2 twice as often and filled
+   only half the cache sets with a panel's lines (a 3x3 512->512 weight block no longer
+   fit L2); they serve blocks of up to 16 channels. Kernel alone, one Zen 3 core,
+   GFLOP/s, 6 x 16 -> 3 x 32, ResNet-50's shapes: 3x3 512->512 at 7x7 68 -> 83, 1x1
+   2048->512 at 7x7 76 -> 92, 1x1 1024->256 at 14x14 87 -> 95, 3x3 64->64 at 56x56 91
+   -> 96, the 7x7 stem 63 -> 79; its 53 convolutions 100.6 -> 88.9 ms.
+   Each variant has whole vectors of channels (plain loads and stores) or a partial last
+   vector (masked ones): vmaskmovps in the inner loop cost whole-vector tiles up to a
+   third of their speed on Zen 3. Every tile sums an output's products in one order. */
+#define RP_STEP256(ap, wp, n, MASKED) { \
+    const int64_t n_ = (n), ldw_ = g->LDW; \
+    const float* w_ = (wp); \
+    for (int64_t c = 0; c < n_; c++, w_ += ldw_) { \
+      __m256 x[PX_]; \
+      _Pragma("GCC unroll 8") for (int p = 0; p < PX_; p++) x[p] = _mm256_broadcast_ss((ap)[p] + c); \
+      _Pragma("GCC unroll 4") for (int v = 0; v < NV_; v++) { \
+        const __m256 b = MASKED && v == NV_ - 1 ? _mm256_maskload_ps(w_ + 8 * v, tail) \
+                                                : _mm256_loadu_ps(w_ + 8 * v); \
+        _Pragma("GCC unroll 8") for (int p = 0; p < PX_; p++) acc[p][v] = _mm256_fmadd_ps(x[p], b, acc[p][v]); \
+      } \
     } \
   }
+/* the 6 x 16 order: both weight vectors, then one input at a time */
+#define RP_STEP256_NARROW(ap, wp, n, MASKED) { \
+    const int64_t n_ = (n), ldw_ = g->LDW; \
+    const float* w_ = (wp); \
+    for (int64_t c = 0; c < n_; c++, w_ += ldw_) { \
+      __m256 b[NV_]; \
+      _Pragma("GCC unroll 2") for (int v = 0; v < NV_; v++) \
+        b[v] = MASKED && v == NV_ - 1 ? _mm256_maskload_ps(w_ + 8 * v, tail) : _mm256_loadu_ps(w_ + 8 * v); \
+      _Pragma("GCC unroll 8") for (int p = 0; p < PX_; p++) { \
+        __m256 x = _mm256_broadcast_ss((ap)[p] + c); \
+        _Pragma("GCC unroll 2") for (int v = 0; v < NV_; v++) acc[p][v] = _mm256_fmadd_ps(x, b[v], acc[p][v]); \
+      } \
+    } \
+  }
+#define RP_STEP256_FULL(ap, wp, n) RP_STEP256(ap, wp, n, 0)
+#define RP_STEP256_MASKED(ap, wp, n) RP_STEP256(ap, wp, n, 1)
+#define RP_STEP256_NARROW_FULL(ap, wp, n) RP_STEP256_NARROW(ap, wp, n, 0)
+#define RP_STEP256_NARROW_MASKED(ap, wp, n) RP_STEP256_NARROW(ap, wp, n, 1)
 
-#define RP_TILE256(PX, NV) \
-__attribute__((target("avx2,fma"))) static void rp_tile256_##PX##_##NV( \
+#define RP_TILE256_VARIANT(NAME, PX, NV, MASKED, STEP) \
+__attribute__((target("avx2,fma"))) static void NAME( \
     const rp_conv* g, int64_t q0, int64_t ob, float* out, int lanes) { \
   enum { PX_ = PX, NV_ = NV }; \
   __m256 acc[PX][NV]; \
   const __m256i tail = _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes), \
                                           _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)); \
+  (void)tail; \
   _Pragma("GCC unroll 8") for (int p = 0; p < PX; p++) \
-    _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++) acc[p][v] = _mm256_setzero_ps(); \
-  RP_TILE_LOOPS(PX, RP_STEP256_BODY) \
+    _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) acc[p][v] = _mm256_setzero_ps(); \
+  RP_TILE_LOOPS(PX, STEP) \
   _Pragma("GCC unroll 8") for (int p = 0; p < PX; p++) \
-    _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++) { \
-      if (v == NV - 1) _mm256_maskstore_ps(out + p * g->OC + 8 * v, tail, acc[p][v]); \
+    _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) { \
+      if (MASKED && v == NV - 1) _mm256_maskstore_ps(out + p * g->OC + 8 * v, tail, acc[p][v]); \
       else _mm256_storeu_ps(out + p * g->OC + 8 * v, acc[p][v]); \
     } \
 }
+
+/* 3 x 32 (and 3 x 24) tiles, and 6 x 16 (and 6 x 8) ones */
+#define RP_TILE256(PX, NV) \
+  RP_TILE256_VARIANT(rp_tile256_##PX##_##NV, PX, NV, 0, RP_STEP256_FULL) \
+  RP_TILE256_VARIANT(rp_tile256m_##PX##_##NV, PX, NV, 1, RP_STEP256_MASKED)
+#define RP_TILE256_NARROW(PX, NV) \
+  RP_TILE256_VARIANT(rp_tile256_##PX##_##NV, PX, NV, 0, RP_STEP256_NARROW_FULL) \
+  RP_TILE256_VARIANT(rp_tile256m_##PX##_##NV, PX, NV, 1, RP_STEP256_NARROW_MASKED)
 
 /* ---------------------------------------------------------------- portable C: 4 x 8 */
 #define RP_STEP_C_BODY(ap, wp, n) \
@@ -285,8 +327,11 @@ RP_TILE512(1, 1) RP_TILE512(2, 1) RP_TILE512(3, 1) RP_TILE512(4, 1)
 RP_TILE512(5, 1) RP_TILE512(6, 1) RP_TILE512(7, 1) RP_TILE512(8, 1)
 RP_TILE512(1, 2) RP_TILE512(2, 2) RP_TILE512(3, 2) RP_TILE512(4, 2)
 RP_TILE512(5, 2) RP_TILE512(6, 2) RP_TILE512(7, 2) RP_TILE512(8, 2)
-RP_TILE256(1, 1) RP_TILE256(2, 1) RP_TILE256(3, 1) RP_TILE256(4, 1) RP_TILE256(5, 1) RP_TILE256(6, 1)
-RP_TILE256(1, 2) RP_TILE256(2, 2) RP_TILE256(3, 2) RP_TILE256(4, 2) RP_TILE256(5, 2) RP_TILE256(6, 2)
+RP_TILE256_NARROW(1, 1) RP_TILE256_NARROW(2, 1) RP_TILE256_NARROW(3, 1) RP_TILE256_NARROW(4, 1)
+RP_TILE256_NARROW(5, 1) RP_TILE256_NARROW(6, 1)
+RP_TILE256_NARROW(1, 2) RP_TILE256_NARROW(2, 2) RP_TILE256_NARROW(3, 2) RP_TILE256_NARROW(4, 2)
+RP_TILE256_NARROW(5, 2) RP_TILE256_NARROW(6, 2)
+RP_TILE256(1, 3) RP_TILE256(2, 3) RP_TILE256(3, 3) RP_TILE256(1, 4) RP_TILE256(2, 4) RP_TILE256(3, 4)
 RP_TILE_C(1) RP_TILE_C(2) RP_TILE_C(3) RP_TILE_C(4)
 
 /* [vectors - 1][pixels]. Wider tiles lose: each pixel of a tile keeps its input pointer
@@ -299,9 +344,16 @@ static const rp_tile512_fn rp_tiles512[2][9] = {
    rp_tile512_5_1, rp_tile512_6_1, rp_tile512_7_1, rp_tile512_8_1},
   {0, rp_tile512_1_2, rp_tile512_2_2, rp_tile512_3_2, rp_tile512_4_2,
    rp_tile512_5_2, rp_tile512_6_2, rp_tile512_7_2, rp_tile512_8_2}};
-static const rp_tile_fn rp_tiles256[2][7] = {
-  {0, rp_tile256_1_1, rp_tile256_2_1, rp_tile256_3_1, rp_tile256_4_1, rp_tile256_5_1, rp_tile256_6_1},
-  {0, rp_tile256_1_2, rp_tile256_2_2, rp_tile256_3_2, rp_tile256_4_2, rp_tile256_5_2, rp_tile256_6_2}};
+/* [masked][vectors - 1][pixels]: up to 6 pixels of 1-2 vectors, 3 of 3-4 */
+static const rp_tile_fn rp_tiles256[2][4][7] = {
+  {{0, rp_tile256_1_1, rp_tile256_2_1, rp_tile256_3_1, rp_tile256_4_1, rp_tile256_5_1, rp_tile256_6_1},
+   {0, rp_tile256_1_2, rp_tile256_2_2, rp_tile256_3_2, rp_tile256_4_2, rp_tile256_5_2, rp_tile256_6_2},
+   {0, rp_tile256_1_3, rp_tile256_2_3, rp_tile256_3_3},
+   {0, rp_tile256_1_4, rp_tile256_2_4, rp_tile256_3_4}},
+  {{0, rp_tile256m_1_1, rp_tile256m_2_1, rp_tile256m_3_1, rp_tile256m_4_1, rp_tile256m_5_1, rp_tile256m_6_1},
+   {0, rp_tile256m_1_2, rp_tile256m_2_2, rp_tile256m_3_2, rp_tile256m_4_2, rp_tile256m_5_2, rp_tile256m_6_2},
+   {0, rp_tile256m_1_3, rp_tile256m_2_3, rp_tile256m_3_3},
+   {0, rp_tile256m_1_4, rp_tile256m_2_4, rp_tile256m_3_4}}};
 static const rp_tile_fn rp_tiles_c[5] = {0, rp_tile_c_1, rp_tile_c_2, rp_tile_c_3, rp_tile_c_4};
 
 /* -1: not detected yet */
@@ -337,9 +389,11 @@ int raypass_conv_isa(int level) {
 
 /* Output pixels q0 .. q0+n (flat), channels ob .. ob+block of one block, into out (pixel q0). */
 static void rp_conv_span(const rp_conv* g, int level, int64_t ob, int64_t q0, int64_t n, float* out) {
-  int block = level == 2 ? 32 : level == 1 ? 16 : 8, half = block / 2;
-  int lanes = g->ON - ob < block ? (int)(g->ON - ob) : block, vectors = level && lanes > half ? 2 : 1;
-  int tile = level == 2 ? 8 : level == 1 ? 6 : 4;
+  const int block = level ? 32 : 8;
+  const int lanes = g->ON - ob < block ? (int)(g->ON - ob) : block;
+  /* vectors of the block: AVX-512 one or two of 16, AVX2 one to four of 8 */
+  const int vectors = level == 2 ? (lanes > 16 ? 2 : 1) : level == 1 ? (lanes + 7) / 8 : 1;
+  const int tile = level == 2 ? 8 : level == 1 ? (vectors > 2 ? 3 : 6) : 4;
   for (int64_t q = 0; q < n; q += tile) {
     int px = n - q < tile ? (int)(n - q) : tile;
     float* at = out + q * g->OC + ob;
@@ -350,7 +404,7 @@ static void rp_conv_span(const rp_conv* g, int level, int64_t ob, int64_t q0, in
     } else if (level == 2)
       rp_tiles512[vectors - 1][px](g, q0 + q, ob, at, (__mmask16)((1u << (lanes - 16 * (vectors - 1))) - 1u));
     else if (level == 1)
-      rp_tiles256[vectors - 1][px](g, q0 + q, ob, at, lanes - 8 * (vectors - 1));
+      rp_tiles256[lanes != 8 * vectors][vectors - 1][px](g, q0 + q, ob, at, lanes - 8 * (vectors - 1));
     else
       rp_tiles_c[px](g, q0 + q, ob, at, lanes);
   }
@@ -408,7 +462,7 @@ int rp_conv2d_f32(const float* image, const float* weight, float* out, int64_t H
      that reads a whole weight panel again), whole tiles of 8 but the last */
   int64_t pixel_units = count / UNIT_PIXELS > 1 ? count / UNIT_PIXELS : 1;
   int64_t unit_pixels = ((count + pixel_units - 1) / pixel_units + 7) / 8 * 8;
-  const int64_t block = level == 2 ? 32 : level == 1 ? 16 : 8;
+  const int64_t block = level ? 32 : 8;
   pixel_units = (count + unit_pixels - 1) / unit_pixels;
   /* panels (one group only): every block of output channels reads one contiguous panel */
   const int64_t ldw = panel > 0 ? panel : OC, pbs = panel > 0 ? KH * KW * cg * panel : 0;
