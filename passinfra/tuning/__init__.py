@@ -10,8 +10,9 @@ from passinfra.tuning.database import (
            current_target,
            kernel_key,
 )
-from passinfra.tuning.space import KNOBS, Knob, all_points, candidates, default_point, knobs_for
+from passinfra.tuning.space import KNOBS, Knob, all_points, candidates, default_point, knobs_for, neighbours
 from passinfra.tuning.tuner import TuneResult, tune
 
 __all__ = ["KNOBS", "Knob", "TuneResult", "TuningDatabase", "TuningDatabaseError", "TuningRecord",
-           "all_points", "candidates", "current_target", "default_point", "kernel_key", "knobs_for", "tune"]
+           "all_points", "candidates", "current_target", "default_point", "kernel_key", "knobs_for",
+           "neighbours", "tune"]

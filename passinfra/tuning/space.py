@@ -82,13 +82,29 @@ def all_points(func: Function) -> list[Schedule]:
             for values in itertools.product(*(k.values for k in knobs))]
 
 
+def neighbours(func: Function, point: Schedule) -> list[Schedule]:
+    """The points of ``func``'s space that differ from ``point`` in one knob, knob by knob
+    in :data:`KNOBS` order (a knob's values in their declared order)."""
+    values = dict(point)
+    found = []
+    for knob in knobs_for(func):
+        for value in knob.values:
+            if value != values.get(knob.key, knob.default):
+                found.append(tuple(sorted({**values, knob.key: value}.items())))
+    return found
+
+
 def candidates(func: Function, count: int, seed: int = 0, ctx: PassContext | None = None) -> list[Schedule]:
-    """Up to ``count`` distinct points: the default first, then the rest of the space in
+    """Up to ``count`` distinct points: the default first, then its neighbours (one knob
+    changed: the rules are a good start, and one decision off is where a kernel usually
+    gains, such as another convolution kernel on this CPU), then the rest of the space in
     a seeded random order (all of it when ``count`` covers it)."""
     first = default_point(func, ctx)
-    rest = [point for point in all_points(func) if point != first]
+    near = [point for point in neighbours(func, first) if point != first]
+    seen = {first, *near}
+    rest = [point for point in all_points(func) if point not in seen]
     random.Random(seed).shuffle(rest)
-    return [first, *rest][:max(count, 1)]
+    return [first, *near, *rest][:max(count, 1)]
 
 
 def schedule_text(schedule: Iterable[tuple[str, Any]]) -> str:
@@ -96,4 +112,4 @@ def schedule_text(schedule: Iterable[tuple[str, Any]]) -> str:
 
 
 __all__ = ["KNOBS", "Knob", "Schedule", "all_points", "candidates", "default_point", "knobs_for",
-           "schedule_text"]
+           "neighbours", "schedule_text"]

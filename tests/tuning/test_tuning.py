@@ -21,7 +21,16 @@ from passinfra.ir.type_infer import infer_type
 from passinfra.transform import PassContext
 from passinfra.transform.errors import PassConfigError
 from passinfra.transform.schedule import SCHEDULE_ATTR
-from passinfra.tuning import TuningDatabase, TuningRecord, all_points, current_target, kernel_key, knobs_for
+from passinfra.tuning import (
+    TuningDatabase,
+    TuningRecord,
+    all_points,
+    candidates,
+    current_target,
+    kernel_key,
+    knobs_for,
+    neighbours,
+)
 from passinfra.tuning.database import TuningDatabaseError
 from passinfra.tuning.tuner import fused_module, kernel_tasks, scheduled
 
@@ -66,6 +75,19 @@ def test_each_kernel_gets_the_knobs_of_its_ops(tasks):
     assert tasks[conv].default == (("codegen.conv_block_pixels", 4),
                                    ("codegen.conv_cached_weight_bytes", 262144),
                                    ("codegen.conv_kernel", "auto"), ("codegen.min_parallel_work", 8000))
+
+
+def test_candidates_start_at_the_rules_then_one_knob_off_then_the_rest(tasks):
+    conv = next(name for name in tasks if "conv2d" in name)
+    func = next(f for gv, f in tasks[conv].module.items() if gv.name_hint != "main")
+    default = tasks[conv].default
+    near = neighbours(func, default)
+    assert len(near) == (5 - 1) + (4 - 1) * 3  # every other value of each knob
+    assert all(sum(a != b for a, b in zip(point, default)) == 1 for point in near)
+    points = candidates(func, 1000)
+    assert points[0] == default and points[1:1 + len(near)] == near
+    assert len(points) == len(set(points)) == tasks[conv].space == len(all_points(func))
+    assert candidates(func, 3) == points[:3]
 
 
 def test_a_conv_kernel_s_block_knobs_change_its_calls_and_not_its_values(tasks, config):
