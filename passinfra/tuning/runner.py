@@ -23,6 +23,7 @@ import concurrent.futures as futures
 import multiprocessing
 import os
 import signal
+import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
@@ -34,6 +35,7 @@ from passinfra.runtime.cpus import available_cpus
 
 MAX_LOSSES = 2  # a job whose worker died this many times is given up
 ABORT_WAIT = 10.0  # seconds ProcessRunner.abort waits for its executors to wind down
+DRIVER_POLL = 1.0  # seconds between a ProcessRunner worker's looks at its driver
 
 # what a worker process was configured with (ProcessRunner's initializer, a Ray actor's
 # constructor); the tuner's jobs read it
@@ -200,7 +202,34 @@ def _ignore_interrupt(*_: object) -> None:
     """A worker's SIGINT handler: nothing (module docstring of ProcessRunner)."""
 
 
-def _start_process_worker(threads: int, cache_dir: str | None, cpus: set[int]) -> None:
+def _process_gone(pid: int) -> bool:
+    """Whether process ``pid`` has exited (a zombie not yet reaped has too)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X")
+    except FileNotFoundError:
+        return True
+    except OSError:  # no /proc: whether the pid still exists
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            pass
+        return False
+
+
+def _exit_with_driver(driver: int) -> None:
+    """End this worker once its driver is gone. A driver that is killed (SIGKILL, an
+    unhandled SIGTERM, a crash) runs none of its shutdown: its workers, waiting on a queue
+    nobody writes to any more, and their forkserver would otherwise live on (seen: a
+    worker and the forkserver 36 minutes after their ``raypass tune`` was killed)."""
+    while not _process_gone(driver):
+        time.sleep(DRIVER_POLL)
+    os._exit(0)
+
+
+def _start_process_worker(threads: int, cache_dir: str | None, cpus: set[int], driver: int) -> None:
     # Ctrl-C in a terminal reaches the whole process group: a worker waiting for its next
     # job would die of the KeyboardInterrupt inside the executor's queue read, which can
     # leave the executor's shutdown waiting for ever (CPython issue 125886). The driver
@@ -208,13 +237,16 @@ def _start_process_worker(threads: int, cache_dir: str | None, cpus: set[int]) -
     # SIG_IGN, which the compiler processes a worker starts would inherit: they still
     # stop at Ctrl-C.
     signal.signal(signal.SIGINT, _ignore_interrupt)
+    watch = threading.Thread(target=_exit_with_driver, args=(driver,), name="driver-watch", daemon=True)
+    watch.start()
     configure_worker(threads, cache_dir, cpus)
 
 
 class ProcessRunner(Runner):
     """One worker process per slot on this machine, each on its own CPUs (a one-process
     executor per slot: a worker that dies breaks only its own slot). The workers ignore
-    SIGINT; after Ctrl-C the driver terminates them (:meth:`abort`)."""
+    SIGINT; after Ctrl-C the driver terminates them (:meth:`abort`); a worker whose driver
+    died without doing so ends itself within :data:`DRIVER_POLL` seconds."""
 
     def __init__(self, workers: int, cache_dir: str | None = None) -> None:
         super().__init__()
@@ -229,7 +261,8 @@ class ProcessRunner(Runner):
 
     def _start(self, slot: int) -> futures.ProcessPoolExecutor:
         return futures.ProcessPoolExecutor(1, mp_context=self._context, initializer=_start_process_worker,
-                                           initargs=(self.threads, self._cache_dir, self._groups[slot]))
+                                           initargs=(self.threads, self._cache_dir, self._groups[slot],
+                                                     os.getpid()))
 
     def _submit(self, slot: int, fn: Callable[..., Any], args: tuple[Any, ...]) -> futures.Future:
         return self._executors[slot].submit(in_worker, fn, args)
@@ -268,5 +301,5 @@ class ProcessRunner(Runner):
                 manager.join(max(0.0, deadline - time.monotonic()))
 
 
-__all__ = ["ABORT_WAIT", "MAX_LOSSES", "WORKER_SETTINGS", "JobRun", "ProcessRunner", "Runner",
+__all__ = ["ABORT_WAIT", "DRIVER_POLL", "MAX_LOSSES", "WORKER_SETTINGS", "JobRun", "ProcessRunner", "Runner",
            "configure_worker", "core_groups", "in_worker"]

@@ -273,16 +273,16 @@ def test_cli_tune_then_compile_with_the_database(tmp_path, capsys):
     assert capsys.readouterr().err == "raypass: error: --cpus-per-worker must be positive, got 0\n"
 
 
-def test_ctrl_c_during_raypass_tune_keeps_what_was_measured_and_leaves_no_process(tmp_path):
-    """SIGINT to the whole process group, as a terminal's Ctrl-C sends it, once the
-    first candidate is measured: exit 130, the database holds the kernels measured so far,
-    and every process of the group (workers, forkserver) is gone soon after."""
+def _tune_in_its_own_group(tmp_path):
+    """``raypass tune`` of a small CNN on two workers, started in a process group of its
+    own, and a thread reading its stderr all along (a pipe left full blocks every write of
+    the command: its progress, its last line, a stack dump, and it never exits): (the
+    process, its stderr lines so far, an event set once a first candidate is measured, the
+    reading thread)."""
     import os
-    import signal
     import subprocess
     import sys
     import threading
-    import time
 
     import onnx
 
@@ -293,8 +293,6 @@ def test_ctrl_c_during_raypass_tune_keeps_what_was_measured_and_leaves_no_proces
     # faulthandler: SIGABRT prints every thread's stack, what a hang below shows
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, start_new_session=True,
                                env=dict(os.environ, PYTHONFAULTHANDLER="1"))
-    # its stderr read all along, in a thread: a pipe left full blocks every write of the
-    # command (its progress, its last line, a stack dump), which then never exits
     lines: list[str] = []
     measured = threading.Event()
 
@@ -306,6 +304,33 @@ def test_ctrl_c_during_raypass_tune_keeps_what_was_measured_and_leaves_no_proces
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
+    return process, lines, measured, reader
+
+
+def _wait_for_group_gone(group: int, seconds: float) -> None:
+    import os
+    import time
+
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return
+        assert time.monotonic() < deadline, "a process of raypass tune outlived it"
+        time.sleep(0.2)
+
+
+def test_ctrl_c_during_raypass_tune_keeps_what_was_measured_and_leaves_no_process(tmp_path):
+    """SIGINT to the whole process group, as a terminal's Ctrl-C sends it, once the
+    first candidate is measured: exit 130, the database holds the kernels measured so far,
+    and every process of the group (workers, forkserver) is gone soon after."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    process, lines, measured, reader = _tune_in_its_own_group(tmp_path)
     try:
         assert measured.wait(timeout=300), "".join(lines)[-3000:]
         time.sleep(1)
@@ -325,12 +350,24 @@ def test_ctrl_c_during_raypass_tune_keeps_what_was_measured_and_leaves_no_proces
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
     kernels = len(kernel_tasks(fused_module(from_onnx(cnn(width=16), shapes={"input": (8, 3, 32, 32)})))[0])
-    assert 0 < len(TuningDatabase.load(db).records) <= kernels
-    deadline = time.monotonic() + 20
-    while True:
+    assert 0 < len(TuningDatabase.load(tmp_path / "db.json").records) <= kernels
+    _wait_for_group_gone(process.pid, 20)
+
+
+def test_workers_of_a_killed_raypass_tune_end_themselves(tmp_path):
+    """SIGKILL to ``raypass tune`` alone (no shutdown of its own runs): its workers and their
+    forkserver end within seconds (each worker watches its driver)."""
+    import os
+    import signal
+
+    process, lines, measured, _ = _tune_in_its_own_group(tmp_path)
+    try:
+        assert measured.wait(timeout=300), "".join(lines)[-3000:]
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+        _wait_for_group_gone(process.pid, 20)
+    finally:
         try:
-            os.killpg(process.pid, 0)
+            os.killpg(process.pid, signal.SIGKILL)
         except ProcessLookupError:
-            break
-        assert time.monotonic() < deadline, "a process of raypass tune outlived it"
-        time.sleep(0.2)
+            pass
