@@ -45,7 +45,8 @@ leaves the cache).
 The instruction set is picked at run time, once, from what the CPU and OS support:
 AVX-512F (tiles of 8 pixels x 32 channels; on pixels of one output row, 12 x 32 and
 16 x 16, whose pixels share their input pointers), AVX2 + FMA (3 x 32; 6 x 16 for blocks
-of up to 16 channels; a pointwise convolution's tiles without tap setup), or portable C
+of up to 16 channels; on pixels of one output row inside the image, the same shapes with
+shared input pointers; a pointwise convolution's tiles without tap setup), or portable C
 (4 x 8; no fused multiply-add). The AVX-512 and AVX2 variants accumulate every output in the
 same order with the same fused multiply-adds, so they give identical bits; the portable
 variant rounds each product, as the generic loop nests do. ``raypass_conv_isa(level)``
