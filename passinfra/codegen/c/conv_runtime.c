@@ -282,22 +282,29 @@ static int rp_row_tile_fits(const rp_conv* g, int64_t q, int64_t px) {
 #define RP_STEP256_NARROW_FULL(ap, wp, n) RP_STEP256_NARROW(ap, wp, n, 0)
 #define RP_STEP256_NARROW_MASKED(ap, wp, n) RP_STEP256_NARROW(ap, wp, n, 1)
 
-#define RP_TILE256_VARIANT(NAME, PX, NV, MASKED, STEP) \
-__attribute__((target("avx2,fma"))) static void NAME( \
-    const rp_conv* g, int64_t q0, int64_t ob, float* out, int lanes) { \
+/* An AVX2 tile's PX x NV accumulators, zeroed, with the mask of its last vector's lanes
+   (``lanes`` of them), and their stores at the end (the last vector masked if MASKED) */
+#define RP_ACC256_ZERO(PX, NV) \
   enum { PX_ = PX, NV_ = NV }; \
   __m256 acc[PX][NV]; \
   const __m256i tail = _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes), \
                                           _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)); \
   (void)tail; \
   _Pragma("GCC unroll 8") for (int p = 0; p < PX; p++) \
-    _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) acc[p][v] = _mm256_setzero_ps(); \
-  RP_TILE_LOOPS(PX, STEP) \
+    _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) acc[p][v] = _mm256_setzero_ps();
+#define RP_ACC256_STORE(PX, NV, MASKED) \
   _Pragma("GCC unroll 8") for (int p = 0; p < PX; p++) \
     _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) { \
       if (MASKED && v == NV - 1) _mm256_maskstore_ps(out + p * g->OC + 8 * v, tail, acc[p][v]); \
       else _mm256_storeu_ps(out + p * g->OC + 8 * v, acc[p][v]); \
-    } \
+    }
+
+#define RP_TILE256_VARIANT(NAME, PX, NV, MASKED, STEP) \
+__attribute__((target("avx2,fma"))) static void NAME( \
+    const rp_conv* g, int64_t q0, int64_t ob, float* out, int lanes) { \
+  RP_ACC256_ZERO(PX, NV) \
+  RP_TILE_LOOPS(PX, STEP) \
+  RP_ACC256_STORE(PX, NV, MASKED) \
 }
 
 /* 3 x 32 (and 3 x 24) tiles, and 6 x 16 (and 6 x 8) ones */
@@ -346,13 +353,7 @@ __attribute__((target("avx2,fma"))) static void NAME( \
 #define RP_ROW256_VARIANT(NAME, PX, NV, MASKED) \
 __attribute__((target("avx2,fma"))) static void NAME( \
     const rp_conv* g, int64_t q0, int64_t ob, float* out, int lanes) { \
-  enum { PX_ = PX, NV_ = NV }; \
-  __m256 acc[PX][NV]; \
-  const __m256i tail = _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes), \
-                                          _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)); \
-  (void)tail; \
-  _Pragma("GCC unroll 8") for (int p = 0; p < PX; p++) \
-    _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) acc[p][v] = _mm256_setzero_ps(); \
+  RP_ACC256_ZERO(PX, NV) \
   const int64_t oy = q0 / g->OW, ix0 = (q0 - oy * g->OW) * g->sw - g->pl; \
   const int64_t wo = (ob / g->PB) * g->PBS + ob % g->PB, S = g->sw * g->CS; \
   for (int64_t c0 = 0; c0 < g->C; c0 += CB) { \
@@ -371,11 +372,7 @@ __attribute__((target("avx2,fma"))) static void NAME( \
       } \
     } \
   } \
-  _Pragma("GCC unroll 8") for (int p = 0; p < PX; p++) \
-    _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) { \
-      if (MASKED && v == NV - 1) _mm256_maskstore_ps(out + p * g->OC + 8 * v, tail, acc[p][v]); \
-      else _mm256_storeu_ps(out + p * g->OC + 8 * v, acc[p][v]); \
-    } \
+  RP_ACC256_STORE(PX, NV, MASKED) \
 }
 #define RP_ROW256(PX, NV) \
   RP_ROW256_VARIANT(rp_row256_##PX##_##NV, PX, NV, 0) RP_ROW256_VARIANT(rp_row256m_##PX##_##NV, PX, NV, 1)
@@ -407,21 +404,11 @@ static int rp_row_inside(const rp_conv* g, int64_t q, int64_t px) {
 #define RP_PW256_VARIANT(NAME, PX, NV, MASKED, STEP) \
 __attribute__((target("avx2,fma"))) static void NAME( \
     const rp_conv* g, const float* a, const float* wp, float* out, int lanes) { \
-  enum { PX_ = PX, NV_ = NV }; \
-  __m256 acc[PX][NV]; \
-  const __m256i tail = _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes), \
-                                          _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)); \
-  (void)tail; \
+  RP_ACC256_ZERO(PX, NV) \
   const float* ap[PX]; \
   _Pragma("GCC unroll 8") for (int p = 0; p < PX; p++) ap[p] = a + p * g->CS; \
-  _Pragma("GCC unroll 8") for (int p = 0; p < PX; p++) \
-    _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) acc[p][v] = _mm256_setzero_ps(); \
   STEP(ap, wp, g->C) \
-  _Pragma("GCC unroll 8") for (int p = 0; p < PX; p++) \
-    _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) { \
-      if (MASKED && v == NV - 1) _mm256_maskstore_ps(out + p * g->OC + 8 * v, tail, acc[p][v]); \
-      else _mm256_storeu_ps(out + p * g->OC + 8 * v, acc[p][v]); \
-    } \
+  RP_ACC256_STORE(PX, NV, MASKED) \
 }
 #define RP_PW256(PX, NV) \
   RP_PW256_VARIANT(rp_pw256_##PX##_##NV, PX, NV, 0, RP_STEP256_FULL) \
