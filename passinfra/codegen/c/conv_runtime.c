@@ -250,37 +250,36 @@ static int rp_row_tile_fits(const rp_conv* g, int64_t q, int64_t px) {
    Each variant has whole vectors of channels (plain loads and stores) or a partial last
    vector (masked ones): vmaskmovps in the inner loop cost whole-vector tiles up to a
    third of their speed on Zen 3. Every tile sums an output's products in one order. */
-#define RP_STEP256(ap, wp, n, MASKED) { \
+/* n steps of a tile: X(p, k) is pixel p's input at step k, wp the first weight row. With
+   3-4 vectors (3 x 32): the inputs, then one weight vector at a time; with 1-2 (6 x 16):
+   the weight vectors, then one input at a time */
+#define RP_STEP256_AT(X, wp, n, MASKED) { \
     const int64_t n_ = (n), ldw_ = g->LDW; \
     const float* w_ = (wp); \
-    for (int64_t c = 0; c < n_; c++, w_ += ldw_) { \
-      __m256 x[PX_]; \
-      _Pragma("GCC unroll 8") for (int p = 0; p < PX_; p++) x[p] = _mm256_broadcast_ss((ap)[p] + c); \
-      _Pragma("GCC unroll 4") for (int v = 0; v < NV_; v++) { \
-        const __m256 b = MASKED && v == NV_ - 1 ? _mm256_maskload_ps(w_ + 8 * v, tail) \
-                                                : _mm256_loadu_ps(w_ + 8 * v); \
-        _Pragma("GCC unroll 8") for (int p = 0; p < PX_; p++) acc[p][v] = _mm256_fmadd_ps(x[p], b, acc[p][v]); \
+    for (int64_t k = 0; k < n_; k++, w_ += ldw_) { \
+      if (NV_ > 2) { \
+        __m256 x[PX_]; \
+        _Pragma("GCC unroll 8") for (int p = 0; p < PX_; p++) x[p] = _mm256_broadcast_ss(X(p, k)); \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV_; v++) { \
+          const __m256 b = MASKED && v == NV_ - 1 ? _mm256_maskload_ps(w_ + 8 * v, tail) \
+                                                  : _mm256_loadu_ps(w_ + 8 * v); \
+          _Pragma("GCC unroll 8") for (int p = 0; p < PX_; p++) acc[p][v] = _mm256_fmadd_ps(x[p], b, acc[p][v]); \
+        } \
+      } else { \
+        __m256 b[NV_]; \
+        _Pragma("GCC unroll 2") for (int v = 0; v < NV_; v++) \
+          b[v] = MASKED && v == NV_ - 1 ? _mm256_maskload_ps(w_ + 8 * v, tail) : _mm256_loadu_ps(w_ + 8 * v); \
+        _Pragma("GCC unroll 8") for (int p = 0; p < PX_; p++) { \
+          const __m256 x = _mm256_broadcast_ss(X(p, k)); \
+          _Pragma("GCC unroll 2") for (int v = 0; v < NV_; v++) acc[p][v] = _mm256_fmadd_ps(x, b[v], acc[p][v]); \
+        } \
       } \
     } \
   }
-/* the 6 x 16 order: both weight vectors, then one input at a time */
-#define RP_STEP256_NARROW(ap, wp, n, MASKED) { \
-    const int64_t n_ = (n), ldw_ = g->LDW; \
-    const float* w_ = (wp); \
-    for (int64_t c = 0; c < n_; c++, w_ += ldw_) { \
-      __m256 b[NV_]; \
-      _Pragma("GCC unroll 2") for (int v = 0; v < NV_; v++) \
-        b[v] = MASKED && v == NV_ - 1 ? _mm256_maskload_ps(w_ + 8 * v, tail) : _mm256_loadu_ps(w_ + 8 * v); \
-      _Pragma("GCC unroll 8") for (int p = 0; p < PX_; p++) { \
-        __m256 x = _mm256_broadcast_ss((ap)[p] + c); \
-        _Pragma("GCC unroll 2") for (int v = 0; v < NV_; v++) acc[p][v] = _mm256_fmadd_ps(x, b[v], acc[p][v]); \
-      } \
-    } \
-  }
-#define RP_STEP256_FULL(ap, wp, n) RP_STEP256(ap, wp, n, 0)
-#define RP_STEP256_MASKED(ap, wp, n) RP_STEP256(ap, wp, n, 1)
-#define RP_STEP256_NARROW_FULL(ap, wp, n) RP_STEP256_NARROW(ap, wp, n, 0)
-#define RP_STEP256_NARROW_MASKED(ap, wp, n) RP_STEP256_NARROW(ap, wp, n, 1)
+/* the tiles that keep a pointer per pixel (the array the tile loops name ``ap``) */
+#define RP_X_POINTERS(p, k) (ap[p] + (k))
+#define RP_STEP256_FULL(ap, wp, n) RP_STEP256_AT(RP_X_POINTERS, wp, n, 0)
+#define RP_STEP256_MASKED(ap, wp, n) RP_STEP256_AT(RP_X_POINTERS, wp, n, 1)
 
 /* An AVX2 tile's PX x NV accumulators, zeroed, with the mask of its last vector's lanes
    (``lanes`` of them), and their stores at the end (the last vector masked if MASKED) */
@@ -311,9 +310,6 @@ __attribute__((target("avx2,fma"))) static void NAME( \
 #define RP_TILE256(PX, NV) \
   RP_TILE256_VARIANT(rp_tile256_##PX##_##NV, PX, NV, 0, RP_STEP256_FULL) \
   RP_TILE256_VARIANT(rp_tile256m_##PX##_##NV, PX, NV, 1, RP_STEP256_MASKED)
-#define RP_TILE256_NARROW(PX, NV) \
-  RP_TILE256_VARIANT(rp_tile256_##PX##_##NV, PX, NV, 0, RP_STEP256_NARROW_FULL) \
-  RP_TILE256_VARIANT(rp_tile256m_##PX##_##NV, PX, NV, 1, RP_STEP256_NARROW_MASKED)
 
 /* AVX2 row tiles: the pixels of a tile in one output row, their taps inside the image's
    columns. Pixel p reads the input at src + p*S (S = stride x column stride): one pointer
@@ -324,30 +320,12 @@ __attribute__((target("avx2,fma"))) static void NAME( \
    interleaved rounds), GFLOP/s: 3x3 16->16 at 32x32 73 -> 86, 16->64 at 55x55 89 -> 96, the
    7x7 stride-2 stem 79 -> 91; whole models, one thread: resnet20 1.53 -> 1.46 ms,
    RegNetX-like 6.31 -> 6.09 ms. */
+/* pixel p reads q_[p / 3] + (p % 3) * S1: two pointers and S1 for up to six pixels */
+#define RP_X_ROW(p, k) (q_[(p) / 3] + (k) + ((p) % 3) * S1)
 #define RP_ROW_STEP256(a, wp, n, S, MASKED) { \
-    const int64_t n_ = (n), ldw_ = g->LDW, S1 = (S); \
+    const int64_t S1 = (S); \
     const float* q_[2] = {(a), (a) + 3 * S1}; \
-    const float* w_ = (wp); \
-    for (int64_t k = 0; k < n_; k++, w_ += ldw_) { \
-      if (NV_ > 2) { /* 3 x 32: the inputs, then one weight vector at a time */ \
-        __m256 x[PX_]; \
-        _Pragma("GCC unroll 8") for (int p = 0; p < PX_; p++) \
-          x[p] = _mm256_broadcast_ss(q_[p / 3] + k + (p % 3) * S1); \
-        _Pragma("GCC unroll 4") for (int v = 0; v < NV_; v++) { \
-          const __m256 b = MASKED && v == NV_ - 1 ? _mm256_maskload_ps(w_ + 8 * v, tail) \
-                                                  : _mm256_loadu_ps(w_ + 8 * v); \
-          _Pragma("GCC unroll 8") for (int p = 0; p < PX_; p++) acc[p][v] = _mm256_fmadd_ps(x[p], b, acc[p][v]); \
-        } \
-      } else { /* 6 x 16: the weight vectors, then one input at a time */ \
-        __m256 b[NV_]; \
-        _Pragma("GCC unroll 2") for (int v = 0; v < NV_; v++) \
-          b[v] = MASKED && v == NV_ - 1 ? _mm256_maskload_ps(w_ + 8 * v, tail) : _mm256_loadu_ps(w_ + 8 * v); \
-        _Pragma("GCC unroll 8") for (int p = 0; p < PX_; p++) { \
-          const __m256 x = _mm256_broadcast_ss(q_[p / 3] + k + (p % 3) * S1); \
-          _Pragma("GCC unroll 2") for (int v = 0; v < NV_; v++) acc[p][v] = _mm256_fmadd_ps(x, b[v], acc[p][v]); \
-        } \
-      } \
-    } \
+    RP_STEP256_AT(RP_X_ROW, wp, n, MASKED) \
   }
 
 #define RP_ROW256_VARIANT(NAME, PX, NV, MASKED) \
@@ -413,13 +391,10 @@ __attribute__((target("avx2,fma"))) static void NAME( \
 #define RP_PW256(PX, NV) \
   RP_PW256_VARIANT(rp_pw256_##PX##_##NV, PX, NV, 0, RP_STEP256_FULL) \
   RP_PW256_VARIANT(rp_pw256m_##PX##_##NV, PX, NV, 1, RP_STEP256_MASKED)
-#define RP_PW256_NARROW(PX, NV) \
-  RP_PW256_VARIANT(rp_pw256_##PX##_##NV, PX, NV, 0, RP_STEP256_NARROW_FULL) \
-  RP_PW256_VARIANT(rp_pw256m_##PX##_##NV, PX, NV, 1, RP_STEP256_NARROW_MASKED)
-RP_PW256_NARROW(1, 1) RP_PW256_NARROW(2, 1) RP_PW256_NARROW(3, 1) RP_PW256_NARROW(4, 1)
-RP_PW256_NARROW(5, 1) RP_PW256_NARROW(6, 1)
-RP_PW256_NARROW(1, 2) RP_PW256_NARROW(2, 2) RP_PW256_NARROW(3, 2) RP_PW256_NARROW(4, 2)
-RP_PW256_NARROW(5, 2) RP_PW256_NARROW(6, 2)
+RP_PW256(1, 1) RP_PW256(2, 1) RP_PW256(3, 1) RP_PW256(4, 1)
+RP_PW256(5, 1) RP_PW256(6, 1)
+RP_PW256(1, 2) RP_PW256(2, 2) RP_PW256(3, 2) RP_PW256(4, 2)
+RP_PW256(5, 2) RP_PW256(6, 2)
 RP_PW256(1, 3) RP_PW256(2, 3) RP_PW256(3, 3) RP_PW256(1, 4) RP_PW256(2, 4) RP_PW256(3, 4)
 typedef void (*rp_pw256_fn)(const rp_conv*, const float*, const float*, float*, int);
 /* [masked][vectors - 1][pixels], as rp_tiles256 */
@@ -452,10 +427,10 @@ RP_TILE512(1, 1) RP_TILE512(2, 1) RP_TILE512(3, 1) RP_TILE512(4, 1)
 RP_TILE512(5, 1) RP_TILE512(6, 1) RP_TILE512(7, 1) RP_TILE512(8, 1)
 RP_TILE512(1, 2) RP_TILE512(2, 2) RP_TILE512(3, 2) RP_TILE512(4, 2)
 RP_TILE512(5, 2) RP_TILE512(6, 2) RP_TILE512(7, 2) RP_TILE512(8, 2)
-RP_TILE256_NARROW(1, 1) RP_TILE256_NARROW(2, 1) RP_TILE256_NARROW(3, 1) RP_TILE256_NARROW(4, 1)
-RP_TILE256_NARROW(5, 1) RP_TILE256_NARROW(6, 1)
-RP_TILE256_NARROW(1, 2) RP_TILE256_NARROW(2, 2) RP_TILE256_NARROW(3, 2) RP_TILE256_NARROW(4, 2)
-RP_TILE256_NARROW(5, 2) RP_TILE256_NARROW(6, 2)
+RP_TILE256(1, 1) RP_TILE256(2, 1) RP_TILE256(3, 1) RP_TILE256(4, 1)
+RP_TILE256(5, 1) RP_TILE256(6, 1)
+RP_TILE256(1, 2) RP_TILE256(2, 2) RP_TILE256(3, 2) RP_TILE256(4, 2)
+RP_TILE256(5, 2) RP_TILE256(6, 2)
 RP_TILE256(1, 3) RP_TILE256(2, 3) RP_TILE256(3, 3) RP_TILE256(1, 4) RP_TILE256(2, 4) RP_TILE256(3, 4)
 RP_TILE_C(1) RP_TILE_C(2) RP_TILE_C(3) RP_TILE_C(4)
 
