@@ -397,16 +397,16 @@ RP_PW256(1, 2) RP_PW256(2, 2) RP_PW256(3, 2) RP_PW256(4, 2)
 RP_PW256(5, 2) RP_PW256(6, 2)
 RP_PW256(1, 3) RP_PW256(2, 3) RP_PW256(3, 3) RP_PW256(1, 4) RP_PW256(2, 4) RP_PW256(3, 4)
 typedef void (*rp_pw256_fn)(const rp_conv*, const float*, const float*, float*, int);
-/* [masked][vectors - 1][pixels], as rp_tiles256 */
-static const rp_pw256_fn rp_pws256[2][4][7] = {
-  {{0, rp_pw256_1_1, rp_pw256_2_1, rp_pw256_3_1, rp_pw256_4_1, rp_pw256_5_1, rp_pw256_6_1},
-   {0, rp_pw256_1_2, rp_pw256_2_2, rp_pw256_3_2, rp_pw256_4_2, rp_pw256_5_2, rp_pw256_6_2},
-   {0, rp_pw256_1_3, rp_pw256_2_3, rp_pw256_3_3},
-   {0, rp_pw256_1_4, rp_pw256_2_4, rp_pw256_3_4}},
-  {{0, rp_pw256m_1_1, rp_pw256m_2_1, rp_pw256m_3_1, rp_pw256m_4_1, rp_pw256m_5_1, rp_pw256m_6_1},
-   {0, rp_pw256m_1_2, rp_pw256m_2_2, rp_pw256m_3_2, rp_pw256m_4_2, rp_pw256m_5_2, rp_pw256m_6_2},
-   {0, rp_pw256m_1_3, rp_pw256m_2_3, rp_pw256m_3_3},
-   {0, rp_pw256m_1_4, rp_pw256m_2_4, rp_pw256m_3_4}}};
+/* [masked][vectors - 1][pixels] of the AVX2 tiles named W_PX_NV (whole vectors) and
+   M_PX_NV (the last one masked): up to 6 pixels of 1-2 vectors, 3 of 3-4 */
+#define RP_TILES256(W, M) { \
+  {{0, W##_1_1, W##_2_1, W##_3_1, W##_4_1, W##_5_1, W##_6_1}, \
+   {0, W##_1_2, W##_2_2, W##_3_2, W##_4_2, W##_5_2, W##_6_2}, \
+   {0, W##_1_3, W##_2_3, W##_3_3}, {0, W##_1_4, W##_2_4, W##_3_4}}, \
+  {{0, M##_1_1, M##_2_1, M##_3_1, M##_4_1, M##_5_1, M##_6_1}, \
+   {0, M##_1_2, M##_2_2, M##_3_2, M##_4_2, M##_5_2, M##_6_2}, \
+   {0, M##_1_3, M##_2_3, M##_3_3}, {0, M##_1_4, M##_2_4, M##_3_4}}}
+static const rp_pw256_fn rp_pws256[2][4][7] = RP_TILES256(rp_pw256, rp_pw256m);
 
 /* ---------------------------------------------------------------- portable C: 4 x 8 */
 #define RP_STEP_C_BODY(ap, wp, n) \
@@ -444,16 +444,7 @@ static const rp_tile512_fn rp_tiles512[2][9] = {
    rp_tile512_5_1, rp_tile512_6_1, rp_tile512_7_1, rp_tile512_8_1},
   {0, rp_tile512_1_2, rp_tile512_2_2, rp_tile512_3_2, rp_tile512_4_2,
    rp_tile512_5_2, rp_tile512_6_2, rp_tile512_7_2, rp_tile512_8_2}};
-/* [masked][vectors - 1][pixels]: up to 6 pixels of 1-2 vectors, 3 of 3-4 */
-static const rp_tile_fn rp_tiles256[2][4][7] = {
-  {{0, rp_tile256_1_1, rp_tile256_2_1, rp_tile256_3_1, rp_tile256_4_1, rp_tile256_5_1, rp_tile256_6_1},
-   {0, rp_tile256_1_2, rp_tile256_2_2, rp_tile256_3_2, rp_tile256_4_2, rp_tile256_5_2, rp_tile256_6_2},
-   {0, rp_tile256_1_3, rp_tile256_2_3, rp_tile256_3_3},
-   {0, rp_tile256_1_4, rp_tile256_2_4, rp_tile256_3_4}},
-  {{0, rp_tile256m_1_1, rp_tile256m_2_1, rp_tile256m_3_1, rp_tile256m_4_1, rp_tile256m_5_1, rp_tile256m_6_1},
-   {0, rp_tile256m_1_2, rp_tile256m_2_2, rp_tile256m_3_2, rp_tile256m_4_2, rp_tile256m_5_2, rp_tile256m_6_2},
-   {0, rp_tile256m_1_3, rp_tile256m_2_3, rp_tile256m_3_3},
-   {0, rp_tile256m_1_4, rp_tile256m_2_4, rp_tile256m_3_4}}};
+static const rp_tile_fn rp_tiles256[2][4][7] = RP_TILES256(rp_tile256, rp_tile256m);
 static const rp_tile_fn rp_tiles_c[5] = {0, rp_tile_c_1, rp_tile_c_2, rp_tile_c_3, rp_tile_c_4};
 
 /* -1: not detected yet */
