@@ -34,8 +34,9 @@ MIN_BLOCK_PIXELS = 4
 # output-channel blocks, so each thread reads the weight once
 CACHED_WEIGHT_BYTES = 256 * 1024
 # output channels per panel of a weight stored in panels (passinfra.ir.op.weight_panels,
-# the PanelWeights pass): the AVX-512 tile's block, so a tile reads one panel; AVX2's
-# 16-channel tiles read half of each panel row, the portable ones a quarter
+# the PanelWeights pass): the AVX-512 and AVX2 tiles' block, so a tile reads one panel
+# (AVX2's 6 x 16 tiles, for blocks of up to 16 channels, half of each row; the portable
+# ones a quarter)
 PANEL_WIDTH = 32
 
 
