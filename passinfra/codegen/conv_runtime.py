@@ -29,8 +29,7 @@ block and pixels.
 
 How a call computes: per block of output channels (two vectors) and *tile* of output
 pixels, the tile's accumulators stay in vector registers while the loop runs over the
-input channels (in chunks of :data:`CHANNEL_CHUNK`, so one chunk's weight rows stay in
-cache), the tap rows and the tap columns; each step loads the weight row once (the
+input channels, the tap rows and the tap columns; each step loads the weight row once (the
 output channel is HWIO's innermost axis) and broadcasts one input value per pixel
 against it. Each pixel of a tile reads the input through its own pointer per tap, so a
 tile may span output rows, and a tap outside the image reads a row of zeros (a tap row
@@ -84,8 +83,10 @@ from passinfra.tir.intrinsics import (
 RUNTIME_SYMBOL = "raypass_conv_runtime"
 CONV_FUNCTION = "rp_conv2d_f32"
 DEPTHWISE_FUNCTION = "rp_dwconv2d_f32"
-# input channels per pass over the taps: a chunk's weight rows (CHANNEL_CHUNK * KH*KW
-# rows of the output-channel block) stay in the L1/L2 cache while a tile sums them
+# input channels per pass over the tiles of a span: every tile of the span sums one
+# chunk before the next begins (keeping its partial sums in the output), so the chunk's
+# weight rows (CHANNEL_CHUNK * KH*KW rows of the output-channel block) stay in L2 for
+# all of them. Each output sums its taps chunk by chunk: the size fixes the order
 CHANNEL_CHUNK = 256
 # zeros a tap outside the image reads: a chunk of channels, or a merged row of taps
 # (KW * C values) up to this many

@@ -62,6 +62,10 @@ CASES = [
     ("conv1d_strided_dilated", (2, 16, 30), 48, (3,), {"strides": [2], "dilations": [3], "pads": [1, 2]}),
     # weight above CACHED_WEIGHT_BYTES: one call per image, split by the runtime
     ("large_weight_whole_image", (1, 128, 7, 7), 160, (3, 3), {"pads": [1, 1, 1, 1]}),
+    # past one chunk of channels: every tile of a span sums a chunk, then adds the next
+    # one's products to its partial sums in the output (a whole block of 32 and a masked
+    # one of 29, tiles at the borders and inside, a last chunk of 20 channels)
+    ("chunk_by_chunk_tail61", (1, CHANNEL_CHUNK + 20, 5, 7), 61, (3, 3), {"pads": [1, 1, 1, 1]}),
     # AVX-512 row tiles (16 pixels of one vector of channels, 12 of two) on rows of 16+
     # output pixels: at the borders (a copy of the window with zeros), inside, strided and
     # dilated (one tap at a time), grouped (the columns of a group's channels are apart),
@@ -135,7 +139,8 @@ def test_microkernel_matches_interpreter_on_every_isa(cache_dir, name):
                                   "depthwise_3x3_tail40", "depthwise_7x7_asymmetric",
                                   "grouped_16_per_group_tail", "row_tiles_one_vector_borders",
                                   "row_tiles_two_vectors_and_a_tail_strided_dilated", "row_tiles_grouped",
-                                  "row_tiles_channels_past_one_chunk", "row_tiles_window_past_the_copy"])
+                                  "row_tiles_channels_past_one_chunk", "row_tiles_window_past_the_copy",
+                                  "chunk_by_chunk_tail61"])
 def test_avx512_and_avx2_give_identical_bits(cache_dir, name):
     mod, x, lib = _built(cache_dir, name)
     if lib.conv_isa() != "avx512":
@@ -150,7 +155,8 @@ def test_avx512_and_avx2_give_identical_bits(cache_dir, name):
 
 @pytest.mark.parametrize("name", ["3x3_pad1_small_channels", "large_weight_whole_image",
                                   "depthwise_5x5_stride2_batch2", "grouped_16_per_group_tail",
-                                  "row_tiles_two_vectors_and_a_tail_strided_dilated", "row_tiles_grouped"])
+                                  "row_tiles_two_vectors_and_a_tail_strided_dilated", "row_tiles_grouped",
+                                  "chunk_by_chunk_tail61"])
 def test_bit_identical_for_any_thread_count(cache_dir, name):
     mod, x, lib = _built(cache_dir, name)
     results = {}

@@ -21,6 +21,9 @@ typedef struct {
      (o / PB) * PBS + r * LDW + o % PB; HWIO in place: PB = LDW = OC, PBS = 0; panels of
      B channels: PB = LDW = B, PBS = KH*KW*C*B */
   int64_t LDW, PB, PBS;
+  /* the input channels a pass over the tiles sums: one chunk (c_begin a multiple of CB)
+     or all of them; from the second chunk on a tile adds to what ``out`` holds */
+  int64_t c_begin, c_end;
 } rp_conv;
 
 /* a tap outside the image reads these (a whole row of taps, when the row is merged) */
@@ -84,8 +87,8 @@ static const float rp_conv_zeros[RP_ZEROS] __attribute__((aligned(64)));
   RP_TAP_SETUP(PX) \
   const int merged = columns_inside && RP_MERGED(g); \
   const int64_t wo = (ob / g->PB) * g->PBS + ob % g->PB; /* the block's first weight column */ \
-  for (int64_t c0 = 0; c0 < g->C; c0 += CB) { \
-    int64_t cn = g->C - c0 < CB ? g->C - c0 : CB; \
+  for (int64_t c0 = g->c_begin; c0 < g->c_end; c0 += CB) { \
+    int64_t cn = g->c_end - c0 < CB ? g->c_end - c0 : CB; \
     for (int64_t ry = 0; ry < g->KH; ry++) { \
       RP_TAP_ROW(PX) \
       RP_TAP_ROW_SUM(PX, STEP) \
@@ -113,7 +116,10 @@ __attribute__((target("avx512f"))) static void NAME( \
   enum { PX_ = PX, NV_ = NV }; \
   __m512 acc[PX][NV]; \
   _Pragma("GCC unroll 16") for (int p = 0; p < PX; p++) \
-    _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++) acc[p][v] = _mm512_setzero_ps(); \
+    _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++) \
+      acc[p][v] = !g->c_begin ? _mm512_setzero_ps() \
+                  : v == NV - 1 ? _mm512_maskz_loadu_ps(tail, out + p * g->OC + 16 * v) \
+                                : _mm512_loadu_ps(out + p * g->OC + 16 * v); \
   BODY \
   _Pragma("GCC unroll 16") for (int p = 0; p < PX; p++) \
     _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++) { \
@@ -195,8 +201,8 @@ __attribute__((target("avx512f"))) static void rp_row_window512(
   const int inside = ix0 >= 0 && ix0 + span <= g->W; \
   const int64_t wo = (ob / g->PB) * g->PBS + ob % g->PB; \
   float window[RP_WINDOW + 16] __attribute__((aligned(64))); /* zeros go in whole vectors */ \
-  for (int64_t c0 = 0; c0 < g->C; c0 += CB) { \
-    const int64_t cn = g->C - c0 < CB ? g->C - c0 : CB; \
+  for (int64_t c0 = g->c_begin; c0 < g->c_end; c0 += CB) { \
+    const int64_t cn = g->c_end - c0 < CB ? g->c_end - c0 : CB; \
     for (int64_t ry = 0; ry < g->KH; ry++) { \
       const int64_t iy = oy * g->sh - g->pt + ry * g->dh; \
       if (iy < 0 || iy >= g->H) continue; \
@@ -281,16 +287,20 @@ static int rp_row_tile_fits(const rp_conv* g, int64_t q, int64_t px) {
 #define RP_STEP256_FULL(ap, wp, n) RP_STEP256_AT(RP_X_POINTERS, wp, n, 0)
 #define RP_STEP256_MASKED(ap, wp, n) RP_STEP256_AT(RP_X_POINTERS, wp, n, 1)
 
-/* An AVX2 tile's PX x NV accumulators, zeroed, with the mask of its last vector's lanes
-   (``lanes`` of them), and their stores at the end (the last vector masked if MASKED) */
-#define RP_ACC256_ZERO(PX, NV) \
+/* An AVX2 tile's PX x NV accumulators, zeroed (from the second chunk of channels on,
+   loaded from ``out``), with the mask of its last vector's lanes (``lanes`` of them), and
+   their stores at the end (the last vector masked if MASKED) */
+#define RP_ACC256_INIT(PX, NV, MASKED) \
   enum { PX_ = PX, NV_ = NV }; \
   __m256 acc[PX][NV]; \
   const __m256i tail = _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes), \
                                           _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)); \
   (void)tail; \
   _Pragma("GCC unroll 8") for (int p = 0; p < PX; p++) \
-    _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) acc[p][v] = _mm256_setzero_ps();
+    _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) \
+      acc[p][v] = !g->c_begin ? _mm256_setzero_ps() \
+                  : MASKED && v == NV - 1 ? _mm256_maskload_ps(out + p * g->OC + 8 * v, tail) \
+                                          : _mm256_loadu_ps(out + p * g->OC + 8 * v);
 #define RP_ACC256_STORE(PX, NV, MASKED) \
   _Pragma("GCC unroll 8") for (int p = 0; p < PX; p++) \
     _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) { \
@@ -301,7 +311,7 @@ static int rp_row_tile_fits(const rp_conv* g, int64_t q, int64_t px) {
 #define RP_TILE256_VARIANT(NAME, PX, NV, MASKED, STEP) \
 __attribute__((target("avx2,fma"))) static void NAME( \
     const rp_conv* g, int64_t q0, int64_t ob, float* out, int lanes) { \
-  RP_ACC256_ZERO(PX, NV) \
+  RP_ACC256_INIT(PX, NV, MASKED) \
   RP_TILE_LOOPS(PX, STEP) \
   RP_ACC256_STORE(PX, NV, MASKED) \
 }
@@ -331,11 +341,11 @@ __attribute__((target("avx2,fma"))) static void NAME( \
 #define RP_ROW256_VARIANT(NAME, PX, NV, MASKED) \
 __attribute__((target("avx2,fma"))) static void NAME( \
     const rp_conv* g, int64_t q0, int64_t ob, float* out, int lanes) { \
-  RP_ACC256_ZERO(PX, NV) \
+  RP_ACC256_INIT(PX, NV, MASKED) \
   const int64_t oy = q0 / g->OW, ix0 = (q0 - oy * g->OW) * g->sw - g->pl; \
   const int64_t wo = (ob / g->PB) * g->PBS + ob % g->PB, S = g->sw * g->CS; \
-  for (int64_t c0 = 0; c0 < g->C; c0 += CB) { \
-    const int64_t cn = g->C - c0 < CB ? g->C - c0 : CB; \
+  for (int64_t c0 = g->c_begin; c0 < g->c_end; c0 += CB) { \
+    const int64_t cn = g->c_end - c0 < CB ? g->c_end - c0 : CB; \
     for (int64_t ry = 0; ry < g->KH; ry++) { \
       const int64_t iy = oy * g->sh - g->pt + ry * g->dh; \
       if (iy < 0 || iy >= g->H) continue; \
@@ -382,7 +392,7 @@ static int rp_row_inside(const rp_conv* g, int64_t q, int64_t px) {
 #define RP_PW256_VARIANT(NAME, PX, NV, MASKED, STEP) \
 __attribute__((target("avx2,fma"))) static void NAME( \
     const rp_conv* g, const float* a, const float* wp, float* out, int lanes) { \
-  RP_ACC256_ZERO(PX, NV) \
+  RP_ACC256_INIT(PX, NV, MASKED) \
   const float* ap[PX]; \
   _Pragma("GCC unroll 8") for (int p = 0; p < PX; p++) ap[p] = a + p * g->CS; \
   STEP(ap, wp, g->C) \
@@ -418,6 +428,9 @@ static const rp_pw256_fn rp_pws256[2][4][7] = RP_TILES256(rp_pw256, rp_pw256m);
 static void rp_tile_c_##PX(const rp_conv* g, int64_t q0, int64_t ob, float* out, int lanes) { \
   enum { PX_ = PX }; \
   float acc[PX][8] = {{0}}; \
+  if (g->c_begin) \
+    for (int p = 0; p < PX; p++) \
+      for (int v = 0; v < lanes; v++) acc[p][v] = out[p * g->OC + v]; \
   RP_TILE_LOOPS(PX, RP_STEP_C_BODY) \
   for (int p = 0; p < PX; p++) \
     for (int v = 0; v < lanes; v++) out[p * g->OC + v] = acc[p][v]; \
@@ -478,6 +491,27 @@ int raypass_conv_isa(int level) {
   return __atomic_load_n(&rp_conv_level, __ATOMIC_RELAXED);
 }
 
+/* the tiles of a span (one pass over its channels: g->c_begin .. g->c_end) */
+static void rp_conv_tiles(const rp_conv* g, int level, int64_t ob, int64_t q0, int64_t n, float* out,
+                          int lanes, int vectors, int tile) {
+  for (int64_t q = 0; q < n; q += tile) {
+    int px = n - q < tile ? (int)(n - q) : tile;
+    float* at = out + q * g->OC + ob;
+    const int64_t row_px = level == 2 ? rp_row_px512[vectors - 1] : 0;
+    if (row_px && n - q >= row_px && rp_row_tile_fits(g, q0 + q, row_px)) {
+      rp_rows512[vectors - 1](g, q0 + q, ob, at, (__mmask16)((1u << (lanes - 16 * (vectors - 1))) - 1u));
+      q += row_px - tile;
+    } else if (level == 2)
+      rp_tiles512[vectors - 1][px](g, q0 + q, ob, at, (__mmask16)((1u << (lanes - 16 * (vectors - 1))) - 1u));
+    else if (level == 1 && px == tile && rp_row_inside(g, q0 + q, tile))
+      rp_rows256[lanes != 8 * vectors][vectors - 1](g, q0 + q, ob, at, lanes - 8 * (vectors - 1));
+    else if (level == 1)
+      rp_tiles256[lanes != 8 * vectors][vectors - 1][px](g, q0 + q, ob, at, lanes - 8 * (vectors - 1));
+    else
+      rp_tiles_c[px](g, q0 + q, ob, at, lanes);
+  }
+}
+
 /* Output pixels q0 .. q0+n (flat), channels ob .. ob+block of one block, into out (pixel q0). */
 static void rp_conv_span(const rp_conv* g, int level, int64_t ob, int64_t q0, int64_t n, float* out) {
   const int block = level ? 32 : 8;
@@ -495,21 +529,17 @@ static void rp_conv_span(const rp_conv* g, int level, int64_t ob, int64_t q0, in
     }
     return;
   }
-  for (int64_t q = 0; q < n; q += tile) {
-    int px = n - q < tile ? (int)(n - q) : tile;
-    float* at = out + q * g->OC + ob;
-    const int64_t row_px = level == 2 ? rp_row_px512[vectors - 1] : 0;
-    if (row_px && n - q >= row_px && rp_row_tile_fits(g, q0 + q, row_px)) {
-      rp_rows512[vectors - 1](g, q0 + q, ob, at, (__mmask16)((1u << (lanes - 16 * (vectors - 1))) - 1u));
-      q += row_px - tile;
-    } else if (level == 2)
-      rp_tiles512[vectors - 1][px](g, q0 + q, ob, at, (__mmask16)((1u << (lanes - 16 * (vectors - 1))) - 1u));
-    else if (level == 1 && px == tile && rp_row_inside(g, q0 + q, tile))
-      rp_rows256[lanes != 8 * vectors][vectors - 1](g, q0 + q, ob, at, lanes - 8 * (vectors - 1));
-    else if (level == 1)
-      rp_tiles256[lanes != 8 * vectors][vectors - 1][px](g, q0 + q, ob, at, lanes - 8 * (vectors - 1));
-    else
-      rp_tiles_c[px](g, q0 + q, ob, at, lanes);
+  /* one chunk of input channels at a time over the whole span: the block's weight rows
+     of one chunk (CB channels, 295 KiB for a 3x3) stay in L2 for every tile of the span,
+     where a tile summing all the channels before the next began streamed a larger block
+     (3x3 512->512: 590 KiB) from L3 once per tile. Each output adds the same products in
+     the same order (chunk by chunk), its partial sum kept in ``out`` between chunks.
+     Kernel alone, one Zen 3 core (AVX2), GFLOP/s: 3x3 512->512 at 7x7 83 -> 94, stride 2
+     at 14x14 77 -> 83, at 14x14 86 -> 91; the others unchanged. */
+  for (int64_t c0 = 0; c0 < g->C; c0 += CB) {
+    rp_conv chunk = *g;
+    chunk.c_begin = c0, chunk.c_end = g->C - c0 < CB ? g->C : c0 + CB;
+    rp_conv_tiles(&chunk, level, ob, q0, n, out, lanes, vectors, tile);
   }
 }
 
@@ -572,7 +602,7 @@ int rp_conv2d_f32(const float* image, const float* weight, float* out, int64_t H
   pixel_units = (count + unit_pixels - 1) / unit_pixels;
   /* panels (one group only): every block of output channels reads one contiguous panel */
   const int64_t ldw = panel > 0 ? panel : OC, pbs = panel > 0 ? KH * KW * cg * panel : 0;
-  rp_conv_job job = {{image, weight, H, W, cg, OC, KH, KW, sh, sw, dh, dw, pt, pl, OW, C, og, ldw, ldw, pbs},
+  rp_conv_job job = {{image, weight, H, W, cg, OC, KH, KW, sh, sw, dh, dw, pt, pl, OW, C, og, ldw, ldw, pbs, 0, cg},
                      out, first, count, block, pixel_units, unit_pixels,
                      (og + block - 1) / block * pixel_units, groups, level};
   int64_t units = groups * job.units_per_group;
