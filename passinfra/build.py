@@ -26,6 +26,7 @@ import passinfra.codegen  # noqa: F401
 import passinfra.transform  # noqa: F401
 from passinfra.codegen.artifacts import BuildArtifact, LinkProducts, collect_link_products
 from passinfra.codegen.build_cache import build_key, lookup_build, store_build
+from passinfra.codegen.compute.conv_plan import TARGET_ISA_CONFIG, target_isa
 from passinfra.codegen.host import shared_host_analysis
 from passinfra.codegen.passes.apply_tuning_records import TUNING_DB_CONFIG
 from passinfra.codegen.passes.specialize_kernels import SPECIALIZE_CONFIG, main_dim_vars, specializations
@@ -125,14 +126,19 @@ def run_link(compiled: IRModule, ret_type: Type | None = None) -> LinkProducts:
 
 @contextlib.contextmanager
 def _build_context(opt_level: int) -> Iterator[PassContext]:
-    """The current context with ``opt_level`` replaced. Its instruments are shared, not
-    re-entered: the outer ``with`` already entered them and will exit them."""
+    """The current context with ``opt_level`` replaced and the kernels' target
+    instruction set fixed (config ``codegen.target_isa``: unless the caller set it, this
+    machine's, so that workers on other machines compile for the same target). Its
+    instruments are shared, not re-entered: the outer ``with`` already entered them and
+    will exit them."""
     outer = PassContext.current()
+    config = dict(outer.config)
+    config.setdefault(TARGET_ISA_CONFIG, target_isa(outer))  # checks a value the caller set
     ctx = PassContext(
         opt_level=opt_level,
         required_pass=outer.required_pass,
         disabled_pass=outer.disabled_pass,
-        config=dict(outer.config),
+        config=config,
     )
     with ctx:
         ctx.instruments = outer.instruments

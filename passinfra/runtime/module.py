@@ -61,6 +61,30 @@ def max_isa() -> str | None:
         raise RaypassError(f"{MAX_ISA_ENV}={value!r} is not an instruction set; expected one of {known}")
     return value
 
+
+def host_isa() -> str:
+    """The instruction set this machine's libraries run their kernels with: the best of
+    :data:`CONV_ISA_LEVELS` the CPU has (from ``/proc/cpuinfo``), capped by
+    ``RAYPASS_MAX_ISA``. The tuning database's target and the convolution rules' default
+    target (config ``codegen.target_isa``) are this."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        text = ""
+    line = next((line for line in text.splitlines() if line.startswith("flags")), "")
+    flags = set(line.split(":", 1)[-1].split())
+    if {"avx512f", "avx512bw", "avx512dq", "avx512vl"} <= flags:
+        best = "avx512"
+    elif {"avx2", "fma"} <= flags:
+        best = "avx2"
+    else:
+        best = "portable"
+    cap = max_isa()
+    if cap is not None and CONV_ISA_LEVELS.index(cap) < CONV_ISA_LEVELS.index(best):
+        return cap
+    return best
+
+
 METADATA_SUFFIX = ".raypass.json"
 WEIGHTS_SUFFIX = ".weights.bin"
 

@@ -22,7 +22,7 @@ from passinfra.errors import RaypassError
 from passinfra.ir.expr import Function
 from passinfra.ir.structural import structural_hash
 from passinfra.runtime.cpus import available_cpus
-from passinfra.runtime.module import CONV_ISA_LEVELS, max_isa
+from passinfra.runtime.module import host_isa
 from passinfra.transform.schedule import SCHEDULE_ATTR
 from passinfra.tuning.space import Schedule
 
@@ -42,31 +42,12 @@ def kernel_key(func: Function) -> str:
     return f"{structural_hash(func):016x}"
 
 
-def _cpu_isa() -> str:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        text = ""
-    line = next((line for line in text.splitlines() if line.startswith("flags")), "")
-    flags = set(line.split(":", 1)[-1].split())
-    if {"avx512f", "avx512bw", "avx512dq", "avx512vl"} <= flags:
-        best = "avx512"
-    elif {"avx2", "fma"} <= flags:
-        best = "avx2"
-    else:
-        best = "portable"
-    cap = max_isa()
-    if cap is not None and CONV_ISA_LEVELS.index(cap) < CONV_ISA_LEVELS.index(best):
-        return cap
-    return best
-
-
 def current_target(threads: int | None = None) -> dict[str, Any]:
     """This machine as a tuning target: the instruction set the kernels run with (capped
     by ``RAYPASS_MAX_ISA``) and the threads a library runs on (``threads``, default every
     CPU this process may use)."""
     count = threads if threads else available_cpus()
-    return {"isa": _cpu_isa(), "threads": int(count)}
+    return {"isa": host_isa(), "threads": int(count)}
 
 
 def target_text(target: Mapping[str, Any]) -> str:

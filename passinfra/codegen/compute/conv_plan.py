@@ -33,6 +33,19 @@ Every other convolution (NCHW, other dtypes) keeps the generic paths. Config
 ``"group_gemm"``, ``"microkernel"``) or turns them all off (``"none"``); the default
 ``"auto"`` is this rule.
 
+The rule has a target: the instruction set the library's kernels will run with, config
+``codegen.target_isa`` (``"avx512"``, ``"avx2"`` or ``"portable"``; :func:`target_isa`).
+A library runs on every x86-64 CPU whatever its target (the microkernels pick their
+instruction set at run time); the target decides which kernels it is fastest on. The
+measurements below are AVX-512 ones, and the rule above is the AVX-512 (and portable)
+target's. With AVX2 the microkernels' tiles differ (8-lane vectors: a block of 16 output
+channels is two whole vectors, and a 1x1 convolution has tiles without tap setup) and
+OpenBLAS runs its Haswell kernels, so the AVX2 target runs more on the microkernels
+(:func:`_avx2_on_microkernels`, measurements at its constants). :func:`passinfra.build`
+sets the target once, in the process that starts the build (this machine's instruction
+set, capped by ``RAYPASS_MAX_ISA``, unless the config names one), so every worker of a
+build compiles for the same target.
+
 The microkernels against im2col + OpenBLAS (one Zen 4 core, AVX-512 on both sides; the
 kernels alone, GFLOP/s; module docstring of :mod:`passinfra.codegen.conv_runtime` for
 more): 3x3 256->256 at 14x14 104-111 vs 100, 3x3 64->64 at 56x56 103-107 vs 85-88, 3x3
@@ -104,6 +117,7 @@ from passinfra.codegen.compute.conv_group_gemm import rows_per_block as group_ge
 from passinfra.codegen.compute.conv_microkernel import PANEL_WIDTH, is_depthwise, microkernel_conv
 from passinfra.codegen.gemm import MIN_GEMM_MACS
 from passinfra.ir.attrs import Attrs
+from passinfra.runtime.module import CONV_ISA_LEVELS, host_isa
 from passinfra.transform.config import register_config
 from passinfra.transform.context import PassContext
 from passinfra.transform.errors import PassConfigError
@@ -118,6 +132,10 @@ DTYPES = ("float32",)
 CONV_KERNEL_CONFIG = "codegen.conv_kernel"
 CONV_KERNELS = ("auto", "direct", "group_gemm", "microkernel", "none")
 register_config(CONV_KERNEL_CONFIG, str)
+# codegen.target_isa (str): the instruction set the rule picks kernels for, one of
+# CONV_ISA_LEVELS (default: this machine's, capped by RAYPASS_MAX_ISA)
+TARGET_ISA_CONFIG = "codegen.target_isa"
+register_config(TARGET_ISA_CONFIG, str)
 
 # A convolution with one group and a kernel wider than 1x1 runs on the microkernels,
 # with BLAS unless it sums fewer than MICROKERNEL_MIN_REDUCTION products per output into
@@ -160,6 +178,16 @@ SMALL_WEIGHT_BYTES = 48 * 1024
 MICROKERNEL_MIN_GROUP_CHANNELS = 16
 MICROKERNEL_MIN_GROUP_OUTPUTS = 64
 MICROKERNEL_MIN_GROUP_REDUCTION = 256
+# The AVX2 target (one Zen 3 core, AVX2 + FMA; OpenBLAS's Haswell kernels; kernel alone
+# with bias + ReLU, GFLOP/s, microkernel / the AVX-512 rule's pick, best of 7-9
+# interleaved rounds, one thread and two): a grouped convolution from
+# MICROKERNEL_MIN_GROUP_CHANNELS channels per group runs on the microkernels at any size
+# (RegNet's groups of 16: 3x3 stride 2 at 112x112 57/44, 2 threads; at 28x28 79/53,
+# stride 2 at 56x56 51/32); a 1x1 from AVX2_MIN_POINTWISE_CHANNELS input channels into
+# any number of outputs (96->576 at 7x7 80/70 one thread, 95/76 two; 40->240 at 14x14
+# 76/62, 94/44; 16->72 at 56x56 61/48, 82/85; 24->96 at 28x28 45/37, 95/78; 48->288 at
+# 14x14 74/65, 120/105; 64->256 at 56x56 86/76, 119/108; 240->40 at 14x14 77/77, 75/88)
+AVX2_MIN_POINTWISE_CHANNELS = 16
 
 
 @dataclass(frozen=True)
@@ -213,6 +241,27 @@ def conv_kernel_setting(ctx: PassContext | None = None) -> str:
     return value
 
 
+def target_isa(ctx: PassContext | None = None) -> str:
+    """Config ``codegen.target_isa``, checked; unset, this machine's instruction set
+    (:func:`passinfra.runtime.module.host_isa`)."""
+    ctx = PassContext.current() if ctx is None else ctx
+    value = ctx.get_config(TARGET_ISA_CONFIG, None)
+    if value is None:
+        return host_isa()
+    if value not in CONV_ISA_LEVELS:
+        raise PassConfigError(f"config {TARGET_ISA_CONFIG!r} is {value!r}; expected one of "
+                              f"{', '.join(CONV_ISA_LEVELS)}")
+    return value
+
+
+def _avx2_on_microkernels(g: ConvGeometry) -> bool:
+    """Whether the AVX2 target runs a convolution the AVX-512 rule leaves to BLAS on the
+    microkernels (the measurements at :data:`AVX2_MIN_POINTWISE_CHANNELS`)."""
+    if g.groups > 1:
+        return g.group_channels >= MICROKERNEL_MIN_GROUP_CHANNELS
+    return g.kernel == (1, 1) and g.channels >= AVX2_MIN_POINTWISE_CHANNELS
+
+
 def _one_group_on_microkernels(g: ConvGeometry, use_blas: bool) -> bool:
     """Whether a convolution with one group runs on the microkernels (the constants'
     comment has the measurements)."""
@@ -226,13 +275,15 @@ def _one_group_on_microkernels(g: ConvGeometry, use_blas: bool) -> bool:
             and g.out_channels >= MICROKERNEL_MIN_POINTWISE_OUTPUTS and 8 * unused_lanes <= g.out_channels)
 
 
-def choose_kernel(g: ConvGeometry, use_blas: bool) -> str:
-    """``"direct"``, ``"group_gemm"`` or ``"none"`` for a float32 NHWC/HWIO convolution
-    (the rule of the module docstring)."""
+def choose_kernel(g: ConvGeometry, use_blas: bool, isa: str = "avx512") -> str:
+    """``"microkernel"``, ``"direct"``, ``"group_gemm"`` or ``"none"`` for a float32
+    NHWC/HWIO convolution on target ``isa`` (the rule of the module docstring)."""
     if is_depthwise(g):
         return "microkernel"
     if g.group_channels == 1 and g.groups > 1:
         return "direct"  # a channel multiplier
+    if isa == "avx2" and _avx2_on_microkernels(g):
+        return "microkernel"
     if g.groups == 1 and _one_group_on_microkernels(g, use_blas):
         return "microkernel"
     if g.groups > 1 and g.group_channels >= MICROKERNEL_MIN_GROUP_CHANNELS:
@@ -261,7 +312,7 @@ def plan_conv2d(attrs: Attrs, in_shapes: Sequence[tuple[int, ...]], dtype: str, 
     if (attrs["data_layout"], attrs["kernel_layout"]) != ("NHWC", "HWIO"):
         return None
     geometry = ConvGeometry.of(attrs, in_shapes[0], in_shapes[1], out_shape)
-    kind = choose_kernel(geometry, use_blas) if setting == "auto" else setting
+    kind = choose_kernel(geometry, use_blas, target_isa()) if setting == "auto" else setting
     if kind == "group_gemm" and not use_blas:
         kind = "direct"  # no BLAS library (or codegen.blas off): the kernel needing none
     if kind == "microkernel":
@@ -280,5 +331,5 @@ __all__ = ["CONV_KERNELS", "CONV_KERNEL_CONFIG", "ConvPlan", "DTYPES", "MICROKER
            "MICROKERNEL_MIN_GROUP_OUTPUTS", "MICROKERNEL_MIN_GROUP_REDUCTION",
            "MICROKERNEL_MIN_POINTWISE_CHANNELS", "MICROKERNEL_MIN_POINTWISE_CHANNELS_NO_BLAS",
            "MICROKERNEL_MIN_POINTWISE_OUTPUTS", "MICROKERNEL_MIN_REDUCTION",
-           "MICROKERNEL_SHORT_SUM_MAX_OUTPUTS", "SMALL_WEIGHT_BYTES", "choose_kernel", "conv_kernel_setting",
-           "plan_conv2d"]
+           "MICROKERNEL_SHORT_SUM_MAX_OUTPUTS", "SMALL_WEIGHT_BYTES", "TARGET_ISA_CONFIG",
+           "AVX2_MIN_POINTWISE_CHANNELS", "choose_kernel", "conv_kernel_setting", "plan_conv2d", "target_isa"]
