@@ -186,7 +186,10 @@ MICROKERNEL_MIN_GROUP_REDUCTION = 256
 # stride 2 at 56x56 51/32); a 1x1 from AVX2_MIN_POINTWISE_CHANNELS input channels into
 # any number of outputs (96->576 at 7x7 80/70 one thread, 95/76 two; 40->240 at 14x14
 # 76/62, 94/44; 16->72 at 56x56 61/48, 82/85; 24->96 at 28x28 45/37, 95/78; 48->288 at
-# 14x14 74/65, 120/105; 64->256 at 56x56 86/76, 119/108; 240->40 at 14x14 77/77, 75/88)
+# 14x14 74/65, 120/105; 64->256 at 56x56 86/76, 119/108; outputs that leave the AVX-512
+# rule a short last vector are whole AVX2 vectors: 144->24 at 56x56 86/73, 150/125;
+# 128->16 83/64, 136/106; the one shape measured slower: 240->40 at 14x14, 72-77/77 and
+# 75-100/81-88, whose last block of 8 channels keeps 6 accumulators)
 AVX2_MIN_POINTWISE_CHANNELS = 16
 
 
