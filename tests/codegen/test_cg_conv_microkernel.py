@@ -91,6 +91,12 @@ CASES = [
     ("depthwise_3x3_stride3_beyond_padding", (1, 16, 5, 5), 16, (3, 3), {"group": 16, "pads": [2, 2, 2, 2],
                                                                           "strides": [3, 3]}),
     ("conv1d_depthwise", (1, 48, 37), 48, (5,), {"group": 48, "pads": [2, 2]}),
+    # AVX2's eight-pixel tiles inside the image's columns (rows of 22-40 pixels), with a
+    # channel tail (20 = 8 + 8 + 4), strided, 7 wide; four-pixel tiles at the borders
+    ("depthwise_8px_3x3_tail20", (1, 20, 5, 22), 20, (3, 3), {"group": 20, "pads": [1, 1, 1, 1]}),
+    ("depthwise_8px_5x5_stride2", (1, 16, 6, 40), 16, (5, 5), {"group": 16, "pads": [2, 2, 2, 2],
+                                                                              "strides": [2, 2]}),
+    ("depthwise_8px_7x7", (1, 8, 4, 24), 8, (7, 7), {"group": 8, "pads": [3, 3, 3, 3]}),
     # grouped: each group's input channels, weight columns and output columns
     ("grouped_16_per_group_tail", (1, 48, 9, 8), 72, (3, 3), {"group": 3, "pads": [1, 1, 1, 1],
                                                                "strides": [2, 1]}),
@@ -140,7 +146,8 @@ def test_microkernel_matches_interpreter_on_every_isa(cache_dir, name):
                                   "grouped_16_per_group_tail", "row_tiles_one_vector_borders",
                                   "row_tiles_two_vectors_and_a_tail_strided_dilated", "row_tiles_grouped",
                                   "row_tiles_channels_past_one_chunk", "row_tiles_window_past_the_copy",
-                                  "chunk_by_chunk_tail61"])
+                                  "chunk_by_chunk_tail61", "depthwise_8px_3x3_tail20",
+                                  "depthwise_8px_5x5_stride2", "depthwise_8px_7x7"])
 def test_avx512_and_avx2_give_identical_bits(cache_dir, name):
     mod, x, lib = _built(cache_dir, name)
     if lib.conv_isa() != "avx512":
@@ -156,7 +163,7 @@ def test_avx512_and_avx2_give_identical_bits(cache_dir, name):
 @pytest.mark.parametrize("name", ["3x3_pad1_small_channels", "large_weight_whole_image",
                                   "depthwise_5x5_stride2_batch2", "grouped_16_per_group_tail",
                                   "row_tiles_two_vectors_and_a_tail_strided_dilated", "row_tiles_grouped",
-                                  "chunk_by_chunk_tail61"])
+                                  "chunk_by_chunk_tail61", "depthwise_8px_3x3_tail20"])
 def test_bit_identical_for_any_thread_count(cache_dir, name):
     mod, x, lib = _built(cache_dir, name)
     results = {}
