@@ -75,6 +75,8 @@ def test_bad_config_key_and_value(raypass, raypass_inprocess):
     raypass = raypass_inprocess
     result = raypass("compile", "zoo:mlp", "-o", "lib.so", "--config", "codegen.no_cache=maybe")
     assert_user_error(result, "config 'codegen.no_cache' expects a bool", "'maybe'")
+    result = raypass("compile", "zoo:mlp", "-o", "lib.so", "--config", "codegen.target_isa=sse4")
+    assert_user_error(result, "config 'codegen.target_isa' is 'sse4'", "one of portable, avx2, avx512")
     assert_user_error(raypass("plan", "--config", "relay.FuseOps.max_depth=deep"), "expects a int")
     assert_user_error(raypass("plan", "--config", "novalue"), "expected key=value")
 
