@@ -20,6 +20,7 @@ sizes to the host as a fifth argument.
 from __future__ import annotations
 
 import ctypes
+import functools
 import json
 import os
 import shutil
@@ -62,11 +63,10 @@ def max_isa() -> str | None:
     return value
 
 
-def host_isa() -> str:
-    """The instruction set this machine's libraries run their kernels with: the best of
-    :data:`CONV_ISA_LEVELS` the CPU has (from ``/proc/cpuinfo``), capped by
-    ``RAYPASS_MAX_ISA``. The tuning database's target and the convolution rules' default
-    target (config ``codegen.target_isa``) are this."""
+@functools.lru_cache(maxsize=1)
+def _cpu_isa() -> str:
+    """The best of :data:`CONV_ISA_LEVELS` this CPU has, from ``/proc/cpuinfo`` (read once:
+    a many-core machine's is hundreds of KiB, and the convolution rule asks per kernel)."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
@@ -74,11 +74,18 @@ def host_isa() -> str:
     line = next((line for line in text.splitlines() if line.startswith("flags")), "")
     flags = set(line.split(":", 1)[-1].split())
     if {"avx512f", "avx512bw", "avx512dq", "avx512vl"} <= flags:
-        best = "avx512"
-    elif {"avx2", "fma"} <= flags:
-        best = "avx2"
-    else:
-        best = "portable"
+        return "avx512"
+    if {"avx2", "fma"} <= flags:
+        return "avx2"
+    return "portable"
+
+
+def host_isa() -> str:
+    """The instruction set this machine's libraries run their kernels with: the best of
+    :data:`CONV_ISA_LEVELS` the CPU has, capped by ``RAYPASS_MAX_ISA`` (read per call).
+    The tuning database's target and the convolution rules' default target (config
+    ``codegen.target_isa``) are this."""
+    best = _cpu_isa()
     cap = max_isa()
     if cap is not None and CONV_ISA_LEVELS.index(cap) < CONV_ISA_LEVELS.index(best):
         return cap
