@@ -59,7 +59,7 @@ from passinfra import tir
 from passinfra.build import compile_pipeline, run_link
 from passinfra.codegen import lower
 from passinfra.codegen.compute.conv_direct import ConvGeometry
-from passinfra.codegen.compute.conv_plan import choose_kernel
+from passinfra.codegen.compute.conv_plan import choose_kernel, target_isa
 from passinfra.frontend import from_onnx, zoo
 from passinfra.ir.type_infer import infer_type
 from passinfra.runtime.cpus import available_cpus
@@ -408,7 +408,7 @@ def kernel_table(cache_dir: str, repeats: int) -> list[str]:
             seconds = _kernel_seconds(lib, func, repeats)
             best[setting] = seconds
             cells.append(f"{seconds * 1e3:.3f} ms, {flops / seconds / 1e9:.0f} GF/s")
-        rule = choose_kernel(geometry, use_blas=True)
+        rule = choose_kernel(geometry, use_blas=True, isa=target_isa())  # this machine's rule
         fastest = min(best, key=best.get)
         rows.append([label, *cells, f"{rule}{'' if rule == fastest else f' (fastest: {fastest})'}"])
     header = ["convolution (+bias+ReLU, batch 1)", "none: im2col+BLAS (groups 1) / loop nest", "direct",
