@@ -34,7 +34,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.common import machine_notes, markdown_table
+from bench.common import machine_notes, markdown_table, python_path
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -89,7 +89,7 @@ class Trees:
         self.space = space
 
     def env(self, tree: str, pool: bool) -> dict[str, str]:
-        env = dict(os.environ, PYTHONPATH=str(self.roots[tree]), COLUMNS="200")
+        env = dict(os.environ, PYTHONPATH=python_path(self.roots[tree]), COLUMNS="200")
         env.pop("RAY_ADDRESS", None)
         # a pool is found only through its own directory; a no-pool run gets an empty one
         env["RAYPASS_POOL_DIR"] = str(self.space / (f"pool-{tree}" if pool else f"nopool-{tree}"))

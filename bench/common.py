@@ -167,6 +167,13 @@ def compiler_version() -> str:
     return out.stdout.splitlines()[0] if out.stdout else "unknown"
 
 
+def python_path(tree: str | Path) -> str:
+    """``PYTHONPATH`` for a subprocess that must import ``tree``'s raypass: the tree first,
+    then the caller's own entries (packages carried to a machine that lacks them, as on
+    the 16-core device, where dropping them would lose Ray)."""
+    return os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")]))
+
+
 def machine_notes() -> dict[str, str]:
     """Machine, versions and the load at this moment (the noise other processes add)."""
     load = os.getloadavg()

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from bench.before_after import model_arg
-from bench.common import machine_notes, markdown_table
+from bench.common import machine_notes, markdown_table, python_path
 from bench.simulator import TraceProfile, amdahl_bound, predict, profile_from_trace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,7 +46,7 @@ class Runner:
         self.space = space
 
     def env(self, workers: int | None) -> dict[str, str]:
-        env = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="200")
+        env = dict(os.environ, PYTHONPATH=python_path(ROOT), COLUMNS="200")
         env.pop("RAY_ADDRESS", None)
         env["RAYPASS_POOL_DIR"] = str(self.space / f"pool-{workers or 'none'}")
         env["RAY_TMPDIR"] = str(self.space / "ray")
