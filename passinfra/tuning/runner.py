@@ -235,8 +235,11 @@ def _start_process_worker(threads: int, cache_dir: str | None, cpus: set[int], d
     # leave the executor's shutdown waiting for ever (CPython issue 125886). The driver
     # alone decides: it stops its workers (ProcessRunner.abort). A handler rather than
     # SIG_IGN, which the compiler processes a worker starts would inherit: they still
-    # stop at Ctrl-C.
-    signal.signal(signal.SIGINT, _ignore_interrupt)
+    # stop at Ctrl-C. A driver started with SIGINT ignored (a background job, nohup) ignores
+    # it throughout, and so do its workers and their compilers: a handler here would have
+    # let the compilers die of a SIGINT the user's command was started to ignore.
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, _ignore_interrupt)
     watch = threading.Thread(target=_exit_with_driver, args=(driver,), name="driver-watch", daemon=True)
     watch.start()
     configure_worker(threads, cache_dir, cpus)
