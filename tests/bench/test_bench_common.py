@@ -1,7 +1,8 @@
-"""Machine notes of the benchmark reports: the hypervisor's share of CPU time."""
+"""Helpers of the benchmark reports: the hypervisor's share of CPU time, tables, a subprocess's path."""
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import time
@@ -40,3 +41,13 @@ def test_headline_rows_come_only_from_tables_shaped_like_the_headline():
         markdown_table(["comparison", "ratio (median)", "spread", "target", "verdict"], [second]),
     ])
     assert headline_rows(text) == [first, second]
+
+
+def test_a_subprocess_path_puts_the_tree_first_and_keeps_the_callers_entries(monkeypatch):
+    from bench.common import python_path
+
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    assert python_path("/trees/a") == "/trees/a"
+    # packages carried to a machine that lacks them (the 16-core device's /tmp/site) stay
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(["/carried/site", "/other"]))
+    assert python_path("/trees/a").split(os.pathsep) == ["/trees/a", "/carried/site", "/other"]
