@@ -1,5 +1,7 @@
-"""Issue 28's targets in one run: whole compiles on a warm pool, on a private pool and
-under ``--backend auto`` against local, the scaling curve, and a multi-node cluster.
+"""Issue 28's targets in one time-boxed run, made for the 16-core machine.
+
+Whole compiles on a warm pool, on a private pool and under ``--backend auto`` against
+local, the scaling curve, a multi-node cluster, and issue 32's tuning throughput.
 
 Made for the one prepared run on a many-core machine (``../shared/tools/device``), so it
 works within a time budget: its phases run in order of what the issue needs most, every
@@ -16,13 +18,22 @@ reported as not measured. Phases:
    of one N=1 run predicts each N; speedups are over the median of every local DenseNet-121
    run of this invocation. Writes the table and a PNG.
 4. ``multinode``: ``bench.multinode`` on a ``ray.cluster_utils.Cluster``.
+5. ``tune`` (issue 32's throughput): whole ``raypass tune`` processes of ``bench.tuning``'s
+   small CNN with ``--trials`` TUNE_TRIALS on 1 and on W worker processes: candidates
+   measured per minute, start-up included.
 
 Every run is a whole ``raypass compile MODEL --no-cache`` process; every library is
 compared byte for byte with local's. "outside the build" is the process's seconds minus
 the build's own (the ``built in`` its last line reports).
 
     python -m bench.scale_out [--workers 15] [--models densenet121,resnet50,transformer]
-        [--repeats 2] [--budget 480] [--out DIR] [--phases pool,nopool,curve,multinode]
+        [--repeats 2] [--nopool-repeats 1] [--budget 480] [--out DIR]
+        [--phases pool,nopool,curve,multinode,tune]
+
+On the 16-core machine (pack first: ``bash ../shared/tools/device/pack.sh``), one ``run``
+with ``carry: [".device"]`` and ``timeout_s`` 570 (about 420 s of phases there):
+``source .device/on_device.sh && python3 -m bench.scale_out --out $OUT > $OUT/stdout.txt
+2>&1; cat $OUT/results_scale_out.md``.
 
 Writes DIR/results_scale_out.md, DIR/scale_out_curve.png, DIR/scale_out.log and the traces
 of a DenseNet-121 run on the pool and of the N=1 run that calibrates the simulator.
@@ -48,10 +59,11 @@ from bench.scaling_curve import Runner
 from bench.scaling_curve import report as curve_report
 from bench.simulator import profile_from_trace
 
-PHASES = ("pool", "nopool", "curve", "multinode")
+PHASES = ("pool", "nopool", "curve", "multinode", "tune")
 ROOT = Path(__file__).resolve().parent.parent
 CURVE_MODEL = "densenet121"
 CURVE_COUNTS = (1, 2, 4, 8)
+TUNE_TRIALS = 400  # the small CNN's whole space: every worker count measures the same candidates
 
 
 @dataclass
@@ -175,7 +187,7 @@ class Run:
             self.runner.raypass(["pool", "stop"], workers)
 
     def phase_nopool(self) -> None:
-        self.rounds(("local", "no pool", "auto, no pool"), self.args.repeats, warm_up=False)
+        self.rounds(("local", "no pool", "auto, no pool"), self.args.nopool_repeats, warm_up=False)
 
     def phase_curve(self) -> None:
         local = self.variants.get((CURVE_MODEL, "local"))
@@ -242,13 +254,38 @@ class Run:
             f"{per_node} CPUs, one after the other; {seconds:.0f} s), exit {done.returncode}\n\n"
             f"```\n{outcome}\n```\n")
 
+    def phase_tune(self) -> None:
+        import onnx
+
+        from bench.tuning import MODELS, _tune_run
+
+        if self.left() < 60:
+            raise RuntimeError(f"not measured: {self.left():.0f} s left")
+        make, shapes = MODELS["cnn"]
+        model = self.space / "cnn.onnx"
+        onnx.save(make(), model)
+        rows, per_minute = [], {}
+        for workers in sorted({1, self.args.workers}):
+            seconds, measured = _tune_run(model, shapes, TUNE_TRIALS, workers)
+            per_minute[workers] = measured / seconds * 60
+            self.say(f"tune, {workers} worker(s): {measured} candidates in {seconds:.1f} s")
+            rows.append([workers, measured, f"{seconds:.1f}", f"{per_minute[workers]:.0f}",
+                         f"{per_minute[workers] / per_minute[1]:.2f}"])
+        self.sections.append("\n".join([
+            f"## Tuning throughput: `raypass tune` of bench.tuning's small CNN, `--trials {TUNE_TRIALS}`", "",
+            "Whole processes (fresh database and object cache, start-up included), one run each.", "",
+            markdown_table(["worker processes", "candidates", "seconds", "per minute", "/ 1 worker"], rows),
+            ""]))
+
 
 def main(argv: list[str] | None = None) -> int:
     cpus = os.cpu_count() or 1
     parser = argparse.ArgumentParser(prog="python -m bench.scale_out", description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=min(15, cpus))
     parser.add_argument("--models", default="densenet121,resnet50,transformer")
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=2, help="counted rounds of phases pool and curve")
+    parser.add_argument("--nopool-repeats", type=int, default=1,
+                        help="rounds of phase nopool (each no-pool compile starts a pool of W workers)")
     parser.add_argument("--budget", type=float, default=480.0, help="seconds for all phases")
     parser.add_argument("--out", default=None,
                         help="where the results, the log, the PNG and two traces go (default $OUT or a new "
