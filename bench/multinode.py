@@ -61,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     from scheduler.pool.ray_runtime import local_worker_env
 
     result: dict = {"model": args.model, "nodes_per_set": args.nodes, "cpus_per_node": args.cpus}
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    # no dashboard: the packages carried to the 16-core machine leave its web client out
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
     try:
         mod = from_onnx(model_arg(args.model, root))
         started = time.perf_counter()
