@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.conftest import RAYPASS
-from tests.fake_compilers import compiler_stopped_by
+from tests.fake_compilers import compiler_stopped_by, foreground_sigint
 
 MARKER = "RAYPASS_TEST_RUN"
 # big enough that its codegen stage (C compilation on the workers) runs for seconds
@@ -63,10 +63,6 @@ def compiler_under_a_worker(processes: dict[int, str]) -> bool:
     return any(_parent(pid) in workers for pid in processes)
 
 
-def _foreground_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def wait_for(condition: Callable[[], bool], timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -90,7 +86,7 @@ def test_ctrl_c_during_a_ray_compile_exits_130_and_leaves_no_ray_process(target,
         # launched with &), and the child would inherit that
         proc = subprocess.Popen(
             command, cwd=tmp_path, env=env, stdout=out, stderr=err, start_new_session=True,
-            preexec_fn=_foreground_sigint,
+            preexec_fn=foreground_sigint,
         )
     started: dict[int, str] = {}  # every process of the command seen so far
 
@@ -157,7 +153,7 @@ def test_ctrl_c_while_the_driver_compiles_and_the_pool_still_starts_leaves_nothi
     with open(tmp_path / "out", "w") as out, open(tmp_path / "err", "w") as err:
         proc = subprocess.Popen(
             command, cwd=tmp_path, env=env, stdout=out, stderr=err, start_new_session=True,
-            preexec_fn=_foreground_sigint,
+            preexec_fn=foreground_sigint,
         )
 
     def driver_compiles_before_workers() -> bool:

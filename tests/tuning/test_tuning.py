@@ -33,6 +33,7 @@ from passinfra.tuning import (
 )
 from passinfra.tuning.database import TuningDatabaseError
 from passinfra.tuning.tuner import fused_module, kernel_tasks, scheduled
+from tests.fake_compilers import foreground_sigint
 
 F32 = "float32"
 
@@ -273,12 +274,6 @@ def test_cli_tune_then_compile_with_the_database(tmp_path, capsys):
     assert capsys.readouterr().err == "raypass: error: --cpus-per-worker must be positive, got 0\n"
 
 
-def _foreground_sigint() -> None:
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def _tune_in_its_own_group(tmp_path):
     """``raypass tune`` of a small CNN on two workers, started in a process group of its
     own, and a thread reading its stderr all along (a pipe left full blocks every write of
@@ -297,11 +292,10 @@ def _tune_in_its_own_group(tmp_path):
     command = [sys.executable, "-m", "raypass_cli.main", "tune", str(model), "--shapes", "input=8,3,32,32",
                "--trials", "500", "--workers", "2", "--db", str(db), "--cache-dir", str(tmp_path / "c")]
     # faulthandler: SIGABRT prints every thread's stack, what a hang below shows. A process
-    # group of its own with a foreground job's SIGINT, as a terminal gives the command: a
-    # test run started in the background (a shell's `&`, nohup) has SIGINT ignored, which
-    # the command would inherit and keep (then only a compiler it ran at that moment died)
+    # group of its own with a foreground job's SIGINT, as a terminal gives the command (with
+    # SIGINT ignored, only a compiler it ran at that moment would have died of Ctrl-C)
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                               preexec_fn=_foreground_sigint, env=dict(os.environ, PYTHONFAULTHANDLER="1"))
+                               preexec_fn=foreground_sigint, env=dict(os.environ, PYTHONFAULTHANDLER="1"))
     lines: list[str] = []
     measured = threading.Event()
 
