@@ -63,7 +63,9 @@ PHASES = ("pool", "nopool", "curve", "multinode", "tune")
 ROOT = Path(__file__).resolve().parent.parent
 CURVE_MODEL = "densenet121"
 CURVE_COUNTS = (1, 2, 4, 8)
-TUNE_TRIALS = 400  # the small CNN's whole space: every worker count measures the same candidates
+# about the small CNN's whole space (the candidates a run measures still differ a little:
+# each kernel's share follows its measured time, and a worker's thread count changes it)
+TUNE_TRIALS = 400
 
 
 @dataclass
@@ -73,7 +75,7 @@ class Variant:
     times: list[float] = field(default_factory=list)
     builds: list[float] = field(default_factory=list)
     identical: list[bool] = field(default_factory=list)
-    how: str = ""  # the end of the compile's last line: where it ran, what auto chose
+    how: str = ""  # what follows "built in" in the compile's summary: where it ran, what auto chose
 
 
 class Run:
