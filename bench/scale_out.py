@@ -192,15 +192,18 @@ class Run:
         self.rounds(("local", "no pool", "auto, no pool"), self.args.nopool_repeats, warm_up=False)
 
     def phase_curve(self) -> None:
-        local = self.variants.get((CURVE_MODEL, "local"))
-        if local is None or not local.times:
-            raise RuntimeError(f"the curve needs local {CURVE_MODEL} runs (phase pool)")
+        if not self.variants.get((CURVE_MODEL, "local"), Variant(CURVE_MODEL, "local")).times:
+            # no earlier phase ran it (failed, or not asked for): the curve's baseline first
+            for index in range(self.args.repeats + 1):
+                self.compile(CURVE_MODEL, "local", counted=index > 0)
+        local = self.variants[(CURVE_MODEL, "local")]
         cpus = os.cpu_count() or 1
-        counts = [n for n in CURVE_COUNTS if n <= cpus and n != self.args.workers]
         pooled: dict[int, list[float]] = {}
         pool_runs = self.variants.get((CURVE_MODEL, "warm pool"))
-        if pool_runs is not None and pool_runs.times:
+        if pool_runs is not None and pool_runs.times:  # N=W measured in phase pool
             pooled[self.args.workers] = list(pool_runs.times)
+        counts = [n for n in (*CURVE_COUNTS, self.args.workers) if n <= cpus and n not in pooled]
+        counts = sorted(set(counts))
         calibration: tuple[Path, float] | None = None
         model = model_arg(CURVE_MODEL, self.space)
         for workers in counts:
@@ -235,7 +238,8 @@ class Run:
             "python -m bench.scaling_curve", "python -m bench.scale_out (phase curve)", 1))
         self.sections.append(
             f"In this run the pools' runs are not interleaved with local ones, nor warmed up: local "
-            f"is every local {CURVE_MODEL} run of this invocation; N={self.args.workers} is phase pool's.\n")
+            f"is every local {CURVE_MODEL} run of this invocation"
+            + (f"; N={self.args.workers} is phase pool's.\n" if pool_runs and pool_runs.times else ".\n"))
 
     def phase_multinode(self) -> None:
         if self.left() < 60:
