@@ -8,9 +8,10 @@ works within a time budget: its phases run in order of what the issue needs most
 phase writes what it measured before the next starts, and a phase that would not fit is
 reported as not measured. Phases:
 
-1. ``pool``: a warm pool of ``--workers`` workers; rounds of local, the pool and
-   ``--backend auto`` (with the pool up) on each model; the first round warms up and is
-   not counted. The pool's DenseNet-121 runs write a Chrome trace.
+1. ``pool``: a warm pool of ``--workers`` workers; rounds of local, the pool (its
+   commands served by the pool's warm driver, and with that switched off), ``--backend
+   auto`` with the pool up, and local served by the warm driver, on each model; the first
+   round warms up and is not counted. The pool's DenseNet-121 runs write a Chrome trace.
 2. ``nopool``: the pool stopped; rounds of local, ``--backend ray --workers W`` (the
    compile starts a private pool of its own) and ``--backend auto``.
 3. ``curve``: DenseNet-121 on warm pools of 1, 2, 4, 8 workers (with ``--workers`` from
@@ -19,8 +20,9 @@ reported as not measured. Phases:
    run of this invocation. Writes the table and a PNG.
 4. ``multinode``: ``bench.multinode`` on a ``ray.cluster_utils.Cluster``.
 5. ``tune`` (issue 32's throughput): whole ``raypass tune`` processes of ``bench.tuning``'s
-   small CNN with ``--trials`` TUNE_TRIALS on 1 and on W worker processes: candidates
-   measured per minute, start-up included.
+   small CNN with ``--trials`` TUNE_TRIALS on 1 and on W worker processes, each pinned to
+   one CPU (``--cpus-per-worker 1``: both measure the same target): candidates measured
+   per minute, start-up included.
 
 Every run is a whole ``raypass compile MODEL --no-cache`` process; every library is
 compared byte for byte with local's. "outside the build" is the process's seconds minus
@@ -60,6 +62,9 @@ from bench.scaling_curve import report as curve_report
 from bench.simulator import profile_from_trace
 
 PHASES = ("pool", "nopool", "curve", "multinode", "tune")
+# phase pool's variants: local is a machine without a pool; with the pool up, `raypass`
+# commands are served by its warm driver (raypass_cli.forkserver) unless switched off
+POOL_VARIANTS = ("local", "warm pool", "warm pool, no warm driver", "auto, warm pool", "local, warm driver")
 ROOT = Path(__file__).resolve().parent.parent
 CURVE_MODEL = "densenet121"
 CURVE_COUNTS = (1, 2, 4, 8)
@@ -71,7 +76,7 @@ TUNE_TRIALS = 400
 @dataclass
 class Variant:
     model: str
-    backend: str  # "local", "warm pool", "auto, warm pool", "no pool", "auto, no pool"
+    backend: str  # one of POOL_VARIANTS, "no pool", "auto, no pool"
     times: list[float] = field(default_factory=list)
     builds: list[float] = field(default_factory=list)
     identical: list[bool] = field(default_factory=list)
@@ -104,15 +109,16 @@ class Run:
         """One whole ``raypass compile`` process; its seconds."""
         lib = self.space / f"{model}-{backend.replace(', ', '-').replace(' ', '_')}.so"
         args = ["compile", model_arg(model, self.space), "--no-cache", "-o", str(lib)]
-        pool = self.args.workers if backend.endswith("warm pool") else None
-        if backend != "local":
+        pool = self.args.workers if "warm" in backend else None  # the warm pool's directory
+        if backend.startswith("local"):
+            args += ["--backend", "local"]
+        else:
             args += ["--backend", "auto" if backend.startswith("auto") else "ray", "--workers",
                      str(self.args.workers)]
-        else:
-            args += ["--backend", "local"]
         if trace is not None:
             args += ["--trace", str(trace)]
-        seconds, done = self.runner.raypass(args, pool)
+        env = {"RAYPASS_FORKSERVER": "0"} if backend.endswith("no warm driver") else None
+        seconds, done = self.runner.raypass(args, pool, env)
         built = [line for line in done.stdout.splitlines() if " built in " in line]
         how = built[-1].split(" built in ", 1)[-1] if built else "?"
         self.say(f"{model} {backend}: {seconds:.2f} s  built in {how[:200]}")
@@ -184,7 +190,7 @@ class Run:
         self.say(f"pool start --workers {workers}: {seconds:.2f} s")
         self.sections.append(f"`raypass pool start --workers {workers}`: {seconds:.2f} s.\n")
         try:
-            self.rounds(("local", "warm pool", "auto, warm pool"), self.args.repeats, warm_up=True)
+            self.rounds(POOL_VARIANTS, self.args.repeats, warm_up=True)
         finally:
             self.runner.raypass(["pool", "stop"], workers)
 
@@ -272,14 +278,18 @@ class Run:
         onnx.save(make(), model)
         rows, per_minute = [], {}
         for workers in sorted({1, self.args.workers}):
-            seconds, measured = _tune_run(model, shapes, TUNE_TRIALS, workers)
+            # every worker on one CPU of its own, at N=1 too: the same target (threads,
+            # CPUs) measured, so the same candidates and schedules at equal trial counts
+            seconds, measured = _tune_run(model, shapes, TUNE_TRIALS, workers, cpus_per_worker=1)
             per_minute[workers] = measured / seconds * 60
             self.say(f"tune, {workers} worker(s): {measured} candidates in {seconds:.1f} s")
             rows.append([workers, measured, f"{seconds:.1f}", f"{per_minute[workers]:.0f}",
                          f"{per_minute[workers] / per_minute[1]:.2f}"])
         self.sections.append("\n".join([
-            f"## Tuning throughput: `raypass tune` of bench.tuning's small CNN, `--trials {TUNE_TRIALS}`", "",
-            "Whole processes (fresh database and object cache, start-up included), one run each.", "",
+            f"## Tuning throughput: `raypass tune` of bench.tuning's small CNN, `--trials {TUNE_TRIALS} "
+            "--cpus-per-worker 1`", "",
+            "Whole processes (fresh database and object cache, start-up included), one run each; every "
+            "worker pinned to one CPU of its own, so both measure the same target.", "",
             markdown_table(["worker processes", "candidates", "seconds", "per minute", "/ 1 worker"], rows),
             ""]))
 

@@ -52,12 +52,12 @@ class Runner:
         env["RAY_TMPDIR"] = str(self.space / "ray")
         return env
 
-    def raypass(self, args: list[str], workers: int | None = None
+    def raypass(self, args: list[str], workers: int | None = None, env: dict[str, str] | None = None
                 ) -> tuple[float, subprocess.CompletedProcess]:
         command = [sys.executable, "-m", "raypass_cli.main", *args]
         started = time.perf_counter()
-        done = subprocess.run(command, cwd=self.space, env=self.env(workers), capture_output=True, text=True,
-                              timeout=TIMEOUT_S)
+        done = subprocess.run(command, cwd=self.space, env={**self.env(workers), **(env or {})},
+                              capture_output=True, text=True, timeout=TIMEOUT_S)
         seconds = time.perf_counter() - started
         if done.returncode != 0:
             raise SystemExit(f"raypass {' '.join(args)} failed:\n{done.stderr[-3000:]}")

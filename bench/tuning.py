@@ -85,13 +85,15 @@ def _runtime_cache() -> Path:
 
 
 def _tune_run(model: Path, shapes: dict[str, tuple[int, ...]], trials: int, workers: int,
-              keep: Path | None = None) -> tuple[float, int]:
+              keep: Path | None = None, cpus_per_worker: int | None = None) -> tuple[float, int]:
     """One whole ``raypass tune`` process: (wall seconds, candidates measured)."""
     with tempfile.TemporaryDirectory(prefix="raypass-tune-bench-") as tmp:
         db = Path(tmp) / "db.json"
         command = [sys.executable, "-m", "raypass_cli.main", "tune", str(model), *_shape_options(shapes),
                    "--trials", str(trials), "--workers", str(workers), "--db", str(db), "--quiet",
                    "--cache-dir", os.path.join(tmp, "cache")]
+        if cpus_per_worker is not None:
+            command += ["--cpus-per-worker", str(cpus_per_worker)]
         started = time.perf_counter()
         out = subprocess.run(command, check=True, cwd=ROOT, capture_output=True, text=True,
                              env={**os.environ, RUNTIME_CACHE_ENV: str(_runtime_cache())}).stdout

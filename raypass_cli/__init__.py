@@ -9,5 +9,8 @@ and Ray workers never need it. One module per subcommand or group of small ones:
 - ``compile``, ``run``, ``plan``, ``demo``: the subcommands of those names;
 - ``tools``: the small subcommands ``passes``, ``replay`` and ``bench``;
 - ``common``: model loading, option parsing, the PassContext and Scheduler from options;
-- ``progress``, ``report``, ``trace``: the progress display, timing tables and traces.
+- ``progress``, ``report``, ``trace``: the progress display, timing tables and traces;
+- ``forkserver``: the warm driver a warm pool keeps, which runs ``raypass compile``
+  commands in forked children without the interpreter's start-up and imports;
+  ``process_start``: when the command the user typed began.
 """

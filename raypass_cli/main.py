@@ -11,13 +11,11 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-import passinfra
-from passinfra.errors import ParseError, RaypassError
-from raypass_cli import compile as compile_command
-from raypass_cli import demo, plan, pool, run, tools, tune
-from raypass_cli.common import EXIT_USER_ERROR, CliUserError
-
+# the compiler and the subcommands are imported where they are used, not here: the
+# `raypass` command first offers itself to a warm driver (raypass_cli.forkserver), and a
+# command it serves must not have paid for them
 EXIT_FAILURE = 1
+EXIT_USER_ERROR = 2  # raypass_cli.common's, the status of a user's error
 
 
 def _cmd_ops(args: argparse.Namespace) -> int:
@@ -35,6 +33,10 @@ def _cmd_ops(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    import passinfra
+    from raypass_cli import compile as compile_command
+    from raypass_cli import demo, plan, pool, run, tools, tune
+
     parser = argparse.ArgumentParser(prog="raypass", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"raypass {passinfra.__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
@@ -53,12 +55,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def user_error_types() -> tuple[type[BaseException], ...]:
     """Errors that mean the command was wrong, not raypass: exit status 2."""
-    from passinfra.errors import SymbolicSizeError
+    from passinfra.errors import ParseError, SymbolicSizeError
     from passinfra.frontend import OnnxImportError, UnsupportedOpsError
     from passinfra.frontend.zoo import ZooSpecError
     from passinfra.runtime.shape_binding import DimBindingError
     from passinfra.transform import PassArgumentError, PassConfigError, PassDependencyError, PassNotFoundError
     from passinfra.tuning.database import TuningDatabaseError
+    from raypass_cli.common import CliUserError
     from scheduler.reproducer import ReproducerError
 
     return (
@@ -86,6 +89,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USER_ERROR
     if rest and not getattr(args, "takes_rest", False):
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    from passinfra.errors import RaypassError
+
     try:
         return args.func(args, rest) if getattr(args, "takes_rest", False) else args.func(args)
     except (RaypassError, OSError) as err:
@@ -127,16 +132,25 @@ def cli() -> None:
     run (the finalizers that remove temporary directories, Ray's shutdown, logging), and
     the output is flushed. An exception that escapes :func:`main` (``--debug``) takes the
     ordinary way out, with its traceback."""
+    from raypass_cli.forkserver import run_in_warm_driver
+
+    argv = sys.argv[1:]
+    code = run_in_warm_driver(argv)
+    exit_quickly(run_command(argv) if code is None else code)
+
+
+def run_command(argv: list[str]) -> int:
+    """:func:`main` on ``argv``, its ``SystemExit`` (argparse's) as an exit status."""
     try:
-        code = main()
+        code = main(argv)
     except SystemExit as stop:
         code = stop.code
     if code is None:
-        code = 0
-    elif not isinstance(code, int):
+        return 0
+    if not isinstance(code, int):
         print(code, file=sys.stderr)
-        code = EXIT_FAILURE
-    exit_quickly(code)
+        return EXIT_FAILURE
+    return code
 
 
 # seconds an interrupted command (exit 130) waits for its other threads: the user asked it

@@ -34,7 +34,33 @@ def _print_status(status: Any) -> None:
         print(f"  worker {worker['slot']}: pid {worker['pid']} on {worker['host']} (node {node}){warm_text}")
 
 
+def _print_warm_driver() -> None:
+    from raypass_cli import forkserver
+
+    record = forkserver.read_record()
+    if record is not None:
+        print(f"warm driver: pid {record['pid']}, commands served {record.get('served', 0)}, "
+              f"running now {record.get('running', 0)}")
+
+
+def _start_warm_driver(pool_pid: int) -> None:
+    """Beside a pool on this machine, a warm driver (raypass_cli.forkserver) for the
+    `raypass compile` commands of this environment; the pool serves without one."""
+    from raypass_cli import forkserver
+    from scheduler import pool
+
+    if forkserver.read_record() is not None:
+        return
+    directory = pool.pool_dir()
+    driver = forkserver.spawn(directory, pool_pid)
+    if forkserver.wait_ready(driver, directory) is None:
+        driver.kill()
+        driver.wait()
+        print(f"(no warm driver: it did not start; see {directory / 'warm_driver.log'})")
+
+
 def cmd_pool(args: argparse.Namespace) -> int:
+    from raypass_cli import forkserver
     from scheduler import pool
 
     if args.action == "start":
@@ -44,16 +70,22 @@ def cmd_pool(args: argparse.Namespace) -> int:
             raise CliUserError(f"--idle-timeout must be positive, got {args.idle_timeout:g}")
         already = pool.status(args.address)
         if already is not None:
+            if args.address is None:
+                _start_warm_driver(already.record.pid)
             print("a pool is running already:")
             _print_status(already)
+            _print_warm_driver()
             return 0
         started = time.perf_counter()
         try:
             status = pool.start(args.workers, args.address, args.idle_timeout)
         except pool.PoolError as error:
             raise CliUserError(str(error)) from None
+        if args.address is None:
+            _start_warm_driver(status.record.pid)
         print(f"pool started in {time.perf_counter() - started:.1f}s")
         _print_status(status)
+        _print_warm_driver()
         return 0
     if args.action == "status":
         status = pool.status(args.address)
@@ -61,8 +93,11 @@ def cmd_pool(args: argparse.Namespace) -> int:
             print("no pool is running (start one with `raypass pool start`)")
             return 1
         _print_status(status)
+        _print_warm_driver()
         return 0
     stopped = pool.stop(args.address)
+    if args.address is None:
+        forkserver.stop()  # it would stop by itself, a moment later
     print("pool stopped" if stopped else "no pool was running")
     return 0
 

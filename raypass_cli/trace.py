@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from raypass_cli.process_start import process_start_time
 from scheduler.stats import RunStats
 
 if TYPE_CHECKING:
@@ -53,22 +54,6 @@ PROCESS_CATEGORY = "process"
 STARTUP_SPAN = "start-up (interpreter, imports)"
 LOAD_SPAN = "load the model"
 WRITE_SPAN = "write the outputs"
-_IMPORTED = time.time()  # the fallback start: when the command line's modules were loading
-
-
-def process_start_time() -> float:
-    """When this process began, as ``time.time()`` (Linux: its start time in /proc, in
-    clock ticks since boot, set against the boot clock now; elsewhere: when this module
-    was imported, which misses the interpreter's own start)."""
-    try:
-        fields = Path("/proc/self/stat").read_text().rpartition(")")[2].split()
-        since_boot = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # starttime, field 22 of proc(5)
-        age = time.clock_gettime(time.CLOCK_BOOTTIME) - since_boot
-        return min(time.time() - age, _IMPORTED)
-    except (OSError, ValueError, IndexError, AttributeError):
-        return _IMPORTED
-
-
 class ProcessSpans:
     """Spans of the process outside the build: ``with spans.measure(LOAD_SPAN): ...``."""
 

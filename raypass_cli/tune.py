@@ -24,8 +24,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         raise CliUserError(f"--workers must be at least 1, got {args.workers}")
     if args.minutes is not None and args.minutes <= 0:
         raise CliUserError(f"--minutes must be positive, got {args.minutes:g}")
-    if args.backend == "local" and (args.address or args.cpus_per_worker is not None):
-        raise CliUserError("--address and --cpus-per-worker are for --backend ray")
+    if args.backend == "local" and args.address:
+        raise CliUserError("--address is for --backend ray")
     mod = load_model(args.model, parse_shapes(args.shapes), parse_dims(args.dim))
 
     def report(line: str) -> None:
@@ -33,9 +33,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
             print(f"[tune] {line}", file=sys.stderr, flush=True)
 
     runner = _ray_runner(args) if args.backend == "ray" else None
+    pinned = _pinned_cpus(args) if args.backend == "local" else None
     try:
         result = tune(mod, args.trials, args.db, workers=args.workers, cache_dir=args.cache_dir,
-                      report=report, runner=runner, minutes=args.minutes)
+                      report=report, runner=runner, minutes=args.minutes, cpus_per_worker=pinned)
     except KeyboardInterrupt:
         print(f"raypass: interrupted; what was measured is in {args.db}", file=sys.stderr)
         return 130
@@ -61,6 +62,23 @@ def cmd_tune(args: argparse.Namespace) -> int:
         _write_trace(Path(args.trace), result)
         print(f"wrote the tuning trace to {args.trace}")
     return 0
+
+
+def _pinned_cpus(args: argparse.Namespace) -> int | None:
+    """Local worker processes pinned to ``--cpus-per-worker`` whole CPUs each (None: each
+    on its share of this process's CPUs)."""
+    from passinfra.runtime.cpus import available_cpus
+
+    per = args.cpus_per_worker
+    if per is None:
+        return None
+    if per < 1 or per != int(per):
+        raise CliUserError(f"--cpus-per-worker must be a whole number of CPUs for local workers, got {per:g}")
+    needed, cpus = args.workers * int(per), available_cpus()
+    if needed > cpus:
+        raise CliUserError(f"{args.workers} worker(s) of {int(per)} CPUs need {needed} CPUs; this process "
+                           f"may use {cpus}")
+    return int(per)
 
 
 def _ray_runner(args: argparse.Namespace) -> Any:
@@ -141,8 +159,9 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--address", default=None, metavar="ADDR",
                         help="the Ray cluster to tune on (host:port or auto), with --backend ray")
     parser.add_argument("--cpus-per-worker", type=float, default=None, metavar="C",
-                        help="CPUs each Ray worker reserves and its libraries' threads (default: this "
-                        "machine's CPUs / --workers; 1 on a cluster)")
+                        help="CPUs each worker gets and its libraries' threads (default: this "
+                        "machine's CPUs / --workers; 1 on a cluster); local workers are pinned to "
+                        "whole CPUs, the rest stay unused")
     parser.add_argument("--trace", default=None, metavar="FILE",
                         help="write the tuning as a Chrome trace (one lane per worker)")
     parser.add_argument("--shapes", action="append", default=[], metavar="NAME=D0,D1,...",

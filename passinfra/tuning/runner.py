@@ -187,14 +187,15 @@ class Runner:
         self.close()
 
 
-def core_groups(workers: int) -> list[set[int]]:
+def core_groups(workers: int, cpus_per_worker: int | None = None) -> list[set[int]]:
     """This process's CPUs split into ``workers`` equal groups (a CPU shared where there
-    are more workers than CPUs)."""
+    are more workers than CPUs), or into groups of ``cpus_per_worker`` (the rest unused:
+    one worker measures as each of many would)."""
     if hasattr(os, "sched_getaffinity"):
         cpus = sorted(os.sched_getaffinity(0))
     else:
         cpus = list(range(os.cpu_count() or 1))
-    per = max(1, len(cpus) // workers)
+    per = max(1, len(cpus) // workers) if cpus_per_worker is None else cpus_per_worker
     return [set(cpus[i * per:(i + 1) * per]) or {cpus[i % len(cpus)]} for i in range(workers)]
 
 
@@ -251,10 +252,11 @@ class ProcessRunner(Runner):
     SIGINT; after Ctrl-C the driver terminates them (:meth:`abort`); a worker whose driver
     died without doing so ends itself within :data:`DRIVER_POLL` seconds."""
 
-    def __init__(self, workers: int, cache_dir: str | None = None) -> None:
+    def __init__(self, workers: int, cache_dir: str | None = None,
+                 cpus_per_worker: int | None = None) -> None:
         super().__init__()
         self.slots = max(1, workers)
-        self._groups = core_groups(self.slots)
+        self._groups = core_groups(self.slots, cpus_per_worker)
         self.threads = max(1, min(available_cpus(), len(self._groups[0])))
         self._cache_dir = cache_dir
         self._context = multiprocessing.get_context("forkserver")

@@ -226,18 +226,19 @@ def _compare_job(module: IRModule, points: list[Schedule]) -> list[float]:
 
 def tune(mod: IRModule, trials: int, db_path: str, workers: int = 1, cache_dir: str | None = None,
          report: Callable[[str], None] | None = None, runner: Runner | None = None,
-         minutes: float | None = None) -> TuneResult:
+         minutes: float | None = None, cpus_per_worker: int | None = None) -> TuneResult:
     """Tune ``mod``'s kernels with ``trials`` candidates in all (at least the rules' point
     of each kernel); records go to the database ``db_path``. Candidates are measured by
     ``runner`` (``scheduler.tuning.RayRunner``: Ray actors; the caller closes it) or else
-    on ``workers`` processes of this machine. With ``minutes``, the search starts no
+    on ``workers`` processes of this machine, each on its share of the CPUs or pinned to
+    ``cpus_per_worker`` of its own. With ``minutes``, the search starts no
     candidate once the time left is what the re-measure of the finalists needs (the rules'
     points are measured whatever the budget)."""
     say = report or (lambda _line: None)
     started = time.perf_counter()
     deadline = None if minutes is None else time.monotonic() + minutes * 60
     owned = runner is None
-    runner = ProcessRunner(workers, cache_dir) if runner is None else runner
+    runner = ProcessRunner(workers, cache_dir, cpus_per_worker) if runner is None else runner
     interrupted = False
     try:
         # the kernels' C runtime, compiled once here (in the background while the model is

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from raypass_cli import forkserver
 from scheduler import pool
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,7 +66,7 @@ def warm_pool():
         _wait(lambda: _gone(status.record.pid), what="the pool daemon to exit")
 
 
-def test_pool_start_status_stop_from_the_cli():
+def test_pool_start_status_stop_from_the_cli(tmp_path):
     started = _raypass("pool", "start", "--workers", "2", "--idle-timeout", "10")
     try:
         assert started.returncode == 0, started.stderr
@@ -76,10 +77,18 @@ def test_pool_start_status_stop_from_the_cli():
         assert again.returncode == 0 and "running already" in again.stdout
         record = pool.read_record()
         assert record is not None and record.workers == 2
+        # beside it a warm driver, which runs this compile (tests/cli/test_warm_driver.py
+        # holds its parity with a fresh process) on the pool's workers
+        driver = forkserver.read_record()
+        assert driver is not None and f"warm driver: pid {driver['pid']}" in status.stdout
+        built = _raypass("compile", MODEL, "--backend", "ray", "-o", str(tmp_path / "m.so"))
+        assert built.returncode == 0 and "warm pool" in built.stdout, built.stderr
+        assert forkserver.read_record()["served"] == 1
     finally:
         stopped = _raypass("pool", "stop")
     assert stopped.returncode == 0 and "pool stopped" in stopped.stdout
     _wait(lambda: _gone(record.pid), what="the pool daemon to exit")
+    assert _gone(driver["pid"]) and forkserver.read_record() is None
     after = _raypass("pool", "status")
     assert after.returncode == 1 and "no pool is running" in after.stdout
     assert pool.read_record() is None

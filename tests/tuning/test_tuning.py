@@ -268,7 +268,12 @@ def test_cli_tune_then_compile_with_the_database(tmp_path, capsys):
     assert cli.main(["tune", str(model), "--trials", "0", "--db", str(db)]) == 2
     capsys.readouterr()
     assert cli.main(["tune", str(model), "--db", str(db), "--address", "auto"]) == 2
-    assert capsys.readouterr().err.startswith("raypass: error: --address and --cpus-per-worker are for")
+    assert capsys.readouterr().err == "raypass: error: --address is for --backend ray\n"
+    from passinfra.runtime.cpus import available_cpus
+
+    too_many = ["--workers", "2", "--cpus-per-worker", str(available_cpus())]
+    assert cli.main(["tune", str(model), *shapes, "--db", str(db), *too_many]) == 2
+    assert "CPUs; this process may use" in capsys.readouterr().err
     ray_options = ["--backend", "ray", "--cpus-per-worker", "0"]
     assert cli.main(["tune", str(model), *shapes, "--db", str(db), *ray_options]) == 2
     assert capsys.readouterr().err == "raypass: error: --cpus-per-worker must be positive, got 0\n"

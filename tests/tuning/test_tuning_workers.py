@@ -14,7 +14,7 @@ import passinfra
 from passinfra.frontend import from_onnx
 from passinfra.frontend.zoo.dynamic_models import mlp
 from passinfra.tuning import TuningDatabase, all_points, current_target
-from passinfra.tuning.runner import MAX_LOSSES, ProcessRunner, Runner
+from passinfra.tuning.runner import MAX_LOSSES, ProcessRunner, Runner, core_groups
 from passinfra.tuning.tuner import TuneResult, _check_model, fused_module, kernel_tasks
 
 
@@ -175,3 +175,19 @@ def test_choices_that_make_the_model_slower_are_not_recorded(tuned_seconds, kept
     assert result.model_check == {"rules": 1.0, "tuned": tuned_seconds, "kernels": 1, "kept": kept}
     assert (better in task.times) is kept
     assert ("the rules' schedules are kept" in lines[-1]) is not kept
+
+
+def _affinity() -> list[int]:
+    return sorted(os.sched_getaffinity(0))
+
+
+def test_a_worker_pinned_to_one_cpu_measures_as_one_of_many_would():
+    """``--cpus-per-worker 1``: one worker measures the target (threads, CPUs) that each
+    of N one-CPU workers does, so throughput at N and at 1 compares like with like."""
+    groups = core_groups(1, cpus_per_worker=1)
+    assert len(groups) == 1 and len(groups[0]) == 1
+    done = {}
+    with ProcessRunner(1, cpus_per_worker=1) as runner:
+        assert runner.threads == 1 and runner.target()["threads"] == 1
+        runner.run(_affinity, [()], lambda index, value, run: done.update({index: value}))
+    assert done == {0: sorted(groups[0])}
