@@ -200,3 +200,31 @@ def test_libraries_with_panels_give_the_bits_of_weights_in_place_for_any_thread_
         lib.set_num_threads(threads)
         np.testing.assert_array_equal(lib(x), want)
     np.testing.assert_allclose(want, evaluate(mod, x), rtol=1e-4, atol=1e-4)
+
+
+def test_weights_converted_on_threads_give_the_module_converted_in_order(monkeypatch):
+    """A large model's weights convert on threads (weight_parameters.convert_all): the
+    module, its text and every weight's bytes are those of converting one at a time."""
+    import threading
+
+    from passinfra.codegen.passes import panel_weights as pass_module
+    from passinfra.transform.builtin import weight_parameters
+
+    x = ir.var("x", (1, 9, 9, 48))
+    y = x
+    for seed in range(4):  # four layers, four weights of their own
+        weight = ir.const(rng_array((3, 3, 48, 48), 10 + seed))
+        y = op.nn.relu(op.nn.conv2d(y, weight, padding=(1, 1), data_layout="NHWC", kernel_layout="HWIO"))
+    mod = ir.IRModule({"main": ir.Function([x], y)})
+    in_order = graph_passes(mod)
+    threads: list[str] = []
+    convert = pass_module.to_panels
+    monkeypatch.setattr(pass_module, "to_panels",
+                        lambda *a: threads.append(threading.current_thread().name) or convert(*a))
+    monkeypatch.setattr(weight_parameters, "_PARALLEL_CONVERT_BYTES", 0)
+    monkeypatch.setattr(weight_parameters, "available_cpus", lambda: 4)
+    on_threads = graph_passes(mod)
+    assert len(threads) == 4 and all(name.startswith("raypass-weights") for name in threads)
+    assert on_threads.astext() == in_order.astext()
+    assert [c.data.tobytes() for c in main_constants(on_threads)] == \
+        [c.data.tobytes() for c in main_constants(in_order)]

@@ -47,9 +47,18 @@ def to_panels(weight: np.ndarray, width: int) -> np.ndarray:
     channels = weight.shape[-1]
     rows = math.prod(weight.shape[:-1])
     blocks = panel_count(channels, width)
-    padded = np.zeros((rows, blocks * width), dtype=weight.dtype)
-    padded[:, :channels] = weight.reshape(rows, channels)
-    return np.ascontiguousarray(padded.reshape(rows, blocks, width).transpose(1, 0, 2))
+    flat = weight.reshape(rows, channels)
+    # one pass over the weight, written once (a large model's weights are most of what a
+    # compile moves: a padded copy first and a transposed copy of it took three passes)
+    panels = np.empty((blocks, rows, width), dtype=weight.dtype)
+    full = channels // width
+    if full:
+        panels[:full] = flat[:, :full * width].reshape(rows, full, width).transpose(1, 0, 2)
+    if full < blocks:
+        rest = channels - full * width
+        panels[full, :, :rest] = flat[:, full * width:]
+        panels[full, :, rest:] = 0
+    return panels
 
 
 def from_panels(panels: np.ndarray, shape: Sequence[int]) -> np.ndarray:

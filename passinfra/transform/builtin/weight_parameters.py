@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -35,8 +36,14 @@ from passinfra.ir.functor import ExprMutator, expr_children, iter_post_order
 from passinfra.ir.graph import is_primitive
 from passinfra.ir.module import IRModule
 from passinfra.ir.types import TensorType
+from passinfra.runtime.cpus import available_cpus
 
 __all__ = ["WeightRule", "rewrite_weight_parameters", "skipped", "widened_parameter"]
+
+# the weights a rewrite converts on threads once they add up to this much (below it the
+# threads cost more than they save), on at most this many
+_PARALLEL_CONVERT_BYTES = 16 << 20
+_CONVERT_THREADS = 8
 
 
 class WeightRule(Protocol):
@@ -173,15 +180,35 @@ class _CallRewriter(ExprMutator):
             args[position] = self._convert(call.args[position])
         return Call(callee, args, new.attrs)
 
+    def convert_all(self, constants: list[Constant]) -> None:
+        """Convert ``constants`` ahead of the rewrite, on threads when they are large: a
+        conversion is a pure copy of one weight, and numpy's copies run without the GIL,
+        so a large model's weights (most of the bytes a compile moves) convert on every
+        core the driver has while the workers wait for this module pass."""
+        size = sum(constant.data.nbytes for constant in constants)
+        threads = min(len(constants), available_cpus(), _CONVERT_THREADS)
+        if threads < 2 or size < _PARALLEL_CONVERT_BYTES:
+            for constant in constants:
+                self._convert(constant)
+            return
+        with ThreadPoolExecutor(threads, thread_name_prefix="raypass-weights") as pool:
+            converted = list(pool.map(self._converted, constants))
+        for constant, hit in zip(constants, converted):
+            self.converted[id(constant)] = hit
+
+    def _converted(self, constant: Constant) -> Constant:
+        hit = self.rule.constant(constant)
+        # The conversion read the whole weight; if it lies in the model file's map,
+        # its pages would stay resident next to the converted copy (2x the weights
+        # in RSS for a model whose weights all convert): the new module no longer
+        # needs them, so let the page cache keep them instead of this process.
+        release_file_pages(constant.data)
+        return hit
+
     def _convert(self, constant: Constant) -> Constant:
         hit = self.converted.get(id(constant))
         if hit is None:
-            hit = self.converted[id(constant)] = self.rule.constant(constant)
-            # The conversion read the whole weight; if it lies in the model file's map,
-            # its pages would stay resident next to the converted copy (2x the weights
-            # in RSS for a model whose weights all convert): the new module no longer
-            # needs them, so let the page cache keep them instead of this process.
-            release_file_pages(constant.data)
+            hit = self.converted[id(constant)] = self._converted(constant)
         return hit
 
 
@@ -216,6 +243,8 @@ def rewrite_weight_parameters(mod: IRModule, rule: WeightRule) -> IRModule:
     if not targets:
         return mod
     rewriter = _CallRewriter(targets, rule)
+    weights = {id(site.call.args[p]): site.call.args[p] for site in plan.sites for p in site.positions}
+    rewriter.convert_all([w for w in weights.values() if isinstance(w, Constant)])
     result = IRModule(attrs=mod.attrs)
     for gv, func in mod.functions.items():
         if gv in replaced:
