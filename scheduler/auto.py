@@ -24,8 +24,10 @@ does it all and Ray gains nothing. How long start-up takes is the machine's own
 measurement for that worker count (``scheduler.pool.startup_times``).
 
 The constants were measured on this project's reference machine (2-core EPYC, gcc -O2)
-by ``python -m bench.auto_costs``, which fits them from instrumented builds; config keys
-``scheduler.auto_*`` override them. ``last_run.backend_reason`` shows the numbers.
+by ``python -m bench.auto_costs``, which fits them from instrumented builds; the seconds
+per kernel is this machine's own once a build on workers measured it
+(``scheduler.kernel_costs``); config keys ``scheduler.auto_*`` override them.
+``last_run.backend_reason`` shows the numbers.
 """
 
 from __future__ import annotations
@@ -62,11 +64,23 @@ class CostModel:
 
     @classmethod
     def from_context(cls, ctx: PassContext) -> CostModel:
+        """The constants, with the config's overrides and, for the seconds per kernel, this
+        machine's own measurements (``scheduler.kernel_costs``) when there are any."""
+        return cls._with_source(ctx)[0]
+
+    @classmethod
+    def _with_source(cls, ctx: PassContext) -> tuple[CostModel, str]:
         base = cls()
-        return cls(
-            seconds_per_kernel=ctx.get_config("scheduler.auto_seconds_per_kernel", base.seconds_per_kernel),
-            call_seconds=ctx.get_config("scheduler.auto_call_seconds", base.call_seconds),
-        )
+        configured = ctx.get_config("scheduler.auto_seconds_per_kernel", None)
+        if configured is not None:
+            per_kernel, source = configured, "config"
+        else:
+            from scheduler import kernel_costs
+
+            per_kernel, source = kernel_costs.expected(base.seconds_per_kernel)
+        model = cls(seconds_per_kernel=per_kernel,
+                    call_seconds=ctx.get_config("scheduler.auto_call_seconds", base.call_seconds))
+        return model, source
 
 
 @dataclass(frozen=True)
@@ -130,7 +144,7 @@ def choose(
     """``(backend, reason)`` for ``backend="auto"``."""
     if not any(isinstance(stage, FunctionStage) for stage in plan.stages):
         return "local", "auto: no function passes to distribute"
-    model = CostModel.from_context(ctx)
+    model, kernel_source = CostModel._with_source(ctx)
     startup, source = startup_seconds(workers, warm_pool, ctx)
     est = estimate(plan, mod, workers, startup, model, ctx.get_config("scheduler.head_start", True))
     local, ray = est.local_seconds(), est.ray_seconds(model)
@@ -140,7 +154,8 @@ def choose(
     verdict = "Ray pays for itself" if backend == "ray" else "too small to pay for Ray"
     return backend, (
         f"auto: {verdict}: estimated {local:.2f}s local vs {ray:.2f}s on {workers} Ray workers "
-        f"({start_note}, {est.kernels} kernels, {est.calls} calls, work {est.work_seconds:.2f}s)"
+        f"({start_note}, {est.kernels} kernels at {model.seconds_per_kernel:.3f}s ({kernel_source}), "
+        f"{est.calls} calls, work {est.work_seconds:.2f}s)"
     )
 
 

@@ -28,7 +28,7 @@ from passinfra.ir.module import IRModule
 from passinfra.transform import Pass, PassContext, register_config
 from passinfra.transform.errors import PassArgumentError
 from passinfra.transform.run_facts import collect_facts
-from scheduler import auto
+from scheduler import auto, kernel_costs
 from scheduler.executor import ErrorHook, PlanExecutor, announce_plan
 from scheduler.plan import FunctionStage, Plan, build_plan
 from scheduler.pool.startup import WorkerSource
@@ -140,7 +140,9 @@ class Scheduler:
                 # what the passes report about their runs is collected into last_run
                 with collect_facts() as self.last_run.facts:
                     return pipeline(mod)
-            return self._run_ray(pipeline, mod, ctx)
+            result = self._run_ray(pipeline, mod, ctx)
+            kernel_costs.record_run(self.last_run, mod)  # what auto weighs next time
+            return result
         finally:
             self.last_run.wall_seconds = time.perf_counter() - started
 

@@ -48,13 +48,18 @@ def record(workers: int, seconds: float) -> None:
         return
     times = measured()
     times[workers] = [*times.get(workers, []), round(seconds, 3)][-KEEP:]
-    path = _path()
+    write_json(_path(), {str(n): s for n, s in sorted(times.items())})
+
+
+def write_json(path: Path, data: object) -> None:
+    """A measurement file of this machine, written whole and renamed (two compiles
+    finishing together leave one valid file). Best effort: a read-only cache costs the
+    estimates their calibration, never the build."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        # written whole and renamed: two compiles finishing together leave one valid file
-        fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".startup-", suffix=".json")
+        fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}-", suffix=".json")
         with os.fdopen(fd, "w") as out:
-            json.dump({str(n): s for n, s in sorted(times.items())}, out)
+            json.dump(data, out)
         os.replace(temporary, path)
     except OSError:
         pass
@@ -78,4 +83,4 @@ def expected(workers: int) -> tuple[float, str]:
     return prior(workers), "prior"
 
 
-__all__ = ["FILE_NAME", "expected", "measured", "prior", "record"]
+__all__ = ["FILE_NAME", "expected", "measured", "prior", "record", "write_json"]

@@ -161,3 +161,40 @@ def test_when_auto_chooses_ray_the_private_pool_starts_before_the_serial_passes(
         assert events == []  # made, nothing started: auto has not chosen yet
         sched.run(compile_pipeline(), mod)
     assert sched.last_run.backend == "ray" and events == ["pool starts", "run"]
+
+
+def _kernel_run(kernels: int, worker_seconds: float, hits: int = 0):
+    """The statistics of a run on workers whose kernel stage compiled ``kernels`` kernels
+    (``hits`` of them from the cache) in ``worker_seconds`` of worker time."""
+    from passinfra.transform.run_facts import RunFact
+    from scheduler.stats import RunStats, StageStats
+
+    stats = RunStats(backend="ray")
+    stats.stages = [StageStats(0, "function", ["FoldConstant"], worker_seconds=5.0),
+                    StageStats(1, "function", ["LowerToPrimFunc", "CodegenC", "CompileC"],
+                               worker_seconds=worker_seconds)]
+    stats.facts = [RunFact("CompileC", f"k{i}", 1, "cache_hit", i < hits) for i in range(kernels)]
+    return stats
+
+
+def test_kernels_built_on_workers_calibrate_the_seconds_per_kernel():
+    """A machine whose kernels take longer than the constant (the transformer's here, a
+    16-core Xeon's) gets its own number: a build the constant kept local goes to a warm
+    pool once the machine has measured what its kernels cost."""
+    from scheduler import kernel_costs
+
+    mod = _typed(transformer_block(seq=8, hidden=64))
+    kernels = predicted_kernels(mod)
+    backend, reason = _decide(compile_pipeline(), mod, warm=True)
+    assert backend == "local" and f"at {CostModel().seconds_per_kernel:.3f}s (prior)" in reason
+    # what says nothing about a kernel's cost is not recorded: objects from the cache, a
+    # handful of kernels
+    assert kernel_costs.record_run(_kernel_run(20, 3.0, hits=1), mod) is None
+    assert kernel_costs.record_run(_kernel_run(3, 3.0), mod) is None
+    assert kernel_costs.measured() == []
+    assert kernel_costs.record_run(_kernel_run(20, kernels * 0.5), mod) == pytest.approx(0.5)
+    backend, reason = _decide(compile_pipeline(), mod, warm=True)
+    assert backend == "ray" and "at 0.500s (measured here, 1 builds)" in reason
+    constant = {"scheduler.auto_seconds_per_kernel": 0.04}
+    configured, reason = _decide(compile_pipeline(), mod, warm=True, **constant)
+    assert configured == "local" and "(config)" in reason
