@@ -401,17 +401,9 @@ class WarmDriver:
 
 
 def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs (an exited child its parent has not waited for does not)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
+    from scheduler.pool import process_alive  # not at the top: the client side stays light
+
+    return process_alive(pid)
 
 
 def _closed(conn: socket.socket) -> bool:

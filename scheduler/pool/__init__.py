@@ -130,7 +130,7 @@ def read_record(path: str | os.PathLike[str] | None = None) -> PoolRecord | None
         return None
     except (ValueError, TypeError):  # a half-written or foreign file: not a pool
         return None
-    if not _alive(record.pid):
+    if not process_alive(record.pid):
         path.unlink(missing_ok=True)
         reap_session(record.pid)
         return None
@@ -144,7 +144,7 @@ def reap_session(pid: int) -> list[int]:
     ``ray::RuntimeEnvAgent``) keep running; they are still in the session. Only a
     dead daemon's session is reaped: no new process can take its id while its leader's
     pid is free, so every member is a leftover. Returns the pids signalled."""
-    if _alive(pid):
+    if process_alive(pid):
         return []
     members = [other for other in _session_members(pid) if other != os.getpid()]
     for sig in (signal.SIGTERM, signal.SIGKILL):
@@ -205,7 +205,8 @@ def remove_record(pid: int, path: str | os.PathLike[str] | None = None) -> None:
         pass
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (``raypass_cli.forkserver`` asks this too)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -389,14 +390,14 @@ def ask_to_stop(record: PoolRecord) -> None:
 def stop_daemon(record: PoolRecord, record_path: Path | None = None) -> None:
     """Ask the daemon of ``record`` to stop and wait until it has (else end it)."""
     ask_to_stop(record)  # it may be gone already; the pid check below decides
-    if _alive(record.pid) and not _wait_gone(record.pid, STOP_TIMEOUT):
+    if process_alive(record.pid) and not _wait_gone(record.pid, STOP_TIMEOUT):
         terminate(record.pid)
     remove_record(record.pid, record_path)
 
 
 def _wait_gone(pid: int, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
-    while _alive(pid):
+    while process_alive(pid):
         if time.monotonic() > deadline:
             return False
         time.sleep(0.05)
@@ -429,6 +430,7 @@ def _last_error(log_path: Path) -> str:
 __all__ = [
     "DEFAULT_IDLE_TIMEOUT_MINUTES", "POOL_ACTOR_NAME", "POOL_NAMESPACE", "FoundPool", "PoolError",
     "PoolRecord", "PoolStatus", "ask_to_stop", "check", "code_version", "find", "kill_session", "pool_dir",
+    "process_alive",
     "reap_session", "registered_pool", "spawn_daemon", "start", "status", "stop", "stop_daemon",
     "terminate", "wait_ready",
 ]
