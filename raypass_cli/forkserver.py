@@ -199,18 +199,32 @@ def _wait_for_child(conn: socket.socket, pid: int) -> int:
 # ----- the server -------------------------------------------------------------------------
 def preload() -> None:
     """Import what a compile uses: the command line, every pass, the code generator, the
-    ONNX front end and the tables."""
+    ONNX front end and the model zoo, the tables, and a warm pool's client side (all but
+    Ray itself, which a compile on a pool never imports and this process must not: it
+    forks)."""
+    import cloudpickle  # noqa: F401
+    import numpy.ma  # noqa: F401
     import onnx  # noqa: F401
     import rich.console  # noqa: F401
     import rich.table  # noqa: F401
+    import scipy_openblas32  # noqa: F401
 
     import passinfra.build  # noqa: F401
     import passinfra.frontend.onnx  # noqa: F401
+    import passinfra.frontend.zoo  # noqa: F401
     import raypass_cli.main
     import raypass_cli.progress  # noqa: F401
     import raypass_cli.report  # noqa: F401
+    import scheduler.pool.gateway  # noqa: F401
+    import scheduler.ray_runner  # noqa: F401
 
     raypass_cli.main.build_parser()  # imports every subcommand's module
+    # a table rendered once: rich imports the rest of what printing one takes lazily
+    import io
+
+    table = rich.table.Table("pass", title="warm-up")
+    table.add_row(":-)")
+    rich.console.Console(file=io.StringIO()).print(table)
 
 
 class WarmDriver:
