@@ -170,7 +170,8 @@ def _umask() -> int:
 
 
 def _wait_for_child(conn: socket.socket, pid: int) -> int:
-    """The child's exit status; Ctrl-C and SIGTERM here go to the child's process group."""
+    """The child's exit status (it says so itself; the warm driver, when the child died of
+    a signal); Ctrl-C and SIGTERM here go to the child's process group."""
 
     def forward(signum: int, _frame: Any) -> None:
         try:
@@ -189,8 +190,8 @@ def _wait_for_child(conn: socket.socket, pid: int) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    if reply is None:  # the warm driver died under the command
-        print("raypass: error: the warm driver (raypass pool) went away during the command", file=sys.stderr)
+    if reply is None:  # the command died of a signal, and the warm driver with it
+        print("raypass: error: the command and its warm driver (raypass pool) died", file=sys.stderr)
         return 1
     status = int(reply["exit"])
     return 128 - status if status < 0 else status  # a signal's death, as a shell shows it
@@ -387,7 +388,9 @@ class WarmDriver:
             # as a fresh interpreter does: Ctrl-C raises KeyboardInterrupt unless ignored
             interrupt = signal.SIG_IGN if request.get("sigint_ignored") else signal.default_int_handler
             signal.signal(signal.SIGINT, interrupt)
-            for sock in (conn, self.listener, *self.children.values()):
+            # the caller's connection stays open here too: this process tells it its exit
+            # status itself, so a warm driver that dies meanwhile loses nothing
+            for sock in (self.listener, *self.children.values()):
                 sock.close()
             os.close(self.wake_read)
             os.close(self.wake_write)
@@ -405,13 +408,24 @@ class WarmDriver:
             from raypass_cli.process_start import set_command_start
 
             set_command_start(float(request["started"]))
-            main.exit_quickly(main.run_command(sys.argv[1:]))
+            main.exit_quickly(main.run_command(sys.argv[1:]), last=lambda code: _tell_exit(conn, code))
         except BaseException:  # noqa: BLE001 - whatever happens, this child must not return to the loop
             import traceback
 
             traceback.print_exc()
         finally:
             os._exit(1)  # only when the command could not exit by itself
+
+
+def _tell_exit(conn: socket.socket, code: int) -> None:
+    """The served command's last act: its status to its caller (which then closes its end,
+    whereupon the warm driver interrupts what is left of the command: nothing, so this
+    process ignores that)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        _send(conn, {"exit": code})
+    except OSError:  # the caller is gone
+        pass
 
 
 def _alive(pid: int) -> bool:
@@ -471,12 +485,24 @@ def wait_ready(driver: Any, directory: Path, timeout: float = 60.0) -> dict[str,
 
 
 def read_record(directory: Path | None = None) -> dict[str, Any] | None:
-    """The running warm driver's record (pid, socket, commands served), if any."""
+    """The running warm driver's record (pid, socket, commands served), if any; the record
+    of one that died without removing it (killed) is removed, with its socket."""
+    path = (directory or pool_dir()) / RECORD_FILE
     try:
-        record = json.loads(((directory or pool_dir()) / RECORD_FILE).read_text())
-        return record if _alive(int(record["pid"])) else None
+        record = json.loads(path.read_text())
+        if _alive(int(record["pid"])):
+            return record
+        socket_path = Path(record["socket"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
+    for stale in (socket_path, socket_path.parent, path):
+        if stale == socket_path.parent and not stale.name.startswith("raypass-driver-"):
+            continue  # not a directory the warm driver made
+        try:
+            stale.rmdir() if stale.is_dir() else stale.unlink()
+        except OSError:
+            pass
+    return None
 
 
 def stop(directory: Path | None = None, timeout: float = _STOP_SECONDS + 5.0) -> bool:

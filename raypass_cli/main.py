@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 # the compiler and the subcommands are imported where they are used, not here: the
 # `raypass` command first offers itself to a warm driver (raypass_cli.forkserver), and a
@@ -158,7 +158,9 @@ def run_command(argv: list[str]) -> int:
 INTERRUPTED_JOIN_SECONDS = 10.0
 
 
-def exit_quickly(code: int) -> None:
+def exit_quickly(code: int, last: Callable[[int], None] | None = None) -> None:
+    """End the process with ``code`` once what an exit must do is done (:func:`cli`);
+    ``last(code)`` runs just before, with the status the process will have."""
     import atexit
     import os
     import threading
@@ -174,6 +176,8 @@ def exit_quickly(code: int) -> None:
             stream.flush()
         except (OSError, ValueError):  # a closed pipe or stream: nothing more can reach it
             code = code or EXIT_FAILURE
+    if last is not None:
+        last(code)
     os._exit(code)
 
 

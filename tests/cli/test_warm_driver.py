@@ -140,3 +140,23 @@ def test_it_stops_with_its_pool_and_leaves_nothing(warm_driver):
     assert forkserver.read_record(directory) is None
     assert not Path(record["socket"]).exists() and not Path(record["socket"]).parent.exists()
     assert driver.returncode == 0
+
+
+def test_a_warm_driver_killed_mid_compile_loses_nothing(warm_driver, tmp_path):
+    """The served command tells its caller its status itself: SIGKILL of the warm driver
+    under it leaves the compile running, its library written, its status the caller's."""
+    directory, driver, _ = warm_driver
+    args = ["compile", "zoo:transformer?layers=8&hidden=256", "--no-cache"]
+    caller = subprocess.Popen([str(RAYPASS), *args, "-o", "t.so"], cwd=tmp_path, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    _wait(lambda: _running(directory) == 1, "the command to start")
+    os.kill(driver.pid, signal.SIGKILL)
+    stdout, stderr = caller.communicate(timeout=240)
+    assert caller.returncode == 0, stderr
+    assert "wrote t.so" in stdout
+    socket_path = Path(json.loads((directory / forkserver.RECORD_FILE).read_text())["socket"])
+    assert forkserver.read_record(directory) is None  # the dead one's record and socket go
+    assert not (directory / forkserver.RECORD_FILE).exists() and not socket_path.parent.exists()
+    fresh = _raypass(*args, "-o", "fresh.so", cwd=tmp_path, env={forkserver.SWITCH_ENV: "0"})
+    assert fresh.returncode == 0
+    assert (tmp_path / "t.so").read_bytes() == (tmp_path / "fresh.so").read_bytes()
