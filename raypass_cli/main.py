@@ -82,6 +82,14 @@ def user_error_types() -> tuple[type[BaseException], ...]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The ``raypass`` command on ``argv`` (None: this process's command line, which a
+    warm driver may run instead: ``raypass_cli.forkserver``); its exit status."""
+    if argv is None:
+        from raypass_cli.forkserver import run_in_warm_driver
+
+        served = run_in_warm_driver(sys.argv[1:])
+        if served is not None:
+            return served
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
     if not getattr(args, "func", None):
@@ -132,14 +140,10 @@ def cli() -> None:
     run (the finalizers that remove temporary directories, Ray's shutdown, logging), and
     the output is flushed. An exception that escapes :func:`main` (``--debug``) takes the
     ordinary way out, with its traceback."""
-    from raypass_cli.forkserver import run_in_warm_driver
-
-    argv = sys.argv[1:]
-    code = run_in_warm_driver(argv)
-    exit_quickly(run_command(argv) if code is None else code)
+    exit_quickly(run_command(None))
 
 
-def run_command(argv: list[str]) -> int:
+def run_command(argv: list[str] | None) -> int:
     """:func:`main` on ``argv``, its ``SystemExit`` (argparse's) as an exit status."""
     try:
         code = main(argv)
