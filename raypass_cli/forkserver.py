@@ -171,7 +171,8 @@ def _umask() -> int:
 
 def _wait_for_child(conn: socket.socket, pid: int) -> int:
     """The child's exit status (it says so itself; the warm driver, when the child died of
-    a signal); Ctrl-C and SIGTERM here go to the child's process group."""
+    a signal). Ctrl-C and SIGTERM here go to the child's process group; Ctrl-Z stops it
+    with this process, and ``fg``/``bg`` resume both."""
 
     def forward(signum: int, _frame: Any) -> None:
         try:
@@ -179,9 +180,17 @@ def _wait_for_child(conn: socket.socket, pid: int) -> int:
         except (ProcessLookupError, PermissionError):
             pass
 
+    def suspend(_signum: int, _frame: Any) -> None:
+        forward(signal.SIGSTOP, None)
+        signal.signal(signal.SIGTSTP, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTSTP)  # this process stops here until continued
+        signal.signal(signal.SIGTSTP, suspend)
+        forward(signal.SIGCONT, None)
+
     # a signal this process ignores (started with Ctrl-C ignored, in the background) its
     # command ignores too
-    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)
+    handlers = {signal.SIGINT: forward, signal.SIGTERM: forward, signal.SIGTSTP: suspend}
+    previous = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()
                 if signal.getsignal(sig) != signal.SIG_IGN}
     try:
         reply = _receive(conn)  # a forwarded signal does not interrupt it (PEP 475)

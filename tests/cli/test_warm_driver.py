@@ -160,3 +160,32 @@ def test_a_warm_driver_killed_mid_compile_loses_nothing(warm_driver, tmp_path):
     fresh = _raypass(*args, "-o", "fresh.so", cwd=tmp_path, env={forkserver.SWITCH_ENV: "0"})
     assert fresh.returncode == 0
     assert (tmp_path / "t.so").read_bytes() == (tmp_path / "fresh.so").read_bytes()
+
+
+def _children(pid: int) -> list[tuple[int, str]]:
+    """(pid, state) of the processes whose parent is ``pid`` (from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            fields = (entry / "stat").read_text().rpartition(")")[2].split()
+        except (OSError, NotADirectoryError):
+            continue
+        if entry.name.isdigit() and int(fields[1]) == pid:
+            found.append((int(entry.name), fields[0]))
+    return found
+
+
+def test_ctrl_z_stops_the_served_command_and_fg_resumes_it(warm_driver, tmp_path):
+    directory, driver, _ = warm_driver
+    caller = subprocess.Popen([str(RAYPASS), "compile", "zoo:transformer?layers=8&hidden=256", "--no-cache",
+                               "-o", "t.so"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+    _wait(lambda: _running(directory) == 1 and _children(driver.pid), "the command to start")
+    caller.send_signal(signal.SIGTSTP)
+    _wait(lambda: (kids := _children(driver.pid)) and all(state == "T" for _, state in kids),
+          "the command to stop")
+    caller.send_signal(signal.SIGCONT)
+    _wait(lambda: all(state != "T" for _, state in _children(driver.pid)), "the command to resume")
+    _, stderr = caller.communicate(timeout=240)
+    assert caller.returncode == 0, stderr
+    assert (tmp_path / "t.so").exists()
