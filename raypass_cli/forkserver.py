@@ -12,7 +12,9 @@ asks it to run the command; the child becomes the command the user typed:
   files, exit status and errors are those of a fresh process;
 * Ctrl-C in the caller (and SIGTERM) reaches the child's process group, as the
   terminal's would, and the caller exits with the child's status;
-* a caller that dies takes its command with it (the warm driver interrupts the child).
+* a caller that dies takes its command with it (the warm driver interrupts the child);
+* the child tells its caller its exit status itself: a warm driver that dies meanwhile
+  loses nothing.
 
 It serves only what a fresh process would do the same way: the same interpreter, the
 same import path after its first entry, the same raypass sources (sizes and
@@ -20,10 +22,12 @@ modification times), and the same process-wide settings fixed at start-up (threa
 of the BLAS, hash seed, warnings, preloads). Anything else, or no warm driver, or
 ``RAYPASS_FORKSERVER=0``: the command runs in the calling process as before.
 
-The pool daemon (``scheduler.pool.daemon``) starts it with a warm pool and stops it on
-the way out; it also stops when that daemon is gone. Its record (``forkserver.json`` in
-the pool's directory) holds the socket and the number of commands served. This module
-imports nothing heavy at the top: the client side runs before anything else is loaded.
+``raypass pool start`` starts it beside the warm pool (``raypass_cli.pool``; the library
+knows nothing of it), ``raypass pool stop`` stops it, and it stops by itself when the
+pool's daemon is gone; the commands it started run on to their end. Its record
+(``forkserver.json`` in the pool's directory) holds the socket and the number of commands
+served. This module imports nothing heavy at the top: the client side runs before
+anything else is loaded.
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ START_SETTINGS = (
 )
 PACKAGES = ("passinfra", "scheduler", "workers", "raypass_cli")
 _POLL_SECONDS = 0.5
-_STOP_SECONDS = 10.0  # what stopping waits for commands still running before it kills them
+_STOP_SECONDS = 15.0  # what `stop` waits for the warm driver to exit before it kills it
 _FALSE = {"0", "off", "no", "false"}
 
 
@@ -283,16 +287,13 @@ class WarmDriver:
         signal.signal(signal.SIGINT, self._stop)
         self.write_record()
         print(f"raypass warm driver: serving at {self.socket_dir / 'socket'}", flush=True)
-        stop_deadline = None
+        # Stopping (asked to, or its pool is gone) ends this process at once: the commands
+        # it runs go on, each telling its own caller how it ended (they are the user's
+        # commands, not the pool's)
         try:
-            while self.children or stop_deadline is None:
-                if stop_deadline is None and (self.stopping or not _alive(self.pool_pid)):
-                    stop_deadline = self._begin_stop()
-                if stop_deadline is not None and time.monotonic() > stop_deadline:
-                    self._signal_children(signal.SIGKILL)
-                watched = [wake_read, *(c for p, c in self.children.items() if p not in self.abandoned)]
-                if stop_deadline is None:
-                    watched.append(self.listener)
+            while not self.stopping and _alive(self.pool_pid):
+                watched = [wake_read, self.listener,
+                           *(c for p, c in self.children.items() if p not in self.abandoned)]
                 try:
                     readable, _, _ = select.select(watched, [], [], _POLL_SECONDS)
                 except InterruptedError:
@@ -313,19 +314,6 @@ class WarmDriver:
 
     def _stop(self, *_: object) -> None:
         self.stopping = True
-
-    def _begin_stop(self) -> float:
-        """No more commands; the running ones get a while to finish."""
-        self.remove_record()
-        self.listener.close()
-        return time.monotonic() + _STOP_SECONDS
-
-    def _signal_children(self, signum: int) -> None:
-        for pid in self.children:
-            try:
-                os.killpg(pid, signum)
-            except (ProcessLookupError, PermissionError):
-                pass
 
     def _interrupt(self, pid: int) -> None:
         try:
@@ -514,8 +502,8 @@ def read_record(directory: Path | None = None) -> dict[str, Any] | None:
     return None
 
 
-def stop(directory: Path | None = None, timeout: float = _STOP_SECONDS + 5.0) -> bool:
-    """Stop the warm driver (its running commands get a while to finish); False: none ran."""
+def stop(directory: Path | None = None, timeout: float = _STOP_SECONDS) -> bool:
+    """Stop the warm driver (the commands it started run on to their end); False: none ran."""
     record = read_record(directory)
     if record is None:
         return False
