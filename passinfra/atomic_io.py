@@ -25,7 +25,7 @@ def atomic_write(path: str | os.PathLike[str], *chunks: bytes | memoryview,
         with os.fdopen(fd, "wb") as tmp:
             for chunk in chunks:
                 tmp.write(chunk)
-        os.replace(tmp_name, path)
+        _publish(tmp_name, path)
     except BaseException:
         try:
             os.unlink(tmp_name)
@@ -60,10 +60,45 @@ def atomic_copy(
                 raise
             break
     try:
-        os.replace(tmp_name, path)
+        _publish(tmp_name, path)
     except BaseException:
         _unlink_quietly(tmp_name)
         raise
+
+
+# an old file this large is freed by a process of its own, not by the one publishing over it
+DETACHED_FREE_BYTES = 64 << 20
+
+
+def _publish(tmp_name: str, path: Path) -> None:
+    """``os.replace(tmp_name, path)``. Replacing a large file frees its blocks inside the
+    call (0.2 s for a 300 MB weights file on ext4): a compile that writes over its previous
+    library would wait for that. So the old file first gets a second name, the replace
+    then only drops one of its links, and a detached ``rm`` frees it meanwhile."""
+    old = None
+    try:
+        if os.stat(path).st_size >= DETACHED_FREE_BYTES:
+            old = os.path.join(path.parent, f".raypass-old-{os.getpid()}.{secrets.token_hex(8)}")
+            os.link(path, old)
+    except OSError:  # none there, or no hard links here: the plain replace
+        old = None
+    try:
+        os.replace(tmp_name, path)
+    finally:
+        if old is not None:
+            _unlink_detached(old)
+
+
+def _unlink_detached(name: str) -> None:
+    """Remove ``name`` in the background: a shell starts ``rm`` and returns at once, so
+    the ``rm`` is nobody's child to wait for (no zombie in a long-lived caller)."""
+    import subprocess
+
+    try:
+        subprocess.run(["sh", "-c", 'rm -f -- "$1" &', "sh", name], stdin=subprocess.DEVNULL,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):  # no shell to run: free it here
+        _unlink_quietly(name)
 
 
 def _unlink_quietly(name: str) -> None:

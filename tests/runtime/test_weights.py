@@ -117,3 +117,27 @@ def test_a_module_loaded_from_bytes_holds_them_in_memory(compiled_identity, tmp_
     out = tmp_path / "m.so"
     lib.export_library(out)
     assert load_module(out)(np.zeros(4, "float32")).tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_writing_over_a_large_file_leaves_its_freeing_to_another_process(tmp_path, monkeypatch):
+    """The old file gets a second name before the replace and a detached rm removes it:
+    readers see the old file or the new one, the directory ends with the new one only."""
+    import time
+
+    monkeypatch.setattr(atomic_io, "DETACHED_FREE_BYTES", 1)  # every old file counts as large
+    detached: list[str] = []
+    unlink_detached = atomic_io._unlink_detached
+    monkeypatch.setattr(atomic_io, "_unlink_detached",
+                        lambda name: detached.append(name) or unlink_detached(name))
+    path = tmp_path / "m.so.weights.bin"
+    path.write_bytes(b"old" * 1000)
+    reader = open(path, "rb")  # a process still reading the old file
+    atomic_io.atomic_write(path, b"new" * 10)
+    assert path.read_bytes() == b"new" * 10 and reader.read() == b"old" * 1000
+    reader.close()
+    deadline = time.monotonic() + 30
+    while len(list(tmp_path.iterdir())) > 1:  # the old file's second name, until rm ran
+        assert time.monotonic() < deadline, sorted(p.name for p in tmp_path.iterdir())
+        time.sleep(0.02)
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]
+    assert len(detached) == 1 and os.path.basename(detached[0]).startswith(".raypass-old-")
