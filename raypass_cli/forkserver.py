@@ -140,31 +140,44 @@ def run_in_warm_driver(argv: list[str]) -> int | None:
     from raypass_cli.process_start import process_start_time
 
     started = process_start_time()
+    identity = _identity(os.environ)
     try:
         record = json.loads((pool_dir() / RECORD_FILE).read_text())
-        if record.get("identity") != _identity(os.environ):
+        if record.get("identity") != identity:
             return None
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         conn.connect(record["socket"])
     except (OSError, ValueError, KeyError, TypeError):  # none, a stale record, a foreign file
         return None
-    with conn:
+    sigint_ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    with conn, _Forwarding() as forwarding:  # from before the request: no signal slips by
         try:
             socket.send_fds(conn, [b"R"], [0, 1, 2])
             streams = (sys.stdin, sys.stdout, sys.stderr)
             _send(conn, {
                 "argv": [sys.argv[0], *argv], "path0": sys.path[0], "cwd": os.getcwd(),
                 "environ": dict(os.environ), "started": started,
-                "sigint_ignored": signal.getsignal(signal.SIGINT) == signal.SIG_IGN, "umask": _umask(),
-                "identity": _identity(os.environ),
+                "sigint_ignored": sigint_ignored, "umask": _umask(), "identity": identity,
                 "streams": [[stream.encoding, stream.errors] for stream in streams],
             })
             reply = _receive(conn)
         except (OSError, ValueError, AttributeError):  # it went away, or a closed standard stream
+            reply = None
+        if reply is None or "pid" not in reply:  # refused (another identity since the record
+            if forwarding.interrupted:  # was written) or gone; Ctrl-C meanwhile: no command ran
+                print("raypass: interrupted", file=sys.stderr)
+                return 130
             return None
-        if reply is None or "pid" not in reply:
-            return None  # refused (another identity since the record was written) or gone
-        return _wait_for_child(conn, int(reply["pid"]))
+        forwarding.start(int(reply["pid"]))
+        try:
+            reply = _receive(conn)  # a forwarded signal does not interrupt it (PEP 475)
+        except OSError:
+            reply = None
+    if reply is None:  # the command died of a signal, and the warm driver with it
+        print("raypass: error: the command and its warm driver (raypass pool) died", file=sys.stderr)
+        return 1
+    status = int(reply["exit"])
+    return 128 - status if status < 0 else status  # a signal's death, as a shell shows it
 
 
 def _umask() -> int:
@@ -173,41 +186,59 @@ def _umask() -> int:
     return mask
 
 
-def _wait_for_child(conn: socket.socket, pid: int) -> int:
-    """The child's exit status (it says so itself; the warm driver, when the child died of
-    a signal). Ctrl-C and SIGTERM here go to the child's process group; Ctrl-Z stops it
-    with this process, and ``fg``/``bg`` resume both."""
+class _Forwarding:
+    """While the caller waits: Ctrl-C and SIGTERM go to its command's process group, Ctrl-Z
+    stops the command with the caller and ``fg``/``bg`` resume both. A signal that comes
+    before the command's pid is known is held and forwarded then. A signal the caller
+    ignores (started with Ctrl-C ignored, in the background) its command ignores too."""
 
-    def forward(signum: int, _frame: Any) -> None:
+    def __init__(self) -> None:
+        self.pid: int | None = None
+        self.held: list[int] = []
+        self.previous: dict[int, Any] = {}
+
+    @property
+    def interrupted(self) -> bool:
+        return any(signum in (signal.SIGINT, signal.SIGTERM) for signum in self.held)
+
+    def __enter__(self) -> _Forwarding:
+        handlers = {signal.SIGINT: self._forward, signal.SIGTERM: self._forward,
+                    signal.SIGTSTP: self._suspend}
+        self.previous = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()
+                         if signal.getsignal(sig) != signal.SIG_IGN}
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+    def start(self, pid: int) -> None:
+        self.pid = pid
+        for signum in self.held:
+            (self._suspend if signum == signal.SIGTSTP else self._forward)(signum, None)
+        self.held.clear()
+
+    def _signal(self, signum: int) -> None:
         try:
-            os.killpg(pid, signum)
-        except (ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signum)
+        except (ProcessLookupError, PermissionError, TypeError):
             pass
 
-    def suspend(_signum: int, _frame: Any) -> None:
-        forward(signal.SIGSTOP, None)
+    def _forward(self, signum: int, _frame: Any) -> None:
+        if self.pid is None:
+            self.held.append(signum)
+        else:
+            self._signal(signum)
+
+    def _suspend(self, signum: int, _frame: Any) -> None:
+        if self.pid is None:
+            self.held.append(signum)
+            return
+        self._signal(signal.SIGSTOP)
         signal.signal(signal.SIGTSTP, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTSTP)  # this process stops here until continued
-        signal.signal(signal.SIGTSTP, suspend)
-        forward(signal.SIGCONT, None)
-
-    # a signal this process ignores (started with Ctrl-C ignored, in the background) its
-    # command ignores too
-    handlers = {signal.SIGINT: forward, signal.SIGTERM: forward, signal.SIGTSTP: suspend}
-    previous = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()
-                if signal.getsignal(sig) != signal.SIG_IGN}
-    try:
-        reply = _receive(conn)  # a forwarded signal does not interrupt it (PEP 475)
-    except OSError:
-        reply = None
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    if reply is None:  # the command died of a signal, and the warm driver with it
-        print("raypass: error: the command and its warm driver (raypass pool) died", file=sys.stderr)
-        return 1
-    status = int(reply["exit"])
-    return 128 - status if status < 0 else status  # a signal's death, as a shell shows it
+        signal.signal(signal.SIGTSTP, self._suspend)
+        self._signal(signal.SIGCONT)
 
 
 # ----- the server -------------------------------------------------------------------------

@@ -175,12 +175,22 @@ def _children(pid: int) -> list[tuple[int, str]]:
     return found
 
 
+def _catches(pid: int, signum: int) -> bool:
+    """Whether process ``pid`` has a handler for ``signum`` (SigCgt of /proc/PID/status)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    return False
+
+
 def test_ctrl_z_stops_the_served_command_and_fg_resumes_it(warm_driver, tmp_path):
     directory, driver, _ = warm_driver
     caller = subprocess.Popen([str(RAYPASS), "compile", "zoo:transformer?layers=8&hidden=256", "--no-cache",
                                "-o", "t.so"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True)
-    _wait(lambda: _running(directory) == 1 and _children(driver.pid), "the command to start")
+    # the caller forwards Ctrl-Z once it knows its command: its handler is then installed
+    _wait(lambda: _running(directory) == 1 and _children(driver.pid) and _catches(caller.pid, signal.SIGTSTP),
+          "the command to start")
     caller.send_signal(signal.SIGTSTP)
     _wait(lambda: (kids := _children(driver.pid)) and all(state == "T" for _, state in kids),
           "the command to stop")
