@@ -175,6 +175,10 @@ def _children(pid: int) -> list[tuple[int, str]]:
     return found
 
 
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+
+
 def _catches(pid: int, signum: int) -> bool:
     """Whether process ``pid`` has a handler for ``signum`` (SigCgt of /proc/PID/status)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -185,15 +189,19 @@ def _catches(pid: int, signum: int) -> bool:
 
 def test_ctrl_z_stops_the_served_command_and_fg_resumes_it(warm_driver, tmp_path):
     directory, driver, _ = warm_driver
+    # a process group of its own in this session, as a shell's job: Ctrl-Z stops it (the
+    # kernel discards it for an orphaned group, which a test run started in the
+    # background may be)
     caller = subprocess.Popen([str(RAYPASS), "compile", "zoo:transformer?layers=8&hidden=256", "--no-cache",
                                "-o", "t.so"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True)
+                              text=True, process_group=0)
     # the caller forwards Ctrl-Z once it knows its command: its handler is then installed
     _wait(lambda: _running(directory) == 1 and _children(driver.pid) and _catches(caller.pid, signal.SIGTSTP),
           "the command to start")
     caller.send_signal(signal.SIGTSTP)
     _wait(lambda: (kids := _children(driver.pid)) and all(state == "T" for _, state in kids),
           "the command to stop")
+    _wait(lambda: _state(caller.pid) == "T", "the caller to stop with it")
     caller.send_signal(signal.SIGCONT)
     _wait(lambda: all(state != "T" for _, state in _children(driver.pid)), "the command to resume")
     _, stderr = caller.communicate(timeout=240)

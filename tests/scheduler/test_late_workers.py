@@ -19,7 +19,7 @@ from passinfra.transform import PassContext, Sequential
 from scheduler import Scheduler
 from tests.scheduler import passes_for_tests as P
 
-mod = P.chain_module(150)
+mod = P.chain_module(250)
 pipeline = Sequential([P.sleep_20ms, P.add_to_multiply], opt_level=0)
 # no head start: the driver waits for its first worker rather than working itself
 with Scheduler(backend="ray", num_workers=2, cpus_per_worker=0.5) as sched, \\
@@ -42,8 +42,10 @@ print(json.dumps({
 
 def test_a_worker_that_comes_up_late_still_gets_work(ray_tmpdir):
     env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
-    # worker 1 takes 1.5 s longer to come up than worker 0, as on a loaded node
-    env.update(RAY_TMPDIR=str(ray_tmpdir), PYTHONPATH=str(ROOT), RAYPASS_SLOW_START="1=1.5")
+    # worker 1 takes 2.5 s longer to come up than worker 0, as on a loaded node: beyond
+    # what a busy machine's start-up alone puts between two workers (0.6 s seen), within
+    # the 5 s the stage takes on one worker
+    env.update(RAY_TMPDIR=str(ray_tmpdir), PYTHONPATH=str(ROOT), RAYPASS_SLOW_START="1=2.5")
     proc = subprocess.run([sys.executable, "-c", PROGRAM], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -52,7 +54,7 @@ def test_a_worker_that_comes_up_late_still_gets_work(ray_tmpdir):
     # the run began on worker 0 alone; worker 1 joined it and took part of the stage
     assert result["answered"] == [0, 1]
     assert result["first_start"]["1"] - result["first_start"]["0"] > 1.0
-    assert 0 < result["functions"]["1"] < 150 and sum(result["functions"].values()) == 150
+    assert 0 < result["functions"]["1"] < 250 and sum(result["functions"].values()) == 250
     assert any(note.startswith("worker 1 joined during stage") for note in result["notes"])
 
 
