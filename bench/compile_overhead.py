@@ -2,15 +2,18 @@
 
 CompileC runs the system C compiler once per kernel (one translation unit each, so an
 object depends on its kernel alone and the library's bytes on nothing the scheduler
-decides). A call pays a fixed cost (the driver, cc1 and the assembler starting, and the
-kernel's preamble being parsed) before the kernel's own code. This measures, through
-the same ``compile_c`` a build calls (no cache), interleaved:
+decides). A call pays a fixed cost (the driver, cc1 and the assembler starting, the
+assembly handed between them, and the kernel's preamble being parsed) before the
+kernel's own code. This measures, through the same ``compile_c`` a build calls (no
+cache), interleaved, each change to that cost against the form before it:
 
-* the fixed cost: an empty translation unit, and the kernel preamble alone, with the C
-  library declared by the preamble itself (what kernels use now) and through the
-  system headers ``<math.h> <stdint.h> <stdlib.h> <string.h>`` (what they used before);
-* a model's whole kernel set, compiled one kernel at a time in both forms, and whether
-  the two forms give byte-identical objects.
+* the C library: declared by the kernel's preamble itself (now), or through the system
+  headers ``<math.h> <stdint.h> <stdlib.h> <string.h>`` (before);
+* the assembly: through a pipe from cc1 to the assembler (``-pipe``, now), or through a
+  temporary file (before);
+* the fixed cost (an empty translation unit, the preamble alone) and a model's whole
+  kernel set compiled one kernel at a time in each form, and whether the forms give
+  byte-identical objects.
 
     python -m bench.compile_overhead [--model densenet121] [--repeats 5] [--output PATH]
 """
@@ -81,15 +84,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", default=str(ROOT / "bench" / "results_compile_overhead.md"))
     args = parser.parse_args(argv)
 
-    settings = CompilerSettings(use_cache=False)
+    now = CompilerSettings(use_cache=False)
+    files = CompilerSettings(use_cache=False, pipe=False)
     preamble = c_renderer.PREAMBLE
     fixed = {
-        "empty translation unit": "int rp_unused;\n",
-        "preamble, system headers": with_system_headers(preamble),
-        "preamble, own declarations (now)": preamble,
+        "empty translation unit, temporary file": ("int rp_unused;\n", files),
+        "empty translation unit, -pipe": ("int rp_unused;\n", now),
+        "preamble, system headers, -pipe": (with_system_headers(preamble), now),
+        "preamble, own declarations, temporary file": (preamble, files),
+        "preamble, own declarations, -pipe (now)": (preamble, now),
     }
 
-    def per_call(source: str):
+    def per_call(source: str, settings: CompilerSettings):
         def run() -> float:
             started = time.perf_counter()
             for _ in range(args.calls):
@@ -97,22 +103,24 @@ def main(argv: list[str] | None = None) -> int:
             return (time.perf_counter() - started) / args.calls
         return run
 
-    fixed_samples = interleaved({name: per_call(source) for name, source in fixed.items()}, args.repeats)
+    fixed_samples = interleaved({name: per_call(*form) for name, form in fixed.items()}, args.repeats)
 
     sources = kernel_sources(args.model)
-    forms = {"system headers (before)": {n: with_system_headers(s) for n, s in sources.items()},
-             "own declarations (now)": sources}
+    headers = {n: with_system_headers(s) for n, s in sources.items()}
+    forms = {"system headers, temporary file (two changes ago)": (headers, files),
+             "own declarations, temporary file (before)": (sources, files),
+             "own declarations, -pipe (now)": (sources, now)}
     objects: dict[str, dict[str, bytes]] = {}
 
     def whole_set(form: str):
         def run() -> float:
-            seconds, objects[form] = compile_all(forms[form], settings)
+            seconds, objects[form] = compile_all(*forms[form])
             return seconds
         return run
 
     set_samples = interleaved({form: whole_set(form) for form in forms}, args.repeats)
-    before, now = (objects[form] for form in forms)
-    identical = sum(before[name] == now[name] for name in sources)
+    oldest, before, current = (objects[form] for form in forms)
+    identical = sum(oldest[name] == before[name] == current[name] for name in sources)
 
     def ms(sample: Sample, per: int = 1) -> str:
         values = sorted(v / per * 1e3 for v in sample.values)
@@ -121,7 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = [[name, ms(sample)] for name, sample in fixed_samples.items()]
     set_rows = [[form, f"{sample.median:.2f} ({min(sample.values):.2f}-{max(sample.values):.2f})",
                  ms(sample, len(sources))] for form, sample in set_samples.items()]
-    first, second = set_samples.values()
+    first, second, third = set_samples.values()
+    ratios = sorted(c / b for b, c in zip(second.values, third.values))  # round by round
+    fixed_now = fixed_samples["preamble, own declarations, -pipe (now)"].median
     notes = machine_notes()
     text = "\n".join([
         "# The C compiler's cost per kernel: fixed overhead against the kernel's own work",
@@ -138,12 +148,13 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"## {args.model}: its {len(sources)} kernels, one compile each",
         "",
-        markdown_table(["kernel preamble", "seconds, all kernels", "ms per kernel"], set_rows),
+        markdown_table(["kernel form", "seconds, all kernels", "ms per kernel"], set_rows),
         "",
-        f"Now / before: {second.median / first.median:.2f}. Objects byte-identical between the two forms: "
+        f"-pipe / temporary file: {third.median / second.median:.2f} (round by round "
+        f"{ratios[0]:.2f}-{ratios[-1]:.2f}); own declarations / system headers: "
+        f"{second.median / first.median:.2f}. Objects byte-identical in all three forms: "
         f"{identical} of {len(sources)}. Of a kernel's compile, the fixed cost is now "
-        f"{fixed_samples['preamble, own declarations (now)'].median / (second.median / len(sources)):.0%} "
-        f"(was {fixed_samples['preamble, system headers'].median / (first.median / len(sources)):.0%}).",
+        f"{fixed_now / (third.median / len(sources)):.0%}.",
         "",
     ])
     Path(args.output).write_text(text)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from passinfra.codegen.cc_driver import CompilerSettings, compile_c, compiler_identity
+from passinfra.codegen.cc_driver import CompilerSettings, compile_c, compiler_identity, pipe_flags
 from passinfra.codegen.object_cache import ObjectCache, cache_key, compile_stats, reset_compile_stats
 
 SOURCE = "int answer(void) { return 42; }\n"
@@ -45,6 +45,20 @@ def test_key_depends_on_source_flags_and_compiler():
     # moving text between the parts must change the key too
     assert cache_key("ab", "c", "") != cache_key("a", "bc", "")
     assert "|" in identity and Path(identity.split("|")[0]).is_absolute()
+
+
+def test_the_pipe_between_compiler_and_assembler_changes_no_object(tmp_path):
+    """GCC and Clang run with -pipe (no temporary assembly file); the object is the one
+    the files gave, so -pipe is no part of the cache key. A compiler that is neither
+    (its --version says so) gets no flag it may not know."""
+    from tests.fake_compilers import compiler_stopped_by
+
+    kernel = ("float sum(const float* x, int n) {\n"
+              "  float s = 0;\n  for (int i = 0; i < n; i++) s += x[i];\n  return s;\n}\n")
+    piped, files = CompilerSettings(use_cache=False), CompilerSettings(use_cache=False, pipe=False)
+    assert pipe_flags(piped) == ("-pipe",) and pipe_flags(files) == ()
+    assert compile_c(kernel, piped) == compile_c(kernel, files)
+    assert pipe_flags(CompilerSettings(cc=str(compiler_stopped_by(2, tmp_path)))) == ()
 
 
 def test_different_flags_compile_again(tmp_path):
