@@ -38,6 +38,7 @@ from passinfra.ir.op import reshape, transpose
 from passinfra.ir.op.extra import strided_slice
 from passinfra.ir.op.nn import conv2d
 from passinfra.ir.op.registry import Op
+from passinfra.ir.op_census import calls_any
 from passinfra.ir.types import TensorType
 from passinfra.transform.builtin.function_types import ensure_typed
 from passinfra.transform.pass_info import PassInfo
@@ -107,7 +108,7 @@ class _ConvTransposeAsConv(ExprMutator):
 def conv_transpose_as_conv(func: Function, mod: IRModule) -> Function:
     """``func`` (of ``mod``) with its rewritable transposed convolutions as ordinary ones
     (module docstring)."""
-    if func.attrs.get("Primitive", 0):
+    if func.attrs.get("Primitive", 0) or not calls_any(func, (_CONV2D_TRANSPOSE,)):
         return func
     ensure_typed(func, mod)
     return _ConvTransposeAsConv().visit(func)  # type: ignore[return-value]

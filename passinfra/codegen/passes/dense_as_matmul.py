@@ -30,6 +30,7 @@ from passinfra.ir.functor import ExprMutator
 from passinfra.ir.module import IRModule
 from passinfra.ir.op import matmul
 from passinfra.ir.op.registry import Op
+from passinfra.ir.op_census import calls_any, op_calls
 from passinfra.ir.types import TensorType
 from passinfra.transform.builtin.function_types import ensure_typed
 from passinfra.transform.builtin.to_mixed_precision import WEIGHT_DTYPE_CONFIG
@@ -61,32 +62,40 @@ def applies(ctx: PassContext) -> bool:
     return ctx.get_config(WEIGHT_DTYPE_CONFIG, "float32") == "float32"
 
 
+def _rewritable(call: Call, use_blas: bool) -> bool:
+    """Whether the dense ``call`` (typed) runs as a matmul on the microkernels."""
+    data, weight = call.args
+    if not isinstance(weight, Constant):
+        return False
+    data_type, weight_type = data._checked_type, weight._checked_type
+    if not (isinstance(data_type, TensorType) and isinstance(weight_type, TensorType)
+            and data_type.dtype == weight_type.dtype == _FLOAT32 and weight_type.ndim == 2):
+        return False
+    n, k = (int(d) for d in weight_type.shape)
+    return runs_on_microkernels(tuple(data_type.shape), k, n, use_blas)
+
+
 class _DenseAsMatmul(ExprMutator):
     def __init__(self, use_blas: bool) -> None:
         self.use_blas = use_blas
 
     def visit_call(self, call: Call) -> Expr:
         new = super().visit_call(call)
-        if call.op is not _DENSE or not isinstance(call.args[1], Constant):
+        if call.op is not _DENSE or not _rewritable(call, self.use_blas):
             return new
-        data, weight = call.args
-        data_type, weight_type = data._checked_type, weight._checked_type
-        if not (isinstance(data_type, TensorType) and isinstance(weight_type, TensorType)
-                and data_type.dtype == weight_type.dtype == _FLOAT32 and weight_type.ndim == 2):
-            return new
-        n, k = (int(d) for d in weight_type.shape)
-        if not runs_on_microkernels(tuple(data_type.shape), k, n, self.use_blas):
-            return new
-        transposed = Constant.owning(np.ascontiguousarray(weight.data.T))
+        transposed = Constant.owning(np.ascontiguousarray(call.args[1].data.T))
         return matmul(new.args[0], transposed)
 
 
 def dense_as_matmul(func: Function, mod: IRModule, use_blas: bool) -> Function:
     """``func`` (of ``mod``) with its microkernel-sized dense layers as matmuls (module
     docstring)."""
-    if func.attrs.get("Primitive", 0):
+    if func.attrs.get("Primitive", 0) or not calls_any(func, (_DENSE,)):
         return func
     ensure_typed(func, mod)
+    # a classifier head of one row stays a dense: no walk rebuilds the function for it
+    if not any(_rewritable(call, use_blas) for call in op_calls(func)[_DENSE]):
+        return func
     return _DenseAsMatmul(use_blas).visit(func)  # type: ignore[return-value]
 
 

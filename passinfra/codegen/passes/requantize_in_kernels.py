@@ -32,6 +32,7 @@ from passinfra.ir.functor import ExprMutator
 from passinfra.ir.module import IRModule
 from passinfra.ir.op.registry import Op
 from passinfra.ir.op.requantized import CONTRACTIONS
+from passinfra.ir.op_census import calls_any
 from passinfra.ir.types import TensorType
 from passinfra.transform.builtin.function_types import ensure_typed
 from passinfra.transform.pass_info import PassInfo
@@ -91,7 +92,7 @@ class _RequantizeInKernels(ExprMutator):
 def requantize_in_kernels(func: Function, mod: IRModule) -> Function:
     """``func`` (of ``mod``) with the requantizes the integer GEMM can apply fused into
     its contractions (module docstring)."""
-    if func.attrs.get("Primitive", 0):
+    if func.attrs.get("Primitive", 0) or not calls_any(func, (_REQUANTIZE,)):
         return func
     ensure_typed(func, mod)
     return _RequantizeInKernels(use_counts(func)).visit(func)  # type: ignore[return-value]

@@ -55,6 +55,7 @@ from passinfra.ir.analysis import use_counts
 from passinfra.ir.expr import Call, Constant, Expr, Function
 from passinfra.ir.op import quantize as qnn
 from passinfra.ir.op.registry import Op
+from passinfra.ir.op_census import calls_any
 from passinfra.ir.types import TensorType
 from passinfra.transform.builtin.function_types import ensure_typed
 from passinfra.transform.config import register_config
@@ -342,8 +343,8 @@ def _bias(bias: _Bias | None, product: np.ndarray, channels: int, axis: int,
 
 def fuse_qdq_function(func: Function, mod: ir.IRModule, ctx: PassContext) -> Function:
     """The per-function body of :func:`FuseQDQ`."""
-    if not ctx.get_config(ENABLED_CONFIG, True):
-        return func
+    if not ctx.get_config(ENABLED_CONFIG, True) or not calls_any(func, (_QUANTIZE,)):
+        return func  # (every group it fuses ends in a quantize)
     ensure_typed(func, mod)
     return _Fuser(use_counts(func)).visit(func)
 
