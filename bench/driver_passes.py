@@ -7,7 +7,10 @@ compile on 15 workers. This times them pass by pass, as a build runs them (opt_l
 the build's own pipeline, ``passinfra.build.COMPILE_PIPELINE`` up to the kernel stage),
 on each model, in a fresh process per (tree, model, round) so no cache on an IR node
 carries over, rounds interleaved; ``--baseline DIR`` (a checkout of an earlier commit)
-measures that tree side by side with this one. Loading the model is not part of it.
+measures that tree side by side with this one. Loading the model is not part of it; the
+passes run under what ``raypass compile`` builds under where the tree has it (the loaded
+objects frozen: ``raypass_cli.common.loaded_objects_frozen``), and the time the garbage
+collector took during them is reported beside.
 
     python -m bench.driver_passes [--models densenet121,resnet50,transformer] [--repeats 5]
                                   [--baseline DIR] [--output PATH]
@@ -31,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # run in the measured tree (its PYTHONPATH), printing {"pass": seconds, ...} as JSON
 _CHILD = r"""
-import json, sys, time
+import contextlib, gc, json, sys, time
 from passinfra.build import COMPILE_PIPELINE, _passes
 from passinfra.instrument.base import PassInstrument
 from passinfra.transform import PassContext
@@ -50,15 +53,30 @@ class Clock(PassInstrument):
         self.seconds[info.name] = self.seconds.get(info.name, 0.0) + time.perf_counter() - self.started
 
 
+try:  # what `raypass compile` builds under, where the tree has it
+    from raypass_cli.common import loaded_objects_frozen
+except ImportError:
+    loaded_objects_frozen = contextlib.nullcontext
+collecting = {"seconds": 0.0, "since": 0.0}
+
+
+def collector(phase, info):
+    if phase == "start":
+        collecting["since"] = time.perf_counter()
+    else:
+        collecting["seconds"] += time.perf_counter() - collecting["since"]
+
+
 mod = load_model(sys.argv[1])
 names = COMPILE_PIPELINE[:COMPILE_PIPELINE.index("LowerToPrimFunc")]
 clock = Clock()
-with PassContext(opt_level=3, instruments=[clock]):
+gc.callbacks.append(collector)
+with loaded_objects_frozen(), PassContext(opt_level=3, instruments=[clock]):
     started = time.perf_counter()
     for name in names:  # one pass at a time: the passes the Sequential's own InferType runs are timed too
         mod = _passes((name,))[0](mod)
     total = time.perf_counter() - started
-print(json.dumps({"total": total, **clock.seconds}))
+print(json.dumps({"total": total, "collector": collecting["seconds"], **clock.seconds}))
 """
 
 
@@ -98,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     rows, detail = [], []
     for model in models:
         totals = {tree: [s["total"] for s in samples[(model, tree)]] for tree in trees}
-        row = [model, *(ms(totals[tree]) for tree in trees)]
+        collector = {tree: [s["collector"] for s in samples[(model, tree)]] for tree in trees}
+        row = [model, *(ms(totals[tree]) for tree in trees), *(ms(collector[tree]) for tree in trees)]
         if "before" in trees:
             ratios = sorted(a / b for a, b in zip(totals["after"], totals["before"]))  # round by round
             row.append(f"{statistics.median(ratios):.2f} [{ratios[0]:.2f}-{ratios[-1]:.2f}]")
@@ -106,14 +125,15 @@ def main(argv: list[str] | None = None) -> int:
         def median_ms(name: str, tree: str, model: str = model) -> float:
             return statistics.median(s.get(name, 0.0) for s in samples[(model, tree)]) * 1e3
 
-        passes = sorted({name for s in samples[(model, "after")] for name in s} - {"total"},
+        passes = sorted({name for s in samples[(model, "after")] for name in s} - {"total", "collector"},
                         key=lambda name: -median_ms(name, "after"))
         for name in passes:
             cells = [median_ms(name, tree) for tree in trees]
             if max(cells) >= 3.0:
                 detail.append([model, name, *(f"{cell:.1f}" for cell in cells)])
     tree_names = list(trees)
-    header = ["model", *(f"{tree} ms" for tree in tree_names)]
+    header = ["model", *(f"{tree} ms" for tree in tree_names),
+              *(f"{tree}: in the garbage collector, ms" for tree in tree_names)]
     header += ["after / before"] if "before" in trees else []
     notes = machine_notes()
     text = "\n".join([

@@ -24,6 +24,7 @@ from raypass_cli.common import (
     command_scheduler,
     context_kwargs,
     load_model,
+    loaded_objects_frozen,
     parse_dims,
     parse_shapes,
     parse_specializations,
@@ -176,7 +177,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
     with command_scheduler(args) as scheduler:
         with process.measure(LOAD_SPAN):
             mod = load_model(args.model, parse_shapes(args.shapes), parse_dims(args.dim))
-        outcome = compile_model(mod, args, scheduler, emit=args.emit)
+        with loaded_objects_frozen():
+            outcome = compile_model(mod, args, scheduler, emit=args.emit)
     for note in outcome.stats.notes:
         print(f"raypass: note: {note}", file=sys.stderr)
     with process.measure(WRITE_SPAN):

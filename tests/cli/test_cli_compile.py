@@ -137,3 +137,28 @@ def test_the_command_exits_quickly_and_still_does_what_an_exit_must(raypass, tmp
     assert list(private_tmp.iterdir()) == []  # both processes removed what they made there
     wrong = raypass("run", "mlp.so", "--input", "nothing=random", env=env)
     assert wrong.returncode == 2 and wrong.stderr.startswith("raypass: error: ")
+
+
+
+def test_the_build_runs_with_the_loaded_objects_frozen_and_leaves_the_collector_as_it_was(
+        raypass_inprocess, tmp_path, monkeypatch):
+    import gc
+
+    from raypass_cli import compile as compile_command
+    from raypass_cli.common import YOUNG_COLLECTION_ALLOCATIONS
+
+    seen = []
+    real = compile_command.compile_model
+
+    def compile_model(*args, **kwargs):
+        seen.append((gc.get_freeze_count(), gc.get_threshold()[0]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(compile_command, "compile_model", compile_model)
+    (tmp_path / "model.txt").write_text(TEXT_IR)
+    before = (gc.get_freeze_count(), gc.get_threshold())
+    status, _, err = raypass_inprocess("compile", "model.txt", "--emit", "ir", "--backend", "local")
+    assert status == 0, err
+    frozen, young = seen[0]
+    assert frozen > before[0] and young == YOUNG_COLLECTION_ALLOCATIONS
+    assert (gc.get_freeze_count(), gc.get_threshold()) == before
