@@ -37,10 +37,11 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from passinfra.codegen.passes.compile_c import CACHE_HIT_FACT
 from passinfra.ir.expr import BaseFunc, Function
 from passinfra.ir.module import IRModule
 from passinfra.transform import PassContext
@@ -49,6 +50,7 @@ from passinfra.transform.function_stage import PassRun, run_stage_over
 from scheduler.assign import estimated_cost
 from scheduler.chunking import IN_FLIGHT, WorkQueue, pack_load, plan_calls
 from scheduler.dispatch import Dispatcher
+from scheduler.function_costs import CostMemory
 from scheduler.plan import FunctionStage, needs_types, reads_module
 from scheduler.pool.gateway import GatewayError
 from scheduler.pool.transport import Transport
@@ -100,6 +102,7 @@ class RayStageRunner:
         self._transport: Transport | None = None
         self._workers_lost = False  # the pool went away mid-run: the rest runs here
         self._stage_ids = 0
+        self.costs = CostMemory()  # what functions cost in earlier builds, and in this one
 
     @property
     def transport(self) -> Transport:
@@ -175,7 +178,10 @@ class RayStageRunner:
         if not ctx.get_config("scheduler.head_start", True):
             return [], working
         passes = [(leaf.leaf_index, leaf.pass_) for leaf in stage.leaves]
-        by_size = sorted(working, key=lambda name: -estimated_cost(mod[name]))  # stable: ties in module order
+        prior = self.costs.prior([leaf.name for leaf in stage.leaves], {name: mod[name] for name in working})
+        # largest first: by what an earlier build measured, else by node count (a node
+        # takes about a microsecond of a pass); stable: ties in module order
+        by_size = sorted(working, key=lambda name: -(prior.get(name) or estimated_cost(mod[name]) * 1e-6))
         done: set[str] = set()
         changed: dict[str, BaseFunc] = {}
         runs: list[PassRun] = []
@@ -203,13 +209,15 @@ class RayStageRunner:
     ) -> StageOutcome:
         arrivals, working = self._head_start(stage, mod, working, ctx, records)
         if not working:  # the driver ran it all before the workers were up
-            return self._merge(arrivals, mod, records)
+            return self._merge(arrivals, mod, records, stats.passes)
         transport = self.transport  # may wait for the workers to start
         send_start, t0 = time.time(), time.perf_counter()
         self._adopt_restarts()
         transport.joined()  # came up between stages: counted as ready below
         ready = [slot for slot in range(len(transport)) if transport.is_ready(slot)]
-        placement = self.residency.sync(mod, working, ctx.get_config("scheduler.work_queue", True), ready)
+        prior = self.costs.prior(stats.passes, {name: mod[name] for name in working})
+        placement = self.residency.sync(mod, working, ctx.get_config("scheduler.work_queue", True), ready,
+                                        prior)
         stats.functions_moved = placement.moved
         dispatch = Dispatcher(
             transport, stage.index, self._spec(stage, mod, ctx),
@@ -261,7 +269,7 @@ class RayStageRunner:
                 arrivals.append(_Arrival(call, result, changed, dispatch.is_current(call)))
                 merge_seconds += time.perf_counter() - t0
             t0 = time.perf_counter()
-            outcome = self._merge(arrivals, mod, [*records, *dispatch.records])
+            outcome = self._merge(arrivals, mod, [*records, *dispatch.records], stats.passes)
             merge_seconds += time.perf_counter() - t0
             self.stats.driver_events.append(
                 DriverEvent(f"merge results (stage {stage.index})", merge_start or time.time(), merge_seconds)
@@ -290,7 +298,11 @@ class RayStageRunner:
             types_wanted=stage.types_wanted,
         )
 
-    def _merge(self, arrivals: list[_Arrival], mod: IRModule, records: list[CallRecord]) -> StageOutcome:
+    def _merge(self, arrivals: list[_Arrival], mod: IRModule, records: list[CallRecord],
+               passes: Sequence[str] = ()) -> StageOutcome:
+        """The stage's output (module order), its first error (by pass, then module
+        order), and what it measured: for placement in this run, and (``passes``: the
+        stage's) for the next build's (``self.costs``)."""
         order = {gv.name_hint: i for i, gv in enumerate(mod.functions)}
         changed: dict[str, BaseFunc] = {}
         first_error: tuple[tuple[int, int], BatchError, dict[str, Any]] | None = None
@@ -303,10 +315,15 @@ class RayStageRunner:
             if arrival.current:
                 self.residency.received(call.slot, arrival.changed, result.untyped)
             seconds: dict[str, float] = {}
+            cached: set[str] = set()
             for run in result.runs:
                 seconds[run.function] = seconds.get(run.function, 0.0) + run.seconds
+                if any(fact.name == CACHE_HIT_FACT and fact.value for fact in run.facts):
+                    cached.add(run.function)
             if self._transport is not None:
                 self.residency.learn(seconds)
+            if passes:
+                self.costs.measured(passes, seconds, cached)
             if result.error is not None:
                 key = (result.error.leaf, order[result.error.function])
                 if first_error is None or key < first_error[0]:

@@ -7,7 +7,8 @@ one last sent to or received from that slot. Only new or changed functions are s
 
 Placement: a function no slot holds waits in the stage's work queue
 (``scheduler.chunking.WorkQueue``, largest first by the measured seconds of the last stage
-that ran it, else by an estimate from its node count) and becomes resident on the slot
+that ran it, else by those of an earlier build (``scheduler.function_costs``), else by an
+estimate from its node count) and becomes resident on the slot
 that takes it (``place``); with the queue off (config ``scheduler.work_queue``) it goes
 ahead of the stage to the least loaded slot, largest first (LPT, ``scheduler.assign``).
 Only the functions some pass of the stage works on take part (see ``sync``). When the
@@ -52,9 +53,10 @@ class Residency:
         # name -> (slot, the driver object the worker holds; None: it needs a new copy)
         self._resident: dict[str, tuple[int, BaseFunc | None]] = {}
         self._cost: dict[str, float] = {}  # measured seconds per function, last stage it ran
+        self._prior: Mapping[str, float] = {}  # the stage's seconds from earlier builds
 
     def sync(self, mod: IRModule, working: Sequence[str], queue: bool = False,
-             ready: Sequence[int] | None = None) -> Placement:
+             ready: Sequence[int] | None = None, prior: Mapping[str, float] | None = None) -> Placement:
         """Place the functions ``working`` (those some pass of the stage works on, in
         module order), rebalance them by measured cost, and say what each slot must
         load (new/changed functions) and drop (removed or moved ones). The functions are
@@ -62,11 +64,14 @@ class Residency:
         ``queue``, the functions no slot holds are not placed but listed in ``queued``,
         largest first, for the slots to take as they ask (``place``). ``ready``: the
         slots whose workers are up (default all); nothing is placed on the others, and
-        nothing moves until they are all up.
+        nothing moves until they are all up. ``prior``: seconds earlier builds measured
+        for functions this run has not run yet (``scheduler.function_costs``), trusted
+        before the node-count estimate.
 
         Only ``working`` functions travel: the others stay where they are, or in the
         driver alone. After FuseOps the host ``main`` holds every weight of the model
         and no kernel pass reads it; shipping it cost more than the kernels' work."""
+        self._prior = prior or {}
         present = {gv.name_hint for gv in mod.functions}
         drops: dict[int, list[str]] = {}
         for name in list(self._resident):
@@ -117,9 +122,10 @@ class Residency:
         return functions
 
     def _cost_of(self, name: str, mod: IRModule) -> float:
-        """Measured seconds of the last stage that ran the function, else an estimate
-        from its node count (about a microsecond per node and pass)."""
-        return self._cost.get(name) or estimated_cost(mod[name]) * 1e-6
+        """Measured seconds of the last stage that ran the function, else what an earlier
+        build measured for it, else an estimate from its node count (about a
+        microsecond per node and pass)."""
+        return self._cost.get(name) or self._prior.get(name) or estimated_cost(mod[name]) * 1e-6
 
     def _rebalance(
         self, placement: dict[str, int], mod: IRModule, drops: dict[int, list[str]]

@@ -190,7 +190,9 @@ class Scheduler:
         )
         failed = False
         try:
-            return executor.run(pipeline, mod)
+            result = executor.run(pipeline, mod)
+            runner.costs.save()  # what the next build's placement reads
+            return result
         except BaseException:
             failed = True
             raise
