@@ -99,6 +99,14 @@ def _cache(node: Expr, ty: Type) -> None:
     object.__setattr__(node, "_checked_type", ty)
 
 
+def keep_type(new: Expr, old: Expr) -> None:
+    """``new`` computes what ``old`` does from inputs of the same types (a rewrite that
+    only replaced children by same-typed ones: FuseOps' lifted bodies), so ``old``'s
+    inferred type, where it has one, is ``new``'s: cached on it without inference."""
+    if new is not old and old._checked_type is not None and new._checked_type is None:
+        _cache(new, old._checked_type)
+
+
 class _GlobalTypes:
     """The types of a module's global functions, inferred callees first on demand."""
 

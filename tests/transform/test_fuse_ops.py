@@ -95,6 +95,18 @@ def test_conv2d_bias_add_relu_fuse_into_one_function():
     check_fused(before, expected)
 
 
+def test_lifted_bodies_keep_the_types_inferred_before_fusion():
+    """The kernels' nodes are the graph's, rebuilt over same-typed parameters: their types
+    come along (no kernel is inferred again)."""
+    x, w, b = ir.var("x", (1, 3, 8, 8)), ir.var("w", (4, 3, 3, 3)), ir.var("b", (4,))
+    mod = module(ir.Function([x, w, b], op.nn.relu(op.nn.bias_add(op.nn.conv2d(x, w, padding=(1, 1)), b))))
+    ir.infer_type(mod)
+    calls = lambda func: [node for node in ir.iter_post_order(func.body) if isinstance(node, ir.Call)]  # noqa: E731
+    inferred = [node.checked_type for node in calls(mod["main"])]
+    carried = [node._checked_type for node in calls(fuse_ops(mod)["fused_nn_conv2d_nn_bias_add_nn_relu"])]
+    assert carried == inferred and inferred[-1] == tensor((1, 4, 8, 8))
+
+
 def test_residual_add_takes_only_one_conv2d():
     # both convs are post-dominated by the add, but a group holds one out_ewise master:
     # the first conv takes the add and relu, the second stays alone

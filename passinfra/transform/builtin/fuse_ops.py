@@ -80,7 +80,7 @@ from passinfra.ir.module import IRModule
 from passinfra.ir.op.registry import Op, OpPattern
 from passinfra.ir.schema import map_children
 from passinfra.ir.structural import structural_equal, structural_hash
-from passinfra.ir.type_infer import infer_type
+from passinfra.ir.type_infer import infer_type, keep_type
 from passinfra.ir.types import TensorType, TupleType, Type
 from passinfra.transform.config import register_config
 from passinfra.transform.context import PassContext
@@ -484,7 +484,10 @@ class _FunctionFuser:
         index_of = self.graph.index_of
         lookup = lambda expr: local[index_of[expr]]
         for index in group:
+            # same-typed children (parameters of their types, the same constants): the
+            # node's type carries over, and the kernel's type inference finds it done
             local[index] = rebuild(nodes[index].expr, lookup)
+            keep_type(local[index], nodes[index].expr)
         outputs = [
             index for index in group
             if nodes[index].extern_ref or any(c not in in_group for c, _ in nodes[index].outputs)
