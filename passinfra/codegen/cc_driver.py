@@ -51,7 +51,10 @@ register_config("codegen.no_cache", bool)
 
 
 class CompileError(RaypassError):
-    """The C compiler (or linker) failed; the message holds its stderr and the kept C file."""
+    """The C compiler (or linker) failed; the message holds its stderr and the kept C file
+    (``kept``: the directory it is in, None when nothing was kept)."""
+
+    kept: Path | None = None
 
 
 class CompileInterrupted(CompileError):
@@ -204,19 +207,23 @@ def _run_compiler(source: str, settings: CompilerSettings, name: str) -> bytes:
             result = _run_tracked(command, workdir)
         except (OSError, subprocess.TimeoutExpired) as error:
             kept = True
-            raise CompileError(f"running the C compiler failed: {error}\n  command: {shlex.join(command)}\n"
-                               f"  C file kept at: {c_path}") from error
+            failure = CompileError(f"running the C compiler failed: {error}\n"
+                                   f"  command: {shlex.join(command)}\n  C file kept at: {c_path}")
+            failure.kept = Path(workdir)
+            raise failure from error
         if result.returncode < 0:  # a signal (Ctrl-C reaches the compiler too), not the C's fault
             stopped = stopped_by(result.returncode)
             raise stopped(f"the C compiler was stopped by signal {-result.returncode} while compiling "
                           f"{name!r}\n  command: {shlex.join(command)}")
         if result.returncode != 0:
             kept = True
-            raise CompileError(
+            failure = CompileError(
                 f"C compilation of {name!r} failed (exit code {result.returncode})\n"
                 f"  command: {shlex.join(command)}\n  C file kept at: {c_path}\n"
                 f"--- compiler stderr ---\n{result.stderr.strip()}"
             )
+            failure.kept = Path(workdir)
+            raise failure
         return obj_path.read_bytes()
     finally:
         if not kept:  # also when interrupted (Ctrl-C) mid-compile: nothing left in the temp dir

@@ -27,6 +27,9 @@ def _typed(mod: IRModule) -> IRModule:
 
 
 def _decide(pipeline, mod, warm: bool, **config) -> tuple[str, str]:
+    """The choice for 2 workers; in-process, one compile at a time unless ``config`` says
+    otherwise (``codegen.compile_jobs``: by default the CPUs of the machine the tests run on)."""
+    config = {"codegen.compile_jobs": 1, **config}
     with PassContext(opt_level=3, config=config) as ctx:
         return choose(build_plan(pipeline, ctx), mod, 2, warm, ctx)
 
@@ -65,6 +68,15 @@ def test_a_large_build_goes_to_a_warm_pool_and_stays_local_when_ray_must_start()
     without, reason = _decide(compile_pipeline(), mod, warm=False)
     # nothing measured on this machine: the prior for two workers, shown
     assert without == "local" and f"start-up {startup_times.prior(2):.1f}s, prior" in reason
+
+
+def test_local_compiles_as_many_kernels_at_once_as_the_pool_has_workers():
+    """In-process, CompileC runs codegen.compile_jobs compilers at once: with as many as
+    the pool has workers, the pool has nothing left to win but the lowering's share."""
+    mod = _many_kernels()
+    one_at_a_time, _ = _decide(compile_pipeline(), mod, warm=True)
+    backend, reason = _decide(compile_pipeline(), mod, warm=True, **{"codegen.compile_jobs": 2})
+    assert one_at_a_time == "ray" and backend == "local" and "(2 compiles at once)" in reason
 
 
 def test_enough_kernels_pay_for_starting_ray():
@@ -156,7 +168,8 @@ def test_when_auto_chooses_ray_the_private_pool_starts_before_the_serial_passes(
     monkeypatch.setattr(WorkerSource, "start_in_background", lambda self: events.append("pool starts"))
     monkeypatch.setattr(Scheduler, "_run_ray", lambda self, pipeline, mod, ctx: events.append("run") or mod)
     mod = _typed(mlp(hidden=(32, 48, 64)))
-    config = {"scheduler.auto_seconds_per_kernel": 1.0, "scheduler.auto_startup_seconds": 1.0}
+    config = {"scheduler.auto_seconds_per_kernel": 1.0, "scheduler.auto_startup_seconds": 1.0,
+              "codegen.compile_jobs": 1}
     with Scheduler(backend="auto", num_workers=2) as sched, PassContext(opt_level=3, config=config):
         assert events == []  # made, nothing started: auto has not chosen yet
         sched.run(compile_pipeline(), mod)
