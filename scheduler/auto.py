@@ -65,7 +65,7 @@ class CostModel:
     efficiency: float = 0.85
     # of a kernel's seconds, the C compiler's process: in-process, CompileC runs
     # codegen.compile_jobs of them at once (DenseNet-121's kernel stage on 2 workers:
-    # CompileC 10.9 of 12.4 s)
+    # CompileC 10.9 of 12.4 s); this machine's own once builds on workers measured it
     compile_share: float = 0.85
 
     @classmethod
@@ -84,8 +84,11 @@ class CostModel:
             from scheduler import kernel_costs
 
             per_kernel, source = kernel_costs.expected(base.seconds_per_kernel)
+        from scheduler import kernel_costs
+
         model = cls(seconds_per_kernel=per_kernel,
-                    call_seconds=ctx.get_config("scheduler.auto_call_seconds", base.call_seconds))
+                    call_seconds=ctx.get_config("scheduler.auto_call_seconds", base.call_seconds),
+                    compile_share=kernel_costs.expected_compile_share(base.compile_share))
         return model, source
 
 

@@ -18,29 +18,48 @@ import json
 import statistics
 from pathlib import Path
 
-from passinfra.codegen.passes.compile_c import compile_records
+from passinfra.codegen.passes.compile_c import PASS_NAME, compile_records
 from passinfra.ir.module import IRModule
 from scheduler.stats import RunStats
 
 FILE_NAME = "kernel_costs.json"
+# of those seconds, the C compiler's share (what an in-process build runs
+# codegen.compile_jobs at a time): the same runs, a file of its own
+SHARE_FILE_NAME = "kernel_compile_share.json"
 KEEP = 7  # the newest measurements kept
 # a run with fewer kernels than this says little about a kernel's cost (one slow kernel
 # dominates it)
 MIN_KERNELS = 8
 
 
-def _path() -> Path:
+def _path(name: str = FILE_NAME) -> Path:
     from scheduler import pool
 
-    return pool.pool_dir() / FILE_NAME
+    return pool.pool_dir() / name
+
+
+def _read(name: str) -> list[float]:
+    try:
+        return [float(s) for s in json.loads(_path(name).read_text())][-KEEP:]
+    except (OSError, ValueError, TypeError):  # none yet, or a foreign file
+        return []
 
 
 def measured() -> list[float]:
     """Seconds per predicted kernel recorded on this machine (oldest first)."""
-    try:
-        return [float(s) for s in json.loads(_path().read_text())][-KEEP:]
-    except (OSError, ValueError, TypeError):  # none yet, or a foreign file
-        return []
+    return _read(FILE_NAME)
+
+
+def compile_shares() -> list[float]:
+    """The compiler's share of a kernel's seconds, as runs here measured it (oldest first)."""
+    return _read(SHARE_FILE_NAME)
+
+
+def expected_compile_share(default: float) -> float:
+    """The compiler's share of a kernel's seconds on this machine (the constant where no
+    run measured it)."""
+    shares = compile_shares()
+    return statistics.median(shares) if shares else default
 
 
 def expected(default: float) -> tuple[float, str]:
@@ -69,7 +88,14 @@ def record_run(stats: RunStats, mod: IRModule) -> float | None:
     from scheduler.pool.startup_times import write_json
 
     write_json(_path(), [*measured(), round(seconds, 5)][-KEEP:])
+    indexes = {stage.index for stage in stages}
+    runs = [event for event in stats.events if event.stage in indexes]
+    total = sum(event.seconds for event in runs)
+    if total > 0:
+        compiling = sum(event.seconds for event in runs if event.pass_name == PASS_NAME)
+        write_json(_path(SHARE_FILE_NAME), [*compile_shares(), round(compiling / total, 4)][-KEEP:])
     return seconds
 
 
-__all__ = ["FILE_NAME", "expected", "measured", "record_run"]
+__all__ = ["FILE_NAME", "SHARE_FILE_NAME", "compile_shares", "expected", "expected_compile_share", "measured",
+           "record_run"]

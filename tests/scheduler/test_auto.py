@@ -211,3 +211,21 @@ def test_kernels_built_on_workers_calibrate_the_seconds_per_kernel():
     constant = {"scheduler.auto_seconds_per_kernel": 0.04}
     configured, reason = _decide(compile_pipeline(), mod, warm=True, **constant)
     assert configured == "local" and "(config)" in reason
+
+
+def test_builds_on_workers_measure_the_compilers_share_of_a_kernel():
+    """What an in-process build runs codegen.compile_jobs at a time is the compiler's share
+    of the kernel stage, as this machine's runs on workers measured it."""
+    from scheduler import kernel_costs
+    from scheduler.stats import WorkEvent
+
+    mod = _typed(transformer_block(seq=8, hidden=64))
+    stats = _kernel_run(20, 10.0)
+    stats.events = [WorkEvent(0, "FoldConstant", "main", 0, 0.0, 5.0, stage=0),
+                    *(WorkEvent(1, name, f"k{i}", 0, 0.0, seconds, stage=1) for i in range(20)
+                      for name, seconds in (("LowerToPrimFunc", 0.1), ("CompileC", 0.4)))]
+    assert kernel_costs.expected_compile_share(0.85) == 0.85  # nothing measured: the constant
+    kernel_costs.record_run(stats, mod)
+    assert kernel_costs.compile_shares() == [pytest.approx(0.8)]
+    with PassContext(opt_level=3) as ctx:
+        assert CostModel.from_context(ctx).compile_share == pytest.approx(0.8)
