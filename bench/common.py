@@ -134,6 +134,12 @@ def markdown_table(header: list[str], rows: list[list[Any]]) -> str:
 HEADLINE_TABLE_HEADER = ["comparison", "value (median)", "range", "target", "verdict"]
 
 
+def publish(path: str | Path, text: str) -> None:
+    """A benchmark's results: written to ``path`` (its results file) and shown."""
+    Path(path).write_text(text)
+    print(text)
+
+
 def headline_rows(markdown: str) -> list[list[str]]:
     """The rows of every table in ``markdown`` shaped like :data:`HEADLINE_TABLE_HEADER`
     (five columns, ``comparison`` first, ``target`` and ``verdict`` last)."""

@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 
 from bench.before_after import model_arg
-from bench.common import machine_notes, markdown_table
+from bench.common import machine_notes, markdown_table, publish
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -152,8 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         markdown_table(["model", "pass", *(f"{tree} ms" for tree in tree_names)], detail),
         "",
     ])
-    Path(args.output).write_text(text)
-    print(text)
+    publish(args.output, text)
     return 0
 
 

@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 from bench.before_after import built_seconds, model_arg
-from bench.common import machine_notes, markdown_table
+from bench.common import machine_notes, markdown_table, publish
 from bench.scaling_curve import Runner
 from passinfra.runtime.cpus import available_cpus
 
@@ -83,8 +83,7 @@ def main(argv: list[str] | None = None) -> int:
                         "library identical"], rows),
         "",
     ])
-    Path(args.output).write_text(text)
-    print(text)
+    publish(args.output, text)
     return 0 if all(identical.values()) else 1
 
 

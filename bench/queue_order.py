@@ -24,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench.common import machine_notes, markdown_table
+from bench.common import machine_notes, markdown_table, publish
 
 ROOT = Path(__file__).resolve().parent.parent
 COUNTS = (1, 2, 4, 8, 15)
@@ -112,8 +112,7 @@ def main(argv: list[str] | None = None) -> int:
                         "measured / node-count"], rows),
         "",
     ])
-    Path(args.output).write_text(text)
-    print(text)
+    publish(args.output, text)
     return 0
 
 
