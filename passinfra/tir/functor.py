@@ -256,6 +256,22 @@ def _same(node: Any) -> Any:
     return node
 
 
+_NO_EXPRESSION_HOOKS: dict[type, bool] = {}  # mutator class -> it rewrites no expression
+
+
+def _rewrites_nothing(mutator: StmtExprMutator) -> bool:
+    """Whether ``mutator`` leaves every expression as it is: no ``rewrite_<kind>`` hook
+    (on its class or the object) and the default ``map_buffer``."""
+    cls = type(mutator)
+    known = _NO_EXPRESSION_HOOKS.get(cls)
+    if known is None:
+        known = _NO_EXPRESSION_HOOKS[cls] = (
+            cls.map_buffer is StmtExprMutator.map_buffer
+            and not any(name.startswith("rewrite_") for name in dir(cls)))
+    return known and not any(name.startswith("rewrite_") or name == "map_buffer"
+                             for name in getattr(mutator, "__dict__", ()))
+
+
 class StmtExprMutator:
     """Functional rewrite of statements and expressions (see the module docstring).
 
@@ -281,8 +297,11 @@ class StmtExprMutator:
     def visit_expr(self, expr: PrimExpr) -> PrimExpr:
         """Rewrite ``expr`` bottom-up; each distinct node is rewritten once."""
         # (written for speed: the lowering passes call this ~14,000 times per DenseNet-121
-        # build; a leaf is rewritten without a trip through the stack, and each kind's
-        # hook is looked up once per call)
+        # build; a mutator with no expression hook and no buffer map returns the
+        # expression as it is, unwalked; a leaf is rewritten without a trip through the
+        # stack, and each kind's hook is looked up once per call)
+        if _rewrites_nothing(self):
+            return expr
         done: dict[int, PrimExpr] = {}
         hooks: dict[type, Any] = {}
         stack: list[tuple[Any, bool]] = [(expr, False)]

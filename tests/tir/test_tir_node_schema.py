@@ -86,6 +86,33 @@ def test_new_kinds_are_walked_and_their_children_come_from_the_declaration() -> 
     assert seen == ["i", "clamp 0.0..6.0", "i", "i"]
 
 
+def test_a_mutator_without_expression_hooks_leaves_expressions_unwalked() -> None:
+    """No rewrite_<kind> hook and no buffer map: the expression comes back as it is, not
+    walked; a hook set on the object (not its class) is still honoured."""
+    from passinfra.tir import functor
+
+    expr = _func().body.body.body.value
+    walked = []
+    real = functor._EXPRS
+
+    class Counting(dict):
+        def __missing__(self, kind):
+            walked.append(kind)
+            return real[kind]
+
+    class Plain(StmtExprMutator):
+        pass
+
+    original, functor._EXPRS = functor._EXPRS, Counting()
+    try:
+        assert Plain().visit_expr(expr) is expr and walked == []
+        hooked = Plain()
+        hooked.rewrite_clamp = lambda node: Clamp(node.value, node.lo, 2.0)
+        assert hooked.visit_expr(expr).hi == 2.0 and walked
+    finally:
+        functor._EXPRS = original
+
+
 def test_new_kinds_are_rewritten_by_the_generic_defaults() -> None:
     func = _func()
     bigger = tir.Buffer("A2", (8,), "float32")
