@@ -13,7 +13,10 @@ objects frozen: ``raypass_cli.common.loaded_objects_frozen``), and the time the 
 collector took during them is reported beside.
 
     python -m bench.driver_passes [--models densenet121,resnet50,transformer] [--repeats 5]
-                                  [--baseline DIR] [--output PATH]
+                                  [--passes graph|lowering] [--baseline DIR] [--output PATH]
+
+``--passes lowering`` times the kernels' lowering instead (LowerToPrimFunc .. CodegenC,
+after the graph passes): what a local build runs on one core and workers spread.
 """
 
 from __future__ import annotations
@@ -68,22 +71,28 @@ def collector(phase, info):
 
 
 mod = load_model(sys.argv[1])
-names = COMPILE_PIPELINE[:COMPILE_PIPELINE.index("LowerToPrimFunc")]
+graph = COMPILE_PIPELINE[:COMPILE_PIPELINE.index("LowerToPrimFunc")]
+lowering = COMPILE_PIPELINE[COMPILE_PIPELINE.index("LowerToPrimFunc"):COMPILE_PIPELINE.index("CompileC")]
 clock = Clock()
-gc.callbacks.append(collector)
 with loaded_objects_frozen(), PassContext(opt_level=3, instruments=[clock]):
+    if sys.argv[2] == "lowering":  # the graph passes first, untimed
+        for name in graph:
+            mod = _passes((name,))[0](mod)
+        clock.seconds.clear()
+    gc.callbacks.append(collector)
     started = time.perf_counter()
-    for name in names:  # one pass at a time: the passes the Sequential's own InferType runs are timed too
+    for name in (graph if sys.argv[2] == "graph" else lowering):
+        # one pass at a time: the passes the Sequential's own InferType runs are timed too
         mod = _passes((name,))[0](mod)
     total = time.perf_counter() - started
 print(json.dumps({"total": total, "collector": collecting["seconds"], **clock.seconds}))
 """
 
 
-def measure(tree: Path, model: str) -> dict[str, float]:
+def measure(tree: Path, model: str, passes: str) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    done = subprocess.run([sys.executable, "-c", _CHILD, model], capture_output=True, text=True, env=env,
-                          cwd=tree, timeout=600)
+    done = subprocess.run([sys.executable, "-c", _CHILD, model, passes], capture_output=True, text=True,
+                          env=env, cwd=tree, timeout=600)
     if done.returncode != 0:
         raise SystemExit(f"{tree} {model}: {done.stderr.strip()[-2000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -95,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", default="densenet121,resnet50,transformer")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--baseline", default=None, help="an earlier checkout, measured beside this one")
+    parser.add_argument("--passes", choices=("graph", "lowering"), default="graph",
+                        help="the graph passes (default), or the kernels' lowering (LowerToPrimFunc .. "
+                        "CodegenC, after the graph passes)")
     parser.add_argument("--output", default=str(ROOT / "bench" / "results_driver_passes.md"))
     args = parser.parse_args(argv)
 
@@ -105,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     for round_ in range(args.repeats + 1):  # the first round warms the machine's caches up
         for model, spec in models.items():
             for tree_name, tree in trees.items():
-                result = measure(tree, spec)
+                result = measure(tree, spec, args.passes)
                 print(f"round {round_} {model} {tree_name}: {result['total'] * 1e3:.0f} ms", flush=True)
                 if round_:
                     samples.setdefault((model, tree_name), []).append(result)
@@ -137,12 +149,15 @@ def main(argv: list[str] | None = None) -> int:
     header += ["after / before"] if "before" in trees else []
     notes = machine_notes()
     text = "\n".join([
-        "# The driver's serial passes",
+        "# The driver's serial passes" if args.passes == "graph" else "# The kernels' lowering passes",
         "",
-        f"`python -m bench.driver_passes --models {args.models} --repeats {args.repeats}"
-        f"{' --baseline ' + args.baseline if args.baseline else ''}`; {notes['machine']}, "
-        f"load {notes['load average (1, 5, 15 min)']}. Every pass before the kernel stage, as a build "
-        "runs them (opt_level 3), in a fresh process per tree, model and round; medians of "
+        f"`python -m bench.driver_passes --models {args.models} --repeats {args.repeats} "
+        f"--passes {args.passes}{' --baseline ' + args.baseline if args.baseline else ''}`; "
+        f"{notes['machine']}, load {notes['load average (1, 5, 15 min)']}. "
+        + ("Every pass before the kernel stage" if args.passes == "graph" else
+           "The kernels' lowering passes (LowerToPrimFunc .. CodegenC, after the graph passes)")
+        + ", as a build runs them (opt_level 3), in a fresh process per tree, model and round; "
+        "medians of "
         f"{args.repeats} interleaved rounds [min-max], after one warm-up round.",
         "",
         markdown_table(header, rows),
