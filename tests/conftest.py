@@ -59,10 +59,15 @@ def cluster_answers(address: str, timeout: float = 2.0) -> bool:
         return False
 
 
+# the machine's temporary directory, as the session found it (the session's own
+# TMPDIR, private_temp_dir, is one level deeper)
+MACHINE_TEMP = tempfile.gettempdir()
+
+
 def short_temp_dir() -> Path:
     """A new directory for Ray state: short, since Ray's socket paths below it must fit
     the 107 bytes of a unix socket address (a pytest tmp_path can be too long)."""
-    return Path(tempfile.mkdtemp(prefix="rp-"))
+    return Path(tempfile.mkdtemp(prefix="rp-", dir=MACHINE_TEMP))
 
 
 def remove_ray_dir(path: Path, timeout: float = 15.0) -> None:
@@ -117,6 +122,28 @@ def private_ray_temp_dir() -> Iterator[Path]:
             f"the test session changed {machine_file} from {before!r} to {after!r} (restored): "
             "some test started Ray outside the session's private RAY_TMPDIR"
         )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_temp_dir(private_ray_temp_dir) -> Iterator[Path]:
+    """Temporary files of the session and of every process it starts (Ray workers,
+    ``raypass`` commands, compilers) in a directory of its own (``TMPDIR``), removed at the
+    end: a process a test kills with SIGKILL cannot remove its own (a compile's directory,
+    a warm driver's socket), and such leftovers piled up in the machine's /tmp, a few a
+    run. Ray's state stays in its own short directory (``private_ray_temp_dir``)."""
+    directory = Path(tempfile.mkdtemp(prefix="rp-tmp-", dir=MACHINE_TEMP))
+    previous = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = str(directory)
+    tempfile.tempdir = None  # gettempdir() reads TMPDIR again
+    try:
+        yield directory
+    finally:
+        if previous is None:
+            del os.environ["TMPDIR"]
+        else:
+            os.environ["TMPDIR"] = previous
+        tempfile.tempdir = None
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def address_file_damaged(before: str | None, after: str | None) -> bool:
