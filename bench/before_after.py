@@ -6,15 +6,15 @@ commit, e.g. ``git worktree add /tmp/before <commit>``) and of this checkout, si
 side: every round runs every (tree, backend) once, in the same order, after one warm-up
 round that is not counted. Backends:
 
-* ``local``: in-process (this checkout only: the baseline of the ratios);
+* ``local``: in-process (this checkout's is the baseline of the ratios);
 * ``no pool``: ``--backend ray --workers N`` with no pool running: the compile starts a
   private pool of its own;
 * ``warm pool``: ``--backend ray --workers N`` on a pool of that tree's code, started
   with ``raypass pool start --workers N`` before the rounds (each tree has its own pool
   directory: a pool serves only drivers of its own sources).
 
-Each run's library is compared with the local one (bytes of the .so and of the weights):
-parallel equals sequential. Writes a markdown table (medians, min-max, ratios to local).
+Each run's library is compared with the local one of its tree (bytes of the .so and of
+the weights): parallel equals sequential. Writes a markdown table (medians, min-max, ratios to local).
 
     python -m bench.before_after --before /tmp/before [--models densenet121,resnet50,transformer]
 (transformer: the zoo's, 24 layers x 512, saved as an ONNX file with external data)
@@ -112,8 +112,8 @@ def built_seconds(stdout: str) -> float:
 def run_round(trees: Trees, model: str, variants: list[Variant], counted: bool) -> None:
     out = trees.space / "out"
     out.mkdir(exist_ok=True)
-    reference = out / f"{model}-after-local.so"
     for variant in variants:
+        reference = out / f"{model}-{variant.tree}-local.so"  # parallel equals sequential, per tree
         args = ["compile", model_arg(model, trees.space), "--no-cache", "-o"]
         lib = out / f"{model}-{variant.tree}-{variant.backend.replace(' ', '_')}.so"
         lib = lib.with_name(lib.name.replace(",", ""))
@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
             if done.returncode != 0:
                 raise SystemExit(f"pool start ({tree}) failed: {done.stderr[-2000:]}")
         for model in models:
-            variants = [Variant("after", "local")] + [
+            variants = [Variant("after", "local"), Variant("before", "local")] + [
                 Variant(tree, backend) for backend in BACKENDS[1:] for tree in ("before", "after")]
             if args.auto:
                 variants += [Variant("after", backend) for backend in AUTO_BACKENDS]

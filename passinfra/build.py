@@ -76,6 +76,7 @@ COMPILE_PIPELINE: tuple[str, ...] = (
     "Parallelize",
     "WidenGemmOperands",
     "CodegenC",
+    "GroupKernels",
     "CompileC",
 )
 LINK_PIPELINE: tuple[str, ...] = ("PlanMemory", "HostCodegen", "LinkLibrary")

@@ -41,6 +41,7 @@ from passinfra.codegen.passes import (
     ConvTransposeAsConv,
     DenseAsMatmul,
     ExactFloatConvolutions,
+    GroupKernels,
     HostCodegen,
     IntegerWeights,
     LinkLibrary,
@@ -59,5 +60,5 @@ __all__ = [
     "create_prim_func_pass", "prim_func_pass", "RemoveNoOp", "Simplify", "StorageFlatten",
     "UnrollLoop", "VectorizeLoop", "StreamWeights", "PanelWeights", "SpecializeKernels", "ApplyTuningRecords",
     "DenseAsMatmul", "ConvTransposeAsConv", "ExactFloatConvolutions",
-    "RequantizeInKernels", "IntegerWeights",
+    "RequantizeInKernels", "IntegerWeights", "GroupKernels",
 ]

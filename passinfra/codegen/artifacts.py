@@ -41,6 +41,11 @@ from passinfra.tir import PrimFunc
 
 C_SOURCE_ATTR = "c_source"
 OBJECT_CODE_ATTR = "object_code"
+# GroupKernels: a unit's first kernel carries the unit's C source and its kernels' names;
+# CompileC puts the unit's object on it, and the other kernels name it as theirs
+UNIT_SOURCE_ATTR = "unit_c_source"
+UNIT_KERNELS_ATTR = "unit_kernels"
+COMPILED_IN_ATTR = "compiled_in"
 
 
 class ArtifactError(RaypassError):
@@ -66,6 +71,27 @@ def kernel_object_code(func: PrimFunc) -> bytes | None:
 
 def with_kernel_object_code(func: PrimFunc, object_code: bytes) -> PrimFunc:
     return func.with_attr(OBJECT_CODE_ATTR, object_code)
+
+
+def kernel_unit(func: PrimFunc) -> tuple[str, tuple[str, ...]] | None:
+    """``(C source, kernel names)`` of the compile unit ``func`` leads (GroupKernels), or
+    None when it leads none (it compiles alone, or in another kernel's unit)."""
+    source, names = func.attrs.get(UNIT_SOURCE_ATTR), func.attrs.get(UNIT_KERNELS_ATTR)
+    return (source, tuple(names)) if isinstance(source, str) and isinstance(names, tuple) else None
+
+
+def with_kernel_unit(func: PrimFunc, source: str, names: tuple[str, ...]) -> PrimFunc:
+    return func.with_attr(UNIT_SOURCE_ATTR, source).with_attr(UNIT_KERNELS_ATTR, tuple(names))
+
+
+def kernel_compiled_in(func: PrimFunc) -> str | None:
+    """The kernel whose compile unit (and object) holds ``func``'s code, or None."""
+    value = func.attrs.get(COMPILED_IN_ATTR)
+    return value if isinstance(value, str) else None
+
+
+def with_kernel_compiled_in(func: PrimFunc, leader: str) -> PrimFunc:
+    return func.with_attr(COMPILED_IN_ATTR, leader)
 
 
 # ----- module-level products ---------------------------------------------------------------
@@ -196,7 +222,8 @@ def current_link_products() -> LinkProducts | None:
 
 
 __all__ = [
-    "ArtifactError", "BuildArtifact", "C_SOURCE_ATTR", "HostArtifact", "LinkProducts", "MemoryPlan",
-    "OBJECT_CODE_ATTR", "collect_link_products", "current_link_products", "kernel_c_source",
-    "kernel_object_code", "with_kernel_c_source", "with_kernel_object_code",
+    "ArtifactError", "BuildArtifact", "C_SOURCE_ATTR", "COMPILED_IN_ATTR", "HostArtifact", "LinkProducts",
+    "MemoryPlan", "OBJECT_CODE_ATTR", "UNIT_KERNELS_ATTR", "UNIT_SOURCE_ATTR", "collect_link_products",
+    "current_link_products", "kernel_c_source", "kernel_compiled_in", "kernel_object_code", "kernel_unit",
+    "with_kernel_c_source", "with_kernel_compiled_in", "with_kernel_object_code", "with_kernel_unit",
 ]

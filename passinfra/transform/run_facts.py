@@ -60,12 +60,14 @@ def end_run(previous: tuple[str, str]) -> None:
     _state.running = previous
 
 
-def report_fact(name: str, value: Any) -> None:
-    """Record ``name = value`` about the (pass, function) running in this thread."""
+def report_fact(name: str, value: Any, function: str | None = None) -> None:
+    """Record ``name = value`` about the (pass, function) running in this thread, or
+    about ``function``, which that run did the work of (CompileC compiling a unit of
+    kernels reports for each)."""
     if not _state.collectors:
         return  # nobody is asking: the common case costs one check
-    pass_name, function = _state.running
-    fact = RunFact(pass_name, function, os.getpid(), name, value)
+    pass_name, running = _state.running
+    fact = RunFact(pass_name, function or running, os.getpid(), name, value)
     for collector in _state.collectors:
         collector.append(fact)
 

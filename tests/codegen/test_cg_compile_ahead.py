@@ -22,8 +22,9 @@ from passinfra.transform.run_facts import collect_facts
 
 
 def _rendered():
-    """demo_cnn's kernels with their C rendered, not yet compiled."""
-    names = COMPILE_PIPELINE[:COMPILE_PIPELINE.index("CompileC")]
+    """demo_cnn's kernels with their C rendered, not yet compiled, each its own compile
+    unit (what this tests is how the compiles of several run)."""
+    names = COMPILE_PIPELINE[:COMPILE_PIPELINE.index("GroupKernels")]
     with PassContext(opt_level=3):
         return Sequential(_passes(names), opt_level=0)(demo_cnn(batch=1, size=16, conv_channels=16))
 

@@ -81,16 +81,19 @@ def test_compile_records_in_process_cold_then_warm(tmp_path):
 
 
 CODEGEN_FUNCTION_PASSES = ("LowerToPrimFunc", "Simplify", "StorageFlatten", "VectorizeLoop", "UnrollLoop",
-                           "RemoveNoOp", "CodegenC", "CompileC")
+                           "RemoveNoOp", "CodegenC")
 
 
-def test_codegen_function_passes_share_one_stage():
+def test_codegen_function_passes_share_one_stage_and_compile_units_follow_it():
     from passinfra.transform.registry import get_pass
     from scheduler.plan import build_plan, reads_module
 
-    assert not any(reads_module(get_pass(name)) for name in CODEGEN_FUNCTION_PASSES)
+    assert not any(reads_module(get_pass(name)) for name in (*CODEGEN_FUNCTION_PASSES, "CompileC"))
     with PassContext(opt_level=3) as ctx:
         plan = build_plan(compile_pipeline(), ctx)
     stage_of = {leaf.pass_.info.name: leaf.stage for leaf in plan.leaves}
     assert len({stage_of[name] for name in CODEGEN_FUNCTION_PASSES}) == 1
-    assert plan.stages[stage_of["CompileC"]].kind == "function"
+    # the kernels' C meets in the driver (GroupKernels), then their units compile on the workers
+    assert stage_of["GroupKernels"] == stage_of["CodegenC"] + 1 == stage_of["CompileC"] - 1
+    kinds = [plan.stages[stage_of[name]].kind for name in ("GroupKernels", "CompileC")]
+    assert kinds == ["module", "function"]

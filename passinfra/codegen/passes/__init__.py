@@ -27,9 +27,10 @@ from passinfra.codegen.passes.conv_transpose_as_conv import ConvTransposeAsConv
 from passinfra.codegen.passes.exact_float_convolutions import ExactFloatConvolutions
 from passinfra.codegen.passes.requantize_in_kernels import RequantizeInKernels
 from passinfra.codegen.passes.integer_weights import IntegerWeights
+from passinfra.codegen.passes.group_kernels import GroupKernels
 # isort: on
 
 __all__ = ["CodegenC", "CompileC", "LowerToPrimFunc", "PlanMemory", "HostCodegen", "LinkLibrary",
            "PanelWeights", "StreamWeights", "SpecializeKernels", "ApplyTuningRecords",
            "DenseAsMatmul", "ConvTransposeAsConv", "ExactFloatConvolutions",
-           "RequantizeInKernels", "IntegerWeights"]
+           "RequantizeInKernels", "IntegerWeights", "GroupKernels"]

@@ -30,13 +30,19 @@ from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
 
-from passinfra.codegen.artifacts import kernel_c_source, with_kernel_object_code
+from passinfra.codegen.artifacts import (
+    kernel_c_source,
+    kernel_compiled_in,
+    kernel_unit,
+    with_kernel_object_code,
+)
 from passinfra.codegen.c_intrinsics import uses_library
 from passinfra.codegen.c_renderer import sanitize_identifier
 from passinfra.codegen.cc_driver import CompileError, CompileResult, CompilerSettings, compile_c_result
 from passinfra.codegen.conv_runtime import RUNTIME_LIBRARIES, prefetch_runtime_compile
 from passinfra.codegen.prim_func_pass import PrimFuncPass
 from passinfra.errors import IRError
+from passinfra.ir.expr import BaseFunc
 from passinfra.ir.module import IRModule
 from passinfra.runtime.cpus import available_cpus
 from passinfra.tir import PrimFunc
@@ -49,6 +55,7 @@ from passinfra.transform.schedule import function_context
 
 PASS_NAME = "CompileC"
 CACHE_HIT_FACT = "cache_hit"  # the fact CompileC reports per kernel: the object came from the cache
+UNIT_FACT = "unit_kernels"  # ... and per compile unit (GroupKernels): the kernels it compiled at once
 COMPILE_JOBS_CONFIG = "codegen.compile_jobs"  # compiler processes at once in-process (1: one at a time)
 register_config(COMPILE_JOBS_CONFIG, int)
 
@@ -103,8 +110,15 @@ def _settings_for(func: PrimFunc, ctx: PassContext) -> CompilerSettings:
         return CompilerSettings.from_context(scheduled)
 
 
+def compiled_source(func: PrimFunc) -> str | None:
+    """The C that CompileC compiles for ``func``: its compile unit's, if it leads one
+    (GroupKernels), else its own (None before CodegenC)."""
+    unit = kernel_unit(func)
+    return unit[0] if unit is not None else kernel_c_source(func)
+
+
 def _compile_c(func: PrimFunc, mod: IRModule, ctx: PassContext) -> PrimFunc:
-    source = kernel_c_source(func)
+    source = compiled_source(func)
     symbol = str(func.attrs.get("global_symbol", "kernel"))
     if source is None:
         raise IRError(f"PrimFunc {symbol!r} has no 'c_source' attr; run CodegenC before CompileC")
@@ -117,27 +131,36 @@ def _compile_c(func: PrimFunc, mod: IRModule, ctx: PassContext) -> PrimFunc:
         result = compile_c_result(source, settings, name=sanitize_identifier(symbol))
     # the process that ran this is recorded with the fact; neither goes into the IR
     report_fact(CACHE_HIT_FACT, result.cache_hit)
+    unit = kernel_unit(func)
+    if unit is not None:  # the unit's other kernels were compiled here too
+        report_fact(UNIT_FACT, unit[1])
+        for kernel in unit[1][1:]:
+            report_fact(CACHE_HIT_FACT, result.cache_hit, function=kernel)
     return with_kernel_object_code(func, result.object_code)
 
 
 class CompileCPass(PrimFuncPass):
-    """CompileC: in-process over a module, its compiles start ahead (module docstring)."""
+    """CompileC: in-process over a module, its compiles start ahead (module docstring).
+    A kernel whose code is in another's compile unit (GroupKernels) is not its work."""
 
     reads_module = False
+
+    def accepts(self, func: BaseFunc) -> bool:
+        return super().accepts(func) and kernel_compiled_in(func) is None  # type: ignore[arg-type]
 
     def __init__(self) -> None:
         super().__init__(_compile_c, PassInfo(0, PASS_NAME))
 
     def transform_module_functions(self, mod: IRModule, ctx: PassContext) -> IRModule:
         kernels = [(gv.name_hint, func) for gv, func in mod.items()
-                   if self.accepts(func) and kernel_c_source(func) is not None]
+                   if self.accepts(func) and compiled_source(func) is not None]
         jobs = min(compile_jobs(ctx), len(kernels))
         if jobs < 2 or getattr(_ahead, "compiles", None) is not None:
             return super().transform_module_functions(mod, ctx)
         with _AheadCompiles(jobs) as ahead:
             for name, func in kernels:
                 symbol = str(func.attrs.get("global_symbol", name))
-                ahead.start(kernel_c_source(func), _settings_for(func, ctx), sanitize_identifier(symbol))
+                ahead.start(compiled_source(func), _settings_for(func, ctx), sanitize_identifier(symbol))
             _ahead.compiles = ahead
             try:
                 return super().transform_module_functions(mod, ctx)
@@ -172,5 +195,5 @@ def CompileC() -> PrimFuncPass:  # noqa: N802 - pass factories are named like cl
     return CompileCPass()
 
 
-__all__ = ["CACHE_HIT_FACT", "COMPILE_JOBS_CONFIG", "CompileC", "compile_counts", "compile_jobs",
+__all__ = ["CACHE_HIT_FACT", "COMPILE_JOBS_CONFIG", "UNIT_FACT", "CompileC", "compile_counts", "compile_jobs",
            "compile_records"]

@@ -10,7 +10,7 @@ names, so the same module links to the same bytes wherever the kernels were comp
 
 from __future__ import annotations
 
-from passinfra.codegen.artifacts import current_link_products, kernel_object_code
+from passinfra.codegen.artifacts import current_link_products, kernel_compiled_in, kernel_object_code
 from passinfra.codegen.c_intrinsics import uses_library
 from passinfra.codegen.c_renderer import sanitize_identifier
 from passinfra.codegen.cc_driver import CompilerSettings, compile_c_result, link_shared
@@ -36,11 +36,18 @@ from passinfra.transform.registry import register_pass
 
 
 def collect_objects(mod: IRModule, host_object: bytes | None) -> list[tuple[str, bytes]]:
-    """``(name, object bytes)`` of every PrimFunc in module order, then the host object
-    (HostCodegen's, None when it has not run in this link step)."""
+    """``(name, object bytes)`` of every PrimFunc in module order (a compile unit's object
+    once, under its first kernel's name), then the host object (HostCodegen's, None when
+    it has not run in this link step)."""
     objects = []
     for gv, func in mod.items():
         if not isinstance(func, PrimFunc):
+            continue
+        leader = kernel_compiled_in(func)
+        if leader is not None:  # its code is in the object of its compile unit (GroupKernels)
+            if leader not in mod or not isinstance(mod[leader], PrimFunc):
+                raise IRError(f"PrimFunc @{gv.name_hint} is compiled in @{leader}, which is not a "
+                              "kernel of this module")
             continue
         data = kernel_object_code(func)
         if data is None:

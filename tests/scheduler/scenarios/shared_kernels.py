@@ -28,8 +28,9 @@ def _build_on_workers(mod):
             Scheduler(backend="ray", num_workers=2, cpus_per_worker=0.5) as sched:
         lib = passinfra.build(mod, opt_level=3, scheduler=sched)
         nodes = sorted({slot.info["node_id"] for slot in sched.worker_pool.slots})
-        hits = [fact.value for fact in sched.last_run.facts if fact.name == "cache_hit"]
-    return lib, nodes, hits
+        hits = [fact.value for fact in sched.last_run.facts if fact.name == "cache_hit"]  # per kernel
+        objects = sum(1 for event in sched.last_run.events if event.pass_name == "CompileC")  # per unit
+    return lib, nodes, hits, objects
 
 
 def main() -> None:
@@ -44,11 +45,12 @@ def main() -> None:
         mod = demo_cnn(batch=1, size=16, conv_channels=16)
         with PassContext(opt_level=3, config={"codegen.no_cache": True}):
             local = passinfra.build(mod, opt_level=3)  # the in-process reference, cold
-        first, result["first_nodes"], result["first_hits"] = _build_on_workers(mod)
+        first, result["first_nodes"], result["first_hits"], _ = _build_on_workers(mod)
         cluster.remove_node(node_a)
         node_b = cluster.add_node(num_cpus=1, env_vars={"XDG_CACHE_HOME": str(disks["b"])})
         cluster.wait_for_nodes()
-        second, result["second_nodes"], result["second_hits"] = _build_on_workers(mod)
+        second, result["second_nodes"], result["second_hits"], objects = _build_on_workers(mod)
+        result["second_objects"] = objects
         result["node_a"], result["node_b"] = node_a.node_id, node_b.node_id
         result["identical"] = first.library_bytes == second.library_bytes == local.library_bytes
         result["b_cached"] = sum(1 for _ in (disks["b"] / "raypass" / "objects").rglob("*.o"))
