@@ -27,6 +27,11 @@ worker holding a shard cannot see (``passinfra.transform.module_view.typing_scop
 That happens only when such a pass runs without its type inference (a bare pass as the
 pipeline); in a Sequential the required pass runs right before it.
 
+Where the driver runs a stage itself, a first pass that can start its work ahead on
+this process's cores (``ahead``: CompileC, one compiler process per compile) does: while
+a private pool starts, the driver compiles on every core, and keeps what it began once
+the workers are up.
+
 When a type-inference pass follows the stage (``types_wanted``), the workers return their
 functions typed (see ``workers.actor``); one they could not type is re-sent after the
 driver typed it, so a worker's copy always has the types the driver's has.
@@ -34,6 +39,7 @@ driver typed it, so a worker's copy always has the types the driver's has.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
@@ -153,7 +159,8 @@ class RayStageRunner:
         """The stage's passes over every function, here, in module order (the kernel a
         worker runs; its time shows as worker ``DRIVER_SLOT``)."""
         passes = [(leaf.leaf_index, leaf.pass_) for leaf in stage.leaves]
-        run = run_stage_over(passes, ((gv.name_hint, func) for gv, func in mod.items()), mod, ctx)
+        with _ahead(stage, list(mod.items()), ctx):
+            run = run_stage_over(passes, ((gv.name_hint, func) for gv, func in mod.items()), mod, ctx)
         records.append(CallRecord(CallKind.DRIVER, stage.index, DRIVER_SLOT, functions=len(mod),
                                   pid=os.getpid(), runs=tuple(run.runs)))
         new_mod = mod.copy()
@@ -186,15 +193,17 @@ class RayStageRunner:
         changed: dict[str, BaseFunc] = {}
         runs: list[PassRun] = []
         errors: list[BatchError] = []
-        for name in by_size:
-            if done and self._workers_ready():
-                break
-            run = run_stage_over(passes, [(name, mod[name])], mod, ctx)
-            changed.update(run.changed)
-            runs.extend(run.runs)
-            if run.error is not None:
-                errors.append(BatchError(run.error.key, name, run.error.error, ""))
-            done.add(name)
+        with _ahead(stage, [(name, mod[name]) for name in by_size], ctx) as ahead:
+            for name in by_size:
+                # once the workers are up, the rest is theirs (but what this process began)
+                if done and self._workers_ready() and not (ahead is not None and ahead.started(name)):
+                    break
+                run = run_stage_over(passes, [(name, mod[name])], mod, ctx)
+                changed.update(run.changed)
+                runs.extend(run.runs)
+                if run.error is not None:
+                    errors.append(BatchError(run.error.key, name, run.error.error, ""))
+                done.add(name)
         order = {name: i for i, name in enumerate(working)}
         first_error = min(errors, key=lambda e: (e.leaf, order[e.function]), default=None)
         records.append(CallRecord(CallKind.DRIVER, stage.index, DRIVER_SLOT, functions=len(done),
@@ -337,6 +346,15 @@ class RayStageRunner:
         if first_error is None:
             return StageOutcome(new_mod, None, None, _timings(records))
         return StageOutcome(new_mod, first_error[1], first_error[2], _timings(records))
+
+
+def _ahead(stage: FunctionStage, functions: list[tuple[str, BaseFunc]], ctx: PassContext
+           ) -> contextlib.AbstractContextManager[Any]:
+    """Where the driver runs a stage itself: its first pass's work started ahead on this
+    process's cores, if the pass can (``ahead``: CompileC's compiles, one compiler process
+    each), for ``functions`` in the order given (the pass's own choice of how many at once)."""
+    ahead = getattr(stage.leaves[0].pass_, "ahead", None)
+    return ahead(functions, ctx) if ahead is not None else contextlib.nullcontext(None)
 
 
 def _driver_worker() -> dict[str, Any]:

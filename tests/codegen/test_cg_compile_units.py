@@ -4,7 +4,10 @@ kernels compiled one by one compute, and every kernel is still reported."""
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
+import pytest
 
 from passinfra.build import COMPILE_PIPELINE, _passes
 from passinfra.codegen.artifacts import kernel_compiled_in, kernel_object_code, kernel_unit
@@ -153,3 +156,48 @@ def test_on_workers_each_unit_is_one_compile_and_the_library_is_the_local_one(ra
     assert any(len(unit) > 1 for unit in units)  # one call compiled several kernels
     assert sorted(name for unit in units for name in unit) == sorted(kernels)  # each kernel once
     assert {pid for pid, _ in kernels.values()} <= set(run.worker_pids.values()) - {os.getpid()}
+
+
+def test_a_unit_that_does_not_compile_names_its_kernels():
+    from passinfra.codegen.artifacts import UNIT_SOURCE_ATTR
+    from passinfra.codegen.cc_driver import CompileError
+    from passinfra.codegen.passes.compile_c import CompileC
+
+    grouped = _rendered(UNITS)
+    leader = next(gv for gv, f in grouped.items() if isinstance(f, PrimFunc) and kernel_unit(f))
+    names = kernel_unit(grouped[leader])[1]
+    broken = grouped.copy()
+    broken[leader] = grouped[leader].with_attr(UNIT_SOURCE_ATTR, "this is not C;\n")
+    with PassContext(config={"codegen.no_cache": True}), pytest.raises(CompileError) as caught:
+        CompileC()(broken)
+    assert f"the compile unit of kernels {', '.join(names)}" in str(caught.value)
+    shutil.rmtree(caught.value.kept)
+
+
+def test_a_compile_stage_the_driver_runs_itself_compiles_side_by_side(ray_scheduler, monkeypatch, tmp_path):
+    """Too small to ship (scheduler.min_stage_functions), the stage runs in the driver, and
+    its compiles still run on every core (CompileC's ``ahead``), giving what local gives."""
+    import threading
+
+    from passinfra.build import compile_pipeline
+    from passinfra.codegen import cc_driver
+
+    mod = demo_cnn(batch=1, size=16, conv_channels=16)
+    config = {"codegen.no_cache": True, "codegen.compile_jobs": 2, "codegen.compile_unit_bytes": 0}
+    with PassContext(opt_level=3, config=config):
+        local = compile_pipeline()(mod)
+    barrier, real = threading.Barrier(2, timeout=60), cc_driver._run_compiler
+    met = []
+
+    def meeting(source, settings, name):  # one compile at a time would wait here forever
+        if not met:
+            barrier.wait()
+            met.append(name)
+        return real(source, settings, name)
+
+    monkeypatch.setattr(cc_driver, "_run_compiler", meeting)
+    scheduler = ray_scheduler(num_workers=2, cpus_per_worker=0.5)
+    with PassContext(opt_level=3, config={**config, "scheduler.min_stage_functions": 10_000}):
+        remote = scheduler.run(compile_pipeline(), mod)
+    assert met and all(stage.ran_in_driver for stage in scheduler.last_run.stages if stage.kind == "function")
+    assert remote.astext() == local.astext()

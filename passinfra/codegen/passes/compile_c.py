@@ -10,6 +10,11 @@ the run, not about the program: the IR carries only the object code (identical w
 it was made), and the facts go to the run statistics (:mod:`passinfra.transform.run_facts`;
 :func:`compile_records` reads them back).
 
+Its unit of work is a compile unit (GroupKernels, :mod:`passinfra.codegen.compile_units`):
+a kernel alone, or the first kernel of a unit, whose object then holds every kernel of the
+unit (the others are not the pass's work: ``accepts``). Each kernel's fact is reported,
+those of a unit by the run that compiled it.
+
 Run in-process over a whole module (the local backend, ``passinfra.build`` without a
 scheduler), the pass compiles ahead: every kernel's compile starts at once on
 ``codegen.compile_jobs`` threads (default: the CPUs this process may use), each running
@@ -18,15 +23,18 @@ order, as a sequential run would: the same objects, facts, counters and first er
 compiler process is most of a kernel's cost and runs without the GIL, so a local build
 uses every core for its kernels (DenseNet-121 on 2 cores: bench/local_compile.py). Where
 the stage's passes run one function at a time (a Ray worker's shard: its passes for one
-kernel, then the next), nothing is ahead to start.
+kernel, then the next), nothing is ahead to start; where the scheduler's driver runs
+the stage itself (too small to ship, the workers still starting or gone), it wraps its
+run in the pass's ``ahead`` and gets the same.
 """
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import threading
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
 
@@ -38,11 +46,17 @@ from passinfra.codegen.artifacts import (
 )
 from passinfra.codegen.c_intrinsics import uses_library
 from passinfra.codegen.c_renderer import sanitize_identifier
-from passinfra.codegen.cc_driver import CompileError, CompileResult, CompilerSettings, compile_c_result
+from passinfra.codegen.cc_driver import (
+    CompileError,
+    CompileInterrupted,
+    CompileResult,
+    CompilerSettings,
+    compile_c_result,
+)
 from passinfra.codegen.conv_runtime import RUNTIME_LIBRARIES, prefetch_runtime_compile
 from passinfra.codegen.prim_func_pass import PrimFuncPass
 from passinfra.errors import IRError
-from passinfra.ir.expr import BaseFunc
+from passinfra.ir.expr import BaseFunc, GlobalVar
 from passinfra.ir.module import IRModule
 from passinfra.runtime.cpus import available_cpus
 from passinfra.tir import PrimFunc
@@ -74,10 +88,19 @@ class _AheadCompiles:
     def __init__(self, jobs: int) -> None:
         self._pool = ThreadPoolExecutor(jobs, thread_name_prefix="raypass-cc")
         self._futures: dict[tuple[str, CompilerSettings], deque[Future[CompileResult]]] = {}
+        self._by_function: dict[str, Future[CompileResult]] = {}
 
-    def start(self, source: str, settings: CompilerSettings, name: str) -> None:
+    def start(self, source: str, settings: CompilerSettings, name: str, function: str = "") -> None:
         future = self._pool.submit(compile_c_result, source, settings, name)
         self._futures.setdefault((source, settings), deque()).append(future)
+        if function:
+            self._by_function[function] = future
+
+    def started(self, function: str) -> bool:
+        """Whether the compile of ``function`` has begun (running or finished): a run
+        that hands the rest of a stage to others keeps these (not compiled twice)."""
+        future = self._by_function.get(function)
+        return future is not None and (future.running() or future.done())
 
     def take(self, source: str, settings: CompilerSettings) -> CompileResult | None:
         """The compile started for this kernel (waiting for it; its error raised here),
@@ -126,12 +149,22 @@ def _compile_c(func: PrimFunc, mod: IRModule, ctx: PassContext) -> PrimFunc:
     if any(uses_library(func, library.name) for library in RUNTIME_LIBRARIES):
         prefetch_runtime_compile(settings)  # overlaps the kernels' compiles; LinkLibrary waits for it
     ahead: _AheadCompiles | None = getattr(_ahead, "compiles", None)
-    result = ahead.take(source, settings) if ahead is not None else None
-    if result is None:
-        result = compile_c_result(source, settings, name=sanitize_identifier(symbol))
+    unit = kernel_unit(func)
+    try:
+        result = ahead.take(source, settings) if ahead is not None else None
+        if result is None:
+            result = compile_c_result(source, settings, name=sanitize_identifier(symbol))
+    except CompileInterrupted:
+        raise
+    except CompileError as error:
+        if unit is None:
+            raise
+        # the C file is the unit's: say which kernels it holds (each under a "/* kernel NAME */" line)
+        failure = CompileError(f"{error}\n  the C file is the compile unit of kernels {', '.join(unit[1])}")
+        failure.kept = error.kept
+        raise failure from error
     # the process that ran this is recorded with the fact; neither goes into the IR
     report_fact(CACHE_HIT_FACT, result.cache_hit)
-    unit = kernel_unit(func)
     if unit is not None:  # the unit's other kernels were compiled here too
         report_fact(UNIT_FACT, unit[1])
         for kernel in unit[1][1:]:
@@ -152,18 +185,31 @@ class CompileCPass(PrimFuncPass):
         super().__init__(_compile_c, PassInfo(0, PASS_NAME))
 
     def transform_module_functions(self, mod: IRModule, ctx: PassContext) -> IRModule:
-        kernels = [(gv.name_hint, func) for gv, func in mod.items()
-                   if self.accepts(func) and compiled_source(func) is not None]
+        with self.ahead(list(mod.items()), ctx):
+            return super().transform_module_functions(mod, ctx)
+
+    @contextlib.contextmanager
+    def ahead(self, functions: Sequence[tuple[GlobalVar | str, BaseFunc]], ctx: PassContext
+              ) -> Iterator[_AheadCompiles | None]:
+        """While the block runs, this pass run in this thread takes its kernels' objects
+        from compiles started now, in the order given, ``codegen.compile_jobs`` at a time
+        (yields them: ``started(name)`` says which have begun; None when fewer than two
+        would run at once, or an outer block already started them). What an executor
+        running this pass in one process wraps its run in (module docstring)."""
+        kernels = [(str(getattr(name, "name_hint", name)), func) for name, func in functions
+                   if self.accepts(func) and compiled_source(func) is not None]  # type: ignore[arg-type]
         jobs = min(compile_jobs(ctx), len(kernels))
         if jobs < 2 or getattr(_ahead, "compiles", None) is not None:
-            return super().transform_module_functions(mod, ctx)
-        with _AheadCompiles(jobs) as ahead:
+            yield None
+            return
+        with _AheadCompiles(jobs) as compiles:
             for name, func in kernels:
                 symbol = str(func.attrs.get("global_symbol", name))
-                ahead.start(compiled_source(func), _settings_for(func, ctx), sanitize_identifier(symbol))
-            _ahead.compiles = ahead
+                compiles.start(compiled_source(func), _settings_for(func, ctx),  # type: ignore[arg-type]
+                               sanitize_identifier(symbol), name)
+            _ahead.compiles = compiles
             try:
-                return super().transform_module_functions(mod, ctx)
+                yield compiles
             finally:
                 _ahead.compiles = None
 
