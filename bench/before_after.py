@@ -144,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--auto", action="store_true", help="also --backend auto (this checkout)")
+    parser.add_argument("--backends", default=",".join(BACKENDS[1:]),
+                        help="of 'no pool' and 'warm pool', which run (local always does)")
     parser.add_argument("--output", type=Path, default=ROOT / "bench" / "results_before_after.md")
     args = parser.parse_args(argv)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
@@ -151,21 +153,23 @@ def main(argv: list[str] | None = None) -> int:
     trees = Trees(args.before, args.workers, space)
     started = time.time()
     results: dict[str, list[Variant]] = {}
+    backends = [name for name in BACKENDS[1:] if name in args.backends.split(",")]
+    pooled = "warm pool" in backends or args.auto
     try:
-        for tree in ("before", "after"):
+        for tree in ("before", "after") if pooled else ():
             done = trees.raypass(tree, ["pool", "start", "--workers", str(args.workers)], pool=True)
             if done.returncode != 0:
                 raise SystemExit(f"pool start ({tree}) failed: {done.stderr[-2000:]}")
         for model in models:
             variants = [Variant("after", "local"), Variant("before", "local")] + [
-                Variant(tree, backend) for backend in BACKENDS[1:] for tree in ("before", "after")]
+                Variant(tree, backend) for backend in backends for tree in ("before", "after")]
             if args.auto:
                 variants += [Variant("after", backend) for backend in AUTO_BACKENDS]
             results[model] = variants
             for round_index in range(args.repeats + 1):
                 run_round(trees, model, variants, counted=round_index > 0)
     finally:
-        for tree in ("before", "after"):
+        for tree in ("before", "after") if pooled else ():
             trees.raypass(tree, ["pool", "stop"], pool=True)
         shutil.rmtree(space, ignore_errors=True)
     rows = []
@@ -182,10 +186,11 @@ def main(argv: list[str] | None = None) -> int:
     header = ["model", "variant", "median s", "range s", "/ local", "build s (reported)",
               "rest s (outside the build)", "library identical to local"]
     notes = machine_notes()
+    chosen = f" --backends '{args.backends}'" if args.backends != ",".join(BACKENDS[1:]) else ""
     text = "\n".join([
         "# Whole compiles before and after (issue 28)", "",
         f"`python -m bench.before_after --before {args.before} --models {args.models} --repeats "
-        f"{args.repeats} --workers {args.workers}{' --auto' if args.auto else ''}`: "
+        f"{args.repeats} --workers {args.workers}{' --auto' if args.auto else ''}{chosen}`: "
         f"{time.time() - started:.0f} s; whole `raypass compile "
         "MODEL --no-cache` processes, interleaved rounds after one warm-up round, medians and min-max. "
         "`before` is the tree given, `after` this checkout; both warm pools ran during all rounds "

@@ -312,7 +312,7 @@ def start(
 
 def spawn_daemon(log_path: Path, idle_timeout_minutes: float, **options: Any) -> subprocess.Popen:
     """Start ``scheduler.pool.daemon`` with ``options`` (workers, address,
-    cpus_per_worker, num_cpus, record, parent; None: left out), logging to ``log_path``.
+    cpus_per_worker, num_cpus, record, parent, nice; None: left out), logging to ``log_path``.
     Returns at once: the daemon writes its record when its workers are ready."""
     command = [sys.executable, "-m", "scheduler.pool.daemon", "--idle-timeout", str(idle_timeout_minutes)]
     for name, value in options.items():

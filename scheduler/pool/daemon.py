@@ -14,6 +14,11 @@ scheduler starts it the moment it is made, so Ray and the workers start while th
 driver loads the model and runs the serial passes (Ray cannot be started from a
 background thread of the driver: its object store then fails in the main thread).
 
+A private pool runs at a lower CPU priority (``--nice``): it starts while the build
+that made it runs its serial passes and its first stages itself, and where cores are
+few that build is what the user waits for; the pool takes the cores the build leaves
+free (once the build waits for it, all of them).
+
 A private pool serves as soon as its first worker is up: the others join the run as
 they come up (the gateway tells the driver, whose work queue gives them work at once),
 so the slowest worker's start-up never holds a build. A warm pool, started ahead of its
@@ -183,7 +188,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--record", default=None, help="a private pool's record file")
     parser.add_argument("--parent", type=int, default=None, help="stop when this process is gone")
     parser.add_argument("--driver-dir", default=None, help="the driver's working directory: imported last")
+    parser.add_argument("--nice", type=int, default=0,
+                        help="run at this much lower CPU priority, Ray and the workers too")
     args = parser.parse_args(argv)
+    if args.nice > 0:
+        os.nice(args.nice)  # before Ray starts: its processes and the workers inherit it
     if args.driver_dir and args.driver_dir not in sys.path:
         sys.path.append(args.driver_dir)  # after site-packages: it shadows no dependency
     daemon = PoolDaemon(args.workers, args.address, args.idle_timeout, args.cpus_per_worker,

@@ -33,6 +33,11 @@ from scheduler.pool.transport import Transport
 
 # minutes a private pool stays up without a run (the scheduler normally stops it first)
 PRIVATE_POOL_IDLE_MINUTES = 60.0
+# how much lower a private pool's CPU priority is than its driver's: while it starts, the
+# driver runs the build itself (head start), and on few cores the two compete. DenseNet-121
+# with no pool on 2 cores: every stage ran in the driver while the pool started, 1.68 of local
+# (bench/results_private_pool_nice.md)
+PRIVATE_POOL_NICE = 10
 
 
 @dataclass
@@ -194,7 +199,7 @@ class _PrivatePool:
             self.daemon = pool_api.spawn_daemon(
                 self.log_path, PRIVATE_POOL_IDLE_MINUTES, workers=num_workers,
                 cpus_per_worker=options.get("cpus_per_worker"), num_cpus=options.get("num_cpus"),
-                record=self.record_path, parent=os.getpid(),
+                record=self.record_path, parent=os.getpid(), nice=PRIVATE_POOL_NICE,
             )
         except BaseException:
             # no pool object to stop (a Ctrl-C while the daemon was spawned): its directory

@@ -163,6 +163,14 @@ with Scheduler(backend="ray", num_workers=2, cpus_per_worker=0.5) as sched, \\
     # ... and the machine's start-up record, which backend="auto" reads, has it
     from scheduler.pool import startup_times
     assert startup_times.measured()[2][-1] == round(sched.last_run.startup_seconds, 3)
+    # ... which runs at a lower CPU priority than this driver (it starts while the driver
+    # works), and so do the Ray it started and its workers (Ray's own niceness on top)
+    import os
+    from scheduler.pool.startup import PRIVATE_POOL_NICE
+    mine, daemon = os.getpriority(os.PRIO_PROCESS, 0), sched._workers._private.daemon.pid
+    assert os.getpriority(os.PRIO_PROCESS, daemon) == min(19, mine + PRIVATE_POOL_NICE)
+    workers = {os.getpriority(os.PRIO_PROCESS, pid) for pid in sched.last_run.worker_pids.values()}
+    assert min(workers) >= min(19, mine + PRIVATE_POOL_NICE), workers
 assert out.astext() == Sequential([P.add_to_multiply], opt_level=0)(mod).astext()
 print("built")
 """
