@@ -178,6 +178,19 @@ class PoolDaemon:
             ray_runtime.disconnect(handle)
 
 
+def _lower_priority(nice: int) -> None:
+    """This process's CPU priority, and that of all it starts (Ray, the workers), lowered
+    by ``nice``. Where the kernel schedules by session first (autogroup: most Linux
+    systems), a process's nice value only orders it within its session, and the daemon has
+    a session of its own: that session's nice goes up too."""
+    os.nice(nice)
+    try:
+        with open("/proc/self/autogroup", "w") as autogroup:
+            autogroup.write(str(nice))
+    except OSError:  # no autogroup scheduling (or no /proc): the nice value is what orders it
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m scheduler.pool.daemon")
     parser.add_argument("--workers", type=int, default=None)
@@ -192,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="run at this much lower CPU priority, Ray and the workers too")
     args = parser.parse_args(argv)
     if args.nice > 0:
-        os.nice(args.nice)  # before Ray starts: its processes and the workers inherit it
+        _lower_priority(args.nice)
     if args.driver_dir and args.driver_dir not in sys.path:
         sys.path.append(args.driver_dir)  # after site-packages: it shadows no dependency
     daemon = PoolDaemon(args.workers, args.address, args.idle_timeout, args.cpus_per_worker,
