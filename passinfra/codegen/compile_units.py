@@ -1,10 +1,10 @@
 """Compile units: kernels compiled together, one translation unit per compiler call.
 
-A compiler call costs about 31 ms of CPU before it reaches a kernel's own code (the
-driver, cc1 and the assembler starting, the shared declarations parsed), while the
-median kernel of DenseNet-121 costs 20 ms of its own: alone, most of a kernel's compile
-is that fixed cost (``bench/compile_units.py``). Compiled several to a unit, the kernels
-share it.
+A compiler call costs about 20 ms of CPU before it reaches a kernel's own code (the
+driver, cc1 and the assembler starting, the shared declarations parsed), and a
+DenseNet-121 kernel compiled alone 46 ms on average; in units of about five the same
+kernels cost 0.54 of that (``bench/results_compile_units.md``): they share the fixed cost
+and what each object repeats.
 
 What a unit is must not depend on where or with how many workers the kernels compile:
 the objects, and so the library's bytes, are the same for any N. So :func:`plan_units`

@@ -35,8 +35,8 @@ from scheduler.pool.transport import Transport
 PRIVATE_POOL_IDLE_MINUTES = 60.0
 # how much lower a private pool's CPU priority is than its driver's: while it starts, the
 # driver runs the build itself (head start), and on few cores the two compete. DenseNet-121
-# with no pool on 2 cores: every stage ran in the driver while the pool started, 1.68 of local
-# (bench/results_private_pool_nice.md)
+# with no pool on 2 cores, every stage run in the driver while the pool started: 1.36 of
+# local -> 1.12 (bench/results_compile_units_whole.md)
 PRIVATE_POOL_NICE = 10
 
 
