@@ -10,6 +10,11 @@ local). So every run on workers whose kernels were compiled (no object from the 
 cache, which would make the work look cheap) records its kernel stages' work per
 predicted kernel (``kernel_costs.json`` beside the pool's record), and the estimate
 takes the median of the last few; a machine with none yet uses the constant.
+
+The files say what they measured (``MEASURES``): a kernel's cost changed its meaning when
+kernels began to compile several to a compiler call (compile units: a kernel's build is
+about 0.6 of what it was alone), and measurements of the old kind would have held the
+median for four more builds. A file of another kind reads as none.
 """
 
 from __future__ import annotations
@@ -27,6 +32,9 @@ FILE_NAME = "kernel_costs.json"
 # codegen.compile_jobs at a time): the same runs, a file of its own
 SHARE_FILE_NAME = "kernel_compile_share.json"
 KEEP = 7  # the newest measurements kept
+# what the numbers are of: a kernel built as the pipeline builds it (since compile units,
+# its share of its unit's compile); change it when that changes
+MEASURES = "kernel in a compile unit"
 # a run with fewer kernels than this says little about a kernel's cost (one slow kernel
 # dominates it)
 MIN_KERNELS = 8
@@ -40,9 +48,18 @@ def _path(name: str = FILE_NAME) -> Path:
 
 def _read(name: str) -> list[float]:
     try:
-        return [float(s) for s in json.loads(_path(name).read_text())][-KEEP:]
-    except (OSError, ValueError, TypeError):  # none yet, or a foreign file
+        data = json.loads(_path(name).read_text())
+        if not isinstance(data, dict) or data.get("measures") != MEASURES:
+            return []  # measurements of another kind (or from before files said which)
+        return [float(s) for s in data["values"]][-KEEP:]
+    except (OSError, ValueError, TypeError, KeyError):  # none yet, or a foreign file
         return []
+
+
+def _write(name: str, values: list[float]) -> None:
+    from scheduler.pool.startup_times import write_json
+
+    write_json(_path(name), {"measures": MEASURES, "values": values[-KEEP:]})
 
 
 def measured() -> list[float]:
@@ -85,17 +102,15 @@ def record_run(stats: RunStats, mod: IRModule) -> float | None:
     seconds = sum(stage.worker_seconds for stage in stages) / predicted_kernels(mod)
     if not seconds > 0:
         return None
-    from scheduler.pool.startup_times import write_json
-
-    write_json(_path(), [*measured(), round(seconds, 5)][-KEEP:])
+    _write(FILE_NAME, [*measured(), round(seconds, 5)])
     indexes = {stage.index for stage in stages}
     runs = [event for event in stats.events if event.stage in indexes]
     total = sum(event.seconds for event in runs)
     if total > 0:
         compiling = sum(event.seconds for event in runs if event.pass_name == PASS_NAME)
-        write_json(_path(SHARE_FILE_NAME), [*compile_shares(), round(compiling / total, 4)][-KEEP:])
+        _write(SHARE_FILE_NAME, [*compile_shares(), round(compiling / total, 4)])
     return seconds
 
 
-__all__ = ["FILE_NAME", "SHARE_FILE_NAME", "compile_shares", "expected", "expected_compile_share", "measured",
-           "record_run"]
+__all__ = ["FILE_NAME", "MEASURES", "SHARE_FILE_NAME", "compile_shares", "expected", "expected_compile_share",
+           "measured", "record_run"]

@@ -207,6 +207,9 @@ def test_kernels_built_on_workers_calibrate_the_seconds_per_kernel():
     assert kernel_costs.record_run(_kernel_run(20, 3.0, hits=1), mod) is None
     assert kernel_costs.record_run(_kernel_run(3, 3.0), mod) is None
     assert kernel_costs.measured() == []
+    # measurements of another kind (each kernel its own compiler call, before files said) are none
+    kernel_costs._path().write_text("[2.0, 2.0, 2.0]")
+    assert kernel_costs.measured() == []
     assert kernel_costs.record_run(_kernel_run(20, kernels * 0.5), mod) == pytest.approx(0.5)
     backend, reason = _decide(compile_pipeline(), mod, warm=True)
     assert backend == "ray" and "at 0.500s (measured here, 1 builds)" in reason
