@@ -10,8 +10,10 @@ compilers' CPU time is what is measured (``RUSAGE_CHILDREN``), both ways, interl
 * the compile units GroupKernels makes with the default settings.
 
 It also measures the fixed cost alone (a translation unit of the shared declarations and
-no code) and reports the units' sizes. Whole ``raypass compile`` processes with and without
-units: ``python -m bench.before_after --before <tree of the commit before>``.
+no code), reports the units' sizes, and replays each compile's measured CPU on N workers
+(largest first, each to the least loaded): the longest worker's load, alone and in units.
+Whole ``raypass compile`` processes with and without units: ``python -m
+bench.before_after --before <tree of the commit before>``.
 
     python -m bench.compile_units [--models densenet121,resnet50,transformer] [--repeats 3] [--output PATH]
 """
@@ -33,6 +35,7 @@ from passinfra.codegen.cc_driver import CompilerSettings, compile_c
 from passinfra.codegen.compile_units import plan_units, split_source, unit_source
 
 ROOT = Path(__file__).resolve().parent.parent
+SPAN_WORKERS = (2, 4, 8, 15)
 
 
 def compilers_cpu(sources: list[str], settings: CompilerSettings) -> tuple[float, float]:
@@ -44,6 +47,20 @@ def compilers_cpu(sources: list[str], settings: CompilerSettings) -> tuple[float
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def each_cpu(sources: list[str], settings: CompilerSettings) -> list[float]:
+    """The compiler processes' CPU seconds of each of ``sources``, compiled one at a time."""
+    return [compilers_cpu([source], settings)[1] for source in sources]
+
+
+def lpt_makespan(seconds: list[float], workers: int) -> float:
+    """The longest worker's load when the compiles go to ``workers`` largest first, each to
+    the least loaded (what the work queue does with measured costs)."""
+    loads = [0.0] * workers
+    for cost in sorted(seconds, reverse=True):
+        loads[loads.index(min(loads))] += cost
+    return max(loads)
 
 
 def unit_sources(kernels: dict[str, str]) -> tuple[list[str], list[int]]:
@@ -77,15 +94,19 @@ def main(argv: list[str] | None = None) -> int:
 
     settings = CompilerSettings(use_cache=False)
     space = Path(tempfile.mkdtemp(prefix="rp-compile-units-"))
-    rows, fits = [], []
+    rows, fits, replays = [], [], []
     for model in args.models.split(","):
         kernels = kernel_sources(model_arg(model, space))
         units, sizes = unit_sources(kernels)
-        alone_runs, unit_runs, fixed = [], [], []
+        alone_runs, unit_runs, fixed, spans = [], [], [], []
         for round_ in range(args.repeats):
             alone_runs.append(compilers_cpu(list(kernels.values()), settings))
             unit_runs.append(compilers_cpu(units, settings))
             fixed.append(fixed_cost(kernels, settings))
+            if round_ == 0:  # one more pass, each compile timed on its own
+                alone_each, units_each = each_cpu(list(kernels.values()), settings), each_cpu(units, settings)
+                spans = [(workers, lpt_makespan(alone_each, workers), lpt_makespan(units_each, workers))
+                         for workers in SPAN_WORKERS]
             print(f"round {round_} {model}: alone {alone_runs[-1][1]:.2f} s CPU, "
                   f"units {unit_runs[-1][1]:.2f} s", flush=True)
 
@@ -97,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         fits.append([model, str(len(kernels)), fixed_ms, f"{per_kernel:.1f}",
                      f"{statistics.median(fixed) / per_kernel:.0%}"])
         ratios = sorted(u[1] / a[1] for a, u in zip(alone_runs, unit_runs))
+        replays.append([model, *(f"{alone:.2f} / {grouped:.2f}" for _, alone, grouped in spans)])
         rows.append([model, str(len(kernels)), str(len(units)),
                      f"{min(sizes)}-{statistics.median(sizes):.0f}-{max(sizes)}",
                      cell([cpu for _, cpu in alone_runs]), cell([cpu for _, cpu in unit_runs]),
@@ -125,6 +147,14 @@ def main(argv: list[str] | None = None) -> int:
         markdown_table(["model", "kernels", "units", "kernels per unit (min-median-max)",
                         "CPU s, alone", "CPU s, units", "units / alone (CPU)", "wall s, alone",
                         "wall s, units"], rows),
+        "",
+        "## A replay on more workers (an estimate, not a measurement)",
+        "",
+        "Each compile's CPU measured alone here, handed to N workers largest first (each to the "
+        "least loaded, as the work queue does with measured costs): the longest worker's seconds, "
+        "kernels alone / units. It leaves out shipping and the cores' contention.",
+        "",
+        markdown_table(["model", *(f"{workers} workers" for workers in SPAN_WORKERS)], replays),
         "",
     ])
     publish(args.output, text)
