@@ -2,8 +2,8 @@
 
 A compiler call costs about 20 ms of CPU before it reaches a kernel's own code (the
 driver, cc1 and the assembler starting, the shared declarations parsed), and a
-DenseNet-121 kernel compiled alone 46 ms on average; in units of about five the same
-kernels cost 0.54 of that (``bench/results_compile_units.md``): they share the fixed cost
+DenseNet-121 kernel compiled alone 46-50 ms on average; in units of about five the same
+kernels cost 0.51 of that (``bench/results_compile_units.md``): they share the fixed cost
 and what each object repeats.
 
 What a unit is must not depend on where or with how many workers the kernels compile:
