@@ -3,8 +3,9 @@
 What a user waits for: ``raypass compile MODEL --no-cache -o LIB`` from the start of
 the process to its exit, with the code of the tree ``--before`` (a checkout of an earlier
 commit, e.g. ``git worktree add /tmp/before <commit>``) and of this checkout, side by
-side: every round runs every (tree, backend) once, in the same order, after one warm-up
-round that is not counted. Backends:
+side: every round runs every (tree, backend) once, each round starting one further down
+the list (a variant does not always follow the same one), after one warm-up round that is
+not counted. Backends:
 
 * ``local``: in-process (this checkout's is the baseline of the ratios);
 * ``no pool``: ``--backend ray --workers N`` with no pool running: the compile starts a
@@ -109,11 +110,17 @@ def built_seconds(stdout: str) -> float:
     return float("nan")
 
 
-def run_round(trees: Trees, model: str, variants: list[Variant], counted: bool) -> None:
+def run_round(trees: Trees, model: str, variants: list[Variant], counted: bool, shift: int = 0) -> None:
+    """Every variant once, starting at ``shift`` (rounds rotate the order, so no variant
+    always runs right after the same one: a warm pool's compile leaves its workers busy for
+    a moment, which the next compile pays)."""
     out = trees.space / "out"
     out.mkdir(exist_ok=True)
-    for variant in variants:
-        reference = out / f"{model}-{variant.tree}-local.so"  # parallel equals sequential, per tree
+    shift %= len(variants)
+    for variant in variants[shift:] + variants[:shift]:
+        # parallel equals sequential, per tree (the local library of this round or, rotated
+        # after it, the last one: the same bytes)
+        reference = out / f"{model}-{variant.tree}-local.so"
         args = ["compile", model_arg(model, trees.space), "--no-cache", "-o"]
         lib = out / f"{model}-{variant.tree}-{variant.backend.replace(' ', '_')}.so"
         lib = lib.with_name(lib.name.replace(",", ""))
@@ -167,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
                 variants += [Variant("after", backend) for backend in AUTO_BACKENDS]
             results[model] = variants
             for round_index in range(args.repeats + 1):
-                run_round(trees, model, variants, counted=round_index > 0)
+                run_round(trees, model, variants, counted=round_index > 0, shift=round_index)
     finally:
         for tree in ("before", "after") if pooled else ():
             trees.raypass(tree, ["pool", "stop"], pool=True)
