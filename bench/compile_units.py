@@ -93,10 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     settings = CompilerSettings(use_cache=False)
-    space = Path(tempfile.mkdtemp(prefix="rp-compile-units-"))
     rows, fits, replays = [], [], []
     for model in args.models.split(","):
-        kernels = kernel_sources(model_arg(model, space))
+        with tempfile.TemporaryDirectory(prefix="rp-compile-units-") as space:  # a saved model, if any
+            kernels = kernel_sources(model_arg(model, Path(space)))
         units, sizes = unit_sources(kernels)
         alone_runs, unit_runs, fixed, spans = [], [], [], []
         for round_ in range(args.repeats):

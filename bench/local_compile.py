@@ -15,6 +15,7 @@ the library and weights are byte-identical.
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import sys
 import tempfile
@@ -38,6 +39,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     space = Path(tempfile.mkdtemp(prefix="rp-local-compile-"))
+    try:
+        return _run(args, space)
+    finally:
+        shutil.rmtree(space, ignore_errors=True)  # the saved models and libraries
+
+
+def _run(args: argparse.Namespace, space: Path) -> int:
     runner = Runner(space)
     models = {name: model_arg(name, space) for name in args.models.split(",")}
     whole: dict[tuple[str, str], list[float]] = {}
