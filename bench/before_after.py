@@ -16,10 +16,13 @@ not counted. Backends:
 
 Each run's library is compared with the local one of its tree (bytes of the .so and of
 the weights): parallel equals sequential. Writes a markdown table (medians, min-max, ratios to local).
+With ``--pool-starts ROUNDS`` it first times ``raypass pool start`` of each tree (``--models ''``:
+only that), with the machine's busy CPU during each start: a pool's processes, not this one's.
 
     python -m bench.before_after --before /tmp/before [--models densenet121,resnet50,transformer]
 (transformer: the zoo's, 24 layers x 512, saved as an ONNX file with external data)
-                                 [--repeats 3] [--workers 2] [--auto] [--output bench/results_before_after.md]
+                                 [--repeats 3] [--workers 2] [--auto] [--pool-starts ROUNDS]
+                                 [--output bench/results_before_after.md]
 """
 
 from __future__ import annotations
@@ -110,6 +113,38 @@ def built_seconds(stdout: str) -> float:
     return float("nan")
 
 
+def busy_cpu_seconds() -> float:
+    """CPU seconds this machine has spent busy since boot, every process's (/proc/stat):
+    a pool's start-up runs in processes this one does not wait for."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq = (int(f) for f in fields[:7])
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
+def time_pool_starts(trees: Trees, rounds: int) -> list[list[str]]:
+    """``raypass pool start --workers N`` of each tree ``rounds`` times, alternating which
+    goes first, each stopped before the next: (tree, median wall s, range, median busy CPU s
+    of the machine during the start, range) rows."""
+    seconds: dict[str, list[float]] = {"before": [], "after": []}
+    cpu: dict[str, list[float]] = {"before": [], "after": []}
+    for index in range(rounds):
+        for tree in ("before", "after") if index % 2 == 0 else ("after", "before"):
+            busy, started = busy_cpu_seconds(), time.perf_counter()
+            done = trees.raypass(tree, ["pool", "start", "--workers", str(trees.workers)], pool=True)
+            seconds[tree].append(time.perf_counter() - started)
+            cpu[tree].append(busy_cpu_seconds() - busy)
+            trees.raypass(tree, ["pool", "stop"], pool=True)
+            if done.returncode != 0:
+                raise SystemExit(f"pool start ({tree}) failed: {done.stderr[-2000:]}")
+            print(f"[before_after] pool start, {tree}: {seconds[tree][-1]:.2f} s, machine CPU "
+                  f"{cpu[tree][-1]:.2f} s", file=sys.stderr, flush=True)
+            time.sleep(2.0)  # the stopped pool's processes gone
+    def summary(values: list[float]) -> list[str]:
+        return [f"{statistics.median(values):.2f}", f"{min(values):.2f}-{max(values):.2f}"]
+
+    return [[tree, *summary(seconds[tree]), *summary(cpu[tree])] for tree in ("before", "after")]
+
+
 def run_round(trees: Trees, model: str, variants: list[Variant], counted: bool, shift: int = 0) -> None:
     """Every variant once, starting at ``shift`` (rounds rotate the order, so no variant
     always runs right after the same one: a warm pool's compile leaves its workers busy for
@@ -153,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--auto", action="store_true", help="also --backend auto (this checkout)")
     parser.add_argument("--backends", default=",".join(BACKENDS[1:]),
                         help="of 'no pool' and 'warm pool', which run (local always does)")
+    parser.add_argument("--pool-starts", type=int, default=0, metavar="ROUNDS",
+                        help="also time `raypass pool start` of each tree, this many rounds, first")
     parser.add_argument("--output", type=Path, default=ROOT / "bench" / "results_before_after.md")
     args = parser.parse_args(argv)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
@@ -161,8 +198,11 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     results: dict[str, list[Variant]] = {}
     backends = [name for name in BACKENDS[1:] if name in args.backends.split(",")]
-    pooled = "warm pool" in backends or args.auto
+    pooled = ("warm pool" in backends or args.auto) and bool(models)
+    starts: list[list[str]] = []
     try:
+        if args.pool_starts:
+            starts = time_pool_starts(trees, args.pool_starts)
         for tree in ("before", "after") if pooled else ():
             done = trees.raypass(tree, ["pool", "start", "--workers", str(args.workers)], pool=True)
             if done.returncode != 0:
@@ -194,6 +234,13 @@ def main(argv: list[str] | None = None) -> int:
               "rest s (outside the build)", "library identical to local"]
     notes = machine_notes()
     chosen = f" --backends '{args.backends}'" if args.backends != ",".join(BACKENDS[1:]) else ""
+    chosen += f" --pool-starts {args.pool_starts}" if args.pool_starts else ""
+    start_table = [
+        f"`raypass pool start --workers {args.workers}`, {args.pool_starts} rounds (each stopped before the "
+        "next), wall seconds and the machine's busy CPU seconds during it (every process's, "
+        "/proc/stat):", "",
+        markdown_table(["tree", "median s", "range s", "machine CPU s", "range CPU s"], starts), "",
+    ] if starts else []
     text = "\n".join([
         "# Whole compiles before and after (issue 28)", "",
         f"`python -m bench.before_after --before {args.before} --models {args.models} --repeats "
@@ -202,7 +249,8 @@ def main(argv: list[str] | None = None) -> int:
         "MODEL --no-cache` processes, interleaved rounds after one warm-up round, medians and min-max. "
         "`before` is the tree given, `after` this checkout; both warm pools ran during all rounds "
         f"(idle unless used). Machine: {notes.get('machine', '?')}.", "",
-        markdown_table(header, rows), "",
+        *start_table,
+        *([markdown_table(header, rows), ""] if rows else []),
     ])
     args.output.write_text(text)
     print(text)

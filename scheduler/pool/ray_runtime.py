@@ -10,8 +10,11 @@ When attaching, the project's packages travel to the workers through ``runtime_e
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import os
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,6 +77,12 @@ def connect(address: str | None, num_cpus: int | None, namespace: str | None = N
     # (1.7 s instead of 2.7 s here, where no network answers): a private instance of a
     # compile is not a cluster to report. The user's own setting wins.
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    with _without_cluster_monitors():
+        _init_private(namespace, num_cpus)
+    return RayHandle(started_here=True, attached=False, address=None)
+
+
+def _init_private(namespace: str | None, num_cpus: int | None) -> None:
     ray.init(
         address="local",  # a private instance, even if another one runs on this machine
         namespace=namespace,
@@ -88,7 +97,39 @@ def connect(address: str | None, num_cpus: int | None, namespace: str | None = N
         # the start-up of the workers that are used (and from the driver's head start)
         _system_config={"prestart_worker_first_driver": False},
     )
-    return RayHandle(started_here=True, attached=False, address=None)
+
+
+# what a private instance's head node is started without: Ray's autoscaler monitor (a
+# private instance of fixed size has nothing to scale) and its log monitor (it streams the
+# workers' output to drivers, which ours turn off: log_to_driver=False). Two Python
+# processes that each spent 0.7-0.8 s of CPU starting, beside the workers' own start-up:
+# `raypass pool start --workers 2` took 10.0-11.5 s with them here, 8.0-8.2 s without
+# (bench/results_private_pool_startup.md)
+_SKIPPED_HEAD_PROCESSES = {"no_monitor": True, "include_log_monitor": False}
+
+
+@contextlib.contextmanager
+def _without_cluster_monitors() -> Iterator[None]:
+    """``ray.init`` of a private instance inside this block starts its head node without
+    the processes of :data:`_SKIPPED_HEAD_PROCESSES`. ``ray.init`` has no arguments for
+    them (``ray start`` has: ``--no-monitor``, ``--include-log-monitor``), so the block sets
+    them on the node parameters it makes; a Ray whose parameters lack them starts as usual."""
+    from ray._private import parameter
+
+    original = parameter.RayParams.__init__
+    accepted = inspect.signature(original).parameters
+    if not all(name in accepted for name in _SKIPPED_HEAD_PROCESSES):
+        yield
+        return
+
+    def without_monitors(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **{**kwargs, **_SKIPPED_HEAD_PROCESSES})
+
+    parameter.RayParams.__init__ = without_monitors  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        parameter.RayParams.__init__ = original  # type: ignore[method-assign]
 
 
 def disconnect(handle: RayHandle | None) -> None:
