@@ -10,8 +10,8 @@
 
 The pool is a small daemon process (``scheduler.pool.daemon``) that starts or attaches
 to Ray, creates the worker actors, imports the passes and the code generator in them
-(``FunctionWorker.warm_up``), registers a named actor ``raypass-pool`` in the
-``raypass`` namespace (so a driver given a cluster's address finds it), and serves
+(``FunctionWorker.warm_up``), on a cluster registers a named actor ``raypass-pool``
+in the ``raypass`` namespace (so a driver given the cluster's address finds it), and serves
 drivers through its gateway socket (``scheduler.pool.gateway``): a driver on this machine
 needs no Ray at all, which keeps a warm compile's fixed cost to milliseconds. The
 daemon owns the actors, so they live exactly as long as the pool; it stops after

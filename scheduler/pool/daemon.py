@@ -1,8 +1,8 @@
 """The warm pool's process: ``python -m scheduler.pool.daemon`` (started by ``pool.start``).
 
 It connects to Ray (a private local instance, or the cluster at ``--address``), starts
-the worker actors and warms them up, registers the named actor ``raypass-pool`` (its
-record, for drivers that only know the cluster's address), opens the gateway, writes
+the worker actors and warms them up, registers the named actor ``raypass-pool`` on a
+cluster (its record, for drivers that only know the cluster's address), opens the gateway, writes
 the pool's record, and then waits: for ``stop`` (a gateway request or SIGTERM), or for
 ``--idle-timeout`` minutes with no driver connected and no run. On the way out it stops
 everything it started, in reverse order, and removes its record.
@@ -148,7 +148,10 @@ class PoolDaemon:
                 ray_address=ray.get_runtime_context().gcs_address, started=self.started,
                 code_version=pool_api.code_version(), idle_timeout_minutes=self.idle_timeout / 60.0,
             )
-            if self.record_path is None:  # a shared pool: findable through the cluster
+            if self.record_path is None and self.address is not None:
+                # a shared pool on a cluster: findable through it. A pool's own Ray listens on
+                # the loopback only, where drivers find the pool by its record; the actor
+                # would be one more Ray worker process (1.4 s of CPU to start)
                 named = ray.remote(_NamedRecord).options(
                     name=pool_api.POOL_ACTOR_NAME, namespace=pool_api.POOL_NAMESPACE, num_cpus=0
                 ).remote(record.__dict__)

@@ -19,6 +19,7 @@ import pytest
 
 from raypass_cli import forkserver
 from scheduler import pool
+from tests.process_tree import descendant_commands
 
 ROOT = Path(__file__).resolve().parents[2]
 RAYPASS = Path(sys.executable).with_name("raypass")
@@ -77,6 +78,11 @@ def test_pool_start_status_stop_from_the_cli(tmp_path):
         assert again.returncode == 0 and "running already" in again.stdout
         record = pool.read_record()
         assert record is not None and record.workers == 2
+        # its own Ray (loopback only) runs the workers and no named record actor: drivers
+        # find this pool by its record; nor Ray's autoscaler or log monitor
+        commands = descendant_commands(record.pid)
+        assert sum("ray::FunctionWorker" in c for c in commands) == 2, commands
+        assert not [c for c in commands if "_NamedRecord" in c or "monitor.py" in c], commands
         # beside it a warm driver, which runs this compile (tests/cli/test_warm_driver.py
         # holds its parity with a fresh process) on the pool's workers
         driver = forkserver.read_record()

@@ -179,26 +179,10 @@ with Scheduler(backend="ray", num_workers=2, cpus_per_worker=0.5) as sched, \\
     assert autogroup is None or autogroup.split()[-1] == str(PRIVATE_POOL_NICE), autogroup
     # its Ray's head node runs without the autoscaler's monitor and the log monitor
     # (ray_runtime._SKIPPED_HEAD_PROCESSES): the processes the daemon started
-    children = {}
-    for entry in os.listdir("/proc"):
-        try:
-            ppid = int(open(f"/proc/{entry}/stat").read().rpartition(")")[2].split()[1])
-            children.setdefault(ppid, []).append(int(entry))
-        except (ValueError, OSError, IndexError):
-            continue
-    started, todo = [], [daemon]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            started.append(child)
-            todo.append(child)
-    commands = []
-    for pid in started:
-        try:
-            commands.append(open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\\0", b" "))
-        except OSError:
-            pass
-    assert any(b"raylet" in c for c in commands), commands  # the walk found its Ray
-    assert not [c for c in commands if b"monitor.py" in c], commands  # monitor.py, log_monitor.py
+    from tests.process_tree import descendant_commands
+    commands = descendant_commands(daemon)
+    assert any("raylet" in c for c in commands), commands  # the walk found its Ray
+    assert not [c for c in commands if "monitor.py" in c], commands  # monitor.py, log_monitor.py
 assert out.astext() == Sequential([P.add_to_multiply], opt_level=0)(mod).astext()
 print("built")
 """
