@@ -16,18 +16,20 @@ not counted. Backends:
 
 Each run's library is compared with the local one of its tree (bytes of the .so and of
 the weights): parallel equals sequential. Writes a markdown table (medians, min-max, ratios to local).
+With ``--stages`` it also reports the kernel stages' wall times from each compile's trace.
 With ``--pool-starts ROUNDS`` it first times ``raypass pool start`` of each tree (``--models ''``:
 only that), with the machine's busy CPU during each start: a pool's processes, not this one's.
 
     python -m bench.before_after --before /tmp/before [--models densenet121,resnet50,transformer]
 (transformer: the zoo's, 24 layers x 512, saved as an ONNX file with external data)
-                                 [--repeats 3] [--workers 2] [--auto] [--pool-starts ROUNDS]
+                                 [--repeats 3] [--workers 2] [--auto] [--stages] [--pool-starts ROUNDS]
                                  [--output bench/results_before_after.md]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -80,6 +82,8 @@ class Variant:
     times: list[float] = field(default_factory=list)
     builds: list[float] = field(default_factory=list)
     identical: list[bool] = field(default_factory=list)
+    # with --stages: the wall ms of the build's kernel stages, by STAGE_KINDS' label
+    stages: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -111,6 +115,44 @@ def built_seconds(stdout: str) -> float:
         if " built in " in line:
             return float(line.split(" built in ")[1].split("s")[0])
     return float("nan")
+
+
+# the function stages --stages reports, by a pass each holds (from the build's trace)
+STAGE_KINDS = {"lowering stage": "LowerToPrimFunc", "compile stage": "CompileC", "build_compile": None}
+# ... and how evenly the compile stage kept the workers busy: their mean busy time over the
+# busiest one's (1.0: every worker finished together)
+BALANCE = "compile stage balance"
+
+
+def stage_walls(trace: Path) -> dict[str, float]:
+    """Wall ms of the build's pipeline and its kernel stages in a ``--trace`` file, and the
+    compile stage's :data:`BALANCE` where workers ran it."""
+    events = json.loads(trace.read_text())
+    spans = [e for e in (events["traceEvents"] if isinstance(events, dict) else events) if e.get("ph") == "X"]
+    walls = {}
+    for label, held in STAGE_KINDS.items():
+        for span in spans:
+            name = span["name"]
+            stage_holds = name.startswith("stage ") and held is not None and held in name.split(":")[1]
+            if stage_holds or (held is None and name == label):
+                walls[label] = span["dur"] / 1e3
+                if held == "CompileC":
+                    walls.update(_balance(spans, span))
+                break
+    return walls
+
+
+def _balance(spans: list[dict], stage: dict) -> dict[str, float]:
+    """:data:`BALANCE` of ``stage`` from its workers' CompileC spans (the worker lanes of
+    raypass_cli/trace.py: tids 1.., below the stage lanes)."""
+    busy: dict[int, float] = {}
+    for span in spans:
+        inside = stage["ts"] <= span["ts"] <= stage["ts"] + stage["dur"]
+        if span["name"] == "CompileC" and 0 < span["tid"] < 10000 and inside:
+            busy[span["tid"]] = busy.get(span["tid"], 0.0) + span["dur"]
+    if len(busy) < 2:
+        return {}
+    return {BALANCE: statistics.fmean(busy.values()) / max(busy.values())}
 
 
 def busy_cpu_seconds() -> float:
@@ -145,7 +187,8 @@ def time_pool_starts(trees: Trees, rounds: int) -> list[list[str]]:
     return [[tree, *summary(seconds[tree]), *summary(cpu[tree])] for tree in ("before", "after")]
 
 
-def run_round(trees: Trees, model: str, variants: list[Variant], counted: bool, shift: int = 0) -> None:
+def run_round(trees: Trees, model: str, variants: list[Variant], counted: bool, shift: int = 0,
+              stages: bool = False) -> None:
     """Every variant once, starting at ``shift`` (rounds rotate the order, so no variant
     always runs right after the same one: a warm pool's compile leaves its workers busy for
     a moment, which the next compile pays)."""
@@ -162,6 +205,9 @@ def run_round(trees: Trees, model: str, variants: list[Variant], counted: bool, 
         kind = "auto" if variant.backend.startswith("auto") else "ray"
         backend = ["--backend", "local"] if variant.backend == "local" else [
             "--backend", kind, "--workers", str(trees.workers)]
+        trace = out / f"{model}-{variant.tree}-{variant.backend.replace(' ', '_')}.trace.json"
+        if stages:
+            backend += ["--trace", str(trace)]
         started = time.perf_counter()
         done = trees.raypass(variant.tree, [*args, str(lib), *backend], variant.backend.endswith("warm pool"))
         seconds = time.perf_counter() - started
@@ -173,6 +219,9 @@ def run_round(trees: Trees, model: str, variants: list[Variant], counted: bool, 
         if counted:
             variant.times.append(seconds)
             variant.builds.append(built_seconds(done.stdout))
+            if stages:
+                for label, wall in stage_walls(trace).items():
+                    variant.stages.setdefault(label, []).append(wall)
             if variant.backend != "local":
                 same = all((Path(f"{lib}{ext}").read_bytes() == Path(f"{reference}{ext}").read_bytes())
                            for ext in ("", ".weights.bin"))
@@ -188,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--auto", action="store_true", help="also --backend auto (this checkout)")
     parser.add_argument("--backends", default=",".join(BACKENDS[1:]),
                         help="of 'no pool' and 'warm pool', which run (local always does)")
+    parser.add_argument("--stages", action="store_true",
+                        help="also the kernel stages' wall times, from each compile's --trace")
     parser.add_argument("--pool-starts", type=int, default=0, metavar="ROUNDS",
                         help="also time `raypass pool start` of each tree, this many rounds, first")
     parser.add_argument("--output", type=Path, default=ROOT / "bench" / "results_before_after.md")
@@ -214,7 +265,8 @@ def main(argv: list[str] | None = None) -> int:
                 variants += [Variant("after", backend) for backend in AUTO_BACKENDS]
             results[model] = variants
             for round_index in range(args.repeats + 1):
-                run_round(trees, model, variants, counted=round_index > 0, shift=round_index)
+                run_round(trees, model, variants, counted=round_index > 0, shift=round_index,
+                          stages=args.stages)
     finally:
         for tree in ("before", "after") if pooled else ():
             trees.raypass(tree, ["pool", "stop"], pool=True)
@@ -235,6 +287,20 @@ def main(argv: list[str] | None = None) -> int:
     notes = machine_notes()
     chosen = f" --backends '{args.backends}'" if args.backends != ",".join(BACKENDS[1:]) else ""
     chosen += f" --pool-starts {args.pool_starts}" if args.pool_starts else ""
+    chosen += " --stages" if args.stages else ""
+    def spread(values: list[float], digits: int) -> str:
+        return f"{statistics.median(values):.{digits}f} [{min(values):.{digits}f}-{max(values):.{digits}f}]"
+
+    stage_rows = [[model, variant.label, *(
+        spread(variant.stages[label], 2 if label == BALANCE else 0) if variant.stages.get(label) else "-"
+        for label in (*STAGE_KINDS, BALANCE))]
+        for model, variants in results.items() for variant in variants] if args.stages else []
+    stage_table = [
+        "Wall ms of the compile pipeline (`build_compile`) and of its kernel stages, from each compile's "
+        "`--trace`, medians [min-max], and the compile stage's balance: its workers' mean CompileC time "
+        "over the busiest one's (1.00: they finished together):", "",
+        markdown_table(["model", "variant", *STAGE_KINDS, BALANCE], stage_rows), "",
+    ] if stage_rows else []
     start_table = [
         f"`raypass pool start --workers {args.workers}`, {args.pool_starts} rounds (each stopped before the "
         "next), wall seconds and the machine's busy CPU seconds during it (every process's, "
@@ -251,6 +317,7 @@ def main(argv: list[str] | None = None) -> int:
         f"(idle unless used). Machine: {notes.get('machine', '?')}.", "",
         *start_table,
         *([markdown_table(header, rows), ""] if rows else []),
+        *stage_table,
     ])
     args.output.write_text(text)
     print(text)

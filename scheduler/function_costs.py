@@ -1,8 +1,9 @@
 """What each function cost in this machine's earlier builds: the order of the work queue.
 
 A stage's functions that no worker holds wait in the work queue largest first (LPT, see
-``scheduler.residency``): by what each took in the last stage of this run that ran it,
-else by its node count. In the kernel stage every function is new to the run, and a
+``scheduler.residency``): by what each took in the same stage of an earlier build (this
+module), else in the last stage of this run that ran it, else by its node count. In the
+kernel stage every function is new to the run, and a
 node count says little about what the C compiler will take: DenseNet-121's
 ``fused_nn_max_pool2d`` has a dozen nodes and took 174 ms to compile, three times the
 median kernel; queued by size it came last, and on 15 workers it held the kernel stage

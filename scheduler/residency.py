@@ -5,10 +5,11 @@ changed at the end of each stage); workers hold resident copies, tracked by obje
 identity: a function is up to date on its slot exactly when the driver's object is the
 one last sent to or received from that slot. Only new or changed functions are sent.
 
-Placement: a function no slot holds waits in the stage's work queue
-(``scheduler.chunking.WorkQueue``, largest first by the measured seconds of the last stage
-that ran it, else by those of an earlier build (``scheduler.function_costs``), else by an
-estimate from its node count) and becomes resident on the slot
+Placement: a function no slot holds, or whose copy on its slot is out of date (it is
+sent again either way), waits in the stage's work queue (``scheduler.chunking.WorkQueue``,
+largest first by what an earlier build measured for it in the same stage
+(``scheduler.function_costs``), else by the measured seconds of the last stage of this run
+that ran it, else by an estimate from its node count) and becomes resident on the slot
 that takes it (``place``); with the queue off (config ``scheduler.work_queue``) it goes
 ahead of the stage to the least loaded slot, largest first (LPT, ``scheduler.assign``).
 Only the functions some pass of the stage works on take part (see ``sync``). When the
@@ -78,6 +79,18 @@ class Residency:
             if name not in present:
                 slot, _ = self._resident.pop(name)
                 drops.setdefault(slot, []).append(name)
+        # a slot's copy that is out of date (the function changed since it was sent or
+        # returned: a module pass rewrote it, or its types come from the driver) is sent
+        # again whatever slot runs it, so it is placed afresh, like a new function: with
+        # the queue, where a slot takes it when free (the kernel stage's compile units,
+        # each re-sent after GroupKernels, were held where the lowering stage had put
+        # their first kernel: the transformer's 12 units left one of 2 workers idle for
+        # 0.2 s of a 0.67 s stage)
+        for name in working:
+            resident = self._resident.get(name)
+            if resident is not None and resident[1] is not mod[name]:
+                del self._resident[name]
+                drops.setdefault(resident[0], []).append(name)
         placement = {name: self._resident[name][0] for name in working if name in self._resident}
         moved = 0
         queued: list[str] = []
@@ -122,10 +135,12 @@ class Residency:
         return functions
 
     def _cost_of(self, name: str, mod: IRModule) -> float:
-        """Measured seconds of the last stage that ran the function, else what an earlier
-        build measured for it, else an estimate from its node count (about a
-        microsecond per node and pass)."""
-        return self._cost.get(name) or self._prior.get(name) or estimated_cost(mod[name]) * 1e-6
+        """What an earlier build measured for the function in this stage, else the
+        measured seconds of the last stage of this run that ran it, else an estimate from
+        its node count (about a microsecond per node and pass). The same stage's seconds
+        first: the stage before is another stage's work (a kernel's lowering says little
+        about its compile)."""
+        return self._prior.get(name) or self._cost.get(name) or estimated_cost(mod[name]) * 1e-6
 
     def _rebalance(
         self, placement: dict[str, int], mod: IRModule, drops: dict[int, list[str]]

@@ -84,6 +84,32 @@ def test_small_constants_travel_in_the_payload_large_ones_beside_it():
     ir.assert_structural_equal(back["f"], func)
 
 
+def test_a_function_changed_since_it_was_sent_is_placed_afresh():
+    """A slot's out-of-date copy is sent again wherever the function runs, so the next
+    stage places it like a new one (the work queue, when on) and its slot drops the copy;
+    the functions still up to date stay where they are and are not sent."""
+    from scheduler.residency import Residency
+
+    for queue in (True, False):
+        mod = P.chain_module(12)
+        names = [gv.name_hint for gv in mod.functions if gv.name_hint != "main"]
+        residency = Residency(2)
+        before = residency.sync(mod, names)
+        assert sum(len(sent) for sent in before.sends.values()) == len(names)
+        changed = names[::3]  # a module pass rewrote these between the stages
+        for name in changed:
+            mod[name] = mod[name].with_attr("rewritten", True)
+        placement = residency.sync(mod, names, queue=queue)
+        assert all(placement.slots[name] == before.slots[name] for name in names if name not in changed)
+        assert sorted(name for dropped in placement.drops.values() for name in dropped) == sorted(changed)
+        sent = sorted(name for functions in placement.sends.values() for name in functions)
+        if queue:  # taken from the queue by whichever slot is free: sent then
+            assert sorted(placement.queued) == sorted(changed) and not sent
+            assert not set(changed) & set(placement.slots)
+        else:  # placed ahead by LPT: each sent once, to the slot placed on
+            assert sent == sorted(changed)
+
+
 def test_rebalancing_moves_functions_only_when_it_saves_more_than_sending_costs():
     """Measured costs that make the placement 3x worse than LPT's move functions when the
     gain is real (seconds), not when the functions take a tenth of a millisecond (noise)."""
