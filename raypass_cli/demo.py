@@ -51,6 +51,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     args.config = ["scheduler.head_start=false", *(args.config or [])]
     with command_scheduler(args) as scheduler:
         mod = load_model(args.model)
+        if args.backend == "ray":
+            # ... for every worker: a private pool serves from its first one on, and one
+            # that came up after the small model was built would show nothing
+            scheduler.start_workers()
         outcome = compile_model(mod, args, scheduler)
     stats = outcome.stats
     for note in stats.notes:

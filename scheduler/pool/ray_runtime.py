@@ -103,7 +103,7 @@ def _init_private(namespace: str | None, num_cpus: int | None) -> None:
 # private instance of fixed size has nothing to scale) and its log monitor (it streams the
 # workers' output to drivers, which ours turn off: log_to_driver=False). Two Python
 # processes that each spent 0.7-0.8 s of CPU starting, beside the workers' own start-up:
-# `raypass pool start --workers 2` took 10.0-11.5 s with them here, 8.0-8.2 s without
+# `raypass pool start --workers 2` took 8.9 s (median) with them here, 8.0 s without
 # (bench/results_private_pool_startup.md)
 _SKIPPED_HEAD_PROCESSES = {"no_monitor": True, "include_log_monitor": False}
 
