@@ -77,7 +77,7 @@ def connect(address: str | None, num_cpus: int | None, namespace: str | None = N
     # (1.7 s instead of 2.7 s here, where no network answers): a private instance of a
     # compile is not a cluster to report. The user's own setting wins.
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    with _without_cluster_monitors():
+    with _lean_head_node():
         _init_private(namespace, num_cpus)
     return RayHandle(started_here=True, attached=False, address=None)
 
@@ -109,27 +109,43 @@ _SKIPPED_HEAD_PROCESSES = {"no_monitor": True, "include_log_monitor": False}
 
 
 @contextlib.contextmanager
-def _without_cluster_monitors() -> Iterator[None]:
+def _lean_head_node() -> Iterator[None]:
     """``ray.init`` of a private instance inside this block starts its head node without
-    the processes of :data:`_SKIPPED_HEAD_PROCESSES`. ``ray.init`` has no arguments for
-    them (``ray start`` has: ``--no-monitor``, ``--include-log-monitor``), so the block sets
-    them on the node parameters it makes; a Ray whose parameters lack them starts as usual."""
-    from ray._private import parameter
+    the processes of :data:`_SKIPPED_HEAD_PROCESSES` and without Ray's API server.
+    ``ray.init`` has no arguments for them (``ray start`` has ``--no-monitor`` and
+    ``--include-log-monitor``), so the block sets them on the node parameters it makes;
+    a Ray whose parameters lack them starts as usual.
 
-    original = parameter.RayParams.__init__
-    accepted = inspect.signature(original).parameters
-    if not all(name in accepted for name in _SKIPPED_HEAD_PROCESSES):
-        yield
-        return
+    The API server is the dashboard's process. With ``include_dashboard=False`` Ray still
+    starts it, in its minimal mode, to serve usage statistics (off here: see
+    :func:`connect`) and the job and state APIs, which nothing in a private instance
+    calls (its drivers are raypass's own, and they reach the workers through the GCS).
+    It is one more Python process, 0.7-0.8 s of CPU while the workers start. The block
+    skips it as a node does when the server fails to start: no process, no dashboard
+    address."""
+    from ray._private import node, parameter
+
+    original_params = parameter.RayParams.__init__
+    accepted = inspect.signature(original_params).parameters
+    skip_monitors = all(name in accepted for name in _SKIPPED_HEAD_PROCESSES)
+    original_api_server = getattr(node.Node, "start_api_server", None)
 
     def without_monitors(self: Any, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **{**kwargs, **_SKIPPED_HEAD_PROCESSES})
+        original_params(self, *args, **{**kwargs, **_SKIPPED_HEAD_PROCESSES})
 
-    parameter.RayParams.__init__ = without_monitors  # type: ignore[method-assign]
+    def without_api_server(self: Any, *args: Any, **kwargs: Any) -> None:
+        self._webui_url = None
+
+    if skip_monitors:
+        parameter.RayParams.__init__ = without_monitors  # type: ignore[method-assign]
+    if original_api_server is not None:
+        node.Node.start_api_server = without_api_server  # type: ignore[method-assign]
     try:
         yield
     finally:
-        parameter.RayParams.__init__ = original  # type: ignore[method-assign]
+        parameter.RayParams.__init__ = original_params  # type: ignore[method-assign]
+        if original_api_server is not None:
+            node.Node.start_api_server = original_api_server  # type: ignore[method-assign]
 
 
 def disconnect(handle: RayHandle | None) -> None:

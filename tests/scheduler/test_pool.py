@@ -79,10 +79,12 @@ def test_pool_start_status_stop_from_the_cli(tmp_path):
         record = pool.read_record()
         assert record is not None and record.workers == 2
         # its own Ray (loopback only) runs the workers and no named record actor: drivers
-        # find this pool by its record; nor Ray's autoscaler or log monitor
+        # find this pool by its record; nor Ray's autoscaler or log monitor, nor its API
+        # server (dashboard.py)
         commands = descendant_commands(record.pid)
         assert sum("ray::FunctionWorker" in c for c in commands) == 2, commands
-        assert not [c for c in commands if "_NamedRecord" in c or "monitor.py" in c], commands
+        unwanted = ("_NamedRecord", "monitor.py", "dashboard.py")
+        assert not [c for c in commands if any(name in c for name in unwanted)], commands
         # beside it a warm driver, which runs this compile (tests/cli/test_warm_driver.py
         # holds its parity with a fresh process) on the pool's workers
         driver = forkserver.read_record()

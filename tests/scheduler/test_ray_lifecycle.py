@@ -177,12 +177,13 @@ with Scheduler(backend="ray", num_workers=2, cpus_per_worker=0.5) as sched, \\
     except OSError:
         autogroup = None
     assert autogroup is None or autogroup.split()[-1] == str(PRIVATE_POOL_NICE), autogroup
-    # its Ray's head node runs without the autoscaler's monitor and the log monitor
-    # (ray_runtime._SKIPPED_HEAD_PROCESSES): the processes the daemon started
+    # its Ray's head node runs without the autoscaler's monitor, the log monitor
+    # (ray_runtime._SKIPPED_HEAD_PROCESSES) and the API server (dashboard.py, which Ray
+    # starts even with include_dashboard=False): the processes the daemon started
     from tests.process_tree import descendant_commands
     commands = descendant_commands(daemon)
     assert any("raylet" in c for c in commands), commands  # the walk found its Ray
-    assert not [c for c in commands if "monitor.py" in c], commands  # monitor.py, log_monitor.py
+    assert not [c for c in commands if "monitor.py" in c or "dashboard.py" in c], commands
 assert out.astext() == Sequential([P.add_to_multiply], opt_level=0)(mod).astext()
 print("built")
 """
