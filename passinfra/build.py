@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 # importing the packages registers the graph passes and the codegen passes
@@ -32,6 +31,7 @@ from passinfra.codegen.passes.apply_tuning_records import TUNING_DB_CONFIG
 from passinfra.codegen.passes.specialize_kernels import SPECIALIZE_CONFIG, main_dim_vars, specializations
 from passinfra.codegen.weights_stream import streaming_weights
 from passinfra.errors import RaypassError
+from passinfra.interrupts import ThreadPool, outcome_of
 from passinfra.ir.module import IRModule
 from passinfra.ir.type_infer import infer_type
 from passinfra.ir.types import Type
@@ -193,7 +193,7 @@ def _load_while_storing(artifact: BuildArtifact, store: Callable[[], None]) -> M
     read it, and for a deep model both move every weight (hashing and writing the entry,
     copying the blob into the module). Both finish before this returns, and errors come
     out as if the store had run first: its error, else the load's."""
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="raypass-build-store") as pool:
+    with ThreadPool(max_workers=1, thread_name_prefix="raypass-build-store") as pool:
         stored = pool.submit(store)
         module: Module | None = None
         load_error: BaseException | None = None
@@ -201,7 +201,7 @@ def _load_while_storing(artifact: BuildArtifact, store: Callable[[], None]) -> M
             module = Module(artifact.library, artifact.metadata, artifact.weights)
         except BaseException as error:  # noqa: BLE001  (re-raised below, after the store's)
             load_error = error
-        store_error = stored.exception()
+        store_error = outcome_of(stored)
     if store_error is not None:
         raise store_error
     if load_error is not None:

@@ -12,14 +12,13 @@ import gc
 import json
 import re
 import runpy
-import signal
-import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from passinfra.errors import RaypassError
+from passinfra.interrupts import interrupts_deferred
 from passinfra.ir.module import IRModule
 from passinfra.transform import PassContext, get_pass, resolve_required
 from passinfra.transform.config import config_type, legalize_value
@@ -42,6 +41,9 @@ def load_model(
     text-IR file (anything else). A model that cannot be compiled as given (unreadable,
     undecodable, empty, ill-typed) is a user error naming the file, raised before anything
     is built or written. ``dims``: bounds of an ONNX model's symbolic dims (``--dim``)."""
+    # the ONNX front end's first import loads onnx's extension module, which dies of a
+    # segmentation fault when a KeyboardInterrupt arrives while it initializes: a Ctrl-C in
+    # the first second of a compile is held back until the import is done
     if spec.startswith(ZOO_PREFIX):
         with interrupts_deferred():
             from passinfra.frontend import from_onnx
@@ -59,26 +61,6 @@ def load_model(
     if dims:
         raise CliUserError("--dim applies to ONNX models only; a text-IR file states its own dims")
     return _load_text_ir(spec, path)
-
-
-@contextmanager
-def interrupts_deferred() -> Iterator[None]:
-    """Ctrl-C held back until the block ends, then raised: onnx's extension module (loaded
-    by the first import of the ONNX frontend) dies of a segmentation fault when a
-    KeyboardInterrupt arrives while it initializes, where the user pressing Ctrl-C in the
-    first second of a compile should get ``raypass: interrupted``. (Off the main thread,
-    where no handler can be set, the block runs as it is.)"""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    received: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        if received:
-            raise KeyboardInterrupt
 
 
 # collections of the young objects: one per this many allocations, not Python's 700 (a

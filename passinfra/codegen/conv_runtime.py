@@ -71,6 +71,7 @@ from passinfra.codegen.c import read_c_file
 from passinfra.codegen.c_intrinsics import IntrinsicRenderer, KernelLibrary, register_intrinsic_renderer
 from passinfra.codegen.cc_driver import CompileResult, CompilerSettings, compile_c_result
 from passinfra.codegen.transform.parallelize import GEMM_MACS_PER_WORK
+from passinfra.interrupts import wait_for
 from passinfra.runtime.module import CONV_ISA_LEVELS
 from passinfra.tir.intrinsics import (
     CONV_INTRINSIC,
@@ -229,7 +230,7 @@ def runtime_object(settings: CompilerSettings) -> CompileResult:
     starts and waits for it. A failed compile is forgotten, so the next build tries again."""
     future = start_runtime_compile(settings)
     try:
-        return future.result()
+        return wait_for(future)  # Ctrl-C after it: passinfra.interrupts
     except BaseException:
         with _compiles_lock:
             key = runtime_settings(settings)

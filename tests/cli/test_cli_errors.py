@@ -6,7 +6,6 @@ import sys
 import types
 
 import onnx
-import pytest
 from onnx import TensorProto, helper
 
 CYCLE_PLUGIN = """
@@ -135,21 +134,3 @@ def test_bench_imports_the_installed_package_from_any_directory(raypass, tmp_pat
     result = raypass("bench", "--only", "no_such_section")
     assert result.returncode == 2, result.stderr
     assert "unknown section(s) no_such_section" in result.stderr
-
-
-def test_ctrl_c_during_an_import_is_raised_after_it():
-    """raypass_cli.common.interrupts_deferred: a SIGINT inside the block (onnx's extension
-    module initializing, which a KeyboardInterrupt there crashes) is a KeyboardInterrupt
-    right after it, and the previous handler is back."""
-    import os
-    import signal
-
-    from raypass_cli.common import interrupts_deferred
-
-    previous = signal.getsignal(signal.SIGINT)
-    reached_the_end = False
-    with pytest.raises(KeyboardInterrupt):
-        with interrupts_deferred():
-            os.kill(os.getpid(), signal.SIGINT)
-            reached_the_end = True
-    assert reached_the_end and signal.getsignal(signal.SIGINT) is previous

@@ -35,7 +35,7 @@ import shutil
 import threading
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from types import TracebackType
 
 from passinfra.codegen.artifacts import (
@@ -56,6 +56,7 @@ from passinfra.codegen.cc_driver import (
 from passinfra.codegen.conv_runtime import RUNTIME_LIBRARIES, prefetch_runtime_compile
 from passinfra.codegen.prim_func_pass import PrimFuncPass
 from passinfra.errors import IRError
+from passinfra.interrupts import ThreadPool, interrupts_deferred, outcome_of, wait_for
 from passinfra.ir.expr import BaseFunc, GlobalVar
 from passinfra.ir.module import IRModule
 from passinfra.runtime.cpus import available_cpus
@@ -86,7 +87,7 @@ class _AheadCompiles:
     two compiles, as they are one at a time."""
 
     def __init__(self, jobs: int) -> None:
-        self._pool = ThreadPoolExecutor(jobs, thread_name_prefix="raypass-cc")
+        self._pool = ThreadPool(jobs, thread_name_prefix="raypass-cc")
         self._futures: dict[tuple[str, CompilerSettings], deque[Future[CompileResult]]] = {}
         self._by_function: dict[str, Future[CompileResult]] = {}
 
@@ -100,13 +101,16 @@ class _AheadCompiles:
         """Whether the compile of ``function`` has begun (running or finished): a run
         that hands the rest of a stage to others keeps these (not compiled twice)."""
         future = self._by_function.get(function)
-        return future is not None and (future.running() or future.done())
+        if future is None:
+            return False
+        with interrupts_deferred():  # the future's lock: module docstring of passinfra.interrupts
+            return future.running() or future.done()
 
     def take(self, source: str, settings: CompilerSettings) -> CompileResult | None:
         """The compile started for this kernel (waiting for it; its error raised here),
         or None when none was (the pass compiles it itself)."""
         waiting = self._futures.get((source, settings))
-        return waiting.popleft().result() if waiting else None
+        return wait_for(waiting.popleft()) if waiting else None
 
     def __enter__(self) -> _AheadCompiles:
         return self
@@ -119,7 +123,7 @@ class _AheadCompiles:
         self._pool.shutdown(wait=True, cancel_futures=True)
         for waiting in self._futures.values():
             for future in waiting:
-                failure = None if future.cancelled() else future.exception()
+                failure = None if future.cancelled() else outcome_of(future)
                 if isinstance(failure, CompileError) and failure.kept is not None:
                     shutil.rmtree(failure.kept, ignore_errors=True)
 

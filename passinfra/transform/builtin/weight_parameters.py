@@ -25,11 +25,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
 
 from passinfra.file_pages import release_file_pages
+from passinfra.interrupts import ThreadPool, wait_for
 from passinfra.ir import op
 from passinfra.ir.expr import Call, Constant, Expr, Function, GlobalVar, Var
 from passinfra.ir.functor import ExprMutator, expr_children, iter_post_order
@@ -191,8 +191,9 @@ class _CallRewriter(ExprMutator):
             for constant in constants:
                 self._convert(constant)
             return
-        with ThreadPoolExecutor(threads, thread_name_prefix="raypass-weights") as pool:
-            converted = list(pool.map(self._converted, constants))
+        with ThreadPool(threads, thread_name_prefix="raypass-weights") as pool:
+            futures = [pool.submit(self._converted, constant) for constant in constants]
+            converted = [wait_for(future) for future in futures]
         for constant, hit in zip(constants, converted):
             self.converted[id(constant)] = hit
 
