@@ -43,20 +43,36 @@ def _print_warm_driver() -> None:
               f"running now {record.get('running', 0)}")
 
 
-def _start_warm_driver(pool_pid: int) -> None:
+def _spawn_warm_driver(pool_pid: int) -> Any:
     """Beside a pool on this machine, a warm driver (raypass_cli.forkserver) for the
-    `raypass compile` commands of this environment; the pool serves without one."""
+    `raypass compile` commands of this environment (the pool serves without one): its
+    process, starting; None when one runs already."""
     from raypass_cli import forkserver
     from scheduler import pool
 
     if forkserver.read_record() is not None:
+        return None
+    return forkserver.spawn(pool.pool_dir(), pool_pid)
+
+
+def _await_warm_driver(driver: Any) -> None:
+    """Wait until ``driver`` (from :func:`_spawn_warm_driver`) serves; one that cannot is
+    stopped, and said so."""
+    from raypass_cli import forkserver
+    from scheduler import pool
+
+    if driver is None:
         return
     directory = pool.pool_dir()
-    driver = forkserver.spawn(directory, pool_pid)
     if forkserver.wait_ready(driver, directory) is None:
+        _discard_warm_driver(driver)
+        print(f"(no warm driver: it did not start; see {directory / 'warm_driver.log'})")
+
+
+def _discard_warm_driver(driver: Any) -> None:
+    if driver is not None:
         driver.kill()
         driver.wait()
-        print(f"(no warm driver: it did not start; see {directory / 'warm_driver.log'})")
 
 
 def cmd_pool(args: argparse.Namespace) -> int:
@@ -71,18 +87,28 @@ def cmd_pool(args: argparse.Namespace) -> int:
         already = pool.status(args.address)
         if already is not None:
             if args.address is None:
-                _start_warm_driver(already.record.pid)
+                _await_warm_driver(_spawn_warm_driver(already.record.pid))
             print("a pool is running already:")
             _print_status(already)
             _print_warm_driver()
             return 0
         started = time.perf_counter()
+        drivers: list[Any] = []
+
+        def beside(daemon_pid: int) -> None:
+            # the warm driver imports the compiler while Ray and the workers start (about
+            # a second of CPU: after the workers were ready, it was that much longer)
+            if args.address is None:
+                drivers.append(_spawn_warm_driver(daemon_pid))
+
         try:
-            status = pool.start(args.workers, args.address, args.idle_timeout)
+            status = pool.start(args.workers, args.address, args.idle_timeout, spawned=beside)
         except pool.PoolError as error:
+            for driver in drivers:  # it would stop with the daemon; it is not left to
+                _discard_warm_driver(driver)
             raise CliUserError(str(error)) from None
-        if args.address is None:
-            _start_warm_driver(status.record.pid)
+        for driver in drivers:
+            _await_warm_driver(driver)
         print(f"pool started in {time.perf_counter() - started:.1f}s")
         _print_status(status)
         _print_warm_driver()

@@ -40,6 +40,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -290,10 +291,13 @@ def start(
     address: str | None = None,
     idle_timeout_minutes: float = DEFAULT_IDLE_TIMEOUT_MINUTES,
     cpus_per_worker: float | None = None,
+    spawned: Callable[[int], None] | None = None,
 ) -> PoolStatus:
     """Start a warm pool (the daemon, and a private Ray instance unless ``address``
     names a cluster) and return its status once every worker is ready. A pool that is
-    already running is returned as it is."""
+    already running is returned as it is. ``spawned``, if given, is called with the
+    daemon's pid as soon as the daemon runs, before its workers are ready: what starts
+    beside the pool (``raypass pool start``'s warm driver) starts meanwhile."""
     if workers is not None and (not isinstance(workers, int) or workers < 1):
         raise PoolError(f"workers must be a positive int, got {workers!r}")
     if not idle_timeout_minutes > 0:
@@ -307,6 +311,8 @@ def start(
         directory / "pool.log", idle_timeout_minutes, workers=workers, address=address,
         cpus_per_worker=cpus_per_worker,
     )
+    if spawned is not None:
+        spawned(daemon.pid)
     return status_of(wait_ready(daemon, directory / "pool.log"))
 
 
