@@ -265,8 +265,10 @@ def _tiled(loops: list[Loop], store: tir.BufferStore) -> tir.Stmt:
         # stores step by the few channels
         order = [loop for k, loop in enumerate(loops) if k != partner] + [loops[partner]]
         return _nest(order, store)
-    if partner is None or inner_tile == 1:
+    if partner is None:
         return _nest(loops, store)
+    if inner_tile == 1:
+        return _partner_blocks(loops, store, partner)
     last = len(loops) - 1
     outer = [loop for k, loop in enumerate(loops) if k not in (partner, last)]
     inner_loops, inner_index = _split(loops[last], inner_tile)
@@ -275,6 +277,24 @@ def _tiled(loops: list[Loop], store: tir.BufferStore) -> tir.Stmt:
     order = [*outer, inner_loops[0], *partner_loops, inner_loops[1]]
     body = substitute(store, {loop_vars[last]: inner_index, loop_vars[partner]: partner_index})
     return _nest(order, body)
+
+
+def _partner_blocks(loops: list[Loop], store: tir.BufferStore, partner: int) -> tir.Stmt:
+    """A transposing nest whose innermost output axis no tile size divides (an image's 14
+    or 7 columns, channels-last into channels-first): the partner axis in blocks of a tile,
+    each block walking the rest of the nest with the block's lanes innermost. A lane loop
+    reads one cache line of the transposed input at once, so no line has to stay in cache
+    until the next lane: untiled, the innermost loop read the input at a stride of the
+    channel count, and with 1024 channels (4 KiB) every line fell into one cache set
+    (ResNet-50's 14x14x1024 block output into NCHW: 3.2 ns an element, 0.64 ms). The
+    stores walk the block's lanes' rows of the output, at most a tile of them at once."""
+    tile = _tile(loops[partner][2])
+    if tile == 1:
+        return _nest(loops, store)
+    partner_loops, partner_index = _split(loops[partner], tile)
+    rest = [loop for k, loop in enumerate(loops) if k != partner]
+    body = substitute(store, {loops[partner][0]: partner_index})
+    return _nest([partner_loops[0], *rest, partner_loops[1]], body)
 
 
 def _tiled_symbolic(loops: list[Loop], store: tir.BufferStore, partner: int) -> tir.Stmt:

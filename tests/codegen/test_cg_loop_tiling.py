@@ -52,10 +52,12 @@ def concat_nchw_of_nhwc(a, b):
 @pytest.mark.parametrize("shapes, make, tiled", [
     ([(1, 32, 8, 12), (32,)], to_nhwc_scaled, True),
     ([(2, 6, 16, 48)], to_nchw, True),
-    ([(1, 8, 6, 6), (1, 6, 6, 16)], concat_nchw_of_nhwc, False),  # split; width 6 has no tile size
+    # split; width 6 has no tile size: the 16 channels in blocks of 8, lanes innermost
+    ([(1, 8, 6, 6), (1, 6, 6, 16)], concat_nchw_of_nhwc, True),
+    ([(1, 14, 14, 64)], to_nchw, True),  # width 14 has no tile size: the same
     ([(1, 30, 7, 7)], lambda x: op.transpose(x, (0, 2, 3, 1)), False),  # 30 has no tile size
     ([(4, 64), (4, 64)], op.add, False),  # nothing transposed
-], ids=["nchw_to_nhwc_epilogue", "nhwc_to_nchw", "concat", "untileable", "plain"])
+], ids=["nchw_to_nhwc_epilogue", "nhwc_to_nchw", "concat", "nhwc_to_nchw_14", "untileable", "plain"])
 def test_transposing_stores_are_tiled_and_correct(tmp_path, shapes, make, tiled):
     func = _func(shapes, make)
     rng = np.random.default_rng(0)
@@ -78,6 +80,20 @@ def test_tiled_nest_puts_both_tiles_innermost():
     order = [(loop.loop_var.name, loop.extent.value) for loop in _loops(nest)]
     # dst's inner axis j in tiles of 16, then i (read contiguously from src) in tiles of 16
     assert order == [("j_o", 4), ("i_o", 2), ("i_i", 16), ("j_i", 16)]
+
+
+def test_an_untileable_innermost_axis_walks_blocks_of_the_loaded_axis():
+    """Channels-last into channels-first with 14 columns (no tile size divides 14): the
+    channels, which the load reads contiguously, in blocks of 16 whose lanes run
+    innermost, so each step reads one whole cache line of the input (untiled, the
+    innermost loop read it at a stride of the channel count: 4 KiB for 1024 channels,
+    every line in one cache set)."""
+    src = tir.Buffer("src", (14, 14, 1024), "float32")
+    dst = tir.Buffer("dst", (1024, 14, 14), "float32")
+    c, h, w = tir.TVar("c"), tir.TVar("h"), tir.TVar("w")
+    nest = elementwise_nest((c, h, w), (1024, 14, 14), tir.BufferStore(dst, src.load(h, w, c), (c, h, w)))
+    order = [(loop.loop_var.name, loop.extent.value) for loop in _loops(nest)]
+    assert order == [("c_o", 64), ("h", 14), ("w", 14), ("c_i", 16)]
 
 
 def test_a_narrow_innermost_axis_puts_the_loaded_axis_innermost():
