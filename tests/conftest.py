@@ -253,11 +253,20 @@ def ray_scheduler(ray_session):
         sched.shutdown()
 
 
+# where tests/frontend/test_onnx_backend.py has the ONNX runner write the light models'
+# inputs and expected outputs (its $ONNX_HOME unless the user set one): shared by the
+# session's worker processes, and removed when the session ends (under xdist, the
+# controller's end) unless it was there before
+ONNX_HOME_DEFAULT = Path(MACHINE_TEMP) / "raypass-onnx-home"
+_ONNX_HOME_WAS_THERE = pytest.StashKey[bool]()
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     """A suite asked to run as an AVX2-only CPU (RAYPASS_MAX_ISA=avx2, `make test-avx2`)
     runs so wholly, or not at all: NumPy's and OpenBLAS's switches must be set before
     they load, which only tests/avx2_only.py does (a bare RAYPASS_MAX_ISA caps only the
     microkernels, and the suite would pass while NumPy's reference still ran AVX-512)."""
+    session.config.stash[_ONNX_HOME_WAS_THERE] = ONNX_HOME_DEFAULT.exists()
     if os.environ.get("RAYPASS_MAX_ISA") != "avx2":
         return
     from tests.avx2_only import numpy_runs_avx512
@@ -265,3 +274,12 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     if numpy_runs_avx512() or os.environ.get("OPENBLAS_CORETYPE") != "Haswell":
         raise pytest.UsageError("RAYPASS_MAX_ISA=avx2 alone does not make an AVX2-only run: "
                                 "start the suite with `python -m tests.avx2_only python -m pytest`")
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The ONNX test data directory this session made (ONNX_HOME_DEFAULT) is removed: the
+    machine is left as the session found it."""
+    if hasattr(session.config, "workerinput"):  # an xdist worker: the others may still read it
+        return
+    if not session.config.stash.get(_ONNX_HOME_WAS_THERE, True):
+        shutil.rmtree(ONNX_HOME_DEFAULT, ignore_errors=True)

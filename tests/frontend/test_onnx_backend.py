@@ -31,6 +31,7 @@ from passinfra.frontend.onnx import unsupported_ops
 from passinfra.frontend.onnx_backend import RaypassBackend, interpreter_executor
 
 # the runner writes the light models' input/expected data under $ONNX_HOME: keep it out of ~
+# (the session removes the directory at its end: tests/conftest.py, ONNX_HOME_DEFAULT)
 os.environ.setdefault("ONNX_HOME", os.path.join(tempfile.gettempdir(), "raypass-onnx-home"))
 
 MODEL_GROUPS = ("real", "pytorch-converted", "pytorch-operator", "simple")  # "real" = the light models
