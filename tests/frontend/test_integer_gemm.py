@@ -93,6 +93,7 @@ def _same_everywhere(lib, feeds: dict, expected: np.ndarray) -> None:
     ((7, 13), 64, "uint8", "uint8", "none", "columns"),
     ((6, 300), 65, "int8", "uint8", "one", "none"),
     ((9, 1), 3, "uint8", "int8", "one", "one"),  # k = 1
+    ((33, 16), 24, "int8", "int8", "one", "none"),  # rows of A' 16 k apart (not AMX's 64), flipped
     # 16 rows or more: AMX where the CPU has it, in steps of 32 rows (the last 8 on VNNI)
     ((40, 130), 70, "uint8", "int8", "rows", "columns"),
     ((2, 16, 64), 33, "int8", "uint8", "one", "none"),

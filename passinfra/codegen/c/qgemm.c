@@ -51,6 +51,8 @@ extern int rp_parallel_for(rp_chunk_fn fn, void* ctx, int64_t extent, int64_t wo
 #define RP_QGEMM_NARROW 16
 /* k a panel holds is a multiple of this (zeros past K): whole AMX tiles of 64 bytes a row */
 #define RP_QGEMM_DEPTH 64
+/* A' rows of the other bodies are whole vectors of this many k (widened or flipped whole) */
+#define RP_QGEMM_VECTOR 16
 /* the bytes of a panel of K4 k and W columns: its groups of four k, the columns' sums, the flags */
 #define RP_QGEMM_PANEL(K4, W) ((K4) * (W) + (W) * 8)
 
@@ -587,6 +589,18 @@ static void rp_qgemm_tile_amx(const rp_qgemm* g, int64_t m, const uint8_t* panel
    has a panel of 147 KiB, which each four rows read from L2 otherwise) */
 #define RP_QGEMM_KBLOCK 256
 
+/* the sums of 8 columns from the widening bodies' two accumulators (a column's two pair
+   sums in adjacent lanes: columns 0-3 in lo, 4-7 in hi) into out, or (`more`) added to it:
+   VPHADDD gives the columns in the order 0 1 4 5 | 2 3 6 7, VPERMQ restores it (a scalar
+   loop over the lanes cost more than the products of a pointwise convolution of 16
+   channels: MobileNetV3's 3136 x 16 x 16, full-range weights, one thread of a Zen 3) */
+static inline __attribute__((target("avx2"), always_inline)) void rp_qgemm_pairs_avx2(uint32_t* out, __m256i lo,
+                                                                                     __m256i hi, int more) {
+  __m256i v = _mm256_permute4x64_epi64(_mm256_hadd_epi32(lo, hi), 0xD8);
+  if (more) v = _mm256_add_epi32(v, _mm256_loadu_si256((const __m256i*)out));
+  _mm256_storeu_si256((__m256i*)out, v);
+}
+
 /* one row over one panel, the panel read once in its order (a decode step's GEMM reads its
    weight from memory: one pass, not one per 8 columns): for each group of four k, each 16
    bytes of it (4 columns x 4 k) widen to 16 int16, VPMADDWD with the row's four k (int16,
@@ -616,12 +630,7 @@ static void rp_qgemm_tile_amx(const rp_qgemm* g, int64_t m, const uint8_t* panel
         acc[q][1] = _mm256_add_epi32(acc[q][1], _mm256_madd_epi16(a, b1));                             \
       }                                                                                                \
     }                                                                                                  \
-    for (int q = 0; q < Q; q++) {                                                                      \
-      uint32_t pairs[16];                                                                              \
-      _mm256_storeu_si256((__m256i*)pairs, acc[q][0]);                                                 \
-      _mm256_storeu_si256((__m256i*)(pairs + 8), acc[q][1]);                                           \
-      for (int c = 0; c < 8; c++) sums[8 * q + c] = (more ? sums[8 * q + c] : 0) + pairs[2 * c] + pairs[2 * c + 1]; \
-    }                                                                                                  \
+    for (int q = 0; q < Q; q++) rp_qgemm_pairs_avx2(sums + 8 * q, acc[q][0], acc[q][1], more);          \
   }
 RP_QGEMM_AVX2_ONE(4)
 RP_QGEMM_AVX2_ONE(2)
@@ -656,14 +665,11 @@ static void rp_qgemm_tile_avx2_4(const rp_qgemm* g, int64_t m, const uint8_t* pa
       RP_QGEMM_AVX2_ROW(2, rp_qgemm_four_avx2(a2 + k));
       RP_QGEMM_AVX2_ROW(3, rp_qgemm_four_avx2(a3 + k));
     }
+    /* (through memory, as GCC 12 kept its accumulators in registers only so: taken into the
+       pair sums straight, it moved them between registers every step of k) */
     const __m256i accs[4][2] = {{acc00, acc01}, {acc10, acc11}, {acc20, acc21}, {acc30, acc31}};
-    for (int r = 0; r < 4; r++) {
-      uint32_t pairs[16];
-      _mm256_storeu_si256((__m256i*)pairs, accs[r][0]);
-      _mm256_storeu_si256((__m256i*)(pairs + 8), accs[r][1]);
-      uint32_t* out = sums + r * RP_QGEMM_COLUMNS + 8 * q;
-      for (int c = 0; c < 8; c++) out[c] = (more ? out[c] : 0) + pairs[2 * c] + pairs[2 * c + 1];
-    }
+    for (int r = 0; r < 4; r++)
+      rp_qgemm_pairs_avx2(sums + r * RP_QGEMM_COLUMNS + 8 * q, accs[r][0], accs[r][1], more);
   }
 }
 
@@ -1036,6 +1042,12 @@ __attribute__((target("avx2"))) static uint32_t rp_qgemm_flip_avx2(const uint8_t
     _mm256_storeu_si256((__m256i*)(dst + i), v);
     acc = _mm256_add_epi64(acc, _mm256_sad_epu8(v, zero));
   }
+  if (i + 16 <= k) {  /* a half vector (a row of 16 or 48 k) */
+    const __m128i v = _mm_xor_si128(_mm_loadu_si128((const __m128i*)(src + i)), _mm256_castsi256_si128(f));
+    _mm_storeu_si128((__m128i*)(dst + i), v);
+    acc = _mm256_add_epi64(acc, _mm256_zextsi128_si256(_mm_sad_epu8(v, _mm_setzero_si128())));
+    i += 16;
+  }
   uint64_t lanes[4];
   _mm256_storeu_si256((__m256i*)lanes, acc);
   uint32_t s = (uint32_t)(lanes[0] + lanes[1] + lanes[2] + lanes[3]);
@@ -1043,10 +1055,30 @@ __attribute__((target("avx2"))) static uint32_t rp_qgemm_flip_avx2(const uint8_t
   return s;
 }
 
-/* dst = src widened to int16, kp bytes (a multiple of 16) */
-__attribute__((target("avx2"))) static void rp_qgemm_widen_avx2(const uint8_t* src, int16_t* dst, int64_t kp) {
-  for (int64_t i = 0; i < kp; i += 16)
-    _mm256_storeu_si256((__m256i*)(dst + i), _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i*)(src + i))));
+/* dst = (src ^ flip) widened to int16 over k bytes, zeros from k to kp (a multiple of 16),
+   and the sum of the flipped bytes: the widening body's A' made in one pass from A's row
+   (or its gathered taps), with no byte copy of it in between (a copy, then a pass to widen it,
+   took more than the products of a pointwise convolution of 16 channels: MobileNetV3's
+   3136 x 16 x 16, full-range weights) */
+__attribute__((target("avx2"))) static uint32_t rp_qgemm_widen_avx2(const uint8_t* src, int16_t* dst, int64_t k,
+                                                                    int64_t kp, uint8_t flip) {
+  const __m128i f = _mm_set1_epi8((char)flip), zero = _mm_setzero_si128();
+  __m128i acc = zero;
+  int64_t i = 0;
+  for (; i + 16 <= k; i += 16) {
+    const __m128i v = _mm_xor_si128(_mm_loadu_si128((const __m128i*)(src + i)), f);
+    _mm256_storeu_si256((__m256i*)(dst + i), _mm256_cvtepu8_epi16(v));
+    acc = _mm_add_epi64(acc, _mm_sad_epu8(v, zero));
+  }
+  uint32_t s = (uint32_t)((uint64_t)_mm_cvtsi128_si64(acc) + (uint64_t)_mm_extract_epi64(acc, 1));
+  if (i < k) {  /* the row's last bytes, in a vector of zeros (no read past the row) */
+    uint8_t last[16] = {0};
+    for (int64_t j = i; j < k; j++) s += last[j - i] = (uint8_t)(src[j] ^ flip);
+    _mm256_storeu_si256((__m256i*)(dst + i), _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i*)last)));
+    i += 16;
+  }
+  for (; i < kp; i += 16) _mm256_storeu_si256((__m256i*)(dst + i), _mm256_setzero_si256());
+  return s;
 }
 
 /* AMX: a row of A' goes straight into its tiles: byte k of row `row` of a group is at
@@ -1161,10 +1193,12 @@ static int rp_qgemm_prepare(void* ctx, int64_t begin, int64_t end) {
     /* a row's bytes past `valid` are zeros from the buffer's calloc: nothing writes them (a
        first layer's 27 bytes a row of 64 cleared each time cost a tenth of its GEMM) */
     uint32_t s = 0;  /* straight: the row's sum stays 0, nothing reads it */
-    if (!straight && p->avx2) s = rp_qgemm_flip_avx2(src, dst, valid, p->flip);
+    if (p->A16) /* the widening body reads A' as int16 only */
+      s = straight ? (rp_qgemm_widen_avx2(dst, p->A16 + at, p->K, p->Kp, 0), 0)
+                   : rp_qgemm_widen_avx2(src, p->A16 + at, valid, p->Kp, p->flip);
+    else if (!straight && p->avx2) s = rp_qgemm_flip_avx2(src, dst, valid, p->flip);
     else if (!straight)
       for (int64_t k = 0; k < valid; k++) s += dst[k] = (uint8_t)(src[k] ^ p->flip);
-    if (p->A16) rp_qgemm_widen_avx2(dst, p->A16 + at, p->Kp);
     p->rowsum[m] = s;
     if (++row == p->M) row = 0, n = 0, oh = 0, ow = -1, group++;
     if (p->image && ++ow == p->image->out_width) {
@@ -1250,7 +1284,7 @@ static int rp_qgemm_run(const void* A, const rp_qgemm_image* image, const void* 
                         int64_t b_signed, int64_t za_step, int64_t zb_step, int64_t b_packed, int64_t groups,
                         const rp_qgemm_epilogue* epilogue) {
   if (M <= 0 || N <= 0 || groups <= 0) return 0;
-  const int64_t Kp = (K + RP_QGEMM_DEPTH - 1) / RP_QGEMM_DEPTH * RP_QGEMM_DEPTH, rows = groups * M;
+  const int64_t rows = groups * M;
   uint32_t* rowsum = (uint32_t*)calloc((size_t)rows, sizeof(uint32_t));
   __builtin_cpu_init();
   const int level = raypass_conv_isa(-1);  /* the level in effect (detected once) */
@@ -1273,6 +1307,10 @@ static int rp_qgemm_run(const void* A, const rp_qgemm_image* image, const void* 
   const int fits_direct = narrow_image && level >= 1 && !vnni && !avxvnni && pairs_fit;
   const int direct = (narrow_image && (vnni || avxvnni)) || fits_direct;
   const int amx = !direct && vnni && M >= 16 && rp_qgemm_amx_usable();
+  /* A's row stride in A': whole steps of 64 k where AMX reads it, else whole vectors of 16
+     (the other bodies read K4 k of it: a pointwise convolution of 16 channels made and
+     widened rows of 64, four times what it reads) */
+  const int64_t step = amx ? RP_QGEMM_DEPTH : RP_QGEMM_VECTOR, Kp = (K + step - 1) / step * step;
   int body = fits_direct ? 8 : direct ? (vnni ? 4 : 6) : amx ? 3 : vnni ? 2 : avxvnni ? 5 : level >= 1 ? 1 : 0;
   if (body == 1 && pairs_fit) body = 7;
   __atomic_add_fetch(&rp_qgemm_calls[body], 1, __ATOMIC_RELAXED);

@@ -1,0 +1,167 @@
+"""The runtime's integer GEMM alone, two trees side by side: ``rp_qgemm_i8`` of each tree's
+``c/qgemm.c`` on the shapes of real quantized models, one thread.
+
+Each tree's runtime (``conv_runtime.runtime_source`` and the thread pool, rendered by that
+tree's own raypass) is compiled into a shared object with the library's flags and loaded
+with ctypes; each shape is a uint8 activation times an int8 weight in the GEMM's panels
+(``qgemm_panels.to_panels``), zero point 3, requantized to uint8 per column (a QDQ
+convolution's epilogue), checked against NumPy's exact result. Weights of the full 8 bits
+(onnxruntime's default: on AVX2 without VNNI the body that widens to 16 bits) or of 7
+(``reduce_range``: VPMADDUBSW). Interleaved rounds, each a block of back-to-back calls
+whose best call is the round's value; the best round per tree (this machine's noise comes
+in bursts that a median keeps), in microseconds.
+
+    python -m bench.qgemm_shapes --before /tmp/before [--bits 8] [--rounds 25]
+        [--shapes mobilenet|resnet] [--output FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from bench.common import ROOT, machine_notes, markdown_table, python_path
+
+# (M, K, N): the pointwise convolutions of bench.conv_models.mobilenet (pixels, input and
+# output channels) and the 1x1 and classifier GEMMs of ResNet-50
+SHAPES = {
+    "mobilenet": [(3136, 16, 16), (3136, 16, 72), (784, 72, 24), (784, 24, 88), (784, 88, 24),
+                  (784, 24, 96), (196, 96, 40), (196, 40, 240), (196, 240, 40), (196, 40, 120),
+                  (196, 120, 48), (196, 48, 144), (196, 144, 48), (196, 48, 288), (49, 288, 96),
+                  (49, 96, 576), (49, 576, 96)],
+    "resnet": [(3136, 64, 64), (3136, 64, 256), (784, 512, 128), (784, 128, 512), (196, 1024, 256),
+               (49, 2048, 512), (1, 2048, 1000)],
+}
+CALLS = 20  # a block: back-to-back calls, the best one counted
+CFLAGS = ["-O2", "-fPIC", "-fno-math-errno", "-std=c11", "-ffp-contract=off"]
+_RENDER = ("from passinfra.codegen.conv_runtime import runtime_source\n"
+           "from passinfra.codegen.thread_pool import pool_source\n"
+           "import sys\n"
+           "open(sys.argv[1], 'w').write(runtime_source())\n"
+           "open(sys.argv[2], 'w').write(pool_source())\n")
+
+
+def runtime_library(tree: Path, directory: Path) -> ctypes.CDLL:
+    """``tree``'s runtime as a shared object in ``directory``, loaded, on one thread."""
+    runtime, pool, library = directory / "runtime.c", directory / "pool.c", directory / "runtime.so"
+    # (from the tree itself: `-c` puts the working directory first on the path)
+    subprocess.run([sys.executable, "-c", _RENDER, str(runtime), str(pool)], check=True, cwd=tree,
+                   env={**os.environ, "PYTHONPATH": python_path(tree)})
+    command = ["cc", *CFLAGS, "-shared", "-o", str(library), str(runtime), str(pool), "-lm", "-lpthread"]
+    subprocess.run(command, check=True)
+    loaded = ctypes.CDLL(str(library))
+    loaded.raypass_set_num_threads(1)
+    return loaded
+
+
+class Case:
+    """One shape's operands and a bound call of a runtime's ``rp_qgemm_i8``."""
+
+    def __init__(self, shape: tuple[int, int, int], bits: int) -> None:
+        from passinfra.ir.op.qgemm_panels import to_panels
+
+        m, k, n = shape
+        rng = np.random.default_rng(m * 7919 + k * 31 + n)
+        limit = 63 if bits == 7 else 127
+        self.a = rng.integers(0, 256, (m, k)).astype(np.uint8)
+        weight = rng.integers(-limit, limit + 1, (k, n)).astype(np.int8)
+        self.panels = to_panels(weight)
+        self.za, self.zb, self.zero = np.array([3], np.uint8), np.zeros(n, np.int8), np.array([7], np.uint8)
+        self.bias = rng.integers(-1000, 1000, n).astype(np.int32)
+        self.scale = (rng.random(n) * 1e-3).astype(np.float32)
+        self.out = np.zeros((m, n), np.uint8)
+        sums = (self.a.astype(np.int64) - 3) @ weight.astype(np.int64) + self.bias
+        self.expected = np.clip(np.rint(sums.astype(np.float32) * self.scale) + 7, 0, 255).astype(np.uint8)
+        self.shape = shape
+
+    def call(self, library: ctypes.CDLL) -> Callable[[], None]:
+        m, k, n = self.shape
+        pointer = [ctypes.c_void_p(x.ctypes.data) for x in (self.a, self.panels, self.za, self.zb, self.out)]
+        epilogue = [ctypes.c_void_p(x.ctypes.data) for x in (self.bias, self.scale, self.zero)]
+        sizes = [ctypes.c_int64(v) for v in (m, n, k, 0, 1, 0, 1, 1, 1)]
+        args = [*pointer, *sizes, *epilogue, *(ctypes.c_int64(v) for v in (2, 1, 1))]
+        function = library.rp_qgemm_i8
+        function.restype = ctypes.c_int
+
+        def run() -> None:
+            if function(*args) != 0:
+                raise RuntimeError("rp_qgemm_i8 failed")
+        return run
+
+
+def best_block(run: Callable[[], None]) -> float:
+    best = math.inf
+    for _ in range(CALLS):
+        started = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.qgemm_shapes", description=__doc__.split("\n")[0])
+    parser.add_argument("--before", type=Path, required=True, help="the tree to compare with (a worktree)")
+    parser.add_argument("--after", type=Path, default=ROOT)
+    parser.add_argument("--bits", type=int, choices=[7, 8], default=8)
+    parser.add_argument("--shapes", choices=sorted(SHAPES), default="mobilenet")
+    parser.add_argument("--rounds", type=int, default=25)
+    parser.add_argument("--output", type=Path, default=None)
+    args = parser.parse_args(argv)
+    rows, totals = [], {"before": 0.0, "after": 0.0}
+    with tempfile.TemporaryDirectory(prefix="raypass-bench-qgemm-") as tmp:
+        libraries = {}
+        for name, tree in (("before", args.before), ("after", args.after)):
+            (Path(tmp) / name).mkdir()
+            libraries[name] = runtime_library(tree.resolve(), Path(tmp) / name)
+        for shape in SHAPES[args.shapes]:
+            case = Case(shape, args.bits)
+            runs = {name: case.call(library) for name, library in libraries.items()}
+            for name, run in runs.items():
+                case.out[:] = 0
+                run()
+                if not np.array_equal(case.out, case.expected):
+                    raise SystemExit(f"{name}: rp_qgemm_i8 of {shape} differs from the exact result")
+            best = {name: math.inf for name in runs}
+            for _ in range(args.rounds):
+                for name, run in runs.items():
+                    best[name] = min(best[name], best_block(run))
+            for name in best:
+                totals[name] += best[name]
+            m, k, n = shape
+            rows.append([f"{m} x {k} x {n}", f"{best['before'] * 1e6:.1f}", f"{best['after'] * 1e6:.1f}",
+                         f"{best['after'] / best['before']:.2f}"])
+            print(" | ".join(rows[-1]), flush=True)
+    rows.append(["total", f"{totals['before'] * 1e6:.1f}", f"{totals['after'] * 1e6:.1f}",
+                 f"{totals['after'] / totals['before']:.2f}"])
+    notes = machine_notes()
+    text = "\n".join([
+        "# The integer GEMM alone, before and after",
+        "",
+        f"Generated by `python -m bench.qgemm_shapes --bits {args.bits} --shapes {args.shapes} "
+        f"--rounds {args.rounds}`; " + ", ".join(f"{key} {value}" for key, value in notes.items()) + ".",
+        "",
+        f"`rp_qgemm_i8`, one thread, uint8 x int8 ({args.bits}-bit weights) requantized to uint8; "
+        f"microseconds, the best of {args.rounds} interleaved rounds of {CALLS} calls; both trees' "
+        "outputs equal the exact result.",
+        "",
+        markdown_table(["M x K x N", "before us", "after us", "after / before"], rows),
+        "",
+    ])
+    print(text)
+    if args.output:
+        args.output.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
