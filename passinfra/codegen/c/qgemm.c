@@ -737,7 +737,9 @@ static void rp_qgemm_tile_ubs_4(const rp_qgemm* g, int64_t m, const uint8_t* pan
   }
 }
 
-/* one row over k [k0, k1) of a panel, read in its order; Q vectors of 8 columns */
+/* one row over k [k0, k1) of a panel, read in its order, streamed ahead as the widening
+   body's one row is (a decode step's 7-bit weight of 46 MB, 1 x 8192 x 5632, two threads
+   of a Zen 3: 1.18 -> 1.09 ms, best of 25 interleaved rounds); Q vectors of 8 columns */
 #define RP_QGEMM_UBS_ONE(Q)                                                                             \
   __attribute__((target("avx2")))                                                                      \
   static void rp_qgemm_tile_ubs_1_##Q(const rp_qgemm* g, int64_t m, const uint8_t* panel,             \
@@ -750,6 +752,8 @@ static void rp_qgemm_tile_ubs_4(const rp_qgemm* g, int64_t m, const uint8_t* pan
     const uint8_t* bk = panel + k0 * 8 * Q;                                                            \
     for (int64_t k = k0; k < k1; k += 4, bk += 32 * Q) {                                                \
       const __m256i a = rp_qgemm_quad_avx2(a0 + k);                                                    \
+      _mm_prefetch((const char*)(bk + RP_QGEMM_STREAM_AHEAD), _MM_HINT_T0);                           \
+      _mm_prefetch((const char*)(bk + RP_QGEMM_STREAM_AHEAD + 64), _MM_HINT_T0);                      \
       _Pragma("GCC unroll 4") for (int q = 0; q < Q; q++)                                              \
         RP_QGEMM_UBS(acc[q], a, _mm256_loadu_si256((const __m256i*)(bk + 32 * q)));                    \
     }                                                                                                  \
