@@ -97,6 +97,17 @@ def interleaved(
     return samples
 
 
+def best_of_block(run: Callable[[], Any], calls: int) -> float:
+    """The fastest of ``calls`` back-to-back calls of ``run`` (seconds): a round's value
+    where the noise of a shared machine comes in bursts that only slow calls down."""
+    best = float("inf")
+    for _ in range(calls):
+        started = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
 def time_call(run: Callable[[], Any], repeats: int) -> Sample:
     """The latency of ``run`` (one warm-up call, then ``repeats`` timed calls)."""
     run()

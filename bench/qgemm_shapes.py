@@ -24,13 +24,12 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
-from bench.common import ROOT, machine_notes, markdown_table, python_path
+from bench.common import ROOT, best_of_block, machine_notes, markdown_table, python_path
 
 # (M, K, N): the pointwise convolutions of bench.conv_models.mobilenet (pixels, input and
 # output channels) and the 1x1 and classifier GEMMs of ResNet-50
@@ -99,15 +98,6 @@ class Case:
         return run
 
 
-def best_block(run: Callable[[], None]) -> float:
-    best = math.inf
-    for _ in range(CALLS):
-        started = time.perf_counter()
-        run()
-        best = min(best, time.perf_counter() - started)
-    return best
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.qgemm_shapes", description=__doc__.split("\n")[0])
     parser.add_argument("--before", type=Path, required=True, help="the tree to compare with (a worktree)")
@@ -134,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
             best = {name: math.inf for name in runs}
             for _ in range(args.rounds):
                 for name, run in runs.items():
-                    best[name] = min(best[name], best_block(run))
+                    best[name] = min(best[name], best_of_block(run, CALLS))
             for name in best:
                 totals[name] += best[name]
             m, k, n = shape

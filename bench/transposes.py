@@ -13,16 +13,14 @@ round's value; medians over the rounds [min-max], in milliseconds.
 from __future__ import annotations
 
 import argparse
-import math
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 from onnx import TensorProto, helper
 
-from bench.common import Sample, interleaved, machine_notes, markdown_table
+from bench.common import Sample, best_of_block, interleaved, machine_notes, markdown_table
 from bench.vs_onnxruntime import build_library, ort_session
 
 OUTPUT = Path(__file__).with_name("results_transposes.md")
@@ -42,14 +40,7 @@ def transpose_model(shape: tuple[int, ...], perm: tuple[int, ...]) -> object:
 
 
 def _block(run: Callable[[], object]) -> Callable[[], float]:
-    def measure() -> float:
-        best = math.inf
-        for _ in range(CALLS):
-            started = time.perf_counter()
-            run()
-            best = min(best, time.perf_counter() - started)
-        return best
-    return measure
+    return lambda: best_of_block(run, CALLS)
 
 
 def _ms(sample: Sample) -> str:
