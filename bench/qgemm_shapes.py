@@ -1,5 +1,6 @@
 """The runtime's integer GEMM alone, two trees side by side: ``rp_qgemm_i8`` of each tree's
-``c/qgemm.c`` on the shapes of real quantized models, one thread.
+``c/qgemm.c`` on the shapes of real quantized models, one thread; with ``--models``, the
+whole QDQ models those shapes come from.
 
 Each tree's runtime (``conv_runtime.runtime_source`` and the thread pool, rendered by that
 tree's own raypass) is compiled into a shared object with the library's flags and loaded
@@ -11,8 +12,14 @@ convolution's epilogue), checked against NumPy's exact result. Weights of the fu
 whose best call is the round's value; the best round per tree (this machine's noise comes
 in bursts that a median keeps), in microseconds.
 
+``--models``: bench.conv_models' MobileNetV3-like, RegNetX-like and ResNet-50 through
+onnxruntime's ``quantize_static`` (bench.quantized.static_qdq: QDQ, per-channel int8
+weights of 8 bits or, ``--bits 7``, 7), each built by each tree in a process of its own
+(its own raypass, its own runtime), one thread; the processes answer in turn, round after
+round, with the best of a block of calls; milliseconds, the best round per tree.
+
     python -m bench.qgemm_shapes --before /tmp/before [--bits 8] [--rounds 25]
-        [--shapes mobilenet|resnet] [--output FILE]
+        [--shapes mobilenet|resnet | --models] [--output FILE]
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import onnx
 
 from bench.common import ROOT, best_of_block, machine_notes, markdown_table, python_path
 
@@ -98,6 +106,72 @@ class Case:
         return run
 
 
+MODELS = ("mobilenet", "regnet", "resnet50")
+MODEL_CALLS = 10  # a block of whole-model calls
+# a tree's process: builds the model it is given, then answers each line on stdin with the
+# best of a block of calls (seconds) on one thread
+_SERVE = ("import sys, time\n"
+          "import numpy as np, onnx\n"
+          "from passinfra.build import build\n"
+          "from passinfra.frontend import from_onnx\n"
+          "from passinfra.transform import PassContext\n"
+          "model = onnx.load(sys.argv[1])\n"
+          "with PassContext(opt_level=3, config={'codegen.cache_dir': sys.argv[2]}):\n"
+          "    lib = build(from_onnx(model))\n"
+          "lib.set_num_threads(1)\n"
+          "shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]\n"
+          "x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)\n"
+          "calls = int(sys.argv[3])\n"
+          "lib(x)\n"
+          "print('ready', flush=True)\n"
+          "for _ in sys.stdin:\n"
+          "    best = float('inf')\n"
+          "    for _ in range(calls):\n"
+          "        started = time.perf_counter(); lib(x); best = min(best, time.perf_counter() - started)\n"
+          "    print(best, flush=True)\n")
+
+
+def _serve(tree: Path, model: Path, cache: Path) -> subprocess.Popen:
+    process = subprocess.Popen([sys.executable, "-c", _SERVE, str(model), str(cache), str(MODEL_CALLS)],
+                               cwd=tree, env={**os.environ, "PYTHONPATH": python_path(tree)},
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    if process.stdout.readline().strip() != "ready":
+        process.kill()
+        raise SystemExit(f"{tree}: the model did not build")
+    return process
+
+
+def _ask(process: subprocess.Popen) -> float:
+    process.stdin.write("\n")
+    process.stdin.flush()
+    return float(process.stdout.readline())
+
+
+def compare_models(trees: dict[str, Path], bits: int, rounds: int, tmp: Path) -> list[list[str]]:
+    """Rows of the whole models: (model, before ms, after ms, after / before)."""
+    from bench import conv_models
+    from bench.quantized import static_qdq
+
+    rows = []
+    for name in MODELS:
+        model = tmp / f"{name}.onnx"
+        onnx.save(static_qdq(getattr(conv_models, name)(), str(tmp), reduce_range=bits == 7), model)
+        processes = {label: _serve(tree, model, tmp / f"cache-{label}") for label, tree in trees.items()}
+        try:
+            best = {label: math.inf for label in processes}
+            for _ in range(rounds):
+                for label, process in processes.items():
+                    best[label] = min(best[label], _ask(process))
+        finally:
+            for process in processes.values():
+                process.stdin.close()
+                process.wait(timeout=60)
+        rows.append([name, f"{best['before'] * 1e3:.2f}", f"{best['after'] * 1e3:.2f}",
+                     f"{best['after'] / best['before']:.2f}"])
+        print(" | ".join(rows[-1]), flush=True)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.qgemm_shapes", description=__doc__.split("\n")[0])
     parser.add_argument("--before", type=Path, required=True, help="the tree to compare with (a worktree)")
@@ -105,8 +179,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bits", type=int, choices=[7, 8], default=8)
     parser.add_argument("--shapes", choices=sorted(SHAPES), default="mobilenet")
     parser.add_argument("--rounds", type=int, default=25)
+    parser.add_argument("--models", action="store_true", help="the whole QDQ models instead of the shapes")
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args(argv)
+    if args.models:
+        with tempfile.TemporaryDirectory(prefix="raypass-bench-qgemm-") as tmp:
+            trees = {"before": args.before.resolve(), "after": args.after.resolve()}
+            rows = compare_models(trees, args.bits, args.rounds, Path(tmp))
+        text = "\n".join([
+            "# Quantized models, before and after",
+            "",
+            f"Generated by `python -m bench.qgemm_shapes --models --bits {args.bits} "
+            f"--rounds {args.rounds}`; "
+            + ", ".join(f"{key} {value}" for key, value in machine_notes().items()) + ".",
+            "",
+            f"QDQ models ({args.bits}-bit weights), one thread, milliseconds: the best of {args.rounds} "
+            f"interleaved rounds of {MODEL_CALLS} calls, each tree's build in a process of its own.",
+            "",
+            markdown_table(["model", "before ms", "after ms", "after / before"], rows),
+            "",
+        ])
+        print(text)
+        if args.output:
+            args.output.write_text(text)
+        return 0
     rows, totals = [], {"before": 0.0, "after": 0.0}
     with tempfile.TemporaryDirectory(prefix="raypass-bench-qgemm-") as tmp:
         libraries = {}
