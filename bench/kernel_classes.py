@@ -21,28 +21,43 @@ The text-level classes are an upper bound of what a generic kernel at the IR lev
 merge: a literal that must stay a constant (a vector shuffle's immediate, a stack array's
 size, an unroll count) would split a class there.
 
-    python -m bench.kernel_classes [--models densenet121,resnet50,transformer] [--repeats 3] [--output PATH]
+``--run-time N`` also measures what a generic kernel would cost at run time, for the N
+largest classes of the first model: the class's first kernel with every number that
+differs in the class read from an array set before the call (an ``extern const`` the
+compiler cannot see), against each kernel as compiled today, one thread, outputs compared
+bit for bit; once with the default flags and once with GCC's ``cheap`` vectorizer cost
+model (``-O2``'s ``very-cheap`` one vectorizes no loop whose trip count it does not know).
+
+    python -m bench.kernel_classes [--models densenet121,resnet50,transformer] [--repeats 3]
+        [--run-time N] [--output PATH]
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import re
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from bench.before_after import model_arg
-from bench.common import report
+from bench.common import markdown_table, report
 from bench.compile_overhead import kernel_sources
 from bench.compile_units import compilers_cpu, unit_sources
+from passinfra.codegen.c_renderer import KERNEL_MARKER
 from passinfra.codegen.cc_driver import CompilerSettings
 from passinfra.codegen.compile_units import split_source
 
 ROOT = Path(__file__).resolve().parent.parent
 # a numeric literal of C: decimal, hex or float, with its suffixes
-_NUMBER = re.compile(r"(?<![\w.])(?:0[xX][0-9a-fA-F]+|\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)[uUlLfF]*(?![\w.])")
+_NUMBER = re.compile(r"(?<![\w.])(?:0[xX][0-9a-fA-F]+|\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)"
+                     r"[uUlLfF]*(?![\w.])")
 
 
 def kernel_class(name: str, source: str) -> str:
@@ -74,10 +89,91 @@ def varying_numbers(members: list[str], kernels: dict[str, str]) -> int:
     return sum(len(set(column)) > 1 for column in columns)
 
 
+def _best_call(entry: Any, pointers: Any, calls: int = 30) -> float:
+    entry(pointers)
+    return min(_timed(entry, pointers) for _ in range(calls))
+
+
+def _timed(entry: Any, pointers: Any) -> float:
+    started = time.perf_counter()
+    entry(pointers)
+    return time.perf_counter() - started
+
+
+def _buffers(func: Any) -> tuple[list[np.ndarray], Any]:
+    rng = np.random.default_rng(1)
+    arrays = [(rng.standard_normal(max(b.size, 1)) * 0.1).astype(b.dtype) if np.dtype(b.dtype).kind == "f"
+              else np.zeros(max(b.size, 1), b.dtype) for b in func.params]
+    return arrays, (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
+
+
+def run_time_rows(model: str, largest: int) -> list[list[Any]]:
+    """Generic / specialized kernel time for the ``largest`` classes of ``model`` (docstring)."""
+    import onnx
+
+    from bench.codegen import LIGHT_DIR, random_light_weights
+    from bench.vs_onnxruntime import build_library
+    from passinfra import tir
+    from passinfra.codegen.cc_driver import compile_c, link_shared
+
+    lib, compiled = build_library(random_light_weights(onnx.load(f"{LIGHT_DIR}/light_{model}.onnx")),
+                                  tempfile.mkdtemp(prefix="rp-kernel-classes-"))
+    lib.set_num_threads(1)
+    ctypes.CDLL(lib._cdll._name, mode=ctypes.RTLD_GLOBAL)  # the runtime the generic kernels call
+    funcs = {f.attrs["global_symbol"]: f for f in compiled.functions.values() if isinstance(f, tir.PrimFunc)}
+    found = classes({name: func.attrs["c_source"] for name, func in funcs.items()})
+    rows = []
+    for members in sorted(found.values(), key=len, reverse=True)[:largest]:
+        head, _, _ = funcs[members[0]].attrs["c_source"].partition("\n" + KERNEL_MARKER + "\n")
+        numbers = {m: literals(m, funcs[m].attrs["c_source"]) for m in members}
+        owns = {m: split_source(funcs[m].attrs["c_source"]).own for m in members}
+        varying = [i for i, column in enumerate(zip(*numbers.values())) if len(set(column)) > 1]
+        first = numbers[members[0]]
+        if any(not first[i].lower().startswith("0x") and re.search(r"[.eEfF]", first[i]) for i in varying):
+            continue  # a float that differs: not an integer argument
+        own = re.sub(rf"\b{re.escape(members[0])}", "GENERIC", owns[members[0]])
+        found_numbers = list(_NUMBER.finditer(own))
+        for slot, i in reversed(list(enumerate(varying))):
+            match = found_numbers[i]
+            own = own[:match.start()] + f"rp_k[{slot}]" + own[match.end():]
+        source = f"{head}\n{KERNEL_MARKER}\nextern const int64_t rp_k[{len(varying)}];\n{own}"
+        ratios = []
+        for flags in ("", " -fvect-cost-model=cheap"):
+            settings = CompilerSettings(use_cache=False, cflags=CompilerSettings().cflags + flags)
+            objects = [("generic", compile_c(source, settings, name="generic")),
+                       ("numbers", compile_c(f"long long rp_k[{len(varying)}];", settings, name="numbers"))]
+            path = Path(tempfile.mkdtemp(prefix="rp-kernel-classes-")) / "generic.so"
+            path.write_bytes(link_shared(objects, settings))
+            generic_lib = ctypes.CDLL(str(path))
+            generic = generic_lib.GENERIC_packed
+            generic.restype, generic.argtypes = ctypes.c_int, [ctypes.c_void_p]
+            slots = (ctypes.c_int64 * len(varying)).in_dll(generic_lib, "rp_k")
+            total_generic = total_specialized = 0.0
+            for member in members[:: max(1, len(members) // 6)][:6]:
+                for slot, i in enumerate(varying):
+                    slots[slot] = int(numbers[member][i].rstrip("uUlL"), 0)
+                specialized = getattr(lib._cdll, member + "_packed")
+                specialized.restype, specialized.argtypes = ctypes.c_int, [ctypes.c_void_p]
+                (mine, mine_p), (theirs, theirs_p) = _buffers(funcs[member]), _buffers(funcs[member])
+                specialized(mine_p)
+                generic(theirs_p)
+                if not all(np.array_equal(a, b) for a, b in zip(mine, theirs)):
+                    raise SystemExit(f"the generic kernel of {members[0]} differs from {member}")
+                total_specialized += min(_best_call(specialized, mine_p) for _ in range(3))
+                total_generic += min(_best_call(generic, theirs_p) for _ in range(3))
+            ratios.append(total_generic / total_specialized)
+        rows.append([model, f"`{members[0]}`", len(members), len(varying), *(f"{r:.2f}" for r in ratios)])
+        print(rows[-1], flush=True)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.kernel_classes", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.kernel_classes",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="densenet121,resnet50,transformer")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--run-time", type=int, default=0, metavar="N",
+                        help="also time generic kernels of the first model's N largest classes")
     parser.add_argument("--output", default=str(ROOT / "bench" / "results_kernel_classes.md"))
     args = parser.parse_args(argv)
 
@@ -94,8 +190,8 @@ def main(argv: list[str] | None = None) -> int:
         for round_ in range(args.repeats):
             all_cpu.append(compilers_cpu(every, settings)[1])
             rep_cpu.append(compilers_cpu(one_each, settings)[1])
-            print(f"round {round_} {model}: every kernel {all_cpu[-1]:.2f} s CPU, one a class {rep_cpu[-1]:.2f} s",
-                  flush=True)
+            print(f"round {round_} {model}: every kernel {all_cpu[-1]:.2f} s CPU, "
+                  f"one a class {rep_cpu[-1]:.2f} s", flush=True)
         sizes = sorted((len(members) for members in found.values()), reverse=True)
         arguments = [varying_numbers(members, kernels) for members in found.values() if len(members) > 1]
         ratios = sorted(r / a for a, r in zip(all_cpu, rep_cpu))
@@ -116,6 +212,19 @@ def main(argv: list[str] | None = None) -> int:
             "units, every kernel", "units, one a class", "compiler CPU s, every kernel",
             "compiler CPU s, one a class", "one a class / every kernel"],
            rows, Path(args.output))
+    if args.run_time:
+        model = args.models.split(",")[0]
+        table = markdown_table(["model", "class (its first kernel)", "kernels", "numbers read at run time",
+                                "generic / specialized, default flags", "... with the cheap cost model"],
+                               run_time_rows(model, args.run_time))
+        section = (f"\n## Generic kernels at run time: the {args.run_time} largest classes of {model}\n\n"
+                   "Each class's first kernel with the numbers that differ read from an array, against up to "
+                   "six of its kernels as compiled today (sum of the best of 30 calls, best of 3 rounds, one "
+                   "thread; outputs equal bit for bit; the model with random weights, whose classes differ a "
+                   f"little from the table above: `--run-time {args.run_time}`).\n\n{table}\n")
+        print(section)
+        with open(args.output, "a") as out:
+            out.write(section)
     return 0
 
 
