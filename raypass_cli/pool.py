@@ -121,9 +121,12 @@ def cmd_pool(args: argparse.Namespace) -> int:
         _print_status(status)
         _print_warm_driver()
         return 0
-    stopped = pool.stop(args.address)
     if args.address is None:
-        forkserver.stop()  # it would stop by itself, a moment later
+        # the warm driver first, while its record still names it: once the pool is gone it
+        # removes its record and exits by itself, and a stop that came after the record went
+        # returned while the driver still ran
+        forkserver.stop()
+    stopped = pool.stop(args.address)
     print("pool stopped" if stopped else "no pool was running")
     return 0
 
