@@ -28,15 +28,25 @@ compiler cannot see), against each kernel as compiled today, one thread, outputs
 bit for bit; once with the default flags and once with GCC's ``cheap`` vectorizer cost
 model (``-O2``'s ``very-cheap`` one vectorizes no loop whose trip count it does not know).
 
+``--whole N``: what sharing does as a user sees it, ``codegen.share_kernel_code`` off
+against on: N interleaved rounds (after one uncounted) of whole ``raypass compile MODEL
+--no-cache --backend local`` processes of each model, then the two libraries' outputs on
+one random input (bit for bit, one and two threads) and their latency (best of blocks of
+calls, interleaved rounds, one thread and the default). Written to ``--output`` (default
+``bench/results_shared_kernels.md``).
+
     python -m bench.kernel_classes [--models densenet121,resnet50,transformer] [--repeats 3]
-        [--run-time N] [--output PATH]
+        [--run-time N] [--whole N] [--output PATH]
 """
 
 from __future__ import annotations
 
 import argparse
 import ctypes
+import functools
 import re
+import resource
+import shutil
 import statistics
 import sys
 import tempfile
@@ -167,6 +177,75 @@ def run_time_rows(model: str, largest: int) -> list[list[Any]]:
     return rows
 
 
+SHARE_VARIANTS = {"share off": "codegen.share_kernel_code=false",
+                  "share on": "codegen.share_kernel_code=true"}
+
+
+def whole_rows(models: list[str], rounds: int) -> tuple[list[list[Any]], list[list[Any]]]:
+    """(compile rows, library rows) of the ``--whole`` comparison (module docstring)."""
+    from bench.before_after import built_seconds
+    from bench.common import best_of_block
+    from bench.scaling_curve import Runner
+    from passinfra.runtime.module import load_module
+
+    space = Path(tempfile.mkdtemp(prefix="rp-shared-kernels-"))
+    runner = Runner(space)
+    compile_rows, library_rows = [], []
+    for model in models:
+        path = model_arg(model, space)
+        times: dict[str, list[float]] = {name: [] for name in SHARE_VARIANTS}
+        builds: dict[str, list[float]] = {name: [] for name in SHARE_VARIANTS}
+        cpu: dict[str, list[float]] = {name: [] for name in SHARE_VARIANTS}
+        for round_ in range(rounds + 1):  # the first round warms up, uncounted
+            for name, config in SHARE_VARIANTS.items():
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
+                seconds, done = runner.raypass(["compile", path, "--no-cache", "--backend", "local",
+                                                "--config", config, "-o", f"{model}-{name[-3:].strip()}.so"])
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                if round_:
+                    times[name].append(seconds)
+                    builds[name].append(built_seconds(done.stdout))
+                    cpu[name].append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+            done_now = ", ".join(f"{n} {v[-1]:.2f} s" for n, v in times.items() if v)
+            print(f"{model} round {round_}: {done_now}", flush=True)
+        off, on = (statistics.median(times[name]) for name in SHARE_VARIANTS)
+        compile_rows.append([model, rounds, *(f"{statistics.median(times[n]):.2f} [{min(times[n]):.2f}-"
+                                                f"{max(times[n]):.2f}]" for n in SHARE_VARIANTS),
+                             *(f"{statistics.median(builds[n]):.2f}" for n in SHARE_VARIANTS),
+                             f"{on / off:.2f}",
+                             *(f"{statistics.median(cpu[n]):.2f}" for n in SHARE_VARIANTS),
+                             f"{statistics.median(cpu['share on']) / statistics.median(cpu['share off']):.2f}"
+                             ])
+        libraries = [load_module(space / f"{model}-{name[-3:].strip()}.so") for name in SHARE_VARIANTS]
+        defaults = [lib.num_threads for lib in libraries]
+        rng = np.random.default_rng(0)
+        inputs = [rng.standard_normal(spec["shape"]).astype(spec["dtype"])
+                  for spec in libraries[0].metadata["inputs"]]
+        same = []
+        for threads in (1, 2):
+            outputs = []
+            for lib in libraries:
+                lib.set_num_threads(threads)
+                result = lib(*inputs)
+                outputs.append(result if isinstance(result, tuple) else (result,))
+            same.append(all(np.array_equal(a, b) for a, b in zip(*outputs)))
+        latency: dict[tuple[int, int], list[float]] = {}
+        for _ in range(9):
+            for threads in (1, 0):
+                for index, lib in enumerate(libraries):
+                    lib.set_num_threads(threads or defaults[index])
+                    time.sleep(0.02)
+                    call = functools.partial(lib, *inputs)
+                    latency.setdefault((index, threads), []).append(best_of_block(call, 10))
+        cells = []
+        for threads in (1, 0):
+            off_ms, on_ms = (statistics.median(latency[(i, threads)]) * 1e3 for i in (0, 1))
+            cells += [f"{off_ms:.2f}", f"{on_ms:.2f}", f"{on_ms / off_ms:.2f}"]
+        library_rows.append([model, "yes" if all(same) else "NO", *cells])
+    shutil.rmtree(space, ignore_errors=True)
+    return compile_rows, library_rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.kernel_classes",
                                      description=__doc__.split("\n\n")[0])
@@ -174,8 +253,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--run-time", type=int, default=0, metavar="N",
                         help="also time generic kernels of the first model's N largest classes")
-    parser.add_argument("--output", default=str(ROOT / "bench" / "results_kernel_classes.md"))
+    parser.add_argument("--whole", type=int, default=0, metavar="ROUNDS",
+                        help="whole compiles and the libraries, sharing off against on (only this)")
+    parser.add_argument("--output")
     args = parser.parse_args(argv)
+    if args.whole:
+        output = Path(args.output or ROOT / "bench" / "results_shared_kernels.md")
+        compile_rows, library_rows = whole_rows(args.models.split(","), args.whole)
+        report("Kernels sharing their code: whole compiles and the libraries (issue 28)",
+               f"python -m bench.kernel_classes --whole {args.whole} --models {args.models}",
+               "Whole `raypass compile MODEL --no-cache --backend local` processes with "
+               "`codegen.share_kernel_code` off and on, interleaved rounds after one uncounted, "
+               "seconds: median [min-max], the builds' own seconds (their `built in`), and the CPU "
+               "of each process and its C compilers (user + system; the machine's noise moves it "
+               "less than the wall time).",
+               ["model", "rounds", "process s, off", "process s, on", "build s, off", "build s, on",
+                "on / off", "CPU s, off", "CPU s, on", "CPU on / off"], compile_rows, output)
+        section = ("\n## The libraries\n\nOutputs on one random input, bit for bit at one and two threads; "
+                   "latency in ms, median of 9 interleaved rounds of the best of 10 calls, one thread and "
+                   "the default.\n\n" + markdown_table(
+                       ["model", "outputs identical", "1 thread off", "1 thread on", "on / off",
+                        "default off", "default on", "on / off"], library_rows) + "\n")
+        print(section)
+        with open(output, "a") as out:
+            out.write(section)
+        return 0
+    args.output = args.output or str(ROOT / "bench" / "results_kernel_classes.md")
 
     settings = CompilerSettings(use_cache=False)
     rows = []

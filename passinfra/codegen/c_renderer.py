@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -383,8 +383,21 @@ class RenderOptions:
 class CRenderer:
     """Renders one flattened PrimFunc; create a new renderer per function."""
 
-    def __init__(self, options: RenderOptions | None = None) -> None:
+    def __init__(self, options: RenderOptions | None = None,
+                 work_override: Sequence[tir.PrimExpr] | None = None,
+                 clone_override: Sequence[bool] | None = None) -> None:
+        """``work_override``: the work estimate of each PARALLEL loop's iteration, in the
+        order they are rendered, instead of the renderer's own (a generic kernel takes its
+        kernels' estimates as numbers, :mod:`passinfra.codegen.shared_kernels`);
+        ``clone_override``: each AVX2-clone decision, in the order they are made."""
         self.options = options or RenderOptions()
+        self._work_override = tuple(work_override) if work_override is not None else None
+        self._clone_override = tuple(clone_override) if clone_override is not None else None
+        # what a static kernel's rendering decided, in order: each PARALLEL loop's work per
+        # iteration, each function's clone decision (what its generic kernel must repeat)
+        self.parallel_work: list[int] = []
+        self.clone_decisions: list[bool] = []
+        self._parallel_loops = 0
         self._names: dict[object, str] = {}  # TVar / Buffer -> C name of the current binding
         self._used_names: set[str] = set()
         self._lines: list[str] = []
@@ -488,6 +501,10 @@ class CRenderer:
             "}",
             "",
         ]
+        if (self._work_override is not None and self._parallel_loops != len(self._work_override)) or (
+                self._clone_override is not None and len(self.clone_decisions) != len(self._clone_override)):
+            raise IRError(f"PrimFunc {self._symbol}: its parallel loops or functions are not those of the "
+                          "estimates and decisions given")
         return "\n".join(parts)
 
     # ----- statements: an explicit work stack of statements and closing lines -----------
@@ -610,8 +627,16 @@ class CRenderer:
             chunk, self._lines, self._in_chunk = self._lines, saved, False
         self._outlined.extend(chunk)
         # a kernel of symbolic sizes: the work of this call's sizes, computed at run time
-        work = (statement_work(loop.body) * lanes if not self._sizes
-                else self.expr(tir.Mul(work_expression(loop.body, self._sizes), tir.IntImm(lanes))))
+        index, self._parallel_loops = self._parallel_loops, self._parallel_loops + 1
+        if self._work_override is not None:
+            if index >= len(self._work_override):
+                raise IRError(f"PrimFunc {self._symbol}: more parallel loops than work estimates")
+            work = self.expr(tir.Mul(self._work_override[index], tir.IntImm(lanes)))
+        elif not self._sizes:
+            self.parallel_work.append(statement_work(loop.body))
+            work = self.parallel_work[-1] * lanes
+        else:
+            work = self.expr(tir.Mul(work_expression(loop.body, self._sizes), tir.IntImm(lanes)))
         if not fields:
             call = f"{PARALLEL_FOR}({function}, NULL, {extent}, {work})"
             self._lines.append(f"{pad}if ({call} != 0) {{ return -1; }}")
@@ -674,8 +699,16 @@ class CRenderer:
 
     def _clone(self, body: tir.Stmt, skip_parallel: bool) -> bool:
         """Whether the function of ``body`` gets AVX2 clones (counted when it does)."""
-        if not (self.options.multiversion
-                and wants_clone(body, skip_parallel, self.options.multiversion_min_work)):
+        index = len(self.clone_decisions)
+        if self._clone_override is not None:
+            if index >= len(self._clone_override):
+                raise IRError(f"PrimFunc {self._symbol}: more functions than clone decisions")
+            wanted = self._clone_override[index]
+        else:
+            wanted = self.options.multiversion and wants_clone(body, skip_parallel,
+                                                               self.options.multiversion_min_work)
+        self.clone_decisions.append(bool(wanted))
+        if not wanted:
             return False
         self._clones += 1
         return True

@@ -20,7 +20,8 @@ def test_kernels_differing_only_in_numbers_share_a_class() -> None:
     # another operation, or a name that merely starts like the kernel's, is another class
     c = _kernel("fused_relu_3", "  for (int64_t i = 0; i < 384; ++i) out[i * 7168 + 0x10] = 1.0f - out[i];")
     d = _kernel("fused_relu_4", "  for (int64_t i = 0; i < 384; ++i) fused_relu_4x[i] = 0.0f;")
-    assert len({kernel_class(n, s) for n, s in (("fused_relu", a), ("fused_relu_3", c), ("fused_relu_4", d))}) == 3
+    named = (("fused_relu", a), ("fused_relu_3", c), ("fused_relu_4", d))
+    assert len({kernel_class(name, source) for name, source in named}) == 3
 
 
 def test_classes_keep_module_order_and_count_the_numbers_that_differ() -> None:

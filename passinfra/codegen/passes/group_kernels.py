@@ -10,7 +10,9 @@ first kernel, which carries the unit's C source and its kernels' names
 their code is in the leader's object. Every kernel keeps its own ``c_source``.
 
 Only kernels compiled with the same compiler settings (a kernel's own schedule may set
-its flags) share a unit. The units depend on the module and the config alone, so the
+its flags) share a unit. With ``codegen.share_kernel_code``, kernels alike but for their
+numbers first share one generic kernel (:mod:`passinfra.codegen.shared_kernels`): their
+sources change before the units are planned. The units depend on the module and the config alone, so the
 objects and the library are the same whichever backend, and however many workers, run
 CompileC.
 """
@@ -35,6 +37,8 @@ from passinfra.codegen.compile_units import (
     split_source,
 )
 from passinfra.codegen.compile_units import unit_source as make_unit_source
+from passinfra.codegen.passes.codegen_c import render_options
+from passinfra.codegen.shared_kernels import DEFAULT_SHARE, SHARE_CONFIG, share_kernel_code
 from passinfra.ir.module import IRModule
 from passinfra.tir import PrimFunc
 from passinfra.transform.config import register_config
@@ -76,17 +80,41 @@ def _groupable(func: object) -> bool:
             and kernel_unit(func) is None and kernel_compiled_in(func) is None)
 
 
-def _group_kernels(mod: IRModule, ctx: PassContext) -> IRModule:
-    target, fewest = unit_bytes(ctx), min_units(ctx)
-    if target == 0:
-        return mod
-    # kernels by their compiler settings, each group in module order
-    by_settings: dict[CompilerSettings, list[tuple[str, str]]] = {}
+def _by_settings(mod: IRModule, ctx: PassContext) -> dict[CompilerSettings, list[tuple[str, PrimFunc]]]:
+    """The kernels a unit may hold, by their compiler settings, each group in module order."""
+    groups: dict[CompilerSettings, list[tuple[str, PrimFunc]]] = {}
     for gv, func in mod.items():
         if _groupable(func):
             with function_context(ctx, func) as scheduled:
                 settings = CompilerSettings.from_context(scheduled)
-            by_settings.setdefault(settings, []).append((gv.name_hint, kernel_c_source(func)))
+            groups.setdefault(settings, []).append((gv.name_hint, func))  # type: ignore[arg-type]
+    return groups
+
+
+def _share_code(mod: IRModule, ctx: PassContext) -> IRModule:
+    """``mod`` with the kernels alike but for their numbers sharing generic kernels."""
+    result = mod
+    for index, kernels in enumerate(_by_settings(mod, ctx).values()):
+        rendered = []
+        for name, func in kernels:
+            with function_context(ctx, func) as scheduled:
+                rendered.append((name, func, render_options(scheduled)))
+        changed = share_kernel_code(rendered, salt=str(index))
+        if changed:
+            result = result.copy() if result is mod else result
+            for name, func in changed.items():
+                result[name] = func
+    return result
+
+
+def _group_kernels(mod: IRModule, ctx: PassContext) -> IRModule:
+    if ctx.get_config(SHARE_CONFIG, DEFAULT_SHARE):
+        mod = _share_code(mod, ctx)
+    target, fewest = unit_bytes(ctx), min_units(ctx)
+    if target == 0:
+        return mod
+    by_settings = {settings: [(name, kernel_c_source(func)) for name, func in kernels]
+                   for settings, kernels in _by_settings(mod, ctx).items()}
     result = mod
     for kernels in by_settings.values():
         sources = dict(kernels)

@@ -1,0 +1,267 @@
+"""Kernels alike but for their numbers share one compiled body (``codegen.share_kernel_code``).
+
+A network that repeats a block at several sizes (DenseNet's dense blocks, ResNet's stages)
+lowers to kernels whose C is the same but for its numbers: extents, strides, offsets,
+the convolution runtime's arguments. DenseNet-121's 197 kernels are 20 such classes, and
+compiling one kernel of each costs the C compiler 0.2 of compiling them all
+(``bench/results_kernel_classes.md``); on two cores its compile is bound by that compiler.
+
+So each class is compiled once, as a *generic kernel*: the class's first kernel with
+every int64 constant that differs within the class made a size variable (a
+``PrimFunc.dims`` entry, the path kernels of symbolic sizes take: passed after the
+buffers, captured by the parallel loops), under a symbol of its own. Every kernel of the
+class keeps its ``<name>_packed`` entry, now a few lines that pass its own numbers to the
+generic one; the host and the library's other parts do not change.
+
+Which kernels are alike is decided on their loop IR: each kernel's body with *every* int64
+constant made a variable (numbered in the walk's order, one per occurrence), in the
+canonical form of :mod:`passinfra.tir.structural` (names ignored; the parameters by dtype,
+not shape, which a kernel's C does not read). Kernels of one form (and of the same compiler
+settings and render options) form a class: each is the class's generic body with its own
+numbers substituted. A class whose generic kernel does not render (a construct that needs
+a constant, such as a parallel loop split into lane blocks) stays as it is.
+
+What a kernel's rendering decides from its numbers stays its own: CodegenC records each
+parallel loop's work estimate (by which the thread pool splits the loop over threads) and
+each function's AVX2-clone decision, with the kernel's class (the digest of its generic
+rendering) and numbers, where it renders (on the workers); the generic kernel takes the
+work estimates as numbers too, and is cloned where any kernel of its class was. So the
+driver renders only one generic kernel per class.
+
+The generic functions are compiled with GCC's ``cheap`` vectorizer cost model (a vector
+loop and a scalar remainder): under ``-O2``'s ``very-cheap`` one a loop whose trip count
+is a variable is not vectorized at all, which made the batch-norm + ReLU epilogues 5x
+slower; with it they run at 1.06 of the specialized kernels, convolutions and copies at
+0.99-1.03 (``python -m bench.kernel_classes --run-time 5``).
+
+The classes depend only on the module and the config, so the library is the same for any
+backend and worker count. GroupKernels runs this before it plans the compile units.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from passinfra import tir
+from passinfra.codegen.artifacts import kernel_c_source, with_kernel_c_source
+from passinfra.codegen.c_renderer import KERNEL_MARKER, CRenderer, RenderOptions, shared_marker
+from passinfra.codegen.compile_units import split_source
+from passinfra.tir.functor import StmtExprMutator
+from passinfra.tir.schema import schema_of
+from passinfra.tir.structural import flatten_prim_func
+from passinfra.transform.config import register_config
+
+SHARE_CONFIG = "codegen.share_kernel_code"  # bool: compile kernels alike but for their numbers once
+# what CodegenC's rendering of a static kernel decided, which its generic kernel repeats:
+# each parallel loop's work estimate per iteration (the thread pool splits a loop by it)
+# and each function's AVX2-clone decision, in rendering order
+PARALLEL_WORK_ATTR = "c_parallel_work"
+CLONES_ATTR = "c_clones"
+# and its class: the digest of its generic rendering, and its int64 constants in walk order
+FORM_ATTR = "c_form"
+NUMBERS_ATTR = "c_numbers"
+register_config(SHARE_CONFIG, bool)
+DEFAULT_SHARE = True
+MIN_CLASS = 2  # kernels a class needs to get a generic kernel
+# around the generic functions: vectorize loops whose trip count is a variable
+_CHEAP_VECTORIZER = ('#pragma GCC push_options', '#pragma GCC optimize ("vect-cost-model=cheap")')
+_RESTORE = "#pragma GCC pop_options"
+
+
+class _NumberLifter(StmtExprMutator):
+    """Every int64 constant of a body, in the walk's order (``values``); those whose
+    position ``lift`` accepts become the size variables ``dims``.
+
+    Each occurrence of a constant is a position of its own, however the nodes share
+    objects: a function sent to a worker and back shares fewer than the one the driver
+    lowered, and both must give the same positions (the library's bytes are the same
+    for any backend)."""
+
+    def __init__(self, lift: Callable[[int], bool]) -> None:
+        self.values: list[int] = []
+        self.dims: list[tir.TVar] = []
+        self._lift = lift
+
+    def visit_expr(self, expr: tir.PrimExpr) -> tir.PrimExpr:
+        stack: list[tuple[tir.PrimExpr, bool]] = [(expr, False)]
+        done: list[tir.PrimExpr] = []  # the rewritten children, in order, of the nodes open
+        while stack:
+            node, expanded = stack.pop()
+            schema = schema_of(type(node))
+            kids = schema.children(node)
+            if kids and not expanded:
+                stack.append((node, True))
+                stack.extend((kid, False) for kid in reversed(kids))
+                continue
+            if kids:
+                new_kids = done[-len(kids):]
+                del done[-len(kids):]
+                changed = any(new is not old for new, old in zip(new_kids, kids))
+                done.append(schema.rebuild(node, new_kids) if changed else node)
+            else:
+                done.append(self._constant(node) if type(node) is tir.IntImm else node)
+        return done[0]
+
+    def _constant(self, node: tir.IntImm) -> tir.PrimExpr:
+        if node.dtype != tir.INDEX_DTYPE:
+            return node  # an int32 or unsigned constant keeps its C type: kernels differing there differ
+        position = len(self.values)
+        self.values.append(int(node.value))
+        if not self._lift(position):
+            return node
+        var = tir.TVar(f"rp_n{position}", tir.INDEX_DTYPE)
+        self.dims.append(var)
+        return var
+
+
+def with_render_decisions(func: tir.PrimFunc, renderer: CRenderer) -> tir.PrimFunc:
+    """``func`` (static) with what ``renderer`` decided rendering it and its class, when it
+    has one (the attrs above): CodegenC stores them where it renders, on the workers, so
+    the driver only renders each class's generic kernel."""
+    func = (func.with_attr(PARALLEL_WORK_ATTR, tuple(renderer.parallel_work))
+            .with_attr(CLONES_ATTR, tuple(renderer.clone_decisions)))
+    form = kernel_form(func, len(renderer.parallel_work), len(renderer.clone_decisions))
+    if form is None:
+        return func
+    return func.with_attr(FORM_ATTR, form.digest).with_attr(NUMBERS_ATTR, form.numbers)
+
+
+def _generic(func: tir.PrimFunc, lift: Callable[[int], bool], symbol: str, options: RenderOptions,
+             works: int, clones: Sequence[bool]) -> tuple[str, list[int]] | None:
+    """``func`` rendered under ``symbol`` with the constants ``lift`` accepts as size
+    variables, then ``works`` parallel loops' work estimates as size variables, with the
+    ``clones`` decisions; and every int64 constant's value. None when that rendering fails."""
+    lifter = _NumberLifter(lift)
+    body = lifter.visit_stmt(func.body)
+    work_vars = [tir.TVar(f"rp_w{i}", tir.INDEX_DTYPE) for i in range(works)]
+    generic = tir.PrimFunc(func.params, body, func.attrs.with_item("global_symbol", symbol),
+                           [*lifter.dims, *work_vars])
+    try:
+        return CRenderer(options, work_vars, clones).render(generic), lifter.values
+    except Exception:  # noqa: BLE001 - whatever stops it (a construct that needs its constant), not shared
+        return None
+
+
+@dataclass(frozen=True)
+class KernelForm:
+    """A kernel's class (the digest of its rendering with every int64 constant a
+    variable) and its numbers."""
+
+    digest: str
+    numbers: tuple[int, ...]
+
+
+def kernel_form(func: tir.PrimFunc, works: int, functions: int) -> KernelForm | None:
+    """What decides ``func``'s class (its rendering decided ``works`` parallel loops' work
+    estimates and ``functions`` clone decisions); None for a kernel that cannot share its
+    code (one of symbolic sizes already, or without int64 constants)."""
+    if func.dims:
+        return None
+    lifter = _NumberLifter(lambda position: True)
+    body = lifter.visit_stmt(func.body)
+    if not lifter.values:
+        return None
+    flat = flatten_prim_func(tir.PrimFunc(func.params, body, func.attrs, lifter.dims))
+    # the body's structure with every int64 constant a variable (names ignored: they only
+    # name things in the C); the parameters by dtype and scope, not shape, which the C of
+    # a kernel does not read (but for a scalar's: whether it holds one element)
+    params = set(flat.params)
+    buffers = tuple((dtype, scope) + ((shape == (1,) or shape == (),) if index in params else (shape,))
+                    for index, (_, shape, dtype, scope) in enumerate(flat.buffers))
+    key = (tuple(flat.rows), tuple(dtype for _, dtype in flat.variables), buffers, flat.params, flat.root,
+           flat.dims, func.attrs.get("num_inputs"), works, functions)
+    return KernelForm(hashlib.blake2b(repr(key).encode("utf-8"), digest_size=16).hexdigest(),
+                      tuple(lifter.values))
+
+
+def stored_form(func: tir.PrimFunc) -> KernelForm | None:
+    """The form CodegenC stored with ``func`` (:func:`with_render_decisions`), if any."""
+    digest, numbers = func.attrs.get(FORM_ATTR), func.attrs.get(NUMBERS_ATTR)
+    return KernelForm(digest, tuple(numbers)) if isinstance(digest, str) and numbers is not None else None
+
+
+def _decisions(func: tir.PrimFunc) -> tuple[tuple[int, ...], tuple[bool, ...]] | None:
+    works, clones = func.attrs.get(PARALLEL_WORK_ATTR), func.attrs.get(CLONES_ATTR)
+    return (tuple(works), tuple(clones)) if works is not None and clones is not None else None
+
+
+def _int64_literal(value: int) -> str:
+    if not -(2**31) < value < 2**31:
+        return f"INT64_C({value})"
+    return f"({value})" if value < 0 else str(value)
+
+
+def _wrapper(name: str, symbol: str, buffers: int, numbers: Sequence[int]) -> str:
+    """``name``'s packed entry: its buffers, then pointers to its own numbers, to ``symbol``'s."""
+    return "\n".join([
+        f"int {name}_packed(void** args) {{",
+        f"  static const int64_t rp_numbers[{len(numbers)}] = {{{', '.join(map(_int64_literal, numbers))}}};",
+        f"  void* rp_args[{buffers + len(numbers)}];",
+        f"  for (int rp_i = 0; rp_i < {buffers}; ++rp_i) rp_args[rp_i] = args[rp_i];",
+        f"  for (int rp_i = 0; rp_i < {len(numbers)}; ++rp_i) rp_args[{buffers} + rp_i] = "
+        "(void*)&rp_numbers[rp_i];",
+        f"  return {symbol}_packed(rp_args);",
+        "}",
+        "",
+    ])
+
+
+def share_class(members: Sequence[tuple[str, tir.PrimFunc, KernelForm]], options: RenderOptions,
+                salt: str = "") -> dict[str, str] | None:
+    """The new C sources of a class's kernels (``(name, function, form)`` in module order,
+    one form): the first holds the generic kernel, each calls it with its numbers.
+    None when the generic kernel does not render. ``salt`` tells apart the symbols of
+    classes of one text in several groups of compiler settings."""
+    numbers = [form.numbers for _, _, form in members]
+    varying = frozenset(i for i, column in enumerate(zip(*numbers)) if len(set(column)) > 1)
+    decisions = [_decisions(func) for _, func, _ in members]
+    if not varying or any(d is None for d in decisions) or len({len(d[0]) for d in decisions}) > 1 or len(
+            {len(d[1]) for d in decisions}) > 1:
+        return None  # the same kernel twice, or kernels rendered without their decisions
+    works = [d[0] for d in decisions]  # type: ignore[index]
+    clones = [any(column) for column in zip(*(d[1] for d in decisions))]  # type: ignore[index]
+    digest = hashlib.blake2b((salt + members[0][2].digest).encode("utf-8"), digest_size=8).hexdigest()
+    symbol = f"rp_shared_{digest}"
+    rendered = _generic(members[0][1], lambda position: position in varying, symbol, options,
+                        len(works[0]), clones)
+    parts = split_source(rendered[0]) if rendered is not None else None
+    if parts is None:
+        return None
+    shared = [*parts.shared, (f"kernel {symbol}", f"int {symbol}_packed(void** args);\n")]
+    head = [line for role, text in shared for line in (shared_marker(role), text)]
+    sources = {}
+    for index, (name, func, form) in enumerate(members):
+        own = [*_CHEAP_VECTORIZER, parts.own, _RESTORE] if index == 0 else []
+        lifted = [value for position, value in enumerate(form.numbers) if position in varying]
+        lifted += works[index]
+        sources[name] = "\n".join([
+            f"/* generated by raypass CodegenC: {name}, the code of {symbol} with its own numbers */",
+            *head, KERNEL_MARKER, *own, _wrapper(name, symbol, len(func.params), lifted)])
+    return sources
+
+
+def share_kernel_code(kernels: Sequence[tuple[str, tir.PrimFunc, RenderOptions]], salt: str = ""
+                      ) -> dict[str, tir.PrimFunc]:
+    """The kernels (``(name, function, the options CodegenC rendered it with)`` in module
+    order, of one group of compiler settings) that share code, with their new C sources;
+    the others are left out."""
+    classes: dict[tuple[RenderOptions, str], list[tuple[str, tir.PrimFunc, KernelForm]]] = {}
+    for name, func, options in kernels:
+        form = stored_form(func)
+        if form is not None and kernel_c_source(func) is not None:
+            classes.setdefault((options, form.digest), []).append((name, func, form))
+    changed: dict[str, tir.PrimFunc] = {}
+    for (options, _), members in classes.items():
+        if len(members) < MIN_CLASS:
+            continue
+        sources = share_class(members, options, salt)
+        for name, func, _ in members if sources is not None else ():
+            changed[name] = with_kernel_c_source(func, sources[name])
+    return changed
+
+
+__all__ = ["CLONES_ATTR", "DEFAULT_SHARE", "FORM_ATTR", "KernelForm", "MIN_CLASS", "NUMBERS_ATTR",
+           "PARALLEL_WORK_ATTR", "SHARE_CONFIG", "kernel_form", "share_class", "share_kernel_code",
+           "stored_form", "with_render_decisions"]

@@ -1,0 +1,80 @@
+"""Kernels alike but for their numbers share one generic kernel (codegen.share_kernel_code,
+passinfra/codegen/shared_kernels.py): the same values at any thread count, one body per
+class, the same library every build."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+import passinfra
+from passinfra.build import COMPILE_PIPELINE, _passes
+from passinfra.codegen.artifacts import kernel_c_source
+from passinfra.ir import op
+from passinfra.ir.expr import Function, const, var
+from passinfra.ir.module import IRModule
+from passinfra.tir import PrimFunc
+from passinfra.transform import PassContext, Sequential
+
+SHARE = {"codegen.share_kernel_code": True}
+
+
+def _stages() -> IRModule:
+    """Three conv 3x3 + bias + ReLU stages at growing channel counts, each halving the
+    image (a dense network's repetition at several sizes), then a global pool."""
+    rng = np.random.default_rng(0)
+    x = data = var("data", (1, 4, 48, 48))
+    channels = 4
+    for width in (8, 12, 16):
+        weight = (rng.standard_normal((width, channels, 3, 3)) * 0.3).astype("float32")
+        bias = (rng.standard_normal((width,)) * 0.1).astype("float32")
+        x = op.nn.relu(op.nn.bias_add(op.nn.conv2d(x, const(weight), padding=(1, 1)), const(bias)))
+        x = op.nn.max_pool2d(x, pool_size=(2, 2), strides=(2, 2))
+        channels = width
+    return IRModule({"main": Function([data], op.nn.global_avg_pool2d(x))})
+
+
+def _grouped(config: dict) -> IRModule:
+    names = COMPILE_PIPELINE[:COMPILE_PIPELINE.index("CompileC")]
+    with PassContext(opt_level=3, config=config):
+        return Sequential(_passes(names), opt_level=0)(_stages())
+
+
+def test_alike_kernels_call_one_generic_kernel_each_defined_once():
+    grouped = _grouped(SHARE)
+    sources = {gv.name_hint: kernel_c_source(f) for gv, f in grouped.items() if isinstance(f, PrimFunc)}
+    called = {name: re.search(r"return (rp_shared_\w+)_packed\(rp_args\);", source)
+              for name, source in sources.items()}
+    sharing = {name: found.group(1) for name, found in called.items() if found}
+    classes = set(sharing.values())
+    assert classes and len(sharing) >= 2 * len(classes)  # every class has at least two kernels
+    for symbol in classes:
+        definition = f"int {symbol}_packed(void** args) {{"
+        defined = [name for name, source in sources.items() if definition in source]
+        members = [name for name, used in sharing.items() if used == symbol]
+        assert defined == members[:1]  # the body once, with the class's first kernel
+    # each kernel's numbers are its own: the generic kernels take the ones that differ
+    numbers = [re.search(r"rp_numbers\[\d+\] = \{([^}]*)\}", sources[name]).group(1) for name in sharing]
+    assert len(set(numbers)) == len(numbers)
+
+
+def test_shared_code_computes_what_each_kernel_computes_and_builds_the_same_library(tmp_path):
+    x = np.random.default_rng(1).standard_normal((1, 4, 48, 48)).astype("float32")
+    results, libraries, split = [], [], []
+    for index, config in enumerate(({"codegen.share_kernel_code": False}, SHARE, SHARE)):
+        config = {**config, "codegen.cache_dir": str(tmp_path / str(index))}
+        with PassContext(opt_level=3, config=config):
+            lib = passinfra.build(_stages())
+        for threads in (1, 2):
+            lib.set_num_threads(threads)
+            before = lib.thread_stats()
+            results.append(np.asarray(lib(x)))
+        split.append(lib.thread_stats()["parallel_loops"] - before["parallel_loops"])
+        lib.export_library(tmp_path / f"{index}.so")
+        libraries.append((tmp_path / f"{index}.so").read_bytes())
+    assert all(np.array_equal(results[0], result) for result in results[1:])
+    assert libraries[1] == libraries[2] != libraries[0]
+    # a generic kernel splits each loop over threads as its kernel did (the thread pool
+    # splits a loop by its work estimate, which each kernel passes as one of its numbers)
+    assert split[0] > 0 and split == [split[0]] * 3
