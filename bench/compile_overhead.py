@@ -44,9 +44,9 @@ def with_system_headers(source: str) -> str:
     return source.replace(DECLARED, SYSTEM_HEADERS, 1)
 
 
-def kernel_sources(model: str) -> dict[str, str]:
-    """Each kernel's C source, as CodegenC renders it for ``model`` (a light ONNX model
-    name, or a path or zoo spec the CLI accepts)."""
+def kernel_sources(model: str, config: dict | None = None) -> dict[str, str]:
+    """Each kernel's C source, as a build renders it for ``model`` (a light ONNX model
+    name, or a path or zoo spec the CLI accepts) under the PassContext ``config``."""
     import onnx
 
     from passinfra.build import compile_pipeline
@@ -57,7 +57,7 @@ def kernel_sources(model: str) -> dict[str, str]:
 
     light = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / f"light_{model}.onnx"
     mod = load_model(str(light) if light.exists() else model)
-    with PassContext(opt_level=3, disabled_pass=["CompileC"]):
+    with PassContext(opt_level=3, disabled_pass=["CompileC"], config=config or {}):
         compiled = compile_pipeline()(mod)
     sources = {}
     for gv, func in compiled.items():

@@ -65,6 +65,9 @@ from passinfra.codegen.cc_driver import CompilerSettings
 from passinfra.codegen.compile_units import split_source
 
 ROOT = Path(__file__).resolve().parent.parent
+# the kernels as each is rendered for itself: what the classes are measured on (with
+# codegen.share_kernel_code, the builds' default, most kernels' C calls a generic kernel)
+UNSHARED = {"codegen.share_kernel_code": False}
 # a numeric literal of C: decimal, hex or float, with its suffixes
 _NUMBER = re.compile(r"(?<![\w.])(?:0[xX][0-9a-fA-F]+|\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)"
                      r"[uUlLfF]*(?![\w.])")
@@ -119,6 +122,14 @@ def _buffers(func: Any) -> tuple[list[np.ndarray], Any]:
 
 def run_time_rows(model: str, largest: int) -> list[list[Any]]:
     """Generic / specialized kernel time for the ``largest`` classes of ``model`` (docstring)."""
+    space = Path(tempfile.mkdtemp(prefix="rp-kernel-classes-"))  # removed at the end
+    try:
+        return _run_time_rows(model, largest, space)
+    finally:
+        shutil.rmtree(space, ignore_errors=True)
+
+
+def _run_time_rows(model: str, largest: int, space: Path) -> list[list[Any]]:
     import onnx
 
     from bench.codegen import LIGHT_DIR, random_light_weights
@@ -127,7 +138,7 @@ def run_time_rows(model: str, largest: int) -> list[list[Any]]:
     from passinfra.codegen.cc_driver import compile_c, link_shared
 
     lib, compiled = build_library(random_light_weights(onnx.load(f"{LIGHT_DIR}/light_{model}.onnx")),
-                                  tempfile.mkdtemp(prefix="rp-kernel-classes-"))
+                                  str(space / "cache"), UNSHARED)
     lib.set_num_threads(1)
     ctypes.CDLL(lib._cdll._name, mode=ctypes.RTLD_GLOBAL)  # the runtime the generic kernels call
     funcs = {f.attrs["global_symbol"]: f for f in compiled.functions.values() if isinstance(f, tir.PrimFunc)}
@@ -152,7 +163,7 @@ def run_time_rows(model: str, largest: int) -> list[list[Any]]:
             settings = CompilerSettings(use_cache=False, cflags=CompilerSettings().cflags + flags)
             objects = [("generic", compile_c(source, settings, name="generic")),
                        ("numbers", compile_c(f"long long rp_k[{len(varying)}];", settings, name="numbers"))]
-            path = Path(tempfile.mkdtemp(prefix="rp-kernel-classes-")) / "generic.so"
+            path = space / f"generic-{len(rows)}{flags.strip()}.so"
             path.write_bytes(link_shared(objects, settings))
             generic_lib = ctypes.CDLL(str(path))
             generic = generic_lib.GENERIC_packed
@@ -284,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for model in args.models.split(","):
         with tempfile.TemporaryDirectory(prefix="rp-kernel-classes-") as space:
-            kernels = kernel_sources(model_arg(model, Path(space)))
+            kernels = kernel_sources(model_arg(model, Path(space)), UNSHARED)
         found = classes(kernels)
         representatives = {members[0]: kernels[members[0]] for members in found.values()}
         every, _ = unit_sources(kernels)
