@@ -8,9 +8,10 @@
    recurrent layer, 7x7 depthwise with layer norm); geometric means against the issue's targets
    (default threads: <= 1.0 and no model above 1.5x; one thread each: <= 1.0). Outputs
    are checked against onnxruntime's.
-2. **Profiles** (``--profile``): per-kernel time of our library (every kernel called
-   through its ``<symbol>_packed`` entry in the loaded library, times the number of
-   calls per inference) next to onnxruntime's own per-operator profile, on one thread.
+2. **Profiles** (``--profile``): per-kernel time of our library inside the model (its
+   in-model profile, :meth:`passinfra.runtime.module.Module.profile`; a kernel's calls
+   summed) next to onnxruntime's own per-operator profile, on one thread
+   (:mod:`bench.in_model_profile` pairs them call by node).
 3. **Convolution kernels** (``--kernels``): the measurements behind the kernel rule of
    :mod:`passinfra.codegen.compute.conv_plan`: one convolution per shape, each kernel
    forced (``codegen.conv_kernel``), one thread, best of repeated calls.
@@ -269,26 +270,29 @@ def _kernel_seconds(lib: Module, func: tir.PrimFunc, repeats: int) -> float:
     return best
 
 
-def profile_kernels(model: onnx.ModelProto, cache_dir: str, repeats: int = 5,
-                    config: dict | None = None) -> tuple[float, list[tuple[float, str, int, str]]]:
-    """(library latency, [(seconds per inference, kernel, calls, ops)]), one thread."""
-    lib, compiled = build_library(model, cache_dir, config)
-    lib.set_num_threads(1)
-    args = list(model_inputs(model).values())
-    latency = Sample("lib")
-    lib(*args)
-    for _ in range(repeats):
-        started = time.perf_counter()
-        lib(*args)
-        latency.values.append(time.perf_counter() - started)
-    calls = collections.Counter(lib.metadata["kernels"])
-    rows = []
+def kernel_ops(compiled: Any) -> dict[str, str]:
+    """Each kernel's fused ops (``conv2d,add,relu``), by symbol, from the compiled module."""
+    ops = {}
     for func in compiled.functions.values():
         if isinstance(func, tir.PrimFunc):
-            symbol = func.attrs["global_symbol"]
-            ops = ",".join(name.replace("nn.", "") for name in func.attrs.get("op_names", ()))
-            rows.append((_kernel_seconds(lib, func, repeats) * calls[symbol], symbol, calls[symbol], ops))
-    return latency.median, sorted(rows, reverse=True)
+            names = func.attrs.get("op_names", ())
+            ops[func.attrs["global_symbol"]] = ",".join(name.replace("nn.", "") for name in names)
+    return ops
+
+
+def profile_kernels(model: onnx.ModelProto, cache_dir: str, repeats: int = 5,
+                    config: dict | None = None) -> tuple[float, list[tuple[float, str, int, str]]]:
+    """(library latency, [(seconds per inference, kernel, calls, ops)]), one thread: each
+    kernel's calls timed inside the model (:meth:`Module.profile`), medians over
+    ``repeats`` runs."""
+    lib, compiled = build_library(model, cache_dir, config)
+    lib.set_num_threads(1)
+    profile = lib.profile(*model_inputs(model).values(), runs=repeats)
+    calls = collections.Counter(profile.kernels)
+    ops_of = kernel_ops(compiled)
+    rows = [(seconds, symbol, calls[symbol], ops_of.get(symbol, ""))
+            for symbol, seconds in profile.by_kernel().items()]
+    return profile.run_median, sorted(rows, reverse=True)
 
 
 def profile_ort(model: onnx.ModelProto, runs: int = 10) -> tuple[float, list[tuple[float, str]]]:

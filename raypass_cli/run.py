@@ -83,6 +83,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             checked_thread_count(args.threads, "--threads")
         except ThreadCountError as error:
             raise CliUserError(str(error)) from None
+    if args.profile is not None and args.profile < 1:
+        raise CliUserError(f"--profile takes a positive number of runs, got {args.profile}")
     if not Path(args.library).is_file():
         raise CliUserError(f"library {args.library!r} does not exist (write one with `raypass compile -o`)")
     lib = load_module(args.library)
@@ -98,6 +100,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     for spec, array in zip(lib.metadata["inputs"], arrays):
         print(f"input  {spec['name']}: {array.shape} {array.dtype}")
     outputs = _flatten(lib(*arrays))
+    profile = lib.profile(*arrays, runs=args.profile) if args.profile is not None else None
     if args.output:
         Path(args.output).mkdir(parents=True, exist_ok=True)
     for index, out in enumerate(outputs):
@@ -109,7 +112,30 @@ def cmd_run(args: argparse.Namespace) -> int:
             path = Path(args.output) / f"output_{index}.npy"
             np.save(path, out)
             print(f"  saved to {path}")
+    if profile is not None:
+        print_profile(profile)
     return 0
+
+
+PROFILE_ROWS = 20  # the slowest calls shown; the rest in one line
+
+
+def print_profile(profile: Any) -> None:
+    """The in-model profile (passinfra.runtime.profile.KernelProfile) as plain lines: the
+    runs' median, the kernels' share of it, then the slowest calls."""
+    run_ms, kernels_ms = profile.run_median * 1e3, profile.kernel_median * 1e3
+    share = kernels_ms / run_ms if run_ms else 0.0
+    print(f"profile: {profile.runs} runs, median {run_ms:.3f} ms a run, its kernel calls "
+          f"{kernels_ms:.3f} ms ({share:.0%})")
+    calls = profile.calls()
+    shown = profile.slowest(PROFILE_ROWS)
+    width = max((len(call.kernel) for call in shown), default=6)
+    print(f"  {'call':>5}  {'kernel':<{width}}  {'ms a run':>9}  {'share':>6}")
+    for call in shown:
+        print(f"  {call.step:>5}  {call.kernel:<{width}}  {call.seconds * 1e3:>9.3f}  {call.share:>6.1%}")
+    if len(calls) > len(shown):
+        rest = sum(call.seconds for call in calls) - sum(call.seconds for call in shown)
+        print(f"  ({len(calls) - len(shown)} more calls: {rest * 1e3:.3f} ms)")
 
 
 def _default_sizes(lib: Any) -> list[int]:
@@ -143,4 +169,15 @@ def add_parser(sub: Any) -> None:
         help="threads of the library's parallel loops (default: the build's codegen.num_threads, "
         "or every CPU this process may use); results are the same for any N",
     )
+    parser.add_argument(
+        "--profile",
+        type=int,
+        nargs="?",
+        const=10,
+        default=None,
+        metavar="RUNS",
+        help="time every kernel call inside the model over RUNS runs (default 10) after the "
+        "first, and print the slowest calls with their share of a run",
+    )
     parser.set_defaults(func=cmd_run)
+

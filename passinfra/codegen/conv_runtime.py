@@ -17,7 +17,8 @@ image, every output channel, into ``out`` (the first of those pixels; pixel stri
 ``OC``); with ``groups`` > 1, group ``g`` reads input channels ``g*C/groups ..`` and
 writes output channels ``g*OC/groups ..`` (HWIO: the weight's columns). ``panel`` is 0
 for an HWIO weight read in place, or ``B`` for a weight stored in panels of ``B`` output
-channels (``[ceil(OC/B), KH*KW*C, B]``, one group; :mod:`passinfra.ir.op.weight_panels`):
+channels (``[ceil(OC/B), KH*KW*C/groups, B]``, a group's outputs one panel or whole
+panels; :mod:`passinfra.ir.op.weight_panels`):
 a block of output channels then reads one contiguous run of memory instead of ``KH*KW*C``
 rows ``OC`` floats apart, which the hardware prefetcher streams from memory (ResNet-50's
 3x3 512->512 at 7x7 with its weight cold: 72 -> 93 GFLOP/s; 1x1 2048->512: 69 -> 100). The

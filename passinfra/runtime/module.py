@@ -26,6 +26,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 import weakref
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -38,6 +39,7 @@ from passinfra.atomic_io import atomic_copy, atomic_write
 from passinfra.errors import DimError, EvaluationError, RaypassError
 from passinfra.ir.dims import DimVar, dim_from_json
 from passinfra.ir.types import TensorType
+from passinfra.runtime.profile import PROFILE_SYMBOL, KernelProfile
 from passinfra.runtime.shape_binding import bind_dims, bound_shape
 from passinfra.runtime.threads import LibraryThreads
 from passinfra.runtime.weights import PackedWeights, WrittenWeights, aligned_empty, as_blob, map_file
@@ -208,6 +210,34 @@ class Module:
             known = ", ".join(CONV_ISA_LEVELS)
             raise RaypassError(f"unknown instruction set {level!r}; expected one of {known}")
         return CONV_ISA_LEVELS[entry(-1 if level is None else CONV_ISA_LEVELS.index(level))]
+
+    # ----- profiling ------------------------------------------------------------------
+    def profile(self, *arrays: Any, runs: int = 10) -> KernelProfile:
+        """Time every kernel call inside the model (:mod:`passinfra.runtime.profile`): one
+        warm-up call, then ``runs`` calls of main on ``arrays`` with the host timing each
+        kernel it calls. Only this thread's calls are timed; the outputs are those of an
+        ordinary call and are dropped."""
+        if not isinstance(runs, int) or isinstance(runs, bool) or runs < 1:
+            raise RaypassError(f"runs must be a positive integer, got {runs!r}")
+        try:
+            hook = getattr(self._cdll, PROFILE_SYMBOL)
+        except AttributeError:
+            raise RaypassError("this library cannot time its kernels (it was compiled before "
+                               "raypass could); compile it again to profile it") from None
+        hook.restype, hook.argtypes = None, [ctypes.c_void_p]
+        kernels = tuple(self.metadata.get("kernels", []))
+        call_ns = np.zeros((runs, max(len(kernels), 1)), dtype=np.int64)
+        run_seconds = []
+        self(*arrays)  # warm-up: the first call maps the weights and binds the sizes
+        try:
+            for row in call_ns:
+                hook(row.ctypes.data)
+                started = time.perf_counter()
+                self(*arrays)
+                run_seconds.append(time.perf_counter() - started)
+        finally:
+            hook(None)
+        return KernelProfile(kernels, call_ns[:, :len(kernels)], tuple(run_seconds))
 
     # ----- entry ----------------------------------------------------------------------
     @property

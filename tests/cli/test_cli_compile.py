@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 
@@ -114,6 +115,17 @@ def test_run_with_random_inputs(raypass_inprocess, tmp_path):
     assert "output 0: (2, 3) float32 min " in out
     status, _, err = raypass_inprocess("run", "m.so", "--input", "z=random")
     assert status == 2 and "no input named 'z'" in err
+
+
+def test_run_profiles_the_kernel_calls(raypass_inprocess, tmp_path):
+    (tmp_path / "model.txt").write_text(TEXT_IR)
+    assert raypass_inprocess("compile", "model.txt", "-o", "m.so", "--backend", "local")[0] == 0
+    status, out, err = raypass_inprocess("run", "m.so", "--profile", "3")
+    assert status == 0, err
+    assert "profile: 3 runs, median " in out and "ms a run" in out
+    assert re.search(r"^ +0 +fused_\w+ +\d+\.\d{3} +\d+\.\d%$", out, re.M), out
+    status, _, err = raypass_inprocess("run", "m.so", "--profile", "0")
+    assert status == 2 and err.strip() == "raypass: error: --profile takes a positive number of runs, got 0"
 
 
 def test_the_command_exits_quickly_and_still_does_what_an_exit_must(raypass, tmp_path):

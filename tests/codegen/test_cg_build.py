@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ctypes
+import threading
+
 import numpy as np
 import pytest
 from cg_c_support import loop, prim_func
@@ -10,11 +13,12 @@ from passinfra import tir
 from passinfra.codegen.artifacts import collect_link_products
 from passinfra.codegen.host import analyze_main, plan_memory
 from passinfra.codegen.passes import CodegenC, CompileC, HostCodegen, LinkLibrary, PlanMemory
-from passinfra.errors import EvaluationError, IRError
+from passinfra.errors import EvaluationError, IRError, RaypassError
 from passinfra.ir import op
 from passinfra.ir.expr import Call, Function, GlobalVar, Let, Tuple, TupleGetItem, Var, const, var
 from passinfra.ir.module import IRModule
 from passinfra.runtime.module import Module, load_module
+from passinfra.runtime.profile import PROFILE_SYMBOL
 from passinfra.transform import PassContext, Sequential
 
 F32 = "float32"
@@ -79,6 +83,48 @@ def test_chain_runs_and_plans_less_than_the_naive_sum(ctx):
     assert planned.naive_bytes == 5 * 256
     assert planned.workspace_bytes == 2 * 256
     assert lib.metadata["workspace_bytes"] == 2 * 256
+
+
+def test_profile_times_every_call_inside_its_run_and_changes_nothing(ctx, tmp_path):
+    lib = compile_lowered(chain_module())
+    x = np.random.default_rng(1).standard_normal(64).astype(F32)
+    expected = lib(x)
+    profile = lib.profile(x, runs=4)
+    assert profile.kernels == ("step",) * 6 and profile.call_ns.shape == (4, 6)
+    assert (profile.call_ns >= 0).all() and profile.call_ns.sum() > 0
+    # each call is timed inside its run: no run's calls add up to more than the run
+    for calls, seconds in zip(profile.call_ns, profile.run_seconds):
+        assert calls.sum() <= seconds * 1e9 + 1000
+    assert [call.step for call in profile.calls()] == list(range(6))
+    assert len(profile.slowest(2)) == 2 and set(profile.by_kernel()) == {"step"}
+    # profiling ended with the call: later runs add nothing to its arrays
+    timed = profile.call_ns.copy()
+    np.testing.assert_array_equal(lib(x), expected)
+    np.testing.assert_array_equal(profile.call_ns, timed)
+    with pytest.raises(RaypassError, match="runs must be a positive integer"):
+        lib.profile(x, runs=0)
+    lib.export_library(tmp_path / "chain.so")  # a loaded library profiles alike
+    assert load_module(tmp_path / "chain.so").profile(x, runs=1).call_ns.shape == (1, 6)
+
+
+def test_profile_counts_only_the_calling_threads_runs(ctx):
+    """The host's profiling pointer is per thread: runs in another thread while one thread
+    profiles never write into its arrays."""
+    lib = compile_lowered(chain_module())
+    x = np.ones(64, F32)
+    hook = getattr(lib._cdll, PROFILE_SYMBOL)
+    hook.restype, hook.argtypes = None, [ctypes.c_void_p]
+    mine = np.zeros(6, np.int64)
+    hook(mine.ctypes.data)
+    try:
+        other = threading.Thread(target=lambda: [lib(x) for _ in range(20)])
+        other.start()
+        other.join()
+        assert not mine.any()
+        lib(x)
+        assert mine.sum() > 0
+    finally:
+        hook(None)
 
 
 def test_plan_never_overlaps_tensors_that_are_live_together():

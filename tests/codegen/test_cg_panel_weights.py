@@ -25,6 +25,7 @@ from passinfra.ir.functor import iter_post_order
 from passinfra.ir.op import weight_panels
 from passinfra.ir.type_infer import infer_type
 from passinfra.runtime.interpreter import evaluate
+from passinfra.runtime.module import CONV_ISA_LEVELS
 from passinfra.tir.evaluator import run_prim_func
 from passinfra.tir.intrinsics import is_conv
 from passinfra.transform import PassContext, Sequential, get_pass
@@ -133,12 +134,10 @@ def test_a_microkernel_convolutions_weight_is_stored_in_panels_and_means_the_sam
 def test_weights_read_elsewhere_or_by_other_kernels_stay_in_place():
     shared, weight = conv_module(reuse_weight=True)
     assert tuple(weight.shape) in [c.shape for c in main_constants(graph_passes(shared))]
-    # a grouped convolution's kernel reads HWIO only
-    x = ir.var("x", (1, 9, 9, 64))
-    w = ir.const(rng_array((3, 3, 16, 64), 3))
-    grouped = ir.IRModule({"main": ir.Function([x], op.nn.conv2d(
-        x, w, padding=(1, 1), groups=4, data_layout="NHWC", kernel_layout="HWIO"))})
-    assert (3, 3, 16, 64) in [c.shape for c in main_constants(graph_passes(grouped))]
+    # a grouped convolution on per-group GEMMs reads HWIO
+    grouped = grouped_module(4, 16, 16)
+    shapes = [c.shape for c in main_constants(graph_passes(grouped, **{CONV_KERNEL_CONFIG: "group_gemm"}))]
+    assert (3, 3, 16, 64) in shapes
     # with the microkernels off, no weight is panelled
     direct, weight = conv_module()
     off = graph_passes(direct, **{CONV_KERNEL_CONFIG: "direct"})
@@ -200,6 +199,45 @@ def test_libraries_with_panels_give_the_bits_of_weights_in_place_for_any_thread_
         lib.set_num_threads(threads)
         np.testing.assert_array_equal(lib(x), want)
     np.testing.assert_allclose(want, evaluate(mod, x), rtol=1e-4, atol=1e-4)
+
+
+def grouped_module(groups: int, per_group: int, outputs: int, size: int = 9) -> ir.IRModule:
+    x = ir.var("x", (1, size, size, groups * per_group))
+    w = ir.const(rng_array((3, 3, per_group, groups * outputs), 3) * 0.2)
+    return ir.IRModule({"main": ir.Function([x], op.nn.relu(op.nn.conv2d(
+        x, w, padding=(1, 1), strides=(2, 2) if size > 9 else (1, 1), groups=groups, data_layout="NHWC",
+        kernel_layout="HWIO")))})
+
+
+@pytest.mark.parametrize(("groups", "per_group", "outputs", "width"), [
+    (4, 16, 16, 16),  # RegNet's groups: a group is one panel
+    (3, 16, 24, 24),  # a group of 24 outputs: one panel of 24
+    (2, 16, 64, PANEL_WIDTH),  # a group of whole panels
+    (2, 16, 40, 0),  # neither: HWIO as it is
+], ids=["16", "24", "64", "40"])
+def test_a_grouped_convolution_reads_its_groups_in_panels_with_the_bits_of_hwio(
+        cache_dir, groups, per_group, outputs, width):
+    """On the microkernels a grouped convolution's weight is stored a group per panel (or
+    in whole panels of 32): one contiguous run per group, the same products in the same
+    order as HWIO read in place, for any thread count."""
+    mod = grouped_module(groups, per_group, outputs, size=13)
+    forced = {CONV_KERNEL_CONFIG: "microkernel"}
+    shapes = [c.shape for c in main_constants(graph_passes(mod, **forced))]
+    rows = 9 * per_group
+    expected = (groups * outputs // width, rows, width) if width else (3, 3, per_group, groups * outputs)
+    assert expected in shapes
+    x = rng_array((1, 13, 13, groups * per_group), 5)
+    with PassContext(config={"codegen.cache_dir": cache_dir, **forced}):
+        lib = passinfra.build(mod)
+    with PassContext(config={"codegen.cache_dir": cache_dir, PANELS_CONFIG: False, **forced}):
+        in_place = passinfra.build(mod)
+    np.testing.assert_allclose(in_place(x), evaluate(mod, x), rtol=1e-4, atol=1e-4)
+    for level in CONV_ISA_LEVELS:  # every instruction set this CPU has (the portable tiles too)
+        assert lib.conv_isa(level) == in_place.conv_isa(level)
+        want = in_place(x)
+        for threads in (1, 2, 3):
+            lib.set_num_threads(threads)
+            np.testing.assert_array_equal(lib(x), want)
 
 
 def test_weights_converted_on_threads_give_the_module_converted_in_order(monkeypatch):

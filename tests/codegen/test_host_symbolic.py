@@ -269,6 +269,17 @@ def test_symbolic_library_runs_at_every_size_and_checks_before_running(ctx, tmp_
     assert lib._scratch.workspace.nbytes >= 2 * 100 * 16
 
 
+def test_a_symbolic_library_profiles_its_calls_at_the_given_sizes(ctx) -> None:
+    lib, source = _compile(_symbolic_module(typed=False))
+    x = np.ones((50, WIDTH), F32)
+    profile = lib.profile(x, runs=3)
+    assert profile.kernels == ("scale", "scale", "add", "scale") and profile.call_ns.shape == (3, 4)
+    assert profile.call_ns.sum() > 0
+    for calls, seconds in zip(profile.call_ns, profile.run_seconds):
+        assert calls.sum() <= seconds * 1e9 + 1000
+    np.testing.assert_array_equal(lib(x)[0], x * np.float32(12))
+
+
 def test_wrong_sizes_raise_one_binding_error_before_anything_runs(ctx) -> None:
     lib, _ = _compile(_symbolic_module(typed=True))
     with pytest.raises(DimBindingError, match=r"input 'x' axis 0: dimension rows = 129 is outside its bound"):

@@ -572,8 +572,9 @@ static int rp_conv_units(void* ctx, int64_t begin, int64_t end) {
       ob = (u % blocks) * job->block;
     }
     rp_conv g = job->g;
-    g.image += group * g.C;  /* a group's image channels, weight columns and output columns */
-    g.weight += group * g.ON;
+    /* a group's image channels, weight columns (in panels: its ON / PB panels) and output columns */
+    g.image += group * g.C;
+    g.weight += g.PBS ? group * (g.ON / g.PB) * g.PBS : group * g.ON;
     int64_t n = job->count - q < job->unit_pixels ? job->count - q : job->unit_pixels;
     rp_conv_span(&g, job->level, ob, job->first + q, n, job->out + q * g.OC + group * g.ON);
   }
@@ -600,7 +601,8 @@ int rp_conv2d_f32(const float* image, const float* weight, float* out, int64_t H
   int64_t unit_pixels = ((count + pixel_units - 1) / pixel_units + whole - 1) / whole * whole;
   const int64_t block = level ? 32 : 8;
   pixel_units = (count + unit_pixels - 1) / unit_pixels;
-  /* panels (one group only): every block of output channels reads one contiguous panel */
+  /* panels: every block of output channels reads one contiguous panel (grouped: a group's
+     outputs are one panel, or whole panels) */
   const int64_t ldw = panel > 0 ? panel : OC, pbs = panel > 0 ? KH * KW * cg * panel : 0;
   rp_conv_job job = {{image, weight, H, W, cg, OC, KH, KW, sh, sw, dh, dw, pt, pl, OW, C, og, ldw, ldw, pbs, 0, cg},
                      out, first, count, block, pixel_units, unit_pixels,

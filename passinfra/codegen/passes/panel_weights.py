@@ -3,7 +3,9 @@ output channels.
 
 A microkernel tile computes 32 output channels (:data:`~passinfra.codegen.compute.
 conv_microkernel.PANEL_WIDTH`) and reads, for each of the ``R = KH*KW*C`` rows of the
-reduction, those 32 channels of the weight. In HWIO (or a matmul's ``[k, n]``) they are
+reduction, those 32 channels of the weight (a grouped convolution's tile: a group's
+outputs, in panels of that width when fewer than 32:
+:func:`~passinfra.codegen.compute.conv_plan.panel_width`). In HWIO (or a matmul's ``[k, n]``) they are
 ``R`` runs of 128 bytes ``OC`` floats apart: from memory, where a large model's weights
 are when a kernel starts, the hardware prefetcher does not stream them. In panels
 (``[ceil(OC/32), R, 32]``, :mod:`passinfra.ir.op.weight_panels`) they are one contiguous
@@ -15,8 +17,8 @@ filters in the same spirit, at load time).
 
 Which weights: a float32 constant that a primitive function passes, as the weight
 operand, to an ``nn.conv2d`` or ``matmul`` whose kernel (the lowering's own
-:func:`~passinfra.codegen.lower.plan_kernel`) reads panels: the microkernels, with one
-group. Every use of the constant must be such (the rewrite machinery of
+:func:`~passinfra.codegen.lower.plan_kernel`) reads panels: the microkernels, but for a
+depthwise convolution. Every use of the constant must be such (the rewrite machinery of
 :mod:`passinfra.transform.builtin.weight_parameters`, shared with ToMixedPrecision, which runs
 just before: a weight it stored in 16 bits is not float32 any more and stays as it is).
 The primitive function's parameter becomes the panels, read through
@@ -113,11 +115,11 @@ def _weights_of(func: Function, accepts: Callable[[TensorType], bool],
                  if uses[param] and uses[param] == panel_uses[param])
 
 
-def panel_parameters(func: Function, use_blas: bool) -> tuple[int, ...]:
+def panel_parameters(func: Function, use_blas: bool, width: int = PANEL_WIDTH) -> tuple[int, ...]:
     """Positions of the float32 parameters of primitive ``func`` used only as the weight
-    of calls whose kernels read it in panels of :data:`PANEL_WIDTH`."""
+    of calls whose kernels read it in panels of ``width`` channels."""
     def reads_panels(call: Call) -> bool:
-        return call.op.name in _PANEL_OPS and _planned_panels(call, use_blas) == PANEL_WIDTH
+        return call.op.name in _PANEL_OPS and _planned_panels(call, use_blas) == width
 
     return _weights_of(func, lambda ty: ty.dtype == _FLOAT32, reads_panels)
 
@@ -164,12 +166,13 @@ class _Rule:
     panels: a parameter of panels, read through one ``weight_panels.unpack``."""
 
     use_blas: bool
+    width: int = PANEL_WIDTH
     suffix: str = "panels"
 
     def parameters(self, func: Function) -> tuple[int, ...]:
         # planned as the lowering will plan it: under the function's own schedule
         with function_context(PassContext.current(), func):
-            return panel_parameters(func, self.use_blas)
+            return panel_parameters(func, self.use_blas, self.width)
 
     def accepts(self, constant: Constant) -> bool:
         return constant.dtype == _FLOAT32 and len(constant.shape) >= 2
@@ -178,12 +181,12 @@ class _Rule:
         ty = old.type_annotation
         assert isinstance(ty, TensorType)
         shape = tuple(int(n) for n in ty.shape)
-        panels = (panel_count(shape[-1], PANEL_WIDTH), math.prod(shape[:-1]), PANEL_WIDTH)
+        panels = (panel_count(shape[-1], self.width), math.prod(shape[:-1]), self.width)
         new = Var(old.name_hint, TensorType(panels, ty.dtype))
         return new, unpack(new, shape)
 
     def constant(self, constant: Constant) -> Constant:
-        return Constant.owning(to_panels(constant.data, PANEL_WIDTH))
+        return Constant.owning(to_panels(constant.data, self.width))
 
 
 @dataclass(frozen=True)
@@ -213,23 +216,40 @@ class _QgemmRule:
         return Constant.owning(qgemm_panels.to_panels(constant.data, self.groups))
 
 
-def _convolution_groups(mod: IRModule) -> set[int]:
-    """The group counts (> 1) of the module's integer convolutions."""
-    counts = set()
+def _grouped_convolutions(mod: IRModule, ops: tuple[str, ...]) -> list[Call]:
+    """The module's calls of ``ops`` with more than one group (read from their attributes:
+    no kernel is planned here)."""
+    found = []
     for _, func in mod.items():
         if isinstance(func, Function):
             calls = (node for node in iter_post_order(func.body) if isinstance(node, Call))
-            convolutions = (c for c in calls if isinstance(c.op, Op)
-                            and c.op.name in ("qnn.conv2d", "qnn.requantized_conv2d"))
-            counts.update(call.attrs["groups"] for call in convolutions if call.attrs["groups"] > 1)
-    return counts
+            found += [c for c in calls if isinstance(c.op, Op) and c.op.name in ops and c.attrs["groups"] > 1]
+    return found
+
+
+def _group_panel_widths(mod: IRModule) -> set[int]:
+    """The panel widths below :data:`PANEL_WIDTH` that float grouped convolutions may read
+    (a group's outputs, :func:`~passinfra.codegen.compute.conv_plan.panel_width`): only
+    these get a rewrite of their own, so a model without them plans nothing more."""
+    widths = set()
+    for call in _grouped_convolutions(mod, ("nn.conv2d",)):
+        weight = call.args[1]
+        ty = weight.type_annotation if isinstance(weight, Var) else None
+        if isinstance(ty, TensorType) and ty.shape and isinstance(ty.shape[-1], int):
+            outputs = ty.shape[-1] // call.attrs["groups"] if call.attrs["kernel_layout"] == "HWIO" else 0
+            if 1 < outputs < PANEL_WIDTH:
+                widths.add(outputs)
+    return widths
 
 
 def panel_weights(mod: IRModule, use_blas: bool) -> IRModule:
     """``mod`` (after FuseOps) with the weights the microkernels and the integer GEMM read
     stored in panels (module docstring)."""
     mod = rewrite_weight_parameters(rewrite_weight_parameters(mod, _Rule(use_blas)), _QgemmRule())
-    for groups in sorted(_convolution_groups(mod)):
+    for width in sorted(_group_panel_widths(mod)):
+        mod = rewrite_weight_parameters(mod, _Rule(use_blas, width, f"panels{width}"))
+    integer = _grouped_convolutions(mod, ("qnn.conv2d", "qnn.requantized_conv2d"))
+    for groups in sorted({call.attrs["groups"] for call in integer}):
         mod = rewrite_weight_parameters(mod, _QgemmRule(groups))
     return mod
 
