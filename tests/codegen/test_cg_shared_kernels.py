@@ -9,8 +9,10 @@ import re
 import numpy as np
 
 import passinfra
+from passinfra import tir
 from passinfra.build import COMPILE_PIPELINE, _passes
 from passinfra.codegen.artifacts import kernel_c_source
+from passinfra.codegen.shared_kernels import PINNED_EXTENT, short_inner_extents
 from passinfra.ir import op
 from passinfra.ir.expr import Function, const, var
 from passinfra.ir.module import IRModule
@@ -20,13 +22,16 @@ from passinfra.transform import PassContext, Sequential
 SHARE = {"codegen.share_kernel_code": True}
 
 
-def _stages() -> IRModule:
+WIDTHS = (40, 48, 56)  # channels of the stages: innermost loops longer than PINNED_EXTENT
+
+
+def _stages(widths: tuple[int, ...] = WIDTHS) -> IRModule:
     """Three conv 3x3 + bias + ReLU stages at growing channel counts, each halving the
     image (a dense network's repetition at several sizes), then a global pool."""
     rng = np.random.default_rng(0)
     x = data = var("data", (1, 4, 48, 48))
     channels = 4
-    for width in (8, 12, 16):
+    for width in widths:
         weight = (rng.standard_normal((width, channels, 3, 3)) * 0.3).astype("float32")
         bias = (rng.standard_normal((width,)) * 0.1).astype("float32")
         x = op.nn.relu(op.nn.bias_add(op.nn.conv2d(x, const(weight), padding=(1, 1)), const(bias)))
@@ -35,18 +40,22 @@ def _stages() -> IRModule:
     return IRModule({"main": Function([data], op.nn.global_avg_pool2d(x))})
 
 
-def _grouped(config: dict) -> IRModule:
+def _grouped(config: dict, widths: tuple[int, ...] = WIDTHS) -> IRModule:
     names = COMPILE_PIPELINE[:COMPILE_PIPELINE.index("CompileC")]
     with PassContext(opt_level=3, config=config):
-        return Sequential(_passes(names), opt_level=0)(_stages())
+        return Sequential(_passes(names), opt_level=0)(_stages(widths))
 
 
-def test_alike_kernels_call_one_generic_kernel_each_defined_once():
-    grouped = _grouped(SHARE)
+def _sharing(grouped: IRModule) -> tuple[dict[str, str], dict[str, str]]:
+    """(each kernel's C source, the generic kernel each kernel that shares one calls)."""
     sources = {gv.name_hint: kernel_c_source(f) for gv, f in grouped.items() if isinstance(f, PrimFunc)}
     called = {name: re.search(r"return (rp_shared_\w+)_packed\(rp_args\);", source)
               for name, source in sources.items()}
-    sharing = {name: found.group(1) for name, found in called.items() if found}
+    return sources, {name: found.group(1) for name, found in called.items() if found}
+
+
+def test_alike_kernels_call_one_generic_kernel_each_defined_once():
+    sources, sharing = _sharing(_grouped(SHARE))
     classes = set(sharing.values())
     assert classes and len(sharing) >= 2 * len(classes)  # every class has at least two kernels
     for symbol in classes:
@@ -57,6 +66,32 @@ def test_alike_kernels_call_one_generic_kernel_each_defined_once():
     # each kernel's numbers are its own: the generic kernels take the ones that differ
     numbers = [re.search(r"rp_numbers\[\d+\] = \{([^}]*)\}", sources[name]).group(1) for name in sharing]
     assert len(set(numbers)) == len(numbers)
+
+
+def test_kernels_differing_in_a_short_innermost_loop_keep_their_own_code():
+    """An innermost loop of at most PINNED_EXTENT iterations keeps its constant trip count
+    (GCC vectorizes it whole): the same stages at 8, 12 and 16 channels share no code, and
+    every class's kernels agree on those trip counts."""
+    for widths in ((8, 12, 16), WIDTHS):
+        grouped = _grouped(SHARE, widths)
+        _, sharing = _sharing(grouped)
+        functions = {gv.name_hint: f for gv, f in grouped.items() if isinstance(f, PrimFunc)}
+        for symbol in set(sharing.values()):
+            members = [name for name, used in sharing.items() if used == symbol]
+            assert len({short_inner_extents(functions[name].body) for name in members}) == 1
+        if widths == (8, 12, 16):
+            pinned = {name for name, f in functions.items() if short_inner_extents(f.body)}
+            assert pinned and not pinned & set(sharing)
+    assert short_inner_extents(_loop(PINNED_EXTENT)) == (PINNED_EXTENT,)
+    assert short_inner_extents(_loop(PINNED_EXTENT + 1)) == ()
+
+
+def _loop(extent: int) -> tir.Stmt:
+    i, j = tir.TVar("i"), tir.TVar("j")
+    buffer = tir.Buffer("b", (4 * extent,), "float32")
+    store = tir.BufferStore(buffer, tir.FloatImm(0.0, "float32"), (i * tir.IntImm(extent) + j,))
+    inner = tir.For(j, tir.IntImm(0), tir.IntImm(extent), tir.ForKind.SERIAL, store)
+    return tir.For(i, tir.IntImm(0), tir.IntImm(4), tir.ForKind.SERIAL, inner)
 
 
 def test_shared_code_computes_what_each_kernel_computes_and_builds_the_same_library(tmp_path):
