@@ -29,6 +29,7 @@ their own code.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Sequence
@@ -67,8 +68,11 @@ class KernelParts:
                        for line in self.own.splitlines())
 
 
+@functools.lru_cache(maxsize=512)
 def split_source(source: str) -> KernelParts | None:
-    """The parts of a CodegenC source; None for C without the markers (compiled alone)."""
+    """The parts of a CodegenC source; None for C without the markers (compiled alone).
+    Remembered for the last sources split: GroupKernels splits each kernel's to plan the
+    units and again to write them (the parts are immutable)."""
     head, marker, own = source.partition("\n" + KERNEL_MARKER + "\n")
     if not marker:
         return None

@@ -41,7 +41,10 @@ class Attrs(Mapping):
     (computed once: the interpreter asks at every call).
     """
 
-    __slots__ = ("_items", "_hash", "_has_dims")
+    # each item's hash and whether it holds a dimension are kept per key, so that
+    # with_item (a pass adding one attribute to a kernel that carries its C source, its
+    # numbers and its object code) costs the new value, not every value again
+    __slots__ = ("_items", "_hash", "_item_hashes", "_dims_keys")
 
     def __init__(self, items: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         merged: dict[str, Any] = {}
@@ -50,14 +53,19 @@ class Attrs(Mapping):
                 if not isinstance(key, str):
                     raise IRError(f"attribute names must be strings, got {key!r}")
                 merged[key] = freeze_value(value)
-        object.__setattr__(self, "_items", merged)
-        object.__setattr__(self, "_hash", hash(frozenset((k, _hashable(v)) for k, v in merged.items())))
-        object.__setattr__(self, "_has_dims", any(holds_dims(v) for v in merged.values()))
+        hashes = {key: hash(_hashable(value)) for key, value in merged.items()}
+        self._set(merged, hashes, frozenset(key for key, value in merged.items() if holds_dims(value)))
+
+    def _set(self, items: dict[str, Any], hashes: dict[str, int], dims_keys: frozenset[str]) -> None:
+        object.__setattr__(self, "_items", items)
+        object.__setattr__(self, "_item_hashes", hashes)
+        object.__setattr__(self, "_hash", hash(frozenset(hashes.items())))
+        object.__setattr__(self, "_dims_keys", dims_keys)
 
     @property
     def has_dims(self) -> bool:
         """Whether a value (or an item of a tuple value) is a symbolic dimension."""
-        return self._has_dims
+        return bool(self._dims_keys)
 
     def __setattr__(self, key: str, value: Any) -> None:
         raise AttributeError("Attrs is immutable")
@@ -82,8 +90,15 @@ class Attrs(Mapping):
         return NotImplemented
 
     def with_item(self, key: str, value: Any) -> Attrs:
-        """A new Attrs with ``key`` set to ``value``."""
-        return Attrs({**self._items, key: value})
+        """A new Attrs with ``key`` set to ``value`` (only that value frozen and hashed)."""
+        if not isinstance(key, str):
+            raise IRError(f"attribute names must be strings, got {key!r}")
+        frozen = freeze_value(value)
+        result = object.__new__(Attrs)
+        dims_keys = self._dims_keys | {key} if holds_dims(frozen) else self._dims_keys - {key}
+        hashes = {**self._item_hashes, key: hash(_hashable(frozen))}
+        result._set({**self._items, key: frozen}, hashes, dims_keys)
+        return result
 
     def __repr__(self) -> str:
         return f"Attrs({self._items!r})"

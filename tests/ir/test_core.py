@@ -55,6 +55,24 @@ def test_attrs_are_frozen_and_hashable():
         Attrs({"f": object()})
 
 
+def test_with_item_is_the_attrs_built_whole():
+    """with_item freezes and hashes only the new value; the result equals, hashes and
+    knows its symbolic dimensions as the same mapping built at once."""
+    from passinfra.ir.dims import DimVar
+
+    base = Attrs({"numbers": list(range(100)), "name": "k", "size": DimVar("n", 1, 8) * 2})
+    assert base.has_dims
+    added = base.with_item("works", [1, 2]).with_item("name", "j")
+    whole = Attrs({"numbers": tuple(range(100)), "name": "j", "size": DimVar("n", 1, 8) * 2, "works": (1, 2)})
+    assert added == whole and hash(added) == hash(whole) and added["works"] == (1, 2)
+    assert list(added) == ["numbers", "name", "size", "works"]  # insertion order kept
+    replaced = added.with_item("size", 4)
+    assert not replaced.has_dims and replaced["size"] == 4 and added.has_dims
+    assert replaced != added and base["name"] == "k"
+    with pytest.raises(IRError, match="not allowed"):
+        base.with_item("f", object())
+
+
 def test_nodes_are_immutable():
     x = ir.var("x", (2,))
     call = ir.Call(x, [x])
