@@ -28,8 +28,9 @@ rendering) and numbers, where it renders (on the workers); the generic kernel ta
 work estimates as numbers too, and is cloned where any kernel of its class was. So the
 driver renders only one generic kernel per class.
 
-An innermost loop of at most :data:`PINNED_EXTENT` iterations keeps its constant trip
-count (kernels differing there are of different classes): GCC then vectorizes it whole.
+An innermost loop of at most :data:`PINNED_EXTENT` iterations (a requantizing one: at most
+:data:`PINNED_ROUNDING_EXTENT`) keeps its constant trip count (kernels differing there are
+of different classes): GCC then vectorizes it whole.
 The generic functions are compiled with GCC's ``cheap`` vectorizer cost model (a vector
 loop and a scalar remainder): under ``-O2``'s ``very-cheap`` one a loop whose trip count
 is a variable is not vectorized at all, which made the batch-norm + ReLU epilogues 5x
@@ -50,7 +51,8 @@ from passinfra import tir
 from passinfra.codegen.artifacts import kernel_c_source, with_kernel_c_source
 from passinfra.codegen.c_renderer import KERNEL_MARKER, CRenderer, RenderOptions, shared_marker
 from passinfra.codegen.compile_units import split_source
-from passinfra.tir.functor import StmtExprMutator, any_stmt, iter_stmts
+from passinfra.codegen.multiversion import ROUNDING_INTRINSICS
+from passinfra.tir.functor import StmtExprMutator, any_stmt, iter_exprs, iter_stmts, stmt_exprs
 from passinfra.tir.schema import schema_of
 from passinfra.tir.structural import flatten_prim_func
 from passinfra.transform.config import register_config
@@ -72,6 +74,11 @@ MIN_CLASS = 2  # kernels a class needs to get a generic kernel
 # scalar remainder and a trip-count check per pass, which short loops pay on every pass
 # (max pools over 16 and 32 channels: 1.15-1.2x the specialized kernels' time)
 PINNED_EXTENT = 32
+# and one that rounds to an integer (a requantization epilogue: its AVX2 clone's ROUNDPS
+# loop is long per element) at most this many: MobileNetV3-like QDQ's 1x1 convolutions
+# into 72 and 88 channels took 1.35-1.4x the specialized kernels' time generic, the model
+# 1.03-1.05x; DenseNet-121's kernels do not round, and keep their classes
+PINNED_ROUNDING_EXTENT = 256
 # around the generic functions: vectorize loops whose trip count is a variable
 _CHEAP_VECTORIZER = ('#pragma GCC push_options', '#pragma GCC optimize ("vect-cost-model=cheap")')
 _RESTORE = "#pragma GCC pop_options"
@@ -185,13 +192,24 @@ def kernel_form(func: tir.PrimFunc, works: int, functions: int) -> KernelForm | 
 
 def short_inner_extents(body: tir.Stmt) -> tuple[int, ...]:
     """The trip counts of the innermost loops that run at most :data:`PINNED_EXTENT`
-    times, in program order: kernels differing there are different classes, so these
-    stay constants in a generic kernel."""
+    times (:data:`PINNED_ROUNDING_EXTENT` for one that rounds to an integer), in program
+    order: kernels differing there are different classes, so these stay constants in a
+    generic kernel."""
     def innermost(stmt: tir.Stmt) -> bool:
         return isinstance(stmt, tir.For) and not any_stmt(stmt.body, lambda inner: isinstance(inner, tir.For))
 
+    def pinned(loop: tir.For) -> bool:
+        limit = PINNED_ROUNDING_EXTENT if _rounds(loop.body) else PINNED_EXTENT
+        return loop.extent.value <= limit  # type: ignore[union-attr]
+
     loops = [stmt for stmt in iter_stmts(body) if innermost(stmt) and isinstance(stmt.extent, tir.IntImm)]
-    return tuple(int(loop.extent.value) for loop in loops if loop.extent.value <= PINNED_EXTENT)
+    return tuple(int(loop.extent.value) for loop in loops if pinned(loop))
+
+
+def _rounds(stmt: tir.Stmt) -> bool:
+    """Whether ``stmt`` rounds a value to an integer (a requantization)."""
+    return any(isinstance(node, tir.Intrinsic) and node.name in ROUNDING_INTRINSICS
+               for inner in iter_stmts(stmt) for expr in stmt_exprs(inner) for node in iter_exprs(expr))
 
 
 def stored_form(func: tir.PrimFunc) -> KernelForm | None:

@@ -12,7 +12,7 @@ import passinfra
 from passinfra import tir
 from passinfra.build import COMPILE_PIPELINE, _passes
 from passinfra.codegen.artifacts import kernel_c_source
-from passinfra.codegen.shared_kernels import PINNED_EXTENT, short_inner_extents
+from passinfra.codegen.shared_kernels import PINNED_EXTENT, PINNED_ROUNDING_EXTENT, short_inner_extents
 from passinfra.ir import op
 from passinfra.ir.expr import Function, const, var
 from passinfra.ir.module import IRModule
@@ -84,12 +84,19 @@ def test_kernels_differing_in_a_short_innermost_loop_keep_their_own_code():
             assert pinned and not pinned & set(sharing)
     assert short_inner_extents(_loop(PINNED_EXTENT)) == (PINNED_EXTENT,)
     assert short_inner_extents(_loop(PINNED_EXTENT + 1)) == ()
+    # a loop that rounds (a requantization) keeps longer trip counts too
+    assert short_inner_extents(_loop(PINNED_ROUNDING_EXTENT, rounds=True)) == (PINNED_ROUNDING_EXTENT,)
+    assert short_inner_extents(_loop(PINNED_ROUNDING_EXTENT + 1, rounds=True)) == ()
 
 
-def _loop(extent: int) -> tir.Stmt:
+def _loop(extent: int, rounds: bool = False) -> tir.Stmt:
     i, j = tir.TVar("i"), tir.TVar("j")
     buffer = tir.Buffer("b", (4 * extent,), "float32")
-    store = tir.BufferStore(buffer, tir.FloatImm(0.0, "float32"), (i * tir.IntImm(extent) + j,))
+    index = i * tir.IntImm(extent) + j
+    value: tir.PrimExpr = tir.FloatImm(0.0, "float32")
+    if rounds:
+        value = tir.Intrinsic("nearbyint", (buffer.load(index),), "float32")
+    store = tir.BufferStore(buffer, value, (index,))
     inner = tir.For(j, tir.IntImm(0), tir.IntImm(extent), tir.ForKind.SERIAL, store)
     return tir.For(i, tir.IntImm(0), tir.IntImm(4), tir.ForKind.SERIAL, inner)
 
