@@ -641,3 +641,30 @@ def test_missing_or_garbled_cgroup_files_mean_no_limit(tmp_path: Path):
 
 def test_this_process_uses_its_affinity_mask():
     assert 1 <= available_cpus() <= len(os.sched_getaffinity(0))
+
+
+def test_a_vectorized_pick_among_loaded_values_is_estimated_as_the_memory_it_moves():
+    """A max pool's vectorized store (the max of loaded values) costs what a copy of its
+    elements costs, loads and store, not its arithmetic divided by the vector speed-up;
+    a store that computes keeps the arithmetic estimate."""
+    from passinfra.codegen.transform.parallelize import (
+        COPY_WORK,
+        NODE_WORK,
+        STORE_WORK,
+        VECTOR_SPEEDUP,
+        statement_work,
+    )
+
+    i = tir.TVar("i")
+    data, out = tir.Buffer("a", (64,), "float32"), tir.Buffer("out", (32,), "float32")
+    zero, one, two = tir.FloatImm(0.0, "float32"), tir.FloatImm(1.0, "float32"), tir.FloatImm(2.0, "float32")
+
+    def loop(value: tir.PrimExpr) -> tir.For:
+        store = tir.BufferStore(out, value, (i,))
+        return tir.For(i, tir.IntImm(0), tir.IntImm(32), tir.ForKind.VECTORIZED, store)
+
+    window = (data.load(i * tir.IntImm(2)), data.load(i * tir.IntImm(2) + tir.IntImm(1)))
+    assert statement_work(loop(tir.Max(tir.Max(*window), zero))) == 32 * COPY_WORK * (2 + 1) / 2
+    # a load, a multiply, an add and two constants: five nodes of arithmetic
+    arithmetic = 32 * (STORE_WORK + 5 * NODE_WORK) / VECTOR_SPEEDUP
+    assert statement_work(loop(data.load(i) * two + one)) == arithmetic

@@ -71,10 +71,11 @@ TARGET_ITERATIONS = 64
 # expression node, a math intrinsic (expf, erff) more, and a vectorized loop of them
 # runs VECTOR_SPEEDUP times faster; a copy or fill costs COPY_WORK vectorized or not
 # (memory-bound: DenseNet's concatenations and layout changes copy ~0.4-1 ns an
-# element); a GEMM does GEMM_MACS_PER_WORK multiply-adds a unit and reads and writes its
-# operands once at COPY_WORK an element (a product with one row is bound by reading the
-# weight, 0.5 ns a multiply-add). A slower core takes longer than estimated, which only
-# keeps more loops serial
+# element), and so does a vectorized pick among loaded values (a max pool) per element
+# it moves (:func:`_selection_work`); a GEMM does GEMM_MACS_PER_WORK multiply-adds a unit
+# and reads and writes its operands once at COPY_WORK an element (a product with one
+# row is bound by reading the weight, 0.5 ns a multiply-add). A slower core takes longer
+# than estimated, which only keeps more loops serial
 STORE_WORK = 1.0
 NODE_WORK = 0.25
 INTRINSIC_WORK = 4.0
@@ -202,6 +203,8 @@ def _work(stmt: tir.Stmt) -> float:
         if stmt.kind is tir.ForKind.VECTORIZED and not (isinstance(stmt.body, tir.BufferStore)
                                                         and _is_copy(stmt.body)):
             body /= VECTOR_SPEEDUP
+            if isinstance(stmt.body, tir.BufferStore):
+                body = max(body, _selection_work(stmt.body.value))
         return max(extent if extent is not None else unknown_extent(), 0) * body
     if isinstance(stmt, tir.SeqStmt):
         return sum(_work(s) for s in stmt.stmts)
@@ -215,6 +218,23 @@ def _work(stmt: tir.Stmt) -> float:
             return _gemm_work(stmt.value)
         return _conv_work(stmt.value) if is_conv(stmt.value) else _expr_work(stmt.value)
     return 1.0
+
+
+def _selection_work(value: tir.PrimExpr) -> float:
+    """A vectorized store of a value picked among loaded ones (a max pool's window, a
+    clamp) moves memory as a copy does: :data:`COPY_WORK` per element moved, loads and the
+    store, two to a copy (a 2x2 max pool over 16 channels took 1.0 ns an output, against
+    0.4 estimated as arithmetic); 0 for any other value."""
+    loads = 0
+    for node in iter_expr_tree(value, lambda node: not isinstance(node, tir.BufferLoad)):
+        if isinstance(node, tir.BufferLoad):
+            loads += 1
+        elif not isinstance(node, _SELECTION_NODES):
+            return 0.0
+    return COPY_WORK * (loads + 1) / 2
+
+
+_SELECTION_NODES = (tir.Max, tir.Min, tir.IntImm, tir.FloatImm)
 
 
 def _is_copy(store: tir.BufferStore) -> bool:
