@@ -29,6 +29,7 @@ import multiprocessing
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,10 +38,9 @@ from typing import Any
 import numpy as np
 import onnx
 
-from bench import conv_models
 from bench.codegen import model_inputs
 from bench.common import machine_notes, markdown_table
-from bench.vs_onnxruntime import build_library, kernel_ops
+from bench.vs_onnxruntime import all_models, build_library, kernel_ops
 from passinfra.codegen.host import analyze_main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -158,8 +158,8 @@ def measure(model: onnx.ModelProto, threads: int, rounds: int, runs: int, cache_
 
 def measure_model(label: str, threads: int, rounds: int, runs: int, cache_dir: str
                   ) -> tuple[list[Call], list[Call], list[float], list[float]]:
-    """:func:`measure` of the model of :mod:`bench.conv_models` labelled ``label``."""
-    return measure(conv_models.MODELS[label](), threads, rounds, runs, cache_dir)
+    """:func:`measure` of the model of :mod:`bench.vs_onnxruntime` labelled ``label``."""
+    return measure(all_models()[label](), threads, rounds, runs, cache_dir)
 
 
 def render(label: str, threads: int, ours: list[Call], theirs: list[Call], our_runs: list[float],
@@ -172,8 +172,9 @@ def render(label: str, threads: int, ours: list[Call], theirs: list[Call], our_r
              f"{theirs_total * 1e3:.3f} ms); {len(pairs)} calls paired with a node.", ""]
     paired_ours = sum(c.median for c, _ in pairs)
     paired_theirs = sum(n.median for _, n in pairs)
+    ratio = f"{paired_ours / paired_theirs:.2f}x" if paired_theirs else "-"
     lines += [f"Paired: ours {paired_ours * 1e3:.3f} ms, onnxruntime {paired_theirs * 1e3:.3f} ms "
-              f"({paired_ours / paired_theirs:.2f}x).", ""]
+              f"({ratio}).", ""]
     ranked = sorted(pairs, key=lambda p: p[1].median - p[0].median)
     rows = [[f"`{c.name}`", c.what, f"`{n.name}`", n.what, f"{c.median * 1e6:.1f}", f"{n.median * 1e6:.1f}",
              f"{c.median / n.median:.2f}" if n.median > 0 else "-", f"{(c.median - n.median) * 1e6:+.1f}"]
@@ -194,26 +195,36 @@ def render(label: str, threads: int, ours: list[Call], theirs: list[Call], our_r
     lines += ["By onnxruntime's op type:", "",
               markdown_table(["op", "pairs", "ours ms", "onnxruntime ms", "ratio"], rows), ""]
     if ours_alone or theirs_alone:
-        rest = [f"`{c.name}` {c.median * 1e6:.1f} us" for c in ours_alone]
-        others = [f"`{n.name}` ({n.what}) {n.median * 1e6:.1f} us" for n in theirs_alone]
+        rest = _unpaired(ours_alone, lambda c: f"`{c.name}`")
+        others = _unpaired(theirs_alone, lambda n: f"`{n.name}` ({n.what})")
         lines += [f"Unpaired: ours {', '.join(rest) or 'none'}; "
                   f"onnxruntime {', '.join(others) or 'none'}.", ""]
     return lines
 
 
+def _unpaired(calls: list[Call], label: Callable[[Call], str]) -> list[str]:
+    """One entry per label, in first-call order: its time, or its count and total time when it
+    repeats (a recurrent layer's step kernels run once per time step)."""
+    groups: dict[str, list[float]] = {}
+    for call in calls:
+        groups.setdefault(label(call), []).append(call.median)
+    return [f"{name} {times[0] * 1e6:.1f} us" if len(times) == 1
+            else f"{name} x{len(times)} {sum(times) * 1e6:.1f} us" for name, times in groups.items()]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(DEFAULT_MODELS),
-                        help="substrings of bench.conv_models' labels, comma-separated")
+                        help="substrings of bench.vs_onnxruntime's model labels, comma-separated")
     parser.add_argument("--threads", default="1,2", help="thread counts, comma-separated")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--runs", type=int, default=5, help="runs of each side in a block")
     parser.add_argument("--output", default=str(OUTPUT))
     args = parser.parse_args(argv)
     wanted = [part.strip() for part in args.models.split(",") if part.strip()]
-    chosen = {label: build for label, build in conv_models.MODELS.items() if any(w in label for w in wanted)}
+    chosen = [label for label in all_models() if any(w in label for w in wanted)]
     if not chosen:
-        parser.error(f"no model of bench.conv_models matches {args.models!r}")
+        parser.error(f"no model of bench.vs_onnxruntime matches {args.models!r}")
     notes = ", ".join(f"{key} {value}" for key, value in machine_notes().items())
     command = " ".join(["python -m bench.in_model_profile", *(argv if argv is not None else [])]).strip()
     lines = ["# In-model kernel profiles against onnxruntime's per-node profile", "",

@@ -27,3 +27,9 @@ def test_the_report_ranks_pairs_by_how_much_longer_ours_took():
     rows = [line for line in text.splitlines() if line.startswith("| `")]
     assert rows[0].startswith("| `a`") and "+200.0" in rows[0] and rows[1].startswith("| `b`")
     assert "Paired: ours 0.400 ms, onnxruntime 0.300 ms (1.33x)" in text
+
+
+def test_unpaired_calls_of_one_kernel_are_listed_once_with_their_count_and_total():
+    ours = [_call("step", 7, 7, 7, 2e-6), _call("head", 9, 9, 9, 5e-6), _call("step", 7, 7, 7, 3e-6)]
+    text = "\n".join(render("model", 1, ours, [], [1e-5], [1e-5]))
+    assert "Unpaired: ours `step` x2 5.0 us, `head` 5.0 us; onnxruntime none." in text

@@ -12,7 +12,12 @@ import passinfra
 from passinfra import tir
 from passinfra.build import COMPILE_PIPELINE, _passes
 from passinfra.codegen.artifacts import kernel_c_source
-from passinfra.codegen.shared_kernels import PINNED_EXTENT, PINNED_ROUNDING_EXTENT, short_inner_extents
+from passinfra.codegen.shared_kernels import (
+    PINNED_EXTENT,
+    PINNED_ROUNDING_EXTENT,
+    inner_strides,
+    short_inner_extents,
+)
 from passinfra.ir import op
 from passinfra.ir.expr import Function, const, var
 from passinfra.ir.module import IRModule
@@ -87,6 +92,47 @@ def test_kernels_differing_in_a_short_innermost_loop_keep_their_own_code():
     # a loop that rounds (a requantization) keeps longer trip counts too
     assert short_inner_extents(_loop(PINNED_ROUNDING_EXTENT, rounds=True)) == (PINNED_ROUNDING_EXTENT,)
     assert short_inner_extents(_loop(PINNED_ROUNDING_EXTENT + 1, rounds=True)) == ()
+
+
+def _shuffles(stages: tuple[tuple[int, int], ...]) -> IRModule:
+    """Per (channels, stride): a 3x3 convolution of that stride into that many channels,
+    then ShuffleNet's channel shuffle of them in 4 groups (reshape, transpose of the group
+    axes, reshape); a last convolution and a global pool."""
+    rng = np.random.default_rng(0)
+    x = data = var("data", (1, 8, 16, 16))
+    size, channels = 16, 8
+    for width, stride in stages:
+        weight = (rng.standard_normal((width, channels, 3, 3)) * 0.1).astype("float32")
+        size, channels = size // stride, width
+        x = op.nn.conv2d(x, const(weight), strides=(stride, stride), padding=(1, 1))
+        x = op.reshape(x, (1, 4, width // 4, size, size))
+        x = op.reshape(op.transpose(x, (0, 2, 1, 3, 4)), (1, width, size, size))
+    weight = (rng.standard_normal((8, channels, 3, 3)) * 0.1).astype("float32")
+    return IRModule({"main": Function([data], op.nn.global_avg_pool2d(op.nn.conv2d(x, const(weight))))})
+
+
+def test_kernels_differing_in_an_innermost_stride_keep_their_own_code():
+    """A channel shuffle reads each pixel's channels with a stride of its group's width,
+    which GCC vectorizes only as a constant (3.5-4x ShuffleNet's shuffles as variables):
+    shuffles of 24 and 32 channels share no code; of 24 at two image sizes they do."""
+    names = COMPILE_PIPELINE[:COMPILE_PIPELINE.index("CompileC")]
+    for stages, shared in ((((24, 1), (32, 1)), False), (((24, 1), (24, 2)), True)):
+        with PassContext(opt_level=3, config=SHARE):
+            grouped = Sequential(_passes(names), opt_level=0)(_shuffles(stages))
+        _, sharing = _sharing(grouped)
+        functions = {gv.name_hint: f for gv, f in grouped.items() if isinstance(f, PrimFunc)}
+        shuffles = {name for name, f in functions.items() if "reshape" in name}
+        assert len(shuffles) == len(stages) and all(inner_strides(functions[name].body) for name in shuffles)
+        assert (shuffles <= set(sharing)) if shared else not shuffles & set(sharing)
+    # a transposing loop pins its strides; a contiguous one, and a call handed an address, do not
+    i, j = tir.TVar("i"), tir.TVar("j")
+    src, dst = tir.Buffer("src", (112,), "float32"), tir.Buffer("dst", (112,), "float32")
+    shuffle = tir.BufferStore(dst, src.load(j * tir.IntImm(28) + i), (i * tir.IntImm(4) + j,))
+    inner = tir.For(j, tir.IntImm(0), tir.IntImm(4), tir.ForKind.SERIAL, shuffle)
+    assert inner_strides(tir.For(i, tir.IntImm(0), tir.IntImm(28), tir.ForKind.SERIAL, inner)) == (28,)
+    assert inner_strides(_loop(PINNED_EXTENT)) == ()
+    call = tir.Evaluate(tir.Intrinsic("rp_row", (src.load(i * tir.IntImm(28)),), "int32"))
+    assert inner_strides(tir.For(i, tir.IntImm(0), tir.IntImm(4), tir.ForKind.SERIAL, call)) == ()
 
 
 def _loop(extent: int, rounds: bool = False) -> tir.Stmt:
