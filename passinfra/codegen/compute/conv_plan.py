@@ -180,17 +180,27 @@ MICROKERNEL_MIN_GROUP_OUTPUTS = 64
 MICROKERNEL_MIN_GROUP_REDUCTION = 256
 # The AVX2 target (one Zen 3 core, AVX2 + FMA; OpenBLAS's Haswell kernels; kernel alone
 # with bias + ReLU, GFLOP/s, microkernel / the AVX-512 rule's pick, best of 7-9
-# interleaved rounds, one thread and two): a grouped convolution from
-# MICROKERNEL_MIN_GROUP_CHANNELS channels per group runs on the microkernels at any size
-# (RegNet's groups of 16: 3x3 stride 2 at 112x112 57/44, 2 threads; at 28x28 79/53,
-# stride 2 at 56x56 51/32); a 1x1 from AVX2_MIN_POINTWISE_CHANNELS input channels into
-# any number of outputs (96->576 at 7x7 80/70 one thread, 95/76 two; 40->240 at 14x14
-# 76/62, 94/44; 16->72 at 56x56 61/48, 82/85; 24->96 at 28x28 45/37, 95/78; 48->288 at
-# 14x14 74/65, 120/105; 64->256 at 56x56 86/76, 119/108; outputs that leave the AVX-512
-# rule a short last vector are whole AVX2 vectors: 144->24 at 56x56 86/73, 150/125;
-# 128->16 83/64, 136/106; the one shape measured slower: 240->40 at 14x14, 72-77/77 and
-# 75-100/81-88, whose last block of 8 channels keeps 6 accumulators)
-AVX2_MIN_POINTWISE_CHANNELS = 16
+# interleaved rounds, one thread and two) runs every convolution on the microkernels but
+# a channel multiplier (one input channel a group into several outputs: the direct loop
+# nest, 17.6 us against 25.8 per-group GEMMs and 32.6 microkernels for 8 groups of 3 at
+# 14x14). Grouped, from AVX2_MIN_GROUP_CHANNELS channels a group: RegNet's groups of 16,
+# 3x3 stride 2 at 112x112 57/44, 2 threads; at 28x28 79/53, stride 2 at 56x56 51/32;
+# fewer channels a group, where the per-group GEMMs are short (model in-process, conv
+# kernels' time in it, us, microkernel / per-group GEMMs, one thread and two):
+# ShuffleNet's 1x1 of 4 groups of 6 into 28 at 56x56 159/317 and 85/170, 4 of 4 into 16
+# 102/348, 4 of 8 into 32 136/201, 8 of 8 into 16 at 28x28 68/177, 2 of 4 into 8 at
+# 112x112 77/353, 3x3 4 of 6 into 28 at 56x56 652/882, 8 of 8 into 8 820/1181, 2 a group:
+# 3x3 16 of 2 at 56x56 797/843, 1x1 8 of 2 into 8 64/342. One group, 1x1 (96->576 at
+# 7x7 80/70 one thread, 95/76 two; 40->240 at 14x14 76/62, 94/44; 16->72 at 56x56 61/48,
+# 82/85; 24->96 at 28x28 45/37, 95/78; 48->288 at 14x14 74/65, 120/105; 64->256 at 56x56
+# 86/76, 119/108; outputs that leave the AVX-512 rule a short last vector are whole AVX2
+# vectors: 144->24 at 56x56 86/73, 150/125; 128->16 83/64, 136/106; the one shape
+# measured slower: 240->40 at 14x14, 72-77/77 and 75-100/81-88, whose last block of 8
+# channels keeps 6 accumulators), and 1x1 of few input channels (us, microkernel / BLAS:
+# 8->64 at 56x56 69/93, 3->32 at 112x112 93/149, 12->512 at 14x14 58/109). Short-sum
+# stems, which the AVX-512 rule leaves to BLAS (us: 3->64 3x3 at 224x224 2960/3967, at
+# 112x112 693/846, 1->64 at 128x128 940/1178, 1->32 253/434, 8->64 at 56x56 477/568).
+AVX2_MIN_GROUP_CHANNELS = 2
 
 
 @dataclass(frozen=True)
@@ -258,11 +268,10 @@ def target_isa(ctx: PassContext | None = None) -> str:
 
 
 def _avx2_on_microkernels(g: ConvGeometry) -> bool:
-    """Whether the AVX2 target runs a convolution the AVX-512 rule leaves to BLAS on the
-    microkernels (the measurements at :data:`AVX2_MIN_POINTWISE_CHANNELS`)."""
-    if g.groups > 1:
-        return g.group_channels >= MICROKERNEL_MIN_GROUP_CHANNELS
-    return g.kernel == (1, 1) and g.channels >= AVX2_MIN_POINTWISE_CHANNELS
+    """Whether the AVX2 target runs a convolution on the microkernels: every one with one
+    group, and grouped ones of :data:`AVX2_MIN_GROUP_CHANNELS` channels a group or more
+    (the measurements there)."""
+    return g.groups == 1 or g.group_channels >= AVX2_MIN_GROUP_CHANNELS
 
 
 def _one_group_on_microkernels(g: ConvGeometry, use_blas: bool) -> bool:
@@ -349,4 +358,4 @@ __all__ = ["CONV_KERNELS", "CONV_KERNEL_CONFIG", "ConvPlan", "DTYPES", "MICROKER
            "MICROKERNEL_MIN_POINTWISE_CHANNELS", "MICROKERNEL_MIN_POINTWISE_CHANNELS_NO_BLAS",
            "MICROKERNEL_MIN_POINTWISE_OUTPUTS", "MICROKERNEL_MIN_REDUCTION",
            "MICROKERNEL_SHORT_SUM_MAX_OUTPUTS", "SMALL_WEIGHT_BYTES", "TARGET_ISA_CONFIG",
-           "AVX2_MIN_POINTWISE_CHANNELS", "choose_kernel", "conv_kernel_setting", "plan_conv2d", "target_isa"]
+           "AVX2_MIN_GROUP_CHANNELS", "choose_kernel", "conv_kernel_setting", "plan_conv2d", "target_isa"]
