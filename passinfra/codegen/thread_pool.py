@@ -7,8 +7,8 @@ int64_t end)`` (see :mod:`passinfra.codegen.c_renderer`) and calls::
 
     int rp_parallel_for(rp_chunk_fn fn, void* ctx, int64_t extent, int64_t work_per_iteration);
 
-which splits ``[0, extent)`` into one contiguous range (chunk) per thread and returns 0,
-or -1 when a chunk failed (a heap allocation). Only independent iterations are ever
+which splits ``[0, extent)`` into contiguous ranges (chunks), a few per thread, and returns
+0, or -1 when a chunk failed (a heap allocation). Only independent iterations are ever
 split (:mod:`passinfra.codegen.transform.parallelize` proves it), so the result never
 depends on the number of threads, nor on which thread runs which chunk.
 
@@ -28,10 +28,16 @@ Workers spin on the word (pausing only, then yielding, then blocking on a condit
 variable; the lock is taken only by a thread that blocks and by a caller that finds
 one blocked). When its own chunk is done the caller runs every chunk no worker has
 claimed yet, so a worker that is asleep, or preempted by another process on a shared
-machine before it claimed a chunk, never holds a loop up: the loop then costs what it
-costs on one thread (a worker preempted in the middle of its chunk still does). Then
-it spins on a finished-chunk counter of its own cache line (blocking after the spin, for
-chunks of long work). The counters each writer updates sit on cache lines of their own.
+machine before it claimed a chunk, never holds a loop up (one preempted in the middle of
+its chunk still does). A loop has :data:`CHUNKS_PER_THREAD` chunks a thread (each of at
+least half of :data:`MIN_WORK_PER_THREAD`), and each thread owns a contiguous range of
+them (its own cache line): it claims from the front of its range, then from the back of
+the others'. On time, every thread runs its range, contiguous work as one chunk a thread
+was; a worker that starts late (woken from its block: 5-20 us here, more on a loaded
+machine) or runs slowly (preempted, or sharing its core) has the end of its range taken
+by the others instead of the loop waiting for it. Then the caller spins on a
+finished-chunk counter of its own cache line (blocking after the spin, for chunks of long
+work). The counters each writer updates sit on cache lines of their own.
 A forked child gets a fresh pool from a ``pthread_atfork`` handler (the loop itself no
 longer asks for the process id, a system call per loop).
 
@@ -100,6 +106,20 @@ PAUSE_ONLY_MICROSECONDS = 5
 # caller's core while it runs a chunk can only finish when the caller lets it
 CALLER_PAUSE_ONLY_MICROSECONDS = 5
 
+# chunks a loop is cut into per thread (its range). With one chunk a thread, loops of small
+# models on two threads waited for a worker woken late or slowed: a 3x3 convolution
+# 32->128 at 27x27 ran 1.26x faster on two threads than on one in one run, 2x in another
+# (the worker had blocked between runs in the first). Whole models on two threads, this
+# pool against one chunk a thread, two builds each, interleaved, in bench.vs_onnxruntime's
+# regime (blocks of 50 ms of calls after a 50 ms idle gap, medians of 12 block medians):
+# SqueezeNet 0.90-0.93, RegNetX-like 0.91-0.97, MobileNetV3-like 0.95-0.98,
+# EfficientNet-B0-like 0.97, U-Net-like 0.94-1.02, CRNN-like 0.98-1.00; back to back
+# (no idle gap): MobileNetV3-like 0.85-0.86, CRNN-like 0.88-0.98, RegNetX-like,
+# SqueezeNet, ResNet-50 and the zoo transformer 0.98-1.04. Chunks claimed in order from
+# one counter instead (no ranges) cost RegNetX-like 1.07-1.13 back to back: every thread
+# then ran every other part of each convolution
+CHUNKS_PER_THREAD = 4
+
 POOL_SYMBOL = "raypass_thread_pool"
 PARALLEL_FOR = "rp_parallel_for"
 
@@ -144,11 +164,13 @@ def pool_defines(default_threads: int = DEFAULT_NUM_THREADS, spin_microseconds: 
         "RP_PURE_SPIN_NS": min(int(pause_only_microseconds), int(spin_microseconds)) * 1000,
         "RP_CALLER_PURE_SPIN_NS": CALLER_PAUSE_ONLY_MICROSECONDS * 1000,
         "RP_STATS": len(STATS_FIELDS),
+        "RP_CHUNKS_PER_THREAD": CHUNKS_PER_THREAD,
+        "RP_MIN_CHUNK_WORK": max(1, int(min_work) // 2),
     }
 
 
 __all__ = [
-    "DEFAULT_NUM_THREADS", "KERNEL_DECLARATIONS", "MAX_THREADS", "MIN_WORK_PER_THREAD", "PARALLEL_FOR",
-    "PAUSE_ONLY_MICROSECONDS",
+    "CHUNKS_PER_THREAD", "DEFAULT_NUM_THREADS", "KERNEL_DECLARATIONS", "MAX_THREADS", "MIN_WORK_PER_THREAD",
+    "PARALLEL_FOR", "PAUSE_ONLY_MICROSECONDS",
     "POOL_SYMBOL", "SPIN_MICROSECONDS", "STATS_FIELDS", "min_parallel_work", "pool_defines", "pool_source",
 ]

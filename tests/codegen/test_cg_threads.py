@@ -29,7 +29,7 @@ from passinfra.codegen.c_renderer import render_prim_func
 from passinfra.codegen.cc_driver import CompilerSettings, compile_c, link_shared
 from passinfra.codegen.gemm import gemm_call, library_splits_blas
 from passinfra.codegen.passes.link_library import thread_pool_object
-from passinfra.codegen.thread_pool import SPIN_MICROSECONDS, pool_source
+from passinfra.codegen.thread_pool import CHUNKS_PER_THREAD, SPIN_MICROSECONDS, pool_source
 from passinfra.codegen.transform.parallelize import (
     TARGET_ITERATIONS,
     gemm_work,
@@ -351,9 +351,13 @@ def test_an_outlined_loop_runs_on_the_pool_and_a_nested_parallel_loop_runs_seria
         assert library.nested_packed(pointers) == 0
         np.testing.assert_array_equal(got, expected)
     stats = threads.stats()
-    # chunks beyond the caller's own: 1 with two threads, 2 with three, run by a worker or,
-    # when none had claimed one yet, by the caller
-    assert stats["parallel_loops"] == 2 and stats["worker_chunks"] + stats["stolen_chunks"] == 1 + 2
+    # every chunk beyond the caller's own range (a few a thread, at most one a row) run by a
+    # worker or taken by the caller, and at most every chunk
+    counts = [count for count in THREAD_COUNTS if count > 1]
+    others = sum(others_chunks(library, count, rows, 1) for count in counts)
+    assert stats["parallel_loops"] == len(counts)
+    run_elsewhere = stats["worker_chunks"] + stats["stolen_chunks"]
+    assert others <= run_elsewhere <= sum(chunk_count(library, count, rows, 1) for count in counts)
 
 
 # --------------------------------------------------------------------------- the pool
@@ -395,6 +399,18 @@ int run_failing(int first, int64_t extent) {
   return rp_parallel_for(first ? fail_first : fail_but_first, 0, extent, BIG);
 }
 
+/* each iteration writes the id of the thread that ran it (spinning a little, so that
+   every thread of the job has the time to take chunks) */
+static int who(void* ctx, int64_t begin, int64_t end) {
+  int64_t* ids = ctx;
+  for (int64_t i = begin; i < end; ++i) {
+    ids[i] = (int64_t)gettid();
+    for (volatile int spin = 0; spin < 20000; ++spin) {}
+  }
+  return 0;
+}
+int run_who(int64_t* ids, int64_t extent) { return rp_parallel_for(who, ids, extent, BIG); }
+
 static int nested(void* ctx, int64_t begin, int64_t end) {
   return rp_parallel_for(mark, (int32_t*)ctx + begin, end - begin, BIG);
 }
@@ -413,7 +429,35 @@ def pool_driver(tmp_path: Path, name: str, **pool: int) -> tuple[ctypes.CDLL, Li
     library.run_loops.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_int, ctypes.c_int]
     library.run_failing.argtypes = [ctypes.c_int, ctypes.c_int64]
     library.run_nested.argtypes = [ctypes.c_void_p, ctypes.c_int64]
+    library.run_who.argtypes = [ctypes.c_void_p, ctypes.c_int64]
     return library, LibraryThreads(library)
+
+
+def chunk_count(library: ctypes.CDLL, threads: int, extent: int, work: int) -> int:
+    """The chunks the pool cuts a loop into (its own rule, raypass_chunk_count)."""
+    library.raypass_chunk_count.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    return library.raypass_chunk_count(threads, extent, work)
+
+
+def test_a_loop_runs_on_no_more_threads_than_set_after_the_count_was_lowered(tmp_path: Path):
+    """Four threads start three workers; set to two, a loop of many chunks still runs on
+    at most two threads, every iteration once (the workers left over skip its chunks)."""
+    library, threads = pool_driver(tmp_path, "lowered")
+    extent = 64
+    for count, most in ((4, 4), (2, 2), (1, 1), (3, 3)):
+        threads.set(count)
+        for _ in range(20):
+            ids = np.zeros(extent, np.int64)
+            assert library.run_who(ids.ctypes.data, extent) == 0
+            assert (ids != 0).all() and len(set(ids.tolist())) <= most
+
+
+def others_chunks(library: ctypes.CDLL, threads: int, extent: int, work: int) -> int:
+    """The chunks of a loop outside the caller's own range (thread 0 of ``threads`` owns
+    the first ``chunks // threads``): each is run by a worker or taken by the caller, and
+    counted so (worker_chunks, stolen_chunks); a worker may take some of the caller's too."""
+    chunks = chunk_count(library, threads, extent, work)
+    return chunks - chunks // threads
 
 
 def counters_after(threads: LibraryThreads, run) -> dict[str, int]:
@@ -426,8 +470,8 @@ def counters_after(threads: LibraryThreads, run) -> dict[str, int]:
 @pytest.mark.parametrize("spin", [0, SPIN_MICROSECONDS])
 def test_every_chunk_runs_once_whoever_runs_it(tmp_path: Path, spin: int):
     """Back to back and after pauses, with workers that spin or block at once: every
-    iteration runs exactly once, and every chunk beyond the caller's own is counted once,
-    as run by a worker or by the caller (when no worker had claimed it)."""
+    iteration runs exactly once, and every chunk beyond the caller's own range is counted,
+    as run by a worker or taken by the caller (a worker may take some of the caller's)."""
     library, threads = pool_driver(tmp_path, f"spin{spin}", spin_microseconds=spin)
     extent, loops = 7, 300
     for count in (2, 3, 4):
@@ -438,7 +482,10 @@ def test_every_chunk_runs_once_whoever_runs_it(tmp_path: Path, spin: int):
                                                                           2000))
         np.testing.assert_array_equal(hits, 1)
         assert counts["parallel_loops"] == loops and counts["serial_loops"] == counts["busy_loops"] == 0
-        assert counts["worker_chunks"] + counts["stolen_chunks"] == loops * (count - 1)
+        assert chunk_count(library, count, extent, 1 << 30) == min(extent, CHUNKS_PER_THREAD * count)
+        others = others_chunks(library, count, extent, 1 << 30)
+        chunks = chunk_count(library, count, extent, 1 << 30)
+        assert loops * others <= counts["worker_chunks"] + counts["stolen_chunks"] <= loops * chunks
     if spin == 0:  # the loops above found the workers blocked: each was woken, or its chunk stolen
         assert threads.stats()["worker_sleeps"] > 0
 
@@ -459,7 +506,7 @@ def test_a_loop_inside_a_chunk_runs_serially_in_that_chunk(tmp_path: Path):
     hits = np.zeros(30, np.int32)
     counts = counters_after(threads, lambda: library.run_nested(hits.ctypes.data, 30))
     np.testing.assert_array_equal(hits, 1)
-    assert counts["parallel_loops"] == 1 and counts["busy_loops"] == 3
+    assert counts["parallel_loops"] == 1 and counts["busy_loops"] == chunk_count(library, 3, 30, 1 << 30)
 
 
 def wait_for_sleeps(threads: LibraryThreads, count: int) -> int:

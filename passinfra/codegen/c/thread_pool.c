@@ -7,7 +7,8 @@
 #include <time.h>
 
 #if !defined(RP_DEFAULT_NUM_THREADS) || !defined(RP_MAX_THREADS) || !defined(RP_MIN_WORK) || \
-    !defined(RP_SPIN_NS) || !defined(RP_PURE_SPIN_NS) || !defined(RP_CALLER_PURE_SPIN_NS) || !defined(RP_STATS)
+    !defined(RP_SPIN_NS) || !defined(RP_PURE_SPIN_NS) || !defined(RP_CALLER_PURE_SPIN_NS) || !defined(RP_STATS) || \
+    !defined(RP_CHUNKS_PER_THREAD) || !defined(RP_MIN_CHUNK_WORK)
 #error "the tunables come from passinfra/codegen/thread_pool.py (pool_defines), or -D on the command line"
 #endif
 
@@ -34,14 +35,21 @@ static int64_t rp_now_ns(void) {
   return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
-/* The job word: sequence number (bits 32-63), chunk count (bits 16-31) and the next
-   chunk nobody has claimed (bits 0-15). A thread claims chunk i by a compare-exchange
-   from i to i + 1 under the sequence number it read, so nobody ever runs a chunk of a
-   job other than the one whose function it loaded, and the caller can run the chunks no
-   worker has started (a worker that is asleep or preempted never holds a loop up). */
+/* The job word: sequence number (bits 32-63), chunk count (bits 16-31) and thread count
+   (bits 0-15). Each thread t of the job (the caller is 0, worker i is i) owns a
+   contiguous range of the chunks, t*C/T .. (t+1)*C/T, in a range word of its own:
+   sequence number, first unclaimed chunk (bits 16-31), end (bits 0-15). A thread claims
+   from the front of its own range, and when that is empty from the back of another's,
+   each by a compare-exchange under the job's sequence number: nobody ever runs a chunk of
+   a job other than the one whose function it loaded, a thread's chunks are contiguous
+   work as long as nobody is late (what one chunk a thread gave), and the chunks of a
+   thread that is asleep, preempted or slowed by another process are taken by the others
+   (one chunk a thread left the loop waiting for it). */
 #define RP_SEQUENCE(word) ((word) >> 32)
 #define RP_CHUNKS(word) ((unsigned)((word) >> 16) & 0xffffu)
-#define RP_NEXT(word) ((unsigned)(word) & 0xffffu)
+#define RP_JOB_THREADS(word) ((int)((word) & 0xffffu))
+#define RP_FRONT(word) ((unsigned)((word) >> 16) & 0xffffu)
+#define RP_BACK(word) ((unsigned)(word) & 0xffffu)
 
 static struct {
   /* written by the caller per job, read by the workers: one line, one transfer */
@@ -70,6 +78,26 @@ enum { RP_PARALLEL, RP_SERIAL, RP_BUSY, RP_STOLEN };
 static RP_LINE _Atomic int64_t rp_caller_stats[4];
 static struct { RP_LINE _Atomic int64_t chunks; _Atomic int64_t sleeps; } rp_worker_stats[RP_MAX_THREADS];
 static uint64_t rp_worker_start[RP_MAX_THREADS];
+/* each thread's range of the current job's chunks (see the job word) */
+static struct { RP_LINE _Atomic uint64_t word; } rp_ranges[RP_MAX_THREADS];
+
+/* A chunk of job ``sequence`` for thread ``own`` of ``threads``: the first of its own
+   range, else the last of another's (``*stolen`` set); -1 when none is left */
+static int64_t rp_claim(uint64_t sequence, int own, int threads, int* stolen) {
+  for (int k = 0; k < threads; k++) {
+    const int t = (own + k) % threads;
+    uint64_t word = atomic_load_explicit(&rp_ranges[t].word, RP_ACQUIRE);
+    while (RP_SEQUENCE(word) == sequence && RP_FRONT(word) < RP_BACK(word)) {
+      /* the owner takes the front, the others the back (word is reloaded on failure) */
+      const uint64_t claimed = k == 0 ? word + (1u << 16) : word - 1;
+      if (atomic_compare_exchange_weak_explicit(&rp_ranges[t].word, &word, claimed, RP_ACQUIRE, RP_ACQUIRE)) {
+        *stolen = k != 0;
+        return k == 0 ? RP_FRONT(word) : RP_BACK(word) - 1;
+      }
+    }
+  }
+  return -1;
+}
 
 int raypass_default_num_threads(void) { return RP_DEFAULT_NUM_THREADS; }
 
@@ -147,26 +175,41 @@ static void* rp_worker(void* arg) {
       }
       atomic_fetch_sub(&rp_pool.sleepers, 1);
       pthread_mutex_unlock(&rp_pool.lock);
-      /* chunks for more than this worker: wake the next sleeper */
-      if (RP_NEXT(word) + 1 < RP_CHUNKS(word) && atomic_load(&rp_pool.sleepers) > 0) rp_wake_one();
+      /* threads beyond the caller and this worker: wake the next sleeper */
+      if (RP_JOB_THREADS(word) > 2 && atomic_load(&rp_pool.sleepers) > 0) rp_wake_one();
     }
     seen = RP_SEQUENCE(word);
-    while (RP_SEQUENCE(word) == seen && RP_NEXT(word) < RP_CHUNKS(word)) {
-      const rp_chunk_fn fn = atomic_load_explicit(&rp_pool.fn, RP_RELAXED);
-      void* const ctx = atomic_load_explicit(&rp_pool.ctx, RP_RELAXED);
-      const int64_t extent = atomic_load_explicit(&rp_pool.extent, RP_RELAXED);
-      if (!atomic_compare_exchange_weak(&rp_pool.job, &word, word + 1)) continue;  /* word reloaded */
-      const int64_t chunks = RP_CHUNKS(word), chunk = RP_NEXT(word);
-      if (fn(ctx, extent * chunk / chunks, extent * (chunk + 1) / chunks) != 0)
-        atomic_store(&rp_pool.status, -1);
-      atomic_fetch_add_explicit(&rp_worker_stats[index].chunks, 1, RP_RELAXED);
-      atomic_fetch_add(&rp_pool.finished, 1);
+    const int threads = RP_JOB_THREADS(word);
+    if ((int)index >= threads) {
+      /* not one of this job's threads (the count was lowered after this worker started):
+         hand the wake-up on to every sleeper, one of which is */
+      if (atomic_load(&rp_pool.sleepers) > 0) {
+        pthread_mutex_lock(&rp_pool.lock);
+        pthread_cond_broadcast(&rp_pool.wake);
+        pthread_mutex_unlock(&rp_pool.lock);
+      }
+      continue;
+    }
+    /* this job's (the word was read with acquire: they are its, and they stay its while
+       one of its chunks is unclaimed) */
+    const rp_chunk_fn fn = atomic_load_explicit(&rp_pool.fn, RP_RELAXED);
+    void* const ctx = atomic_load_explicit(&rp_pool.ctx, RP_RELAXED);
+    const int64_t extent = atomic_load_explicit(&rp_pool.extent, RP_RELAXED);
+    const int64_t chunks = RP_CHUNKS(word);
+    /* the chunks this worker ran, reported once none is left to claim: the caller waits
+       for them, so the job cannot end before */
+    uint64_t done = 0;
+    int stolen;
+    for (int64_t chunk; (chunk = rp_claim(seen, (int)index, threads, &stolen)) >= 0; ++done)
+      if (fn(ctx, extent * chunk / chunks, extent * (chunk + 1) / chunks) != 0) atomic_store(&rp_pool.status, -1);
+    if (done) {
+      atomic_fetch_add_explicit(&rp_worker_stats[index].chunks, (int64_t)done, RP_RELAXED);
+      atomic_fetch_add(&rp_pool.finished, done);
       if (atomic_load(&rp_pool.caller_waiting)) {
         pthread_mutex_lock(&rp_pool.lock);
         pthread_cond_signal(&rp_pool.done);
         pthread_mutex_unlock(&rp_pool.lock);
       }
-      word = atomic_load_explicit(&rp_pool.job, RP_ACQUIRE);
     }
   }
   return NULL;
@@ -219,6 +262,22 @@ static void rp_wait_finished(uint64_t target) {
   pthread_mutex_unlock(&rp_pool.lock);
 }
 
+/* Chunks of a loop of ``extent`` iterations of ``work`` units each on ``threads`` threads:
+   RP_CHUNKS_PER_THREAD a thread, each of at least RP_MIN_CHUNK_WORK units and one
+   iteration, never fewer than the threads (see the job word for who runs which) */
+static int64_t rp_chunk_count(int64_t threads, int64_t extent, int64_t work) {
+  const int64_t by_work = extent > INT64_MAX / work ? INT64_MAX : extent * work / RP_MIN_CHUNK_WORK;
+  int64_t chunks = threads * RP_CHUNKS_PER_THREAD;
+  if (chunks > extent) chunks = extent;
+  if (chunks > by_work) chunks = by_work;
+  if (chunks < threads) chunks = threads;
+  return chunks > 0xffff ? 0xffff : chunks;
+}
+
+int raypass_chunk_count(int threads, int64_t extent, int64_t work_per_iteration) {
+  return (int)rp_chunk_count(threads, extent, work_per_iteration > 0 ? work_per_iteration : 1);
+}
+
 int rp_parallel_for(rp_chunk_fn fn, void* ctx, int64_t extent, int64_t work_per_iteration) {
   int64_t threads = atomic_load_explicit(&rp_threads, RP_RELAXED);
   const int64_t work = work_per_iteration > 0 ? work_per_iteration : 1;
@@ -240,6 +299,7 @@ int rp_parallel_for(rp_chunk_fn fn, void* ctx, int64_t extent, int64_t work_per_
     rp_count(RP_SERIAL);
     return fn(ctx, 0, extent);
   }
+  const int64_t chunks = rp_chunk_count(threads, extent, work);
   rp_count(RP_PARALLEL);
   atomic_store_explicit(&rp_pool.fn, fn, RP_RELAXED);
   atomic_store_explicit(&rp_pool.ctx, ctx, RP_RELAXED);
@@ -247,23 +307,20 @@ int rp_parallel_for(rp_chunk_fn fn, void* ctx, int64_t extent, int64_t work_per_
   atomic_store_explicit(&rp_pool.finished, 0, RP_RELAXED);
   atomic_store_explicit(&rp_pool.status, 0, RP_RELAXED);
   const uint64_t sequence = RP_SEQUENCE(atomic_load_explicit(&rp_pool.job, RP_RELAXED)) + 1;
-  /* chunk 0 is the caller's from the start */
-  uint64_t word = (sequence << 32) | ((uint64_t)threads << 16) | 1u;
+  for (int64_t t = 0; t < threads; t++)
+    atomic_store_explicit(&rp_ranges[t].word, (sequence << 32) | ((uint64_t)(t * chunks / threads) << 16) |
+                                                  (uint64_t)((t + 1) * chunks / threads), RP_RELAXED);
+  const uint64_t word = (sequence << 32) | ((uint64_t)chunks << 16) | (uint64_t)threads;
   atomic_store(&rp_pool.job, word);  /* sequentially consistent: against sleepers below */
   if (atomic_load(&rp_pool.sleepers) > 0) rp_wake_one();
-  int status = fn(ctx, 0, extent / threads);
-  /* run here the chunks no worker has claimed yet */
-  uint64_t mine = 1;
-  word = atomic_load_explicit(&rp_pool.job, RP_RELAXED);
-  while (RP_NEXT(word) < (unsigned)threads) {
-    if (!atomic_compare_exchange_weak(&rp_pool.job, &word, word + 1)) continue;
-    const int64_t chunk = RP_NEXT(word);
-    if (fn(ctx, extent * chunk / threads, extent * (chunk + 1) / threads) != 0) status = -1;
-    ++mine;
-    rp_count(RP_STOLEN);
-    word = atomic_load_explicit(&rp_pool.job, RP_RELAXED);
+  /* the caller's own range, then what is left of the others' */
+  int status = 0, stolen;
+  uint64_t mine = 0;
+  for (int64_t chunk; (chunk = rp_claim(sequence, 0, (int)threads, &stolen)) >= 0; ++mine) {
+    if (fn(ctx, extent * chunk / chunks, extent * (chunk + 1) / chunks) != 0) status = -1;
+    if (stolen) rp_count(RP_STOLEN);
   }
-  rp_wait_finished((uint64_t)threads - mine);
+  rp_wait_finished((uint64_t)chunks - mine);
   if (atomic_load_explicit(&rp_pool.status, RP_RELAXED) != 0) status = -1;
   atomic_store_explicit(&rp_pool.busy, 0, RP_RELEASE);
   return status;
