@@ -54,8 +54,8 @@ Exported for the runtime (:mod:`passinfra.runtime.module`):
 the process may use", which the runtime works out) and ``raypass_thread_stats(int64_t*
 out)``: the counters of :data:`~passinfra.runtime.threads.STATS_FIELDS` (loops run on
 the pool, loops run serially (too little work, one thread) or because the pool was busy,
-chunks run by worker threads, chunks the caller ran because no worker had claimed them,
-and how often a worker blocked).
+chunks run by worker threads, chunks the caller took from the workers' ranges, and how
+often a worker blocked).
 """
 
 from __future__ import annotations

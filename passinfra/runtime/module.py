@@ -198,8 +198,9 @@ class Module:
         """Counters of the library's thread pool since it was loaded: loops run on
         several threads, loops run serially (too little work or one thread), loops run
         serially because another call held the pool, chunks run by worker threads, chunks
-        the calling thread ran because no worker had claimed them, and times a worker
-        blocked after its spin (``passinfra.runtime.threads.STATS_FIELDS``)."""
+        the calling thread took from the workers' ranges (a worker late, asleep or
+        slowed), and times a worker blocked after its spin
+        (``passinfra.runtime.threads.STATS_FIELDS``)."""
         return self._threads.stats()
 
     def conv_isa(self, level: str | None = None) -> str | None:

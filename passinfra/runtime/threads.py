@@ -16,8 +16,8 @@ from passinfra.runtime.cpus import available_cpus
 
 # the pool's counters, in the order raypass_thread_stats writes them: loops run on the
 # pool; loops run serially (too little work, or one thread); loops run serially because
-# the pool ran another one; chunks run by worker threads; chunks the calling thread ran
-# because no worker had claimed them (asleep or preempted); times a worker blocked after
+# the pool ran another one; chunks run by worker threads; chunks the calling thread took
+# from the workers' ranges (a worker late, asleep or slowed); times a worker blocked after
 # its spin (each costs a wake-up later). A library built before a counter existed reports
 # 0 for it.
 STATS_FIELDS = ("parallel_loops", "serial_loops", "busy_loops", "worker_chunks", "stolen_chunks",
