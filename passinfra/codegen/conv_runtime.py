@@ -80,11 +80,14 @@ from passinfra.tir.intrinsics import (
     MATMUL_NBITS_INTRINSIC,
     QCONV_INTRINSIC,
     QGEMM_INTRINSIC,
+    WINOGRAD_INTRINSIC,
 )
 
 RUNTIME_SYMBOL = "raypass_conv_runtime"
 CONV_FUNCTION = "rp_conv2d_f32"
 DEPTHWISE_FUNCTION = "rp_dwconv2d_f32"
+# a stride-1 3x3 convolution by Winograd's F(2x2, 3x3) (passinfra.codegen.compute.conv_winograd)
+WINOGRAD_FUNCTION = "rp_winograd_f32"
 # input channels per pass over the tiles of a span: every tile of the span sums one
 # chunk before the next begins (keeping its partial sums in the output), so the chunk's
 # weight rows (CHANNEL_CHUNK * KH*KW rows of the output-channel block) stay in L2 for
@@ -106,7 +109,9 @@ DECLARATION = "\n".join(f"""\
 extern int {name}(const float* image, const float* weight, float* out, int64_t H, int64_t W,
     int64_t C, int64_t OC, int64_t KH, int64_t KW, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
     int64_t pt, int64_t pl, int64_t OW, int64_t first, int64_t count, int64_t groups, int64_t panel);"""
-    for name in (CONV_FUNCTION, DEPTHWISE_FUNCTION))
+    for name in (CONV_FUNCTION, DEPTHWISE_FUNCTION)) + f"""
+extern int {WINOGRAD_FUNCTION}(const float* image, const float* transform, float* out, int64_t H, int64_t W,
+    int64_t C, int64_t OC, int64_t pt, int64_t pl, int64_t OH, int64_t OW);"""
 
 # after runtime_defines(); the weight-only quantized matmul (c/matmul_nbits.c) shares the
 # object: one compile, and the instruction-set choice (raypass_conv_isa) of both
@@ -258,6 +263,9 @@ register_intrinsic_renderer(CONV_INTRINSIC, IntrinsicRenderer(
     lambda renderer, node, args: render_conv_call(args), CONV_RUNTIME_LIBRARY))
 register_intrinsic_renderer(DEPTHWISE_CONV_INTRINSIC, IntrinsicRenderer(
     lambda renderer, node, args: render_conv_call(args, depthwise=True), CONV_RUNTIME_LIBRARY))
+register_intrinsic_renderer(WINOGRAD_INTRINSIC, IntrinsicRenderer(
+    lambda renderer, node, args: f"{WINOGRAD_FUNCTION}(&{args[0]}, &{args[1]}, &{args[2]}, "
+                                 f"{', '.join(args[3:])})", CONV_RUNTIME_LIBRARY))
 register_intrinsic_renderer(MATMUL_NBITS_INTRINSIC, IntrinsicRenderer(
     lambda renderer, node, args: f"{MATMUL_NBITS_FUNCTION}(&{args[0]}, &{args[1]}, &{args[2]}, &{args[3]}, "
                                  f"&{args[4]}, {', '.join(args[5:])})", MATMUL_NBITS_LIBRARY))
@@ -276,4 +284,5 @@ for _intrinsic, _function in ((QGEMM_INTRINSIC, QGEMM_FUNCTION), (QCONV_INTRINSI
 __all__ = ["CHANNEL_CHUNK", "CONV_FUNCTION", "CONV_ISA_LEVELS", "DECLARATION", "MATMUL_NBITS_LIBRARY",
            "QGEMM_LIBRARY", "RUNTIME_CACHE_ENV", "RUNTIME_LIBRARIES",
            "RUNTIME_SYMBOL", "disable_prefetch", "prefetch_runtime_compile", "render_conv_call",
-           "runtime_defines", "runtime_object", "runtime_settings", "runtime_source", "start_runtime_compile"]
+           "runtime_defines", "runtime_object", "runtime_settings", "runtime_source", "start_runtime_compile",
+           "WINOGRAD_FUNCTION"]

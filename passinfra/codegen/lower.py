@@ -66,6 +66,7 @@ from passinfra.ir.functor import iter_post_order
 from passinfra.ir.op.qgemm_panels import OP_NAME as UNPACK_QGEMM_PANELS
 from passinfra.ir.op.registry import Op
 from passinfra.ir.op.weight_panels import OP_NAME as UNPACK_PANELS
+from passinfra.ir.op.winograd_weights import OP_NAME as UNPACK_WINOGRAD
 from passinfra.ir.types import HALF_DTYPES, TensorType, TupleType, Type
 from passinfra.tir.arith import affine_coefficient
 from passinfra.tir.functor import iter_expr_post_order, iter_expr_tree
@@ -143,6 +144,9 @@ class _Tensor:
     # a qgemm_panels.unpack of a parameter (PanelWeights): the panels, which the integer
     # GEMM (qnn.matmul's compute rule) takes in place
     qgemm_panels: tir.Buffer | None = None
+    # a winograd_weights.unpack of a parameter (PanelWeights): the weight's transform, which
+    # the Winograd kernel (a ConvPlan of kind "winograd") takes in place
+    winograd: tir.Buffer | None = None
 
     def load(self, *indices: Any) -> tir.PrimExpr:
         return self.lowerer.load(self, tuple(tir.as_prim(i) for i in indices))
@@ -329,6 +333,8 @@ class _Lowerer:
             self._plan_gemm(result, op.name, attrs, args)
         if op.name == UNPACK_PANELS and isinstance(result, _Tensor) and isinstance(args[0], BufferHandle):
             result.panels = args[0].buffer
+        if op.name == UNPACK_WINOGRAD and isinstance(result, _Tensor) and isinstance(args[0], BufferHandle):
+            result.winograd = args[0].buffer
         if (op.name == UNPACK_QGEMM_PANELS and isinstance(result, _Tensor)
                 and isinstance(args[0], BufferHandle)):
             result.qgemm_panels = args[0].buffer
@@ -620,6 +626,10 @@ class _Lowerer:
                 continue
             if arg.widens is not None and arg.state == "inline":
                 inputs.append(arg.widens)  # the 16-bit weight itself: no float32 copy of it
+                continue
+            winograd_plan = getattr(tensor.gemm, "kind", "") == "winograd"
+            if arg.winograd is not None and arg.state == "inline" and winograd_plan:
+                inputs.append(arg.winograd)  # the weight's transform itself
                 continue
             if (arg.panels is not None and arg.state == "inline"
                     and (tensor.gemm.panels == arg.panels.shape[-1] or tensor.gemm.takes_panels)):

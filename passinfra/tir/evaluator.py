@@ -22,10 +22,12 @@ from passinfra.tir.intrinsics import (
     evaluate_gemm,
     evaluate_matmul_nbits,
     evaluate_qgemm,
+    evaluate_winograd,
     is_conv,
     is_gemm,
     is_matmul_nbits,
     is_qgemm,
+    is_winograd,
 )
 from passinfra.tir.nodes import Buffer, PrimExpr, PrimFunc, Stmt, TVar
 
@@ -195,6 +197,8 @@ class _Interpreter:
             evaluate_gemm(node.value, self.flat_view, self.expr)
         elif kind is n.Evaluate and is_conv(node.value):
             evaluate_conv(node.value, self.flat_view, self.expr)
+        elif kind is n.Evaluate and is_winograd(node.value):
+            evaluate_winograd(node.value, self.flat_view, self.expr)
         elif kind is n.Evaluate and is_matmul_nbits(node.value):
             evaluate_matmul_nbits(node.value, self.flat_view, self.expr)
         elif kind is n.Evaluate and is_qgemm(node.value):

@@ -67,6 +67,52 @@ DEPTHWISE_CONV_INTRINSIC = "rp_dwconv2d"
 CONV_FIRST_PIXEL = 13
 
 
+# a stride-1 3x3 convolution by Winograd's F(2x2, 3x3): ``(image, transform, out, H, W, C,
+# OC, pad_top, pad_left, OH, OW)``, the three buffer loads naming each buffer's first element;
+# one NHWC image, every output, from the weight's transform
+# (:mod:`passinfra.ir.op.winograd_weights`); the C runtime computes it and splits it over the
+# threads (:mod:`passinfra.codegen.compute.conv_winograd`)
+WINOGRAD_INTRINSIC = "rp_winograd"
+
+
+def is_winograd(expr: PrimExpr) -> bool:
+    return isinstance(expr, Intrinsic) and expr.name == WINOGRAD_INTRINSIC
+
+
+def winograd_tiles(out_height: int, out_width: int) -> int:
+    """The 2x2 tiles of output of an image."""
+    return -(-out_height // 2) * -(-out_width // 2)
+
+
+def winograd_regions(sizes: tuple[int, ...]) -> tuple[int, int, int]:
+    """Elements a Winograd call with these size arguments may read from its image and
+    transform and write from its output pointer on."""
+    height, width, channels, out_channels, _top, _left, out_height, out_width = sizes
+    transform = -(-out_channels // 32) * 16 * channels * 32
+    return height * width * channels, transform, out_height * out_width * out_channels
+
+
+def evaluate_winograd(intrinsic: Intrinsic, flat_view: Callable[[BufferLoad], np.ndarray],
+                      scalar: Callable[[PrimExpr], int]) -> None:
+    """Run a ``rp_winograd`` in the TIR interpreter (arguments as :func:`evaluate_gemm`): the
+    convolution with the weight computed back from its transform, in float64."""
+    from passinfra.ir.op.winograd_weights import from_winograd, winograd_shape
+
+    image_load, transform_load, out_load, *rest = intrinsic.args
+    height, width, channels, out_channels, top, left, out_height, out_width = (int(scalar(x)) for x in rest)
+    shape = winograd_shape(channels, out_channels)
+    transform = flat_view(transform_load)[:math.prod(shape)].reshape(shape)
+    weight = from_winograd(transform.astype(np.float64), (3, 3, channels, out_channels))
+    image = flat_view(image_load)[:height * width * channels].reshape(height, width, channels)
+    padded = np.zeros((max(height + top, out_height + 2), max(width + left, out_width + 2), channels))
+    padded[top:top + height, left:left + width] = image
+    result = np.zeros((out_height, out_width, out_channels))
+    for ky in range(3):
+        for kx in range(3):
+            result += padded[ky:ky + out_height, kx:kx + out_width] @ weight[ky, kx]
+    flat_view(out_load)[:out_height * out_width * out_channels] = result.reshape(-1)
+
+
 def is_conv(expr: PrimExpr) -> bool:
     """A convolution call (dense or depthwise)."""
     return isinstance(expr, Intrinsic) and expr.name in (CONV_INTRINSIC, DEPTHWISE_CONV_INTRINSIC)
@@ -98,7 +144,7 @@ QGEMM_INTRINSIC = "rp_qgemm"
 QCONV_INTRINSIC = "rp_qconv"
 
 _KERNEL_CALLS = (GEMM_INTRINSIC, CONV_INTRINSIC, DEPTHWISE_CONV_INTRINSIC, MATMUL_NBITS_INTRINSIC,
-                 QGEMM_INTRINSIC, QCONV_INTRINSIC)
+                 QGEMM_INTRINSIC, QCONV_INTRINSIC, WINOGRAD_INTRINSIC)
 
 
 def is_kernel_call(expr: PrimExpr) -> bool:
@@ -276,7 +322,8 @@ def reinterpret(value: PrimExpr, dtype: str) -> Intrinsic:
     return Intrinsic(REINTERPRET, (value,), dtype)
 
 
-__all__ = ["BITWISE_INTRINSICS", "CONV_FIRST_PIXEL", "CONV_INTRINSIC", "DEPTHWISE_CONV_INTRINSIC",
+__all__ = ["WINOGRAD_INTRINSIC", "evaluate_winograd", "is_winograd", "winograd_regions", "winograd_tiles",
+           "BITWISE_INTRINSICS", "CONV_FIRST_PIXEL", "CONV_INTRINSIC", "DEPTHWISE_CONV_INTRINSIC",
            "GEMM_INTRINSIC", "MATMUL_NBITS_INTRINSIC", "QCONV_INTRINSIC", "QGEMM_INTRINSIC", "REINTERPRET",
            "bitwise", "conv_regions", "evaluate_conv", "evaluate_gemm", "evaluate_matmul_nbits",
            "evaluate_qgemm", "is_conv", "is_gemm", "is_kernel_call", "is_matmul_nbits", "is_qgemm",

@@ -48,6 +48,7 @@ from passinfra.ir.op import (
     tfidf,
     tree_ensemble,
     weight_panels,
+    winograd_weights,
 )
 from passinfra.ir.op.matmul_nbits import matmul_nbits
 from passinfra.ir.op.requantized import requantized_conv2d, requantized_matmul
@@ -499,6 +500,10 @@ case("bitcast", "u8-to-bool", lambda x: bitcast.bitcast(x, "bool"), ints(3, 4, d
 case("bitcast", "bool-to-i8", lambda x: bitcast.bitcast(x, "int8"), flags(3, 4))
 # weight_panels.unpack: a conv weight of 70 channels from three panels of 32 (zeros past 70)
 case("weight_panels.unpack", "hwio-70", lambda x: weight_panels.unpack(x, (3, 3, 5, 70)), f32(3, 45, 32))
+# winograd_weights.unpack: a 3x3 weight of 45 channels from its F(2x2, 3x3) transform (two
+# panels of 32: its adds L U L^T, any transform values)
+case("winograd_weights.unpack", "hwio-45", lambda x: winograd_weights.unpack(x, (3, 3, 5, 45)),
+     f32(2, 80, 32))
 case("det", "batched-4x4", linalg.det, f32(2, 3, 4, 4))
 case("det", "f64-5x5", linalg.det, f64(5, 5))
 case("dft", "complex-onesided", lambda x: signal.dft(x, 8, "float32", axis=1, onesided=True), f32(2, 6, 3, 2))

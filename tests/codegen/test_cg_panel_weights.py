@@ -22,7 +22,7 @@ from passinfra.errors import IRTypeError
 from passinfra.ir import op
 from passinfra.ir.expr import Call, Constant
 from passinfra.ir.functor import iter_post_order
-from passinfra.ir.op import weight_panels
+from passinfra.ir.op import weight_panels, winograd_weights
 from passinfra.ir.type_infer import infer_type
 from passinfra.runtime.interpreter import evaluate
 from passinfra.runtime.module import CONV_ISA_LEVELS
@@ -116,7 +116,7 @@ def main_constants(mod: ir.IRModule) -> list[Constant]:
 
 def test_a_microkernel_convolutions_weight_is_stored_in_panels_and_means_the_same():
     mod, weight = conv_module()
-    panelled = graph_passes(mod)
+    panelled = graph_passes(mod, **{CONV_KERNEL_CONFIG: "microkernel"})  # (the AVX2 rule: Winograd)
     shapes = [c.shape for c in main_constants(panelled)]
     assert (3, 9 * 48, PANEL_WIDTH) in shapes  # 70 channels: three panels, zeros past 70
     assert tuple(weight.shape) not in shapes
@@ -129,6 +129,23 @@ def test_a_microkernel_convolutions_weight_is_stored_in_panels_and_means_the_sam
     assert_sums_close(evaluate(panelled, x), evaluate(mod, x), terms=9 * 48 + 1, magnitude=magnitude)
     off = graph_passes(mod, **{PANELS_CONFIG: False})
     assert tuple(weight.shape) in [c.shape for c in main_constants(off)]
+
+
+def test_a_winograd_convolutions_weight_is_stored_as_its_transform_and_means_the_same():
+    mod, weight = conv_module()
+    transformed = graph_passes(mod, **{CONV_KERNEL_CONFIG: "winograd"})
+    shapes = [c.shape for c in main_constants(transformed)]
+    stored = winograd_weights.winograd_shape(48, 70)
+    assert stored == (3, 16 * 48, PANEL_WIDTH) and stored in shapes
+    assert tuple(weight.shape) not in shapes
+    unpacks = [n for _, f in transformed.functions.items() for n in iter_post_order(f)
+               if isinstance(n, Call) and getattr(n.op, "name", "") == winograd_weights.OP_NAME]
+    assert len(unpacks) == 1
+    x = rng_array((1, 9, 9, 48), 5)
+    # the interpreter reads the weight back from its transform: each element within a few
+    # roundings of the original, well inside the bound of the sums' order
+    magnitude = conv_magnitude(x, rng_array((3, 3, 48, 70), 1), rng_array((70,), 2))
+    assert_sums_close(evaluate(transformed, x), evaluate(mod, x), terms=9 * 48 + 1, magnitude=magnitude)
 
 
 def test_weights_read_elsewhere_or_by_other_kernels_stay_in_place():
@@ -164,7 +181,8 @@ def test_the_lowering_hands_the_panels_to_the_microkernels_and_the_tir_meaning_a
     arrays = [rng_array(shape, k) for k, shape in enumerate(shapes)]
     packed = [arrays[0], weight_panels.to_panels(arrays[1], PANEL_WIDTH), arrays[2]]
     expected = evaluate(ir.IRModule({"main": func}), *packed)
-    lowered = lower_primitive_function(func, "kernel")
+    with PassContext(config={CONV_KERNEL_CONFIG: "microkernel"}):  # (the AVX2 rule: Winograd)
+        lowered = lower_primitive_function(func, "kernel")
     calls = [n.value for n in _nodes(lowered.body) if isinstance(n, tir.Evaluate) and is_conv(n.value)]
     assert calls and all(c.args[-1].value == PANEL_WIDTH for c in calls)  # the panel argument
     assert all(c.args[1].buffer.name == lowered.params[1].name for c in calls)  # read in place
@@ -186,12 +204,13 @@ def conv_and_matmul_module() -> ir.IRModule:
 
 def test_libraries_with_panels_give_the_bits_of_weights_in_place_for_any_thread_count(cache_dir):
     mod = conv_and_matmul_module()
-    shapes = [c.shape for c in main_constants(graph_passes(mod))]
+    forced = {CONV_KERNEL_CONFIG: "microkernel"}  # (the AVX2 rule: Winograd)
+    shapes = [c.shape for c in main_constants(graph_passes(mod, **forced))]
     assert (3, 9 * 256, PANEL_WIDTH) in shapes and (2, 70, PANEL_WIDTH) in shapes  # both weights
     x = rng_array((2, 8, 8, 256), 4)
-    with PassContext(config={"codegen.cache_dir": cache_dir}):
+    with PassContext(config={"codegen.cache_dir": cache_dir, **forced}):
         lib = passinfra.build(mod)
-    with PassContext(config={"codegen.cache_dir": cache_dir, PANELS_CONFIG: False}):
+    with PassContext(config={"codegen.cache_dir": cache_dir, PANELS_CONFIG: False, **forced}):
         in_place = passinfra.build(mod)
     assert lib.metadata["weights_bytes"] > in_place.metadata["weights_bytes"]  # 70 -> 96 channels
     want = in_place(x)
@@ -254,14 +273,15 @@ def test_weights_converted_on_threads_give_the_module_converted_in_order(monkeyp
         weight = ir.const(rng_array((3, 3, 48, 48), 10 + seed))
         y = op.nn.relu(op.nn.conv2d(y, weight, padding=(1, 1), data_layout="NHWC", kernel_layout="HWIO"))
     mod = ir.IRModule({"main": ir.Function([x], y)})
-    in_order = graph_passes(mod)
+    forced = {CONV_KERNEL_CONFIG: "microkernel"}  # (the AVX2 rule: Winograd)
+    in_order = graph_passes(mod, **forced)
     threads: list[str] = []
     convert = pass_module.to_panels
     monkeypatch.setattr(pass_module, "to_panels",
                         lambda *a: threads.append(threading.current_thread().name) or convert(*a))
     monkeypatch.setattr(weight_parameters, "_PARALLEL_CONVERT_BYTES", 0)
     monkeypatch.setattr(weight_parameters, "available_cpus", lambda: 4)
-    on_threads = graph_passes(mod)
+    on_threads = graph_passes(mod, **forced)
     assert len(threads) == 4 and all(name.startswith("raypass-weights") for name in threads)
     assert on_threads.astext() == in_order.astext()
     assert [c.data.tobytes() for c in main_constants(on_threads)] == \

@@ -72,7 +72,7 @@ def test_each_kernel_gets_the_knobs_of_its_ops(tasks):
     assert keys(matmul) == {"codegen.matmul_microkernel", "codegen.min_parallel_work"}
     assert keys(conv) == {"codegen.conv_kernel", "codegen.conv_block_pixels",
                           "codegen.conv_cached_weight_bytes", "codegen.min_parallel_work"}
-    assert tasks[conv].space == 5 * 4 * 4 * 4
+    assert tasks[conv].space == 6 * 4 * 4 * 4  # auto, direct, group_gemm, microkernel, winograd, none
     assert tasks[conv].default == (("codegen.conv_block_pixels", 4),
                                    ("codegen.conv_cached_weight_bytes", 262144),
                                    ("codegen.conv_kernel", "auto"), ("codegen.min_parallel_work", 8000))
@@ -83,7 +83,7 @@ def test_candidates_start_at_the_rules_then_one_knob_off_then_the_rest(tasks):
     func = next(f for gv, f in tasks[conv].module.items() if gv.name_hint != "main")
     default = tasks[conv].default
     near = neighbours(func, default)
-    assert len(near) == (5 - 1) + (4 - 1) * 3  # every other value of each knob
+    assert len(near) == (6 - 1) + (4 - 1) * 3  # every other value of each knob
     assert all(sum(a != b for a, b in zip(point, default)) == 1 for point in near)
     points = candidates(func, 1000)
     assert points[0] == default and points[1:1 + len(near)] == near

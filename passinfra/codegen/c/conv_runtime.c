@@ -613,6 +613,214 @@ int rp_conv2d_f32(const float* image, const float* weight, float* out, int64_t H
   return rp_parallel_for(rp_conv_units, &job, units, work > 0 ? work : 1);
 }
 
+/* ====================================================================== Winograd F(2x2, 3x3)
+   A stride-1 3x3 convolution (one group, NHWC) of one image: per 2x2 block of outputs (a
+   tile) the 4x4 input patch d is transformed to B^T d B (16 points per channel, adds
+   only), the 16 points' GEMMs V[point] (tiles x C) x U[point] (C x OC) run on the
+   pointwise tiles above, and A^T m A (adds only) gives the tile's outputs. U is the
+   weight's transform G g G^T (passinfra.ir.op.winograd_weights: [ceil(OC/32)][16*C][32]
+   panels, row point*C + c).
+
+   The call is cut into units of whole tile rows (about RP_WINO_TILES tiles: a unit's
+   patches and products stay in L2 while its 16 GEMMs read them) by parts of the output
+   channels (whole panels; several only where the image has few tile rows, so that small
+   images still split over the threads). A unit transforms its patches, runs its part's
+   GEMMs and writes its outputs; its scratch is its thread's (grown on demand, freed when
+   the thread exits). The units depend on the shape only, and every output is the same
+   adds and the same GEMM sums whatever unit or thread computes it, on AVX2 and AVX-512
+   alike (the transforms are adds, the GEMMs the pointwise tiles'). */
+#include <pthread.h>
+
+#ifndef RP_WINO_TILES
+#define RP_WINO_TILES 24        /* tiles a unit has at least, where the image has them */
+#endif
+#ifndef RP_WINO_MIN_UNITS
+#define RP_WINO_MIN_UNITS 8     /* fewer tile rows per unit, then parts of the outputs, below this many units */
+#endif
+#ifndef RP_WINO_SHARED_U
+#define RP_WINO_SHARED_U (1 << 20)
+#endif
+#ifndef RP_WINO_MIN_PART
+#define RP_WINO_MIN_PART 64     /* output channels a part keeps at least */
+#endif
+
+typedef float rp_v8 __attribute__((vector_size(32)));
+
+typedef struct {
+  const float* image; float* out; float* V; float* M;
+  int64_t H, W, C, OC, pt, pl, OW;
+  int64_t first_row, rows;  /* the unit's output rows */
+  int64_t o0, NO;           /* the unit's output channels */
+  int64_t tiles_x, tiles;
+} rp_wino;
+
+/* v = B^T d B of a 4x4 patch (row-major), for lanes of type T */
+#define RP_WINO_DATA(T, d, v) { \
+  T t_[16]; \
+  for (int j = 0; j < 4; j++) { \
+    t_[j] = d[j] - d[8 + j]; t_[4 + j] = d[4 + j] + d[8 + j]; \
+    t_[8 + j] = d[8 + j] - d[4 + j]; t_[12 + j] = d[4 + j] - d[12 + j]; } \
+  for (int i = 0; i < 4; i++) { \
+    v[i * 4] = t_[i * 4] - t_[i * 4 + 2]; v[i * 4 + 1] = t_[i * 4 + 1] + t_[i * 4 + 2]; \
+    v[i * 4 + 2] = t_[i * 4 + 2] - t_[i * 4 + 1]; v[i * 4 + 3] = t_[i * 4 + 1] - t_[i * 4 + 3]; } }
+/* y = A^T m A: the tile's 2x2 outputs from its 16 points */
+#define RP_WINO_RESULT(T, m, y) { \
+  T s_[4], r_[4]; \
+  for (int j = 0; j < 4; j++) { s_[j] = m[j] + m[4 + j] + m[8 + j]; r_[j] = m[4 + j] - m[8 + j] - m[12 + j]; } \
+  y[0] = s_[0] + s_[1] + s_[2]; y[1] = s_[1] - s_[2] - s_[3]; \
+  y[2] = r_[0] + r_[1] + r_[2]; y[3] = r_[1] - r_[2] - r_[3]; }
+
+/* the data and result transforms of a unit, 8 channels at a time then one (the same adds) */
+#define RP_WINO_TRANSFORMS(S, TARGET) \
+TARGET static void rp_wino_data_##S(const rp_wino* w) { \
+  const int64_t C = w->C, stride = w->tiles * C; \
+  for (int64_t t = 0; t < w->tiles; t++) { \
+    const int64_t iy0 = w->first_row + 2 * (t / w->tiles_x) - w->pt, ix0 = 2 * (t % w->tiles_x) - w->pl; \
+    const float* src[16]; \
+    for (int i = 0; i < 4; i++) \
+      for (int j = 0; j < 4; j++) { \
+        const int64_t iy = iy0 + i, ix = ix0 + j; \
+        src[i * 4 + j] = iy >= 0 && iy < w->H && ix >= 0 && ix < w->W ? w->image + (iy * w->W + ix) * C : 0; \
+      } \
+    float* dst = w->V + t * C; \
+    int64_t c = 0; \
+    for (; c + 8 <= C; c += 8) { \
+      rp_v8 d[16], v[16]; \
+      for (int k = 0; k < 16; k++) { \
+        if (src[k]) memcpy(&d[k], src[k] + c, sizeof d[k]); \
+        else d[k] = (rp_v8){0}; \
+      } \
+      RP_WINO_DATA(rp_v8, d, v) \
+      for (int k = 0; k < 16; k++) memcpy(dst + k * stride + c, &v[k], sizeof v[k]); \
+    } \
+    for (; c < C; c++) { \
+      float d[16], v[16]; \
+      for (int k = 0; k < 16; k++) d[k] = src[k] ? src[k][c] : 0.0f; \
+      RP_WINO_DATA(float, d, v) \
+      for (int k = 0; k < 16; k++) dst[k * stride + c] = v[k]; \
+    } \
+  } \
+} \
+TARGET static void rp_wino_result_##S(const rp_wino* w) { \
+  const int64_t NO = w->NO, stride = w->tiles * NO; \
+  for (int64_t t = 0; t < w->tiles; t++) { \
+    const int64_t oy = 2 * (t / w->tiles_x), ox = 2 * (t % w->tiles_x); \
+    const int rows = w->rows - oy < 2 ? 1 : 2, cols = w->OW - ox < 2 ? 1 : 2; \
+    const float* src = w->M + t * NO; \
+    float* dst = w->out + ((w->first_row + oy) * w->OW + ox) * w->OC + w->o0; \
+    int64_t o = 0; \
+    for (; o + 8 <= NO; o += 8) { \
+      rp_v8 m[16], y[4]; \
+      for (int k = 0; k < 16; k++) memcpy(&m[k], src + k * stride + o, sizeof m[k]); \
+      RP_WINO_RESULT(rp_v8, m, y) \
+      for (int a = 0; a < rows; a++) \
+        for (int b = 0; b < cols; b++) memcpy(dst + (a * w->OW + b) * w->OC + o, &y[a * 2 + b], sizeof y[0]); \
+    } \
+    for (; o < NO; o++) { \
+      float m[16], y[4]; \
+      for (int k = 0; k < 16; k++) m[k] = src[k * stride + o]; \
+      RP_WINO_RESULT(float, m, y) \
+      for (int a = 0; a < rows; a++) \
+        for (int b = 0; b < cols; b++) dst[(a * w->OW + b) * w->OC + o] = y[a * 2 + b]; \
+    } \
+  } \
+}
+RP_WINO_TRANSFORMS(avx2, __attribute__((target("avx2,fma"))))
+RP_WINO_TRANSFORMS(c, )
+
+/* A unit: its tiles' patches, its part's 16 GEMMs, its outputs. */
+static void rp_wino_unit(const rp_wino* w, const float* U, int level) {
+  if (level) rp_wino_data_avx2(w);
+  else rp_wino_data_c(w);
+  const int64_t block = level ? 32 : 8, C = w->C;
+  for (int64_t point = 0; point < 16; point++) {
+    /* the point's GEMM as a pointwise convolution of a 1 x tiles image: the transformed
+       patches' C channels into the part's NO, the weight's point rows in panels of 32 */
+    const rp_conv g = {w->V + point * w->tiles * C, U + (w->o0 / 32) * 16 * C * 32 + point * C * 32, 1, w->tiles,
+                       C, w->NO, 1, 1, 1, 1, 1, 1, 0, 0, w->tiles, C, w->NO, 32, 32, 16 * C * 32, 0, C};
+    for (int64_t ob = 0; ob < w->NO; ob += block) rp_conv_span(&g, level, ob, 0, w->tiles, w->M + point * w->tiles * w->NO);
+  }
+  if (level) rp_wino_result_avx2(w);
+  else rp_wino_result_c(w);
+}
+
+/* a thread's scratch: one allocation, grown on demand, freed when the thread exits (the
+   libraries holding this runtime are never unloaded, so the destructor stays mapped) */
+typedef struct { float* data; size_t floats; } rp_wino_scratch;
+static pthread_key_t rp_wino_key;
+static pthread_once_t rp_wino_key_once = PTHREAD_ONCE_INIT;
+static int rp_wino_key_ok;
+static void rp_wino_scratch_free(void* p) {
+  rp_wino_scratch* s = (rp_wino_scratch*)p;
+  free(s->data);
+  free(s);
+}
+static void rp_wino_key_create(void) { rp_wino_key_ok = pthread_key_create(&rp_wino_key, rp_wino_scratch_free) == 0; }
+static float* rp_wino_scratch_for(size_t floats) {
+  pthread_once(&rp_wino_key_once, rp_wino_key_create);
+  if (!rp_wino_key_ok) return 0;
+  rp_wino_scratch* s = (rp_wino_scratch*)pthread_getspecific(rp_wino_key);
+  if (!s) {
+    s = (rp_wino_scratch*)calloc(1, sizeof *s);
+    if (!s || pthread_setspecific(rp_wino_key, s) != 0) { free(s); return 0; }
+  }
+  if (s->floats < floats) {
+    free(s->data);
+    s->data = (float*)malloc(floats * sizeof(float));
+    s->floats = s->data ? floats : 0;
+  }
+  return s->data;
+}
+
+typedef struct {
+  rp_wino w;
+  const float* U;
+  int64_t OH, tile_rows, parts, part;
+  int level;
+} rp_wino_job;
+
+static int rp_wino_units(void* ctx, int64_t begin, int64_t end) {
+  const rp_wino_job* job = (const rp_wino_job*)ctx;
+  for (int64_t u = begin; u < end; u++) {
+    rp_wino w = job->w;
+    w.first_row = (u / job->parts) * 2 * job->tile_rows;
+    w.rows = job->OH - w.first_row < 2 * job->tile_rows ? job->OH - w.first_row : 2 * job->tile_rows;
+    w.o0 = (u % job->parts) * job->part;
+    w.NO = w.OC - w.o0 < job->part ? w.OC - w.o0 : job->part;
+    w.tiles = (w.rows + 1) / 2 * w.tiles_x;
+    float* scratch = rp_wino_scratch_for((size_t)(16 * w.tiles * (w.C + w.NO)));
+    if (!scratch) return -1;
+    w.V = scratch, w.M = scratch + 16 * w.tiles * w.C;
+    rp_wino_unit(&w, job->U, job->level);
+  }
+  return 0;
+}
+
+int rp_winograd_f32(const float* image, const float* U, float* out, int64_t H, int64_t W, int64_t C,
+    int64_t OC, int64_t pt, int64_t pl, int64_t OH, int64_t OW) {
+  int level = __atomic_load_n(&rp_conv_level, __ATOMIC_RELAXED);
+  if (level < 0) level = raypass_conv_isa(-1);
+  const int64_t tiles_x = (OW + 1) / 2, tiles_y = (OH + 1) / 2;
+  int64_t tile_rows = (RP_WINO_TILES + tiles_x - 1) / tiles_x < tiles_y ? (RP_WINO_TILES + tiles_x - 1) / tiles_x
+                                                                           : tiles_y;
+  /* a transform larger than RP_WINO_SHARED_U bytes is read once per unit from L3 or memory:
+     fewer, larger units of tile rows then, and parts of the outputs for the threads */
+  const int large = 16 * C * OC * (int64_t)sizeof(float) > RP_WINO_SHARED_U;
+  if (large) tile_rows = tiles_y;
+  while (!large && tile_rows > 1 && (tiles_y + tile_rows - 1) / tile_rows < RP_WINO_MIN_UNITS)
+    tile_rows = (tile_rows + 1) / 2;
+  const int64_t blocks = (tiles_y + tile_rows - 1) / tile_rows;
+  /* parts of whole panels, at least RP_WINO_MIN_PART channels, until there are enough units */
+  int64_t parts = 1;
+  while (blocks * parts < RP_WINO_MIN_UNITS && (OC + 2 * parts - 1) / (2 * parts) >= RP_WINO_MIN_PART) parts *= 2;
+  const int64_t part = ((OC + parts - 1) / parts + 31) / 32 * 32;
+  parts = (OC + part - 1) / part;
+  rp_wino_job job = {{image, out, 0, 0, H, W, C, OC, pt, pl, OW, 0, 0, 0, 0, tiles_x, 0}, U, OH, tile_rows, parts, part,
+                     level};
+  int64_t work = tile_rows * tiles_x * 16 * C * part / RP_MACS_PER_WORK;
+  return rp_parallel_for(rp_wino_units, &job, blocks * parts, work > 0 ? work : 1);
+}
+
 /* ====================================================================== depthwise
    One input channel per output channel (weight [KH][KW][1][C]): lanes are channels and
    a pixel sums KH*KW products per channel. A tile is four adjacent output pixels of a

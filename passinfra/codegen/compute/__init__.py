@@ -32,6 +32,7 @@ from passinfra.codegen.compute import (  # noqa: F401  (registers rules)
     tree_ensemble,
     weight_panels,
     window,
+    winograd_weights,
 )
 from passinfra.codegen.compute.base import (
     COMPUTE_ATTR,

@@ -4,6 +4,9 @@ The lowering (:mod:`passinfra.codegen.lower`) asks :func:`plan_conv2d` first for
 ``nn.conv2d``; a float32 convolution in the channels-last layout AlterOpLayout produces
 (NHWC data, HWIO weight; 1-D convolutions arrive as 2-D ones over a unit height) gets
 
+* ``"winograd"`` (:mod:`.conv_winograd`) on the AVX2 target for a stride-1 3x3
+  convolution with one group and channels and an output large enough
+  (:func:`.conv_winograd.applies`; config ``codegen.winograd`` off: never);
 * ``"microkernel"`` (:mod:`.conv_microkernel`, the C runtime
   :mod:`passinfra.codegen.conv_runtime`) for a depthwise convolution (one input and one
   output channel per group); for a convolution with one group and a kernel wider than
@@ -30,8 +33,8 @@ grouped convolution runs direct, one with one group the generic loop nest.
 
 Every other convolution (NCHW, other dtypes) keeps the generic paths. Config
 ``codegen.conv_kernel`` forces one kernel wherever it applies (``"direct"``,
-``"group_gemm"``, ``"microkernel"``) or turns them all off (``"none"``); the default
-``"auto"`` is this rule.
+``"group_gemm"``, ``"microkernel"``, ``"winograd"``: elsewhere the rule's) or turns them
+all off (``"none"``); the default ``"auto"`` is this rule.
 
 The rule has a target: the instruction set the library's kernels will run with, config
 ``codegen.target_isa`` (``"avx512"``, ``"avx2"`` or ``"portable"``; :func:`target_isa`).
@@ -115,8 +118,11 @@ from passinfra.codegen.compute.conv_direct import ConvGeometry, Epilogue, direct
 from passinfra.codegen.compute.conv_group_gemm import group_gemm_conv
 from passinfra.codegen.compute.conv_group_gemm import rows_per_block as group_gemm_rows
 from passinfra.codegen.compute.conv_microkernel import PANEL_WIDTH, is_depthwise, microkernel_conv
+from passinfra.codegen.compute.conv_winograd import applies as winograd_applies
+from passinfra.codegen.compute.conv_winograd import winograd_conv
 from passinfra.codegen.gemm import MIN_GEMM_MACS
 from passinfra.ir.attrs import Attrs
+from passinfra.ir.op import winograd_weights
 from passinfra.runtime.module import CONV_ISA_LEVELS, host_isa
 from passinfra.transform.config import register_config
 from passinfra.transform.context import PassContext
@@ -127,11 +133,16 @@ from passinfra.transform.errors import PassConfigError
 DTYPES = ("float32",)
 
 # codegen.conv_kernel (str): "auto" (the rule below), or one kernel for every
-# convolution it can compute: "direct", "group_gemm", or "none" (neither: im2col + BLAS
-# for groups 1, the generic loop nest otherwise) -- for measurements and tests
+# convolution it can compute: "direct", "group_gemm", "microkernel", "winograd", or "none"
+# (im2col + BLAS for groups 1, the generic loop nest otherwise) -- for measurements, tests
+# and the tuning space
 CONV_KERNEL_CONFIG = "codegen.conv_kernel"
-CONV_KERNELS = ("auto", "direct", "group_gemm", "microkernel", "none")
+CONV_KERNELS = ("auto", "direct", "group_gemm", "microkernel", "winograd", "none")
 register_config(CONV_KERNEL_CONFIG, str)
+# codegen.winograd (bool, default True): whether the rule runs the convolutions the
+# Winograd kernel computes (conv_winograd.applies) on it; off, they stay on the microkernels
+WINOGRAD_CONFIG = "codegen.winograd"
+register_config(WINOGRAD_CONFIG, bool)
 # codegen.target_isa (str): the instruction set the rule picks kernels for, one of
 # CONV_ISA_LEVELS (default: this machine's, capped by RAYPASS_MAX_ISA)
 TARGET_ISA_CONFIG = "codegen.target_isa"
@@ -201,6 +212,11 @@ MICROKERNEL_MIN_GROUP_REDUCTION = 256
 # stems, which the AVX-512 rule leaves to BLAS (us: 3->64 3x3 at 224x224 2960/3967, at
 # 112x112 693/846, 1->64 at 128x128 940/1178, 1->32 253/434, 8->64 at 56x56 477/568).
 AVX2_MIN_GROUP_CHANNELS = 2
+# the targets whose rule runs stride-1 3x3 convolutions of one group and 32+ channels in
+# and out by Winograd's F(2x2, 3x3) (:mod:`.conv_winograd`, measurements there): AVX2, where
+# it was measured. On AVX-512 it is a choice of the tuning space (``codegen.conv_kernel``)
+# until measured there; the portable target's tiles are 4x8 of scalar products
+WINOGRAD_ISAS = ("avx2",)
 
 
 @dataclass(frozen=True)
@@ -211,11 +227,14 @@ class ConvPlan:
     BLAS and microkernel calls in the statement, which decide what the library links)."""
 
     op_name: str
-    kind: str  # "direct", "group_gemm" or "microkernel"
+    kind: str  # "direct", "group_gemm", "microkernel" or "winograd"
     emit: Callable[..., tuple[tir.Stmt, list[tir.Buffer]]]
     # output channels per panel in which the kernel can read a weight stored in panels
     # (passinfra.ir.op.weight_panels; the microkernels with one group), 0: HWIO only
     panels: int = 0
+    # takes a weight in panels of any width PanelWeights stored (the Winograd plan: its
+    # transform, or, where PanelWeights planned another kernel, the microkernels' panels)
+    takes_panels: bool = False
 
 
 def _emit_direct(geometry: ConvGeometry, inputs: Sequence[tir.Buffer], out: tir.Buffer, new_buffer: Callable,
@@ -233,6 +252,17 @@ def _emit_group_gemm(geometry: ConvGeometry, inputs: Sequence[tir.Buffer], out: 
         # read it, the direct kernel's loads widen it
         return _emit_direct(geometry, inputs, out, new_buffer, epilogue)
     return group_gemm_conv(geometry, data, weight, out, new_buffer, epilogue)
+
+
+def _emit_winograd(geometry: ConvGeometry, inputs: Sequence[tir.Buffer], out: tir.Buffer,
+                   new_buffer: Callable,
+                   epilogue: Epilogue | None = None) -> tuple[tir.Stmt, list[tir.Buffer]]:
+    data, weight = inputs
+    if len(weight.shape) == 3 and int(weight.shape[1]) == winograd_weights.POINTS * geometry.channels:
+        return winograd_conv(geometry, data, weight, out, epilogue), []
+    # the weight as it is, or in the microkernels' panels (not a constant PanelWeights
+    # transformed for this kernel)
+    return _emit_microkernel(geometry, inputs, out, new_buffer, epilogue)
 
 
 def _emit_microkernel(geometry: ConvGeometry, inputs: Sequence[tir.Buffer], out: tir.Buffer,
@@ -288,12 +318,15 @@ def _one_group_on_microkernels(g: ConvGeometry, use_blas: bool) -> bool:
 
 
 def choose_kernel(g: ConvGeometry, use_blas: bool, isa: str = "avx512") -> str:
-    """``"microkernel"``, ``"direct"``, ``"group_gemm"`` or ``"none"`` for a float32
-    NHWC/HWIO convolution on target ``isa`` (the rule of the module docstring)."""
+    """``"winograd"``, ``"microkernel"``, ``"direct"``, ``"group_gemm"`` or ``"none"`` for a
+    float32 NHWC/HWIO convolution on target ``isa`` (the rule of the module docstring)."""
     if is_depthwise(g):
         return "microkernel"
     if g.group_channels == 1 and g.groups > 1:
         return "direct"  # a channel multiplier
+    winograd_on = PassContext.current().get_config(WINOGRAD_CONFIG, True)
+    if isa in WINOGRAD_ISAS and winograd_on and winograd_applies(g):
+        return "winograd"
     if isa == "avx2" and _avx2_on_microkernels(g):
         return "microkernel"
     if g.groups == 1 and _one_group_on_microkernels(g, use_blas):
@@ -340,6 +373,11 @@ def plan_conv2d(attrs: Attrs, in_shapes: Sequence[tuple[int, ...]], dtype: str, 
         return None
     geometry = ConvGeometry.of(attrs, in_shapes[0], in_shapes[1], out_shape)
     kind = choose_kernel(geometry, use_blas, target_isa()) if setting == "auto" else setting
+    if kind == "winograd" and (setting == "auto" or winograd_applies(geometry)):
+        emit = functools.partial(_emit_winograd, geometry)
+        return ConvPlan("nn.conv2d", "winograd", emit, takes_panels=True)
+    if kind == "winograd":  # forced where it does not apply: the rule's kernel
+        kind = choose_kernel(geometry, use_blas, target_isa())
     if kind == "group_gemm" and not use_blas:
         kind = "direct"  # no BLAS library (or codegen.blas off): the kernel needing none
     if kind == "microkernel":
@@ -358,4 +396,5 @@ __all__ = ["CONV_KERNELS", "CONV_KERNEL_CONFIG", "ConvPlan", "DTYPES", "MICROKER
            "MICROKERNEL_MIN_POINTWISE_CHANNELS", "MICROKERNEL_MIN_POINTWISE_CHANNELS_NO_BLAS",
            "MICROKERNEL_MIN_POINTWISE_OUTPUTS", "MICROKERNEL_MIN_REDUCTION",
            "MICROKERNEL_SHORT_SUM_MAX_OUTPUTS", "SMALL_WEIGHT_BYTES", "TARGET_ISA_CONFIG",
-           "AVX2_MIN_GROUP_CHANNELS", "choose_kernel", "conv_kernel_setting", "plan_conv2d", "target_isa"]
+           "AVX2_MIN_GROUP_CHANNELS", "WINOGRAD_CONFIG",
+           "WINOGRAD_ISAS", "choose_kernel", "conv_kernel_setting", "plan_conv2d", "target_isa"]

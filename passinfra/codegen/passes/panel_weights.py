@@ -46,7 +46,7 @@ from passinfra.errors import DimError
 from passinfra.ir.expr import Call, Constant, Expr, Function, Var
 from passinfra.ir.functor import expr_children, iter_post_order
 from passinfra.ir.module import IRModule
-from passinfra.ir.op import qgemm_panels
+from passinfra.ir.op import qgemm_panels, winograd_weights
 from passinfra.ir.op.registry import Op
 from passinfra.ir.op.requantized import CONTRACTIONS
 from passinfra.ir.op.weight_panels import panel_count, to_panels, unpack
@@ -86,6 +86,21 @@ def _planned_panels(call: Call, use_blas: bool) -> int:
         # symbolic image): the lowering keeps such a call on its loop nest, weight as it is
         return 0
     return getattr(plan, "panels", 0) if plan is not None else 0
+
+
+def _planned_kind(call: Call, use_blas: bool) -> str:
+    """The kind of the kernel that computes ``call`` (``""``: no plan of a kind)."""
+    arg_types = [arg.checked_type for arg in call.args]
+    out_type = call.checked_type
+    if not (all(isinstance(t, TensorType) for t in arg_types) and isinstance(out_type, TensorType)):
+        return ""
+    shapes = [tuple(t.shape) for t in arg_types]
+    try:
+        plan = plan_kernel(call.op.name, complete_attrs(call.op, call.attrs), shapes, out_type.dtype,
+                           tuple(out_type.shape), use_blas)
+    except (TypeError, DimError):
+        return ""
+    return getattr(plan, "kind", "")
 
 
 def _weights_of(func: Function, accepts: Callable[[TensorType], bool],
@@ -189,6 +204,44 @@ class _Rule:
         return Constant.owning(to_panels(constant.data, self.width))
 
 
+def winograd_parameters(func: Function, use_blas: bool) -> tuple[int, ...]:
+    """Positions of the float32 parameters of primitive ``func`` used only as the weight
+    of convolutions the Winograd kernel computes."""
+    def reads_transform(call: Call) -> bool:
+        return call.op.name == "nn.conv2d" and _planned_kind(call, use_blas) == "winograd"
+
+    def accepts(ty: TensorType) -> bool:
+        return ty.dtype == _FLOAT32 and len(ty.shape) == 4 and tuple(ty.shape[:2]) == (3, 3)
+
+    return _weights_of(func, accepts, reads_transform)
+
+
+@dataclass(frozen=True)
+class _WinogradRule:
+    """The weight rule of Winograd transforms (:mod:`passinfra.ir.op.winograd_weights`): a
+    parameter of the transform, read through one ``winograd_weights.unpack``."""
+
+    use_blas: bool
+    suffix: str = "winograd"
+
+    def parameters(self, func: Function) -> tuple[int, ...]:
+        with function_context(PassContext.current(), func):
+            return winograd_parameters(func, self.use_blas)
+
+    def accepts(self, constant: Constant) -> bool:
+        return constant.dtype == _FLOAT32 and len(constant.shape) == 4 and tuple(constant.shape[:2]) == (3, 3)
+
+    def parameter(self, old: Var) -> tuple[Var, Expr]:
+        ty = old.type_annotation
+        assert isinstance(ty, TensorType)
+        shape = tuple(int(n) for n in ty.shape)
+        new = Var(old.name_hint, TensorType(winograd_weights.winograd_shape(shape[2], shape[3]), ty.dtype))
+        return new, winograd_weights.unpack(new, shape)
+
+    def constant(self, constant: Constant) -> Constant:
+        return Constant.owning(winograd_weights.to_winograd(constant.data))
+
+
 @dataclass(frozen=True)
 class _QgemmRule:
     """The weight rule of the integer GEMM's panels (:mod:`passinfra.ir.op.qgemm_panels`):
@@ -245,6 +298,7 @@ def _group_panel_widths(mod: IRModule) -> set[int]:
 def panel_weights(mod: IRModule, use_blas: bool) -> IRModule:
     """``mod`` (after FuseOps) with the weights the microkernels and the integer GEMM read
     stored in panels (module docstring)."""
+    mod = rewrite_weight_parameters(mod, _WinogradRule(use_blas))
     mod = rewrite_weight_parameters(rewrite_weight_parameters(mod, _Rule(use_blas)), _QgemmRule())
     for width in sorted(_group_panel_widths(mod)):
         mod = rewrite_weight_parameters(mod, _Rule(use_blas, width, f"panels{width}"))
@@ -268,4 +322,4 @@ def PanelWeights() -> ModulePass:  # noqa: N802 - pass factories are named like 
 
 
 __all__ = ["PANELS_CONFIG", "PanelWeights", "integer_gemm_groups", "panel_parameters", "panel_weights",
-           "qgemm_parameters"]
+           "qgemm_parameters", "winograd_parameters"]

@@ -56,6 +56,9 @@ from passinfra.tir.intrinsics import (
     conv_regions,
     is_conv,
     is_gemm,
+    is_winograd,
+    winograd_regions,
+    winograd_tiles,
 )
 from passinfra.transform.context import PassContext
 from passinfra.transform.passes import FunctionPass
@@ -216,6 +219,8 @@ def _work(stmt: tir.Stmt) -> float:
     if isinstance(stmt, tir.Evaluate):
         if is_gemm(stmt.value):
             return _gemm_work(stmt.value)
+        if is_winograd(stmt.value):
+            return _winograd_work(stmt.value)
         return _conv_work(stmt.value) if is_conv(stmt.value) else _expr_work(stmt.value)
     return 1.0
 
@@ -275,6 +280,20 @@ def _conv_work(call: tir.Intrinsic) -> float:
     # a depthwise output sums its taps only, at about half a GEMM's rate (30-80 GFLOP/s)
     macs = count * out_channels * kh * kw * (1 if depthwise else channels // max(groups, 1))  # type: ignore
     return macs / (GEMM_MACS_PER_WORK / (2 if depthwise else 1)) + (weight + out) * COPY_WORK
+
+
+def _winograd_work(call: tir.Intrinsic) -> float:
+    """A Winograd call: its 16 GEMMs of tiles by output channels over the input channels,
+    and the transforms' passes over its scratch (about a copy an element each way)."""
+    sizes = [_upper_bound(arg) for arg in call.args[3:]]
+    if any(size is None for size in sizes):
+        return 1.0
+    _, _, channels, out_channels, _, _, out_height, out_width = sizes
+    tiles = winograd_tiles(out_height, out_width)  # type: ignore[arg-type]
+    image, transform, out = winograd_regions(tuple(sizes))  # type: ignore[arg-type]
+    scratch = 16 * tiles * (channels + out_channels)  # type: ignore[operator]
+    macs = tiles * 16 * channels * out_channels  # type: ignore[operator]
+    return macs / GEMM_MACS_PER_WORK + (2 * scratch + image + transform + out) * COPY_WORK
 
 
 def _upper_bound(expr: tir.PrimExpr) -> int | None:
@@ -379,6 +398,8 @@ class _Accesses:
             self.gemm(stmt.value)
         elif isinstance(stmt, tir.Evaluate) and is_conv(stmt.value):
             self.conv(stmt.value)
+        elif isinstance(stmt, tir.Evaluate) and is_winograd(stmt.value):
+            self.winograd(stmt.value)
         elif isinstance(stmt, tir.Evaluate):
             self.expr(stmt.value)
         else:
@@ -413,6 +434,21 @@ class _Accesses:
         extents = conv_regions(tuple(0 if bound is None else bound[1] for bound in bounds),
                                call.name == DEPTHWISE_CONV_INTRINSIC)
         for load, extent, table in zip((image, weight, out), extents, (self.reads, self.reads, self.writes)):
+            for index in load.indices:
+                self.expr(index)
+            self.note(table, load.buffer, self.access(load.buffer, load.indices, extent - 1))
+
+
+    def winograd(self, call: tir.Intrinsic) -> None:
+        loads, sizes = call.args[:3], call.args[3:]
+        for arg in sizes:
+            self.expr(arg)
+        bounds = [self.analyzer.bound(arg) for arg in sizes]
+        if any(bound is None for bound in bounds):
+            self.ok = False
+            return
+        extents = winograd_regions(tuple(bound[1] for bound in bounds))  # type: ignore[index]
+        for load, extent, table in zip(loads, extents, (self.reads, self.reads, self.writes)):
             for index in load.indices:
                 self.expr(index)
             self.note(table, load.buffer, self.access(load.buffer, load.indices, extent - 1))

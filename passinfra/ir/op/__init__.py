@@ -30,5 +30,6 @@ from passinfra.ir.op import (  # noqa: E402,F401  (ops for model importers)
     tfidf,  # ONNX TfIdfVectorizer
     tree_ensemble,  # ONNX ai.onnx.ml TreeEnsemble
     weight_panels,  # weights stored in panels of output channels (PanelWeights)
+    winograd_weights,  # 3x3 weights stored as their Winograd transform (PanelWeights)
 )
 from passinfra.ir.op import quantize as qnn  # noqa: E402,F401  (qnn.*: quantization, integer kernels)
