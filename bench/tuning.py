@@ -119,15 +119,18 @@ def throughput(model: Path, shapes: dict[str, tuple[int, ...]], trials: int, rou
 
 
 def latency(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]], db: Path,
-            repeats: int) -> dict[str, Sample]:
+            repeats: int, feed: dict[str, np.ndarray] | None = None) -> dict[str, Sample]:
+    """Untuned, tuned and onnxruntime latency on ``feed`` (default: standard normal float32
+    inputs of ``shapes``; a model of token ids needs its own)."""
     import onnxruntime as ort
 
     mod = from_onnx(model, shapes=shapes)
     plain = build(mod)
     with PassContext(config={"codegen.tuning_db": str(db)}):
         tuned = build(from_onnx(model, shapes=shapes))
-    rng = np.random.default_rng(0)
-    feed = {name: rng.standard_normal(shape).astype(np.float32) for name, shape in shapes.items()}
+    if feed is None:
+        rng = np.random.default_rng(0)
+        feed = {name: rng.standard_normal(shape).astype(np.float32) for name, shape in shapes.items()}
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     expected = session.run(None, feed)[0]
     for lib in (plain, tuned):
@@ -149,7 +152,8 @@ def tuned_vs_onnxruntime(labels: list[str], minutes: float, repeats: int) -> lis
             model = make()
             path, db = Path(tmp) / "model.onnx", Path(tmp) / f"{len(rows)}.db.json"
             onnx.save(model, path)
-            shapes = {name: tuple(array.shape) for name, array in model_inputs(model).items()}
+            feed = model_inputs(model)
+            shapes = {name: tuple(array.shape) for name, array in feed.items()}
             command = [sys.executable, "-m", "raypass_cli.main", "tune", str(path), *_shape_options(shapes),
                        "--trials", "100000", "--minutes", f"{minutes:g}", "--workers", "1", "--db", str(db),
                        "--quiet", "--cache-dir", os.path.join(tmp, "cache")]
@@ -157,7 +161,7 @@ def tuned_vs_onnxruntime(labels: list[str], minutes: float, repeats: int) -> lis
             out = subprocess.run(command, check=True, cwd=ROOT, capture_output=True, text=True).stdout
             seconds = time.perf_counter() - started
             measured = int(out.rsplit(" candidates measured", 1)[0].rsplit(" ", 1)[-1])
-            times = latency(model, shapes, db, repeats)
+            times = latency(model, shapes, db, repeats, feed)
             records = json.loads(db.read_text())["records"]
             changed = sum(1 for r in records if r["seconds"] < r["default_seconds"])
             rows.append([label, f"{seconds:.0f}", str(measured), f"{len(records)} ({changed} changed)",

@@ -27,6 +27,7 @@ from passinfra.tir.evaluator import run_prim_func
 from passinfra.tir.intrinsics import is_conv, is_winograd
 from passinfra.transform import PassContext
 from tests.codegen.test_cg_conv_kernels import _compiled_functions, _nodes, build, conv_model
+from tests.codegen.test_cg_conv_microkernel import _levels
 from tests.numerics import gamma
 
 # (name, data shape NCHW, out channels, Conv attributes): odd sizes (a last tile of one
@@ -118,11 +119,6 @@ def _built(cache_dir: str, name: str):
     mod = from_onnx(model)
     x = np.random.default_rng(3).standard_normal(data_shape).astype(np.float32)
     return model, x, build(mod, cache_dir, "winograd")
-
-
-def _levels(lib) -> list[str]:
-    best = lib.conv_isa()
-    return list(CONV_ISA_LEVELS[:CONV_ISA_LEVELS.index(best) + 1])
 
 
 @pytest.mark.parametrize("name", [case[0] for case in CASES])

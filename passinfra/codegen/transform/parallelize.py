@@ -423,32 +423,31 @@ class _Accesses:
         self.note(self.writes, c.buffer, self.access(c.buffer, c.indices, (m - 1) * ldc + n - 1))
 
     def conv(self, call: tir.Intrinsic) -> None:
-        image, weight, out, *sizes = call.args
-        for arg in sizes:
-            self.expr(arg)
         # every size but the first pixel (which moves with the loop) bounds the regions
-        bounds = [self.analyzer.bound(arg) for arg in sizes]
-        if any(bound is None for i, bound in enumerate(bounds) if i != CONV_FIRST_PIXEL):
-            self.ok = False
-            return
-        extents = conv_regions(tuple(0 if bound is None else bound[1] for bound in bounds),
-                               call.name == DEPTHWISE_CONV_INTRINSIC)
-        for load, extent, table in zip((image, weight, out), extents, (self.reads, self.reads, self.writes)):
-            for index in load.indices:
-                self.expr(index)
-            self.note(table, load.buffer, self.access(load.buffer, load.indices, extent - 1))
-
+        bounds = self.sizes(call.args[3:], skip=CONV_FIRST_PIXEL)
+        if bounds is not None:
+            self.image_weight_out(call.args[:3], conv_regions(bounds, call.name == DEPTHWISE_CONV_INTRINSIC))
 
     def winograd(self, call: tir.Intrinsic) -> None:
-        loads, sizes = call.args[:3], call.args[3:]
+        bounds = self.sizes(call.args[3:])
+        if bounds is not None:
+            self.image_weight_out(call.args[:3], winograd_regions(bounds))
+
+    def sizes(self, sizes: Sequence[tir.PrimExpr], skip: int = -1) -> tuple[int, ...] | None:
+        """The upper bounds of a kernel call's size arguments (the one at ``skip`` 0), or
+        None (and the nest not provably independent) when one has none."""
         for arg in sizes:
             self.expr(arg)
         bounds = [self.analyzer.bound(arg) for arg in sizes]
-        if any(bound is None for bound in bounds):
+        if any(bound is None for i, bound in enumerate(bounds) if i != skip):
             self.ok = False
-            return
-        extents = winograd_regions(tuple(bound[1] for bound in bounds))  # type: ignore[index]
+            return None
+        return tuple(0 if bound is None else bound[1] for bound in bounds)
+
+    def image_weight_out(self, loads: Sequence[tir.PrimExpr], extents: Sequence[int]) -> None:
+        """A convolution call's regions: it reads its image and weight, writes its output."""
         for load, extent, table in zip(loads, extents, (self.reads, self.reads, self.writes)):
+            assert isinstance(load, tir.BufferLoad)
             for index in load.indices:
                 self.expr(index)
             self.note(table, load.buffer, self.access(load.buffer, load.indices, extent - 1))
