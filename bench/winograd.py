@@ -1,13 +1,16 @@
-"""Winograd F(2x2, 3x3) against the direct convolution microkernels, in whole models.
+"""Winograd F(4x4, 3x3) and F(2x2, 3x3) against the direct convolution microkernels, in
+whole models.
 
-Each model is built twice in this process, with the convolution rule as it is (its
-stride-1 3x3 convolutions of 32+ channels on the Winograd kernel, on the AVX2 target) and
-with ``codegen.winograd=False`` (the same convolutions on the microkernels; every other
-kernel the same), then run in interleaved rounds: each variant a block of back-to-back
-calls after an idle gap (``bench.vs_onnxruntime``'s regime), one thread and the default
-threads. Reported: each variant's median ms, the ratio of medians with the pessimistic
-quartile range, how many kernels run Winograd, and the largest difference of the outputs
-over their largest magnitude (Winograd sums in another order).
+Each model is built three times in this process: with the convolution rule as it is (its
+stride-1 3x3 convolutions of 32+ channels on the Winograd kernel with its default tiles of
+4x4 outputs, on the AVX2 target), with ``codegen.winograd_tile=2``, and with
+``codegen.winograd=False`` (the same convolutions on the microkernels; every other kernel
+the same); then run in interleaved rounds: each variant a block of back-to-back calls after
+an idle gap (``bench.vs_onnxruntime``'s regime), one thread and the default threads.
+Reported: each variant's median ms, the ratios of medians to the direct build with the
+pessimistic quartile range, how many kernels run Winograd, and the largest difference of
+each Winograd build's outputs from the direct one's over their largest magnitude
+(Winograd sums in another order).
 
     python -m bench.winograd [--models SUBSTRING,...] [--repeats R] [--output PATH]
 """
@@ -25,6 +28,7 @@ from bench.codegen import model_inputs
 from bench.common import interleaved, machine_notes, markdown_table, ratio
 from bench.vs_onnxruntime import _flat, all_models, block, block_calls, build_library, geomean, kernel_ops
 from passinfra.codegen.compute.conv_plan import WINOGRAD_CONFIG, target_isa
+from passinfra.codegen.compute.conv_winograd import TILE_CONFIG
 
 ROOT = Path(__file__).resolve().parent.parent
 OUTPUT = ROOT / "bench" / "results_winograd.md"
@@ -32,15 +36,21 @@ DEFAULT_MODELS = ("ResNet-50", "VGG-19", "DenseNet", "Inception v2", "SqueezeNet
                   "CRNN")
 
 
+VARIANTS = ("F4", "F2", "direct")  # the build of each, in compare()
+
+
 def compare(label: str, model: Any, repeats: int) -> dict[str, Any]:
     args = list(model_inputs(model).values())
     with tempfile.TemporaryDirectory(prefix="bench-winograd-") as cache:
-        winograd, compiled = build_library(model, cache)
+        f4, compiled = build_library(model, cache)
+        f2, _ = build_library(model, cache, {TILE_CONFIG: 2})
         direct, _ = build_library(model, cache, {WINOGRAD_CONFIG: False})
+    libs = dict(zip(VARIANTS, (f4, f2, direct)))
     kernels = sum("winograd_weights.unpack" in ops for ops in kernel_ops(compiled).values())
-    error = max(float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-30))
-                for a, b in zip(_flat(winograd(*args)), _flat(direct(*args))))
-    threads = winograd.num_threads
+    expected = _flat(direct(*args))
+    errors = {name: max(float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-30))
+                        for a, b in zip(_flat(libs[name](*args)), expected)) for name in ("F4", "F2")}
+    threads = direct.num_threads
 
     def run(lib: Any, count: int) -> Any:
         def call() -> None:
@@ -48,39 +58,45 @@ def compare(label: str, model: Any, repeats: int) -> dict[str, Any]:
             lib(*args)
         return call
 
-    variants = {f"{name}_{count}": run(lib, count) for count in (1, threads)
-                for name, lib in (("winograd", winograd), ("direct", direct))}
+    variants = {f"{name}_{count}": run(lib, count) for count in (1, threads) for name, lib in libs.items()}
     calls = block_calls(variants["direct_1"])
     samples = interleaved({name: block(call, calls) for name, call in variants.items()}, repeats)
-    return {"model": label, "samples": samples, "kernels": kernels, "error": error, "threads": threads}
+    return {"model": label, "samples": samples, "kernels": kernels, "errors": errors, "threads": threads}
 
 
 def render(rows: list[dict[str, Any]], command: str) -> str:
     notes = ", ".join(f"{key} {value}" for key, value in machine_notes().items())
     table = []
-    ratios: dict[int, list[float]] = {}
+    ratios: dict[tuple[str, int], list[float]] = {}
+    threads = rows[0]["threads"] if rows else 1
     for row in rows:
-        samples, threads = row["samples"], row["threads"]
+        samples = row["samples"]
         cells = [row["model"], row["kernels"]]
         for count in (1, threads):
-            w, d = samples[f"winograd_{count}"], samples[f"direct_{count}"]
-            r = ratio(w, d)
-            ratios.setdefault(count, []).append(r.median)
-            cells += [f"{w.median * 1e3:.2f}", f"{d.median * 1e3:.2f}", r.text()]
-        cells.append(f"{row['error']:.1e}")
+            direct = samples[f"direct_{count}"]
+            cells.append(f"{direct.median * 1e3:.2f}")
+            for name in ("F4", "F2"):
+                r = ratio(samples[f"{name}_{count}"], direct)
+                ratios.setdefault((name, count), []).append(r.median)
+                cells.append(r.text())
+        cells.append(f"{row['errors']['F4']:.1e} / {row['errors']['F2']:.1e}")
         table.append(cells)
-    threads = rows[0]["threads"] if rows else 1
-    header = ["model", "Winograd kernels", "Winograd ms (1 thread)", "direct ms (1 thread)",
-              "ratio (1 thread)", f"Winograd ms ({threads} threads)", f"direct ms ({threads} threads)",
-              f"ratio ({threads} threads)", "max rel. diff"]
-    means = [f"- geometric mean of the ratios, {count} thread{'s' if count > 1 else ''}: "
-             f"**{geomean(values):.2f}**" for count, values in ratios.items()]
+    header = ["model", "Winograd kernels"]
+    for count in (1, threads):
+        suffix = f"({count} thread{'s' if count > 1 else ''})"
+        header += [f"direct ms {suffix}", f"F(4x4) / direct {suffix}", f"F(2x2) / direct {suffix}"]
+    header.append("max rel. diff F(4x4) / F(2x2)")
+    means = []
+    for (name, count), values in ratios.items():
+        plural = "s" if count > 1 else ""
+        means.append(f"- geometric mean of the ratios, F({name[1]}x{name[1]}), {count} thread{plural}: "
+                     f"**{geomean(values):.2f}**")
     return "\n".join([
-        "# Winograd F(2x2, 3x3) against the direct microkernels, whole models", "",
+        "# Winograd F(4x4, 3x3) and F(2x2, 3x3) against the direct microkernels, whole models", "",
         f"Generated by `{command}`; {notes}; target {target_isa()}.", "",
         "Medians of interleaved rounds (a block of back-to-back calls after a 50 ms idle gap per "
-        "variant), ms; ratio: Winograd / direct [pessimistic quartile range]. Direct: the same "
-        f"library built with `{WINOGRAD_CONFIG}=False`.", "",
+        "variant); ratio: Winograd / direct [pessimistic quartile range]. Direct: the same "
+        f"library built with `{WINOGRAD_CONFIG}=False`; F(2x2): with `{TILE_CONFIG}=2`.", "",
         markdown_table(header, table), "", *means, ""])
 
 

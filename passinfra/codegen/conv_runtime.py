@@ -86,7 +86,7 @@ from passinfra.tir.intrinsics import (
 RUNTIME_SYMBOL = "raypass_conv_runtime"
 CONV_FUNCTION = "rp_conv2d_f32"
 DEPTHWISE_FUNCTION = "rp_dwconv2d_f32"
-# a stride-1 3x3 convolution by Winograd's F(2x2, 3x3) (passinfra.codegen.compute.conv_winograd)
+# a stride-1 3x3 convolution by Winograd's F(m x m, 3x3) (passinfra.codegen.compute.conv_winograd)
 WINOGRAD_FUNCTION = "rp_winograd_f32"
 # input channels per pass over the tiles of a span: every tile of the span sums one
 # chunk before the next begins (keeping its partial sums in the output), so the chunk's
@@ -111,7 +111,7 @@ extern int {name}(const float* image, const float* weight, float* out, int64_t H
     int64_t pt, int64_t pl, int64_t OW, int64_t first, int64_t count, int64_t groups, int64_t panel);"""
     for name in (CONV_FUNCTION, DEPTHWISE_FUNCTION)) + f"""
 extern int {WINOGRAD_FUNCTION}(const float* image, const float* transform, float* out, int64_t H, int64_t W,
-    int64_t C, int64_t OC, int64_t pt, int64_t pl, int64_t OH, int64_t OW);"""
+    int64_t C, int64_t OC, int64_t pt, int64_t pl, int64_t OH, int64_t OW, int64_t m);"""
 
 # after runtime_defines(); the weight-only quantized matmul (c/matmul_nbits.c) shares the
 # object: one compile, and the instruction-set choice (raypass_conv_isa) of both

@@ -67,8 +67,8 @@ DEPTHWISE_CONV_INTRINSIC = "rp_dwconv2d"
 CONV_FIRST_PIXEL = 13
 
 
-# a stride-1 3x3 convolution by Winograd's F(2x2, 3x3): ``(image, transform, out, H, W, C,
-# OC, pad_top, pad_left, OH, OW)``, the three buffer loads naming each buffer's first element;
+# a stride-1 3x3 convolution by Winograd's F(m x m, 3x3): ``(image, transform, out, H, W, C,
+# OC, pad_top, pad_left, OH, OW, m)``, the three buffer loads naming each buffer's first element;
 # one NHWC image, every output, from the weight's transform
 # (:mod:`passinfra.ir.op.winograd_weights`); the C runtime computes it and splits it over the
 # threads (:mod:`passinfra.codegen.compute.conv_winograd`)
@@ -79,16 +79,16 @@ def is_winograd(expr: PrimExpr) -> bool:
     return isinstance(expr, Intrinsic) and expr.name == WINOGRAD_INTRINSIC
 
 
-def winograd_tiles(out_height: int, out_width: int) -> int:
-    """The 2x2 tiles of output of an image."""
-    return -(-out_height // 2) * -(-out_width // 2)
+def winograd_tiles(out_height: int, out_width: int, tile: int) -> int:
+    """The ``tile`` x ``tile`` tiles of output of an image."""
+    return -(-out_height // tile) * -(-out_width // tile)
 
 
 def winograd_regions(sizes: tuple[int, ...]) -> tuple[int, int, int]:
     """Elements a Winograd call with these size arguments may read from its image and
     transform and write from its output pointer on."""
-    height, width, channels, out_channels, _top, _left, out_height, out_width = sizes
-    transform = -(-out_channels // 32) * 16 * channels * 32
+    height, width, channels, out_channels, _top, _left, out_height, out_width, tile = sizes
+    transform = -(-out_channels // 32) * (tile + 2) ** 2 * channels * 32
     return height * width * channels, transform, out_height * out_width * out_channels
 
 
@@ -99,10 +99,11 @@ def evaluate_winograd(intrinsic: Intrinsic, flat_view: Callable[[BufferLoad], np
     from passinfra.ir.op.winograd_weights import from_winograd, winograd_shape
 
     image_load, transform_load, out_load, *rest = intrinsic.args
-    height, width, channels, out_channels, top, left, out_height, out_width = (int(scalar(x)) for x in rest)
-    shape = winograd_shape(channels, out_channels)
+    sizes = (int(scalar(x)) for x in rest)
+    height, width, channels, out_channels, top, left, out_height, out_width, tile = sizes
+    shape = winograd_shape(channels, out_channels, tile)
     transform = flat_view(transform_load)[:math.prod(shape)].reshape(shape)
-    weight = from_winograd(transform.astype(np.float64), (3, 3, channels, out_channels))
+    weight = from_winograd(transform.astype(np.float64), (3, 3, channels, out_channels), tile)
     image = flat_view(image_load)[:height * width * channels].reshape(height, width, channels)
     padded = np.zeros((max(height + top, out_height + 2), max(width + left, out_width + 2), channels))
     padded[top:top + height, left:left + width] = image

@@ -1,5 +1,5 @@
-"""The Winograd F(2x2, 3x3) convolution (passinfra/codegen/compute/conv_winograd.py, the C
-runtime's ``rp_winograd_f32``, the weight transform of passinfra/ir/op/winograd_weights.py).
+"""The Winograd F(2x2, 3x3) and F(4x4, 3x3) convolutions (passinfra/codegen/compute/conv_winograd.py,
+the C runtime's ``rp_winograd_f32``, the weight transform of passinfra/ir/op/winograd_weights.py).
 
 Winograd computes another sum than the direct convolution (transformed patches times a
 transformed weight), so its results are checked against the exact one (float64) within a
@@ -15,17 +15,27 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import passinfra
 from passinfra import ir, tir
+from passinfra.build import COMPILE_PIPELINE
 from passinfra.codegen.compute.conv_direct import ConvGeometry
 from passinfra.codegen.compute.conv_plan import CONV_KERNEL_CONFIG, WINOGRAD_CONFIG, choose_kernel
-from passinfra.codegen.compute.conv_winograd import MIN_CHANNELS, MIN_SIZE, applies
+from passinfra.codegen.compute.conv_winograd import (
+    MIN_CHANNELS,
+    MIN_SIZE,
+    TILE_CONFIG,
+    TILES,
+    applies,
+    winograd_tile,
+)
 from passinfra.errors import IRTypeError
 from passinfra.frontend import from_onnx
 from passinfra.ir.op import winograd_weights
 from passinfra.runtime.module import CONV_ISA_LEVELS
 from passinfra.tir.evaluator import run_prim_func
 from passinfra.tir.intrinsics import is_conv, is_winograd
-from passinfra.transform import PassContext
+from passinfra.transform import PassContext, Sequential, get_pass
+from passinfra.transform.errors import PassConfigError
 from tests.codegen.test_cg_conv_kernels import _compiled_functions, _nodes, build, conv_model
 from tests.codegen.test_cg_conv_microkernel import _levels
 from tests.numerics import gamma
@@ -70,34 +80,36 @@ def _conv_exact(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, pads: list[
     return result + bias.astype(np.float64)[None, :, None, None]
 
 
-def _winograd_magnitude(x: np.ndarray, weight: np.ndarray, pads: list[int]) -> np.ndarray:
+def _winograd_magnitude(x: np.ndarray, weight: np.ndarray, pads: list[int], tile: int) -> np.ndarray:
     """Winograd's computation on absolute values: per output, what its roundings scale with."""
-    abs_g = np.abs(winograd_weights.G)
-    abs_b, abs_a = np.abs(winograd_weights.B_T.T), np.abs(winograd_weights.A_T.T)
+    matrices = winograd_weights.transform(tile)
+    abs_g, abs_b, abs_a = np.abs(matrices.g), np.abs(matrices.b_t.T), np.abs(matrices.a_t.T)
+    m, alpha = tile, tile + 2
     top, left, bottom, right = pads
     padded = np.abs(np.pad(x.astype(np.float64), ((0, 0), (0, 0), (top, bottom), (left, right))))
     out_h, out_w = padded.shape[2] - 2, padded.shape[3] - 2
-    tiles_h, tiles_w = -(-out_h // 2), -(-out_w // 2)
-    padded = np.pad(padded, ((0, 0), (0, 0), (0, 2 * tiles_h + 2 - padded.shape[2]),
-                             (0, 2 * tiles_w + 2 - padded.shape[3])))
+    tiles_h, tiles_w = -(-out_h // m), -(-out_w // m)
+    padded = np.pad(padded, ((0, 0), (0, 0), (0, m * tiles_h + 2 - padded.shape[2]),
+                             (0, m * tiles_w + 2 - padded.shape[3])))
     u = np.einsum("ai,ocij,bj->ocab", abs_g, np.abs(weight.astype(np.float64)), abs_g)
-    result = np.zeros((x.shape[0], weight.shape[0], 2 * tiles_h, 2 * tiles_w))
+    result = np.zeros((x.shape[0], weight.shape[0], m * tiles_h, m * tiles_w))
     for ty in range(tiles_h):
         for tx in range(tiles_w):
-            patch = padded[:, :, 2 * ty:2 * ty + 4, 2 * tx:2 * tx + 4]
+            patch = padded[:, :, m * ty:m * ty + alpha, m * tx:m * tx + alpha]
             v = np.einsum("ia,ncij,jb->ncab", abs_b, patch, abs_b)
-            m = np.einsum("ncab,ocab->noab", v, u)
-            outputs = np.einsum("ia,noij,jb->noab", abs_a, m, abs_a)
-            result[:, :, 2 * ty:2 * ty + 2, 2 * tx:2 * tx + 2] = outputs
+            products = np.einsum("ncab,ocab->noab", v, u)
+            outputs = np.einsum("ia,noij,jb->noab", abs_a, products, abs_a)
+            result[:, :, m * ty:m * ty + m, m * tx:m * tx + m] = outputs
     return result[:, :, :out_h, :out_w]
 
 
-def _assert_winograd_close(got: np.ndarray, x: np.ndarray, model, pads: list[int]) -> None:
+def _assert_winograd_close(got: np.ndarray, x: np.ndarray, model, pads: list[int], tile: int) -> None:
     weight, bias = (np.asarray(onnx_array) for onnx_array in _initializers(model))
     exact = _conv_exact(x, weight, bias, pads)
-    # the channels' sum, the data transform's 2 levels of adds, the output's 2, the
-    # weight's rounding, the bias add
-    bound = gamma(x.shape[1] + 6) * (_winograd_magnitude(x, weight, pads) + np.abs(bias)[None, :, None, None])
+    # the channels' sum, the data transform's levels of operations (2 a side for F(2x2),
+    # 4 for F(4x4)), the output's as many, the weight's rounding, the bias add
+    steps = x.shape[1] + (6 if tile == 2 else 10)
+    bound = gamma(steps) * (_winograd_magnitude(x, weight, pads, tile) + np.abs(bias)[None, :, None, None])
     error = np.abs(got.astype(np.float64) - exact)
     assert got.shape == exact.shape
     worst = error.argmax()
@@ -114,28 +126,32 @@ def _pads(name: str) -> list[int]:
     return list(_case(name)[3].get("pads", [0, 0, 0, 0]))
 
 
-def _built(cache_dir: str, name: str):
+def _built(cache_dir: str, name: str, tile: int):
     model, data_shape = _model(name)
     mod = from_onnx(model)
     x = np.random.default_rng(3).standard_normal(data_shape).astype(np.float32)
-    return model, x, build(mod, cache_dir, "winograd")
+    config = {"codegen.cache_dir": cache_dir, CONV_KERNEL_CONFIG: "winograd", TILE_CONFIG: tile}
+    with PassContext(config=config):
+        return model, x, passinfra.build(mod)
 
 
+@pytest.mark.parametrize("tile", TILES)
 @pytest.mark.parametrize("name", [case[0] for case in CASES])
-def test_winograd_matches_the_exact_convolution_on_every_isa(cache_dir, name):
-    model, x, lib = _built(cache_dir, name)
+def test_winograd_matches_the_exact_convolution_on_every_isa(cache_dir, name, tile):
+    model, x, lib = _built(cache_dir, name, tile)
     try:
         for level in _levels(lib):
             assert lib.conv_isa(level) == level
-            _assert_winograd_close(lib(x), x, model, _pads(name))
+            _assert_winograd_close(lib(x), x, model, _pads(name), tile)
     finally:
         lib.conv_isa(CONV_ISA_LEVELS[-1])
 
 
+@pytest.mark.parametrize("tile", TILES)
 @pytest.mark.parametrize("name", ["pad1_odd_sizes_tails", "few_tile_rows_output_parts",
                                   "large_transform_whole_image_parts"])
-def test_bit_identical_for_any_thread_count_and_vector_isa(cache_dir, name):
-    _, x, lib = _built(cache_dir, name)
+def test_bit_identical_for_any_thread_count_and_vector_isa(cache_dir, name, tile):
+    _, x, lib = _built(cache_dir, name, tile)
     results = {}
     for threads in (1, 2, 3):
         lib.set_num_threads(threads)
@@ -150,29 +166,34 @@ def test_bit_identical_for_any_thread_count_and_vector_isa(cache_dir, name):
             lib.conv_isa("avx512")
 
 
-def _conv_function(cache_dir: str, name: str, kernel: str = "winograd"):
+def _conv_function(cache_dir: str, name: str, tile: int):
     model, _ = _model(name)
-    functions = _compiled_functions(from_onnx(model), kernel, cache_dir)
+    names = COMPILE_PIPELINE[:COMPILE_PIPELINE.index("CodegenC")]
+    config = {"codegen.cache_dir": cache_dir, CONV_KERNEL_CONFIG: "winograd", TILE_CONFIG: tile}
+    with PassContext(opt_level=3, config=config):
+        lowered = Sequential([get_pass(n) for n in names])(from_onnx(model))
+    functions = [f for f in lowered.functions.values() if isinstance(f, tir.PrimFunc)]
     (conv,) = [f for f in functions if "nn.conv2d" in f.attrs["op_names"]]
     return conv
 
 
-def test_the_kernel_calls_the_runtime_with_the_transform_and_runs_in_the_tir_interpreter(cache_dir):
-    conv = _conv_function(cache_dir, "asymmetric_pads_batch2")
+@pytest.mark.parametrize("tile", TILES)
+def test_the_kernel_calls_the_runtime_with_the_transform_and_runs_in_the_tir_interpreter(cache_dir, tile):
+    conv = _conv_function(cache_dir, "asymmetric_pads_batch2", tile)
     calls = [n.value for n in _nodes(conv.body) if isinstance(n, tir.Evaluate)]
     assert [c.name for c in calls if is_winograd(c)] == ["rp_winograd"] and not any(is_conv(c) for c in calls)
     assert "winograd_weights.unpack" in conv.attrs["op_names"] and conv.attrs["uses_conv_runtime"]
     model, data_shape = _model("asymmetric_pads_batch2")
     x = np.random.default_rng(3).standard_normal(data_shape).astype(np.float32)
     weight, bias = _initializers(model)
-    transform = winograd_weights.to_winograd(np.ascontiguousarray(weight.transpose(2, 3, 1, 0)))
-    assert transform.shape == (2, 16 * 32, 32)  # [ceil(40/32), 16 * C, 32]
+    transform = winograd_weights.to_winograd(np.ascontiguousarray(weight.transpose(2, 3, 1, 0)), tile)
+    assert transform.shape == (2, (tile + 2) ** 2 * 32, 32)  # [ceil(40/32), (tile + 2)^2 * C, 32]
     nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
     by_size = {nhwc.size: nhwc, transform.size: transform, bias.size: bias}  # the parameters, whatever order
     params = conv.params[:conv.attrs["num_inputs"]]
     inputs = [by_size[int(np.prod([int(d) for d in p.shape]))] for p in params]
     got = np.asarray(run_prim_func(conv, *inputs)).reshape(2, 9, 9, 40)  # pads top 0, bottom 1
-    _assert_winograd_close(got.transpose(0, 3, 1, 2), x, model, _pads("asymmetric_pads_batch2"))
+    _assert_winograd_close(got.transpose(0, 3, 1, 2), x, model, _pads("asymmetric_pads_batch2"), tile)
 
 
 def test_a_weight_that_is_no_constant_runs_on_the_microkernels(cache_dir):
@@ -191,23 +212,30 @@ def test_a_weight_that_is_no_constant_runs_on_the_microkernels(cache_dir):
     np.testing.assert_allclose(lib(x, w), nchw.transpose(0, 2, 3, 1), rtol=1e-4, atol=1e-4)
 
 
-def test_the_transform_round_trips_and_checks_its_shape():
-    rng = np.random.default_rng(0)
-    weight = rng.standard_normal((3, 3, 5, 45)).astype(np.float32)
-    panels = winograd_weights.to_winograd(weight)
-    assert panels.shape == winograd_weights.winograd_shape(5, 45) == (2, 80, 32)
-    assert not panels[1, :, 13:].any()  # zeros past the 45 outputs
-    # the weight back from its rounded transform: within a few roundings of each element
-    back = winograd_weights.from_winograd(panels, weight.shape)
-    np.testing.assert_allclose(back, weight, rtol=0, atol=1e-6)
-    var = ir.var("u", panels.shape)
-    func = ir.Function([var], winograd_weights.unpack(var, weight.shape))
+@pytest.mark.parametrize(("tile", "rows"), [(2, 16 * 5), (4, 36 * 5)])
+def test_the_transform_round_trips_and_checks_its_shape(tile, rows):
     from passinfra.ir.type_infer import infer_type
 
-    assert tuple(infer_type(func).ret_type.shape) == weight.shape
-    bad = ir.Function([var], winograd_weights.unpack(var, (3, 3, 6, 45)))
+    rng = np.random.default_rng(0)
+    weight = rng.standard_normal((3, 3, 5, 45)).astype(np.float32)
+    panels = winograd_weights.to_winograd(weight, tile)
+    assert panels.shape == winograd_weights.winograd_shape(5, 45, tile) == (2, rows, 32)
+    assert not panels[1, :, 13:].any()  # zeros past the 45 outputs
+    # the weight back from its rounded transform: within a few roundings of each element
+    back = winograd_weights.from_winograd(panels, weight.shape, tile)
+    np.testing.assert_allclose(back, weight, rtol=0, atol=4e-6)
+    var = ir.var("u", panels.shape)
+    unpacked = infer_type(ir.Function([var], winograd_weights.unpack(var, weight.shape, tile)))
+    assert tuple(unpacked.ret_type.shape) == weight.shape
     with pytest.raises(IRTypeError, match="is stored as"):
-        infer_type(bad)
+        infer_type(ir.Function([var], winograd_weights.unpack(var, (3, 3, 6, 45), tile)))
+    with pytest.raises(IRTypeError, match="no Winograd transform for tiles of 3"):
+        infer_type(ir.Function([var], winograd_weights.unpack(var, weight.shape, 3)))
+
+
+def test_a_bad_tile_setting_is_one_clear_error():
+    with PassContext(config={TILE_CONFIG: 3}), pytest.raises(PassConfigError, match=TILE_CONFIG):
+        winograd_tile()
 
 
 def _geometry(channels, out_channels, size=14, strides=(1, 1), kernel=3):
@@ -217,19 +245,33 @@ def _geometry(channels, out_channels, size=14, strides=(1, 1), kernel=3):
                            (1, out, out, out_channels))
 
 
-def test_the_rule_runs_winograd_on_the_avx2_target_only_where_it_pays():
-    assert applies(_geometry(64, 64)) and choose_kernel(_geometry(64, 64), True, "avx2") == "winograd"
-    assert choose_kernel(_geometry(64, 64), True, "avx512") == "microkernel"  # measured on AVX2 only
-    assert choose_kernel(_geometry(64, 64), True, "portable") != "winograd"
-    assert not applies(_geometry(MIN_CHANNELS - 1, 64)) and not applies(_geometry(64, MIN_CHANNELS - 1))
-    assert not applies(_geometry(64, 64, size=MIN_SIZE - 1))  # 7x7: 16 tiles cover 8x8
-    assert not applies(_geometry(64, 64, strides=(2, 2))) and not applies(_geometry(64, 64, kernel=1))
-    with PassContext(config={WINOGRAD_CONFIG: False}):
+@pytest.mark.parametrize("tile", TILES)
+def test_the_rule_runs_winograd_on_the_avx2_target_only_where_it_pays(tile):
+    with PassContext(config={TILE_CONFIG: tile}):
+        assert applies(_geometry(64, 64), tile)
+        assert choose_kernel(_geometry(64, 64), True, "avx2") == "winograd"
+        assert choose_kernel(_geometry(64, 64), True, "avx512") == "microkernel"  # measured on AVX2 only
+        assert choose_kernel(_geometry(64, 64), True, "portable") != "winograd"
+    least = MIN_CHANNELS[tile]
+    assert applies(_geometry(least, least, size=16), tile)
+    assert not applies(_geometry(least - 1, 64), tile) and not applies(_geometry(64, least - 1), tile)
+    assert not applies(_geometry(64, 64, size=MIN_SIZE[tile] - 1), tile)
+    assert not applies(_geometry(64, 64, strides=(2, 2)), tile)
+    assert not applies(_geometry(64, 64, kernel=1), tile)
+    # a transform the output's pixels do not pay for: 256 channels at 7x7 (F(4x4): 9 MiB for 49)
+    assert not applies(_geometry(256, 256, size=7), tile)
+    assert applies(_geometry(256, 256, size=14), tile)
+    with PassContext(config={WINOGRAD_CONFIG: False, TILE_CONFIG: tile}):
         assert choose_kernel(_geometry(64, 64), True, "avx2") == "microkernel"
 
 
+def test_tiles_of_four_pay_from_fewer_channels_and_smaller_images_than_tiles_of_two():
+    assert applies(_geometry(16, 16, size=32), 4) and not applies(_geometry(16, 16, size=32), 2)
+    assert applies(_geometry(128, 128, size=7), 4) and not applies(_geometry(128, 128, size=7), 2)
+
+
 def test_forced_where_it_does_not_apply_the_rule_decides(cache_dir):
-    model = conv_model((1, 16, 8, 8), 16, (3, 3), pads=[1, 1, 1, 1])  # too few channels
+    model = conv_model((1, 8, 8, 8), 8, (3, 3), pads=[1, 1, 1, 1])  # too few channels for either tile
     functions = _compiled_functions(from_onnx(model), "winograd", cache_dir)
     calls = [n.value for f in functions for n in _nodes(f.body) if isinstance(n, tir.Evaluate)]
     assert any(is_conv(c) for c in calls) and not any(is_winograd(c) for c in calls)

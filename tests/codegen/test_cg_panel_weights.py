@@ -16,6 +16,7 @@ from passinfra import ir, tir
 from passinfra.build import COMPILE_PIPELINE
 from passinfra.codegen.compute.conv_microkernel import PANEL_WIDTH
 from passinfra.codegen.compute.conv_plan import CONV_KERNEL_CONFIG
+from passinfra.codegen.compute.conv_winograd import DEFAULT_TILE
 from passinfra.codegen.lower import lower_primitive_function
 from passinfra.codegen.passes.panel_weights import PANELS_CONFIG, panel_weights
 from passinfra.errors import IRTypeError
@@ -135,8 +136,8 @@ def test_a_winograd_convolutions_weight_is_stored_as_its_transform_and_means_the
     mod, weight = conv_module()
     transformed = graph_passes(mod, **{CONV_KERNEL_CONFIG: "winograd"})
     shapes = [c.shape for c in main_constants(transformed)]
-    stored = winograd_weights.winograd_shape(48, 70)
-    assert stored == (3, 16 * 48, PANEL_WIDTH) and stored in shapes
+    stored = winograd_weights.winograd_shape(48, 70, DEFAULT_TILE)
+    assert stored == (3, (DEFAULT_TILE + 2) ** 2 * 48, PANEL_WIDTH) and stored in shapes
     assert tuple(weight.shape) not in shapes
     unpacks = [n for _, f in transformed.functions.items() for n in iter_post_order(f)
                if isinstance(n, Call) and getattr(n.op, "name", "") == winograd_weights.OP_NAME]

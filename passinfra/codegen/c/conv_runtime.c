@@ -649,99 +649,124 @@ typedef float rp_v8 __attribute__((vector_size(32)));
 typedef struct {
   const float* image; float* out; float* V; float* M;
   int64_t H, W, C, OC, pt, pl, OW;
+  int64_t m;                /* outputs a tile per side: F(2x2, 3x3) or F(4x4, 3x3) */
   int64_t first_row, rows;  /* the unit's output rows */
   int64_t o0, NO;           /* the unit's output channels */
   int64_t tiles_x, tiles;
 } rp_wino;
 
-/* v = B^T d B of a 4x4 patch (row-major), for lanes of type T */
-#define RP_WINO_DATA(T, d, v) { \
-  T t_[16]; \
-  for (int j = 0; j < 4; j++) { \
-    t_[j] = d[j] - d[8 + j]; t_[4 + j] = d[4 + j] + d[8 + j]; \
-    t_[8 + j] = d[8 + j] - d[4 + j]; t_[12 + j] = d[4 + j] - d[12 + j]; } \
-  for (int i = 0; i < 4; i++) { \
-    v[i * 4] = t_[i * 4] - t_[i * 4 + 2]; v[i * 4 + 1] = t_[i * 4 + 1] + t_[i * 4 + 2]; \
-    v[i * 4 + 2] = t_[i * 4 + 2] - t_[i * 4 + 1]; v[i * 4 + 3] = t_[i * 4 + 1] - t_[i * 4 + 3]; } }
-/* y = A^T m A: the tile's 2x2 outputs from its 16 points */
-#define RP_WINO_RESULT(T, m, y) { \
-  T s_[4], r_[4]; \
-  for (int j = 0; j < 4; j++) { s_[j] = m[j] + m[4 + j] + m[8 + j]; r_[j] = m[4 + j] - m[8 + j] - m[12 + j]; } \
-  y[0] = s_[0] + s_[1] + s_[2]; y[1] = s_[1] - s_[2] - s_[3]; \
-  y[2] = r_[0] + r_[1] + r_[2]; y[3] = r_[1] - r_[2] - r_[3]; }
+/* The 1-D transforms, from I(k) into O(k) (accessor macros); the 2-D ones apply them to
+   the columns, then to the rows. Written once for vectors and single lanes: the same
+   operations in the same order, so both give the same bits. F(2x2, 3x3): B^T over the
+   points 0, 1, -1 (adds only); F(4x4, 3x3): over 0, 1, -1, 2, -2 (Lavin and Gray's). */
+#define RP_WINO_B2(I, O) { O(0) = I(0) - I(2); O(1) = I(1) + I(2); O(2) = I(2) - I(1); O(3) = I(1) - I(3); }
+#define RP_WINO_A2(I, O) { O(0) = I(0) + I(1) + I(2); O(1) = I(1) - I(2) - I(3); }
+#define RP_WINO_B4(I, O) { \
+  O(0) = (4.0f * I(0) - 5.0f * I(2)) + I(4); \
+  O(1) = (I(3) + I(4)) - 4.0f * (I(1) + I(2)); \
+  O(2) = (I(4) - I(3)) + 4.0f * (I(1) - I(2)); \
+  O(3) = (I(4) - I(2)) + 2.0f * (I(3) - I(1)); \
+  O(4) = (I(4) - I(2)) - 2.0f * (I(3) - I(1)); \
+  O(5) = (4.0f * I(1) - 5.0f * I(3)) + I(5); }
+#define RP_WINO_A4(I, O) { \
+  O(0) = I(0) + (I(1) + I(2)) + (I(3) + I(4)); \
+  O(1) = (I(1) - I(2)) + 2.0f * (I(3) - I(4)); \
+  O(2) = (I(1) + I(2)) + 4.0f * (I(3) + I(4)); \
+  O(3) = ((I(1) - I(2)) + 8.0f * (I(3) - I(4))) + I(5); }
 
-/* the data and result transforms of a unit, 8 channels at a time then one (the same adds) */
-#define RP_WINO_TRANSFORMS(S, TARGET) \
-TARGET static void rp_wino_data_##S(const rp_wino* w) { \
+/* the data and result transforms of a unit for tiles of MT x MT outputs (ALPHA = MT + 2 input
+   rows and columns a patch, P = ALPHA^2 points), 8 channels at a time then one */
+#define RP_WINO_TRANSFORMS(S, TARGET, MT, ALPHA, BMAC, AMAC) \
+TARGET static void rp_wino_data_##S##_##MT(const rp_wino* w) { \
+  enum { P = ALPHA * ALPHA, N = ALPHA, K = ALPHA }; \
   const int64_t C = w->C, stride = w->tiles * C; \
-  for (int64_t t = 0; t < w->tiles; t++) { \
-    const int64_t iy0 = w->first_row + 2 * (t / w->tiles_x) - w->pt, ix0 = 2 * (t % w->tiles_x) - w->pl; \
-    const float* src[16]; \
-    for (int i = 0; i < 4; i++) \
-      for (int j = 0; j < 4; j++) { \
+  for (int64_t tile = 0; tile < w->tiles; tile++) { \
+    const int64_t iy0 = w->first_row + MT * (tile / w->tiles_x) - w->pt, ix0 = MT * (tile % w->tiles_x) - w->pl; \
+    const float* src[P]; \
+    for (int i = 0; i < ALPHA; i++) \
+      for (int j = 0; j < ALPHA; j++) { \
         const int64_t iy = iy0 + i, ix = ix0 + j; \
-        src[i * 4 + j] = iy >= 0 && iy < w->H && ix >= 0 && ix < w->W ? w->image + (iy * w->W + ix) * C : 0; \
+        src[i * ALPHA + j] = iy >= 0 && iy < w->H && ix >= 0 && ix < w->W ? w->image + (iy * w->W + ix) * C : 0; \
       } \
-    float* dst = w->V + t * C; \
+    float* dst = w->V + tile * C; \
     int64_t c = 0; \
     for (; c + 8 <= C; c += 8) { \
-      rp_v8 d[16], v[16]; \
-      for (int k = 0; k < 16; k++) { \
-        if (src[k]) memcpy(&d[k], src[k] + c, sizeof d[k]); \
-        else d[k] = (rp_v8){0}; \
+      rp_v8 x[P], t[P], y[P]; \
+      for (int k = 0; k < P; k++) { \
+        if (src[k]) memcpy(&x[k], src[k] + c, sizeof x[k]); \
+        else x[k] = (rp_v8){0}; \
       } \
-      RP_WINO_DATA(rp_v8, d, v) \
-      for (int k = 0; k < 16; k++) memcpy(dst + k * stride + c, &v[k], sizeof v[k]); \
+      RP_WINO_2D(BMAC) \
+      for (int k = 0; k < P; k++) memcpy(dst + k * stride + c, &y[k], sizeof y[k]); \
     } \
     for (; c < C; c++) { \
-      float d[16], v[16]; \
-      for (int k = 0; k < 16; k++) d[k] = src[k] ? src[k][c] : 0.0f; \
-      RP_WINO_DATA(float, d, v) \
-      for (int k = 0; k < 16; k++) dst[k * stride + c] = v[k]; \
+      float x[P], t[P], y[P]; \
+      for (int k = 0; k < P; k++) x[k] = src[k] ? src[k][c] : 0.0f; \
+      RP_WINO_2D(BMAC) \
+      for (int k = 0; k < P; k++) dst[k * stride + c] = y[k]; \
     } \
   } \
 } \
-TARGET static void rp_wino_result_##S(const rp_wino* w) { \
+TARGET static void rp_wino_result_##S##_##MT(const rp_wino* w) { \
+  enum { P = ALPHA * ALPHA, N = ALPHA, K = MT }; \
   const int64_t NO = w->NO, stride = w->tiles * NO; \
-  for (int64_t t = 0; t < w->tiles; t++) { \
-    const int64_t oy = 2 * (t / w->tiles_x), ox = 2 * (t % w->tiles_x); \
-    const int rows = w->rows - oy < 2 ? 1 : 2, cols = w->OW - ox < 2 ? 1 : 2; \
-    const float* src = w->M + t * NO; \
+  for (int64_t tile = 0; tile < w->tiles; tile++) { \
+    const int64_t oy = MT * (tile / w->tiles_x), ox = MT * (tile % w->tiles_x); \
+    const int rows = w->rows - oy < MT ? (int)(w->rows - oy) : MT, cols = w->OW - ox < MT ? (int)(w->OW - ox) : MT; \
+    const float* src = w->M + tile * NO; \
     float* dst = w->out + ((w->first_row + oy) * w->OW + ox) * w->OC + w->o0; \
     int64_t o = 0; \
     for (; o + 8 <= NO; o += 8) { \
-      rp_v8 m[16], y[4]; \
-      for (int k = 0; k < 16; k++) memcpy(&m[k], src + k * stride + o, sizeof m[k]); \
-      RP_WINO_RESULT(rp_v8, m, y) \
+      rp_v8 x[P], t[MT * ALPHA], y[MT * MT]; \
+      for (int k = 0; k < P; k++) memcpy(&x[k], src + k * stride + o, sizeof x[k]); \
+      RP_WINO_2D(AMAC) \
       for (int a = 0; a < rows; a++) \
-        for (int b = 0; b < cols; b++) memcpy(dst + (a * w->OW + b) * w->OC + o, &y[a * 2 + b], sizeof y[0]); \
+        for (int b = 0; b < cols; b++) memcpy(dst + (a * w->OW + b) * w->OC + o, &y[a * MT + b], sizeof y[0]); \
     } \
     for (; o < NO; o++) { \
-      float m[16], y[4]; \
-      for (int k = 0; k < 16; k++) m[k] = src[k * stride + o]; \
-      RP_WINO_RESULT(float, m, y) \
+      float x[P], t[MT * ALPHA], y[MT * MT]; \
+      for (int k = 0; k < P; k++) x[k] = src[k * stride + o]; \
+      RP_WINO_2D(AMAC) \
       for (int a = 0; a < rows; a++) \
-        for (int b = 0; b < cols; b++) dst[(a * w->OW + b) * w->OC + o] = y[a * 2 + b]; \
+        for (int b = 0; b < cols; b++) dst[(a * w->OW + b) * w->OC + o] = y[a * MT + b]; \
     } \
   } \
 }
-RP_WINO_TRANSFORMS(avx2, __attribute__((target("avx2,fma"))))
-RP_WINO_TRANSFORMS(c, )
+/* x (N x N, row-major) -> t (K x N: the 1-D transform down each column) -> y (K x K: along
+   each row of t); x, t, y, N and K are the names in scope where it is used */
+#define RP_WINO_2D(MAC) { \
+  for (int j = 0; j < N; j++) MAC(RP_WINO_COLUMN_IN, RP_WINO_COLUMN_OUT) \
+  for (int i = 0; i < K; i++) MAC(RP_WINO_ROW_IN, RP_WINO_ROW_OUT) }
+#define RP_WINO_COLUMN_IN(k) x[(k) * N + j]
+#define RP_WINO_COLUMN_OUT(k) t[(k) * N + j]
+#define RP_WINO_ROW_IN(k) t[i * N + (k)]
+#define RP_WINO_ROW_OUT(k) y[i * K + (k)]
+RP_WINO_TRANSFORMS(avx2, __attribute__((target("avx2,fma"))), 2, 4, RP_WINO_B2, RP_WINO_A2)
+RP_WINO_TRANSFORMS(c, , 2, 4, RP_WINO_B2, RP_WINO_A2)
+RP_WINO_TRANSFORMS(avx2, __attribute__((target("avx2,fma"))), 4, 6, RP_WINO_B4, RP_WINO_A4)
+RP_WINO_TRANSFORMS(c, , 4, 6, RP_WINO_B4, RP_WINO_A4)
 
-/* A unit: its tiles' patches, its part's 16 GEMMs, its outputs. */
+/* A unit: its tiles' patches, its part's GEMMs (one per point), its outputs. */
 static void rp_wino_unit(const rp_wino* w, const float* U, int level) {
-  if (level) rp_wino_data_avx2(w);
-  else rp_wino_data_c(w);
+  const int64_t points = (w->m + 2) * (w->m + 2);
+  if (w->m == 4) {
+    if (level) rp_wino_data_avx2_4(w);
+    else rp_wino_data_c_4(w);
+  } else if (level) rp_wino_data_avx2_2(w);
+  else rp_wino_data_c_2(w);
   const int64_t block = level ? 32 : 8, C = w->C;
-  for (int64_t point = 0; point < 16; point++) {
+  for (int64_t point = 0; point < points; point++) {
     /* the point's GEMM as a pointwise convolution of a 1 x tiles image: the transformed
        patches' C channels into the part's NO, the weight's point rows in panels of 32 */
-    const rp_conv g = {w->V + point * w->tiles * C, U + (w->o0 / 32) * 16 * C * 32 + point * C * 32, 1, w->tiles,
-                       C, w->NO, 1, 1, 1, 1, 1, 1, 0, 0, w->tiles, C, w->NO, 32, 32, 16 * C * 32, 0, C};
+    const rp_conv g = {w->V + point * w->tiles * C, U + (w->o0 / 32) * points * C * 32 + point * C * 32, 1,
+                       w->tiles, C, w->NO, 1, 1, 1, 1, 1, 1, 0, 0, w->tiles, C, w->NO, 32, 32, points * C * 32, 0, C};
     for (int64_t ob = 0; ob < w->NO; ob += block) rp_conv_span(&g, level, ob, 0, w->tiles, w->M + point * w->tiles * w->NO);
   }
-  if (level) rp_wino_result_avx2(w);
-  else rp_wino_result_c(w);
+  if (w->m == 4) {
+    if (level) rp_wino_result_avx2_4(w);
+    else rp_wino_result_c_4(w);
+  } else if (level) rp_wino_result_avx2_2(w);
+  else rp_wino_result_c_2(w);
 }
 
 /* a thread's scratch: one allocation, grown on demand, freed when the thread exits (the
@@ -781,31 +806,33 @@ typedef struct {
 
 static int rp_wino_units(void* ctx, int64_t begin, int64_t end) {
   const rp_wino_job* job = (const rp_wino_job*)ctx;
+  const int64_t m = job->w.m, points = (m + 2) * (m + 2);
   for (int64_t u = begin; u < end; u++) {
     rp_wino w = job->w;
-    w.first_row = (u / job->parts) * 2 * job->tile_rows;
-    w.rows = job->OH - w.first_row < 2 * job->tile_rows ? job->OH - w.first_row : 2 * job->tile_rows;
+    w.first_row = (u / job->parts) * m * job->tile_rows;
+    w.rows = job->OH - w.first_row < m * job->tile_rows ? job->OH - w.first_row : m * job->tile_rows;
     w.o0 = (u % job->parts) * job->part;
     w.NO = w.OC - w.o0 < job->part ? w.OC - w.o0 : job->part;
-    w.tiles = (w.rows + 1) / 2 * w.tiles_x;
-    float* scratch = rp_wino_scratch_for((size_t)(16 * w.tiles * (w.C + w.NO)));
+    w.tiles = (w.rows + m - 1) / m * w.tiles_x;
+    float* scratch = rp_wino_scratch_for((size_t)(points * w.tiles * (w.C + w.NO)));
     if (!scratch) return -1;
-    w.V = scratch, w.M = scratch + 16 * w.tiles * w.C;
+    w.V = scratch, w.M = scratch + points * w.tiles * w.C;
     rp_wino_unit(&w, job->U, job->level);
   }
   return 0;
 }
 
 int rp_winograd_f32(const float* image, const float* U, float* out, int64_t H, int64_t W, int64_t C,
-    int64_t OC, int64_t pt, int64_t pl, int64_t OH, int64_t OW) {
+    int64_t OC, int64_t pt, int64_t pl, int64_t OH, int64_t OW, int64_t m) {
   int level = __atomic_load_n(&rp_conv_level, __ATOMIC_RELAXED);
   if (level < 0) level = raypass_conv_isa(-1);
-  const int64_t tiles_x = (OW + 1) / 2, tiles_y = (OH + 1) / 2;
+  const int64_t points = (m + 2) * (m + 2);
+  const int64_t tiles_x = (OW + m - 1) / m, tiles_y = (OH + m - 1) / m;
   int64_t tile_rows = (RP_WINO_TILES + tiles_x - 1) / tiles_x < tiles_y ? (RP_WINO_TILES + tiles_x - 1) / tiles_x
                                                                            : tiles_y;
   /* a transform larger than RP_WINO_SHARED_U bytes is read once per unit from L3 or memory:
      fewer, larger units of tile rows then, and parts of the outputs for the threads */
-  const int large = 16 * C * OC * (int64_t)sizeof(float) > RP_WINO_SHARED_U;
+  const int large = points * C * OC * (int64_t)sizeof(float) > RP_WINO_SHARED_U;
   if (large) tile_rows = tiles_y;
   while (!large && tile_rows > 1 && (tiles_y + tile_rows - 1) / tile_rows < RP_WINO_MIN_UNITS)
     tile_rows = (tile_rows + 1) / 2;
@@ -815,9 +842,9 @@ int rp_winograd_f32(const float* image, const float* U, float* out, int64_t H, i
   while (blocks * parts < RP_WINO_MIN_UNITS && (OC + 2 * parts - 1) / (2 * parts) >= RP_WINO_MIN_PART) parts *= 2;
   const int64_t part = ((OC + parts - 1) / parts + 31) / 32 * 32;
   parts = (OC + part - 1) / part;
-  rp_wino_job job = {{image, out, 0, 0, H, W, C, OC, pt, pl, OW, 0, 0, 0, 0, tiles_x, 0}, U, OH, tile_rows, parts, part,
-                     level};
-  int64_t work = tile_rows * tiles_x * 16 * C * part / RP_MACS_PER_WORK;
+  rp_wino_job job = {{image, out, 0, 0, H, W, C, OC, pt, pl, OW, m, 0, 0, 0, 0, tiles_x, 0}, U, OH, tile_rows, parts,
+                     part, level};
+  int64_t work = tile_rows * tiles_x * points * C * part / RP_MACS_PER_WORK;
   return rp_parallel_for(rp_wino_units, &job, blocks * parts, work > 0 ? work : 1);
 }
 

@@ -5,7 +5,8 @@ The lowering (:mod:`passinfra.codegen.lower`) asks :func:`plan_conv2d` first for
 (NHWC data, HWIO weight; 1-D convolutions arrive as 2-D ones over a unit height) gets
 
 * ``"winograd"`` (:mod:`.conv_winograd`) on the AVX2 target for a stride-1 3x3
-  convolution with one group and channels and an output large enough
+  convolution with one group, channels and an output large enough and a transform its
+  output pays for
   (:func:`.conv_winograd.applies`; config ``codegen.winograd`` off: never);
 * ``"microkernel"`` (:mod:`.conv_microkernel`, the C runtime
   :mod:`passinfra.codegen.conv_runtime`) for a depthwise convolution (one input and one
@@ -119,7 +120,7 @@ from passinfra.codegen.compute.conv_group_gemm import group_gemm_conv
 from passinfra.codegen.compute.conv_group_gemm import rows_per_block as group_gemm_rows
 from passinfra.codegen.compute.conv_microkernel import PANEL_WIDTH, is_depthwise, microkernel_conv
 from passinfra.codegen.compute.conv_winograd import applies as winograd_applies
-from passinfra.codegen.compute.conv_winograd import winograd_conv
+from passinfra.codegen.compute.conv_winograd import winograd_conv, winograd_tile
 from passinfra.codegen.gemm import MIN_GEMM_MACS
 from passinfra.ir.attrs import Attrs
 from passinfra.ir.op import winograd_weights
@@ -212,10 +213,11 @@ MICROKERNEL_MIN_GROUP_REDUCTION = 256
 # stems, which the AVX-512 rule leaves to BLAS (us: 3->64 3x3 at 224x224 2960/3967, at
 # 112x112 693/846, 1->64 at 128x128 940/1178, 1->32 253/434, 8->64 at 56x56 477/568).
 AVX2_MIN_GROUP_CHANNELS = 2
-# the targets whose rule runs stride-1 3x3 convolutions of one group and 32+ channels in
-# and out by Winograd's F(2x2, 3x3) (:mod:`.conv_winograd`, measurements there): AVX2, where
-# it was measured. On AVX-512 it is a choice of the tuning space (``codegen.conv_kernel``)
-# until measured there; the portable target's tiles are 4x8 of scalar products
+# the targets whose rule runs the stride-1 3x3 convolutions :func:`.conv_winograd.applies`
+# takes by Winograd's F(4x4, 3x3) (or F(2x2, 3x3): ``codegen.winograd_tile``;
+# :mod:`.conv_winograd`, measurements there): AVX2, where it was measured. On AVX-512 it
+# is a choice of the tuning space (``codegen.conv_kernel``) until measured there; the
+# portable target's tiles are 4x8 of scalar products
 WINOGRAD_ISAS = ("avx2",)
 
 
@@ -235,6 +237,8 @@ class ConvPlan:
     # takes a weight in panels of any width PanelWeights stored (the Winograd plan: its
     # transform, or, where PanelWeights planned another kernel, the microkernels' panels)
     takes_panels: bool = False
+    # the Winograd plan's outputs a tile per side (its weight's transform: F(tile x tile, 3x3))
+    winograd_tile: int = 0
 
 
 def _emit_direct(geometry: ConvGeometry, inputs: Sequence[tir.Buffer], out: tir.Buffer, new_buffer: Callable,
@@ -254,12 +258,13 @@ def _emit_group_gemm(geometry: ConvGeometry, inputs: Sequence[tir.Buffer], out: 
     return group_gemm_conv(geometry, data, weight, out, new_buffer, epilogue)
 
 
-def _emit_winograd(geometry: ConvGeometry, inputs: Sequence[tir.Buffer], out: tir.Buffer,
+def _emit_winograd(geometry: ConvGeometry, tile: int, inputs: Sequence[tir.Buffer], out: tir.Buffer,
                    new_buffer: Callable,
                    epilogue: Epilogue | None = None) -> tuple[tir.Stmt, list[tir.Buffer]]:
     data, weight = inputs
-    if len(weight.shape) == 3 and int(weight.shape[1]) == winograd_weights.POINTS * geometry.channels:
-        return winograd_conv(geometry, data, weight, out, epilogue), []
+    if tuple(int(n) for n in weight.shape) == winograd_weights.winograd_shape(geometry.channels,
+                                                                              geometry.out_channels, tile):
+        return winograd_conv(geometry, data, weight, out, tile, epilogue), []
     # the weight as it is, or in the microkernels' panels (not a constant PanelWeights
     # transformed for this kernel)
     return _emit_microkernel(geometry, inputs, out, new_buffer, epilogue)
@@ -325,7 +330,7 @@ def choose_kernel(g: ConvGeometry, use_blas: bool, isa: str = "avx512") -> str:
     if g.group_channels == 1 and g.groups > 1:
         return "direct"  # a channel multiplier
     winograd_on = PassContext.current().get_config(WINOGRAD_CONFIG, True)
-    if isa in WINOGRAD_ISAS and winograd_on and winograd_applies(g):
+    if isa in WINOGRAD_ISAS and winograd_on and winograd_applies(g, winograd_tile()):
         return "winograd"
     if isa == "avx2" and _avx2_on_microkernels(g):
         return "microkernel"
@@ -373,9 +378,10 @@ def plan_conv2d(attrs: Attrs, in_shapes: Sequence[tuple[int, ...]], dtype: str, 
         return None
     geometry = ConvGeometry.of(attrs, in_shapes[0], in_shapes[1], out_shape)
     kind = choose_kernel(geometry, use_blas, target_isa()) if setting == "auto" else setting
-    if kind == "winograd" and (setting == "auto" or winograd_applies(geometry)):
-        emit = functools.partial(_emit_winograd, geometry)
-        return ConvPlan("nn.conv2d", "winograd", emit, takes_panels=True)
+    if kind == "winograd" and (setting == "auto" or winograd_applies(geometry, winograd_tile())):
+        tile = winograd_tile()
+        emit = functools.partial(_emit_winograd, geometry, tile)
+        return ConvPlan("nn.conv2d", "winograd", emit, takes_panels=True, winograd_tile=tile)
     if kind == "winograd":  # forced where it does not apply: the rule's kernel
         kind = choose_kernel(geometry, use_blas, target_isa())
     if kind == "group_gemm" and not use_blas:

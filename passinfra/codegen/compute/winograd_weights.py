@@ -10,18 +10,22 @@ from collections.abc import Sequence
 from passinfra import tir
 from passinfra.codegen.compute.base import ComputeOp, TensorHandle, output_shape, register_compute
 from passinfra.ir.attrs import Attrs
-from passinfra.ir.op.winograd_weights import LEFT_INVERSE, OP_NAME, PANEL_WIDTH
+from passinfra.ir.op.winograd_weights import OP_NAME, PANEL_WIDTH, transform
 from passinfra.ir.types import Type
 
-# per weight row (or column) i: the transform points a with L[i, a] != 0, and L[i, a]
-_TERMS = tuple(tuple((a, int(LEFT_INVERSE[i, a])) for a in range(4) if LEFT_INVERSE[i, a]) for i in range(3))
+
+def _terms(tile: int) -> tuple[tuple[tuple[int, float], ...], ...]:
+    """Per weight row (or column) i: the transform points a with L[i, a] != 0, and L[i, a]."""
+    left = transform(tile).left_inverse
+    return tuple(tuple((a, float(left[i, a])) for a in range(left.shape[1]) if left[i, a]) for i in range(3))
 
 
 @register_compute(OP_NAME)
 def _unpack(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> ComputeOp:
     (panels,) = inputs
     shape = output_shape(out_type)
-    channels = int(shape[2])
+    channels, tile = int(shape[2]), int(attrs["tile"])
+    alpha, terms = tile + 2, _terms(tile)
     width = tir.IntImm(PANEL_WIDTH)
 
     def value(idx: Sequence[tir.PrimExpr]) -> tir.PrimExpr:
@@ -30,16 +34,13 @@ def _unpack(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> Com
 
         def at(i: int, j: int) -> tir.PrimExpr:
             total: tir.PrimExpr | None = None
-            for a, sign_a in _TERMS[i]:
-                for b, sign_b in _TERMS[j]:
-                    row = tir.IntImm((a * 4 + b) * channels) + channel
-                    load = panels.load(block, row, lane)
-                    positive = sign_a * sign_b > 0
-                    if total is None:  # L's first term of a row is +1
-                        assert positive
-                        total = load
-                    else:
-                        total = tir.Add(total, load) if positive else tir.Sub(total, load)
+            for a, coefficient_a in terms[i]:
+                for b, coefficient_b in terms[j]:
+                    load = panels.load(block, tir.IntImm((a * alpha + b) * channels) + channel, lane)
+                    coefficient = coefficient_a * coefficient_b
+                    scale = tir.FloatImm(coefficient, panels.dtype)
+                    term = load if coefficient == 1 else tir.Mul(scale, load)
+                    total = term if total is None else tir.Add(total, term)
             assert total is not None
             return total
 

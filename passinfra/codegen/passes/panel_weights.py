@@ -39,6 +39,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from passinfra.codegen.compute.conv_microkernel import PANEL_WIDTH
+from passinfra.codegen.compute.conv_winograd import TILES as WINOGRAD_TILES
 from passinfra.codegen.compute.quantize import integer_gemm_steps
 from passinfra.codegen.compute.quantized_conv import MIN_GEMM_GROUP_CHANNELS
 from passinfra.codegen.lower import complete_attrs, plan_kernel, uses_blas
@@ -88,19 +89,19 @@ def _planned_panels(call: Call, use_blas: bool) -> int:
     return getattr(plan, "panels", 0) if plan is not None else 0
 
 
-def _planned_kind(call: Call, use_blas: bool) -> str:
-    """The kind of the kernel that computes ``call`` (``""``: no plan of a kind)."""
+def _planned_winograd_tile(call: Call, use_blas: bool) -> int:
+    """The tile of the Winograd kernel that computes ``call`` (0: another kernel)."""
     arg_types = [arg.checked_type for arg in call.args]
     out_type = call.checked_type
     if not (all(isinstance(t, TensorType) for t in arg_types) and isinstance(out_type, TensorType)):
-        return ""
+        return 0
     shapes = [tuple(t.shape) for t in arg_types]
     try:
         plan = plan_kernel(call.op.name, complete_attrs(call.op, call.attrs), shapes, out_type.dtype,
                            tuple(out_type.shape), use_blas)
     except (TypeError, DimError):
-        return ""
-    return getattr(plan, "kind", "")
+        return 0
+    return getattr(plan, "winograd_tile", 0)
 
 
 def _weights_of(func: Function, accepts: Callable[[TensorType], bool],
@@ -204,11 +205,11 @@ class _Rule:
         return Constant.owning(to_panels(constant.data, self.width))
 
 
-def winograd_parameters(func: Function, use_blas: bool) -> tuple[int, ...]:
+def winograd_parameters(func: Function, use_blas: bool, tile: int) -> tuple[int, ...]:
     """Positions of the float32 parameters of primitive ``func`` used only as the weight
-    of convolutions the Winograd kernel computes."""
+    of convolutions the Winograd kernel computes with tiles of ``tile``."""
     def reads_transform(call: Call) -> bool:
-        return call.op.name == "nn.conv2d" and _planned_kind(call, use_blas) == "winograd"
+        return call.op.name == "nn.conv2d" and _planned_winograd_tile(call, use_blas) == tile
 
     def accepts(ty: TensorType) -> bool:
         return ty.dtype == _FLOAT32 and len(ty.shape) == 4 and tuple(ty.shape[:2]) == (3, 3)
@@ -222,11 +223,12 @@ class _WinogradRule:
     parameter of the transform, read through one ``winograd_weights.unpack``."""
 
     use_blas: bool
+    tile: int
     suffix: str = "winograd"
 
     def parameters(self, func: Function) -> tuple[int, ...]:
         with function_context(PassContext.current(), func):
-            return winograd_parameters(func, self.use_blas)
+            return winograd_parameters(func, self.use_blas, self.tile)
 
     def accepts(self, constant: Constant) -> bool:
         return constant.dtype == _FLOAT32 and len(constant.shape) == 4 and tuple(constant.shape[:2]) == (3, 3)
@@ -235,11 +237,12 @@ class _WinogradRule:
         ty = old.type_annotation
         assert isinstance(ty, TensorType)
         shape = tuple(int(n) for n in ty.shape)
-        new = Var(old.name_hint, TensorType(winograd_weights.winograd_shape(shape[2], shape[3]), ty.dtype))
-        return new, winograd_weights.unpack(new, shape)
+        stored = winograd_weights.winograd_shape(shape[2], shape[3], self.tile)
+        new = Var(old.name_hint, TensorType(stored, ty.dtype))
+        return new, winograd_weights.unpack(new, shape, self.tile)
 
     def constant(self, constant: Constant) -> Constant:
-        return Constant.owning(winograd_weights.to_winograd(constant.data))
+        return Constant.owning(winograd_weights.to_winograd(constant.data, self.tile))
 
 
 @dataclass(frozen=True)
@@ -298,7 +301,8 @@ def _group_panel_widths(mod: IRModule) -> set[int]:
 def panel_weights(mod: IRModule, use_blas: bool) -> IRModule:
     """``mod`` (after FuseOps) with the weights the microkernels and the integer GEMM read
     stored in panels (module docstring)."""
-    mod = rewrite_weight_parameters(mod, _WinogradRule(use_blas))
+    for tile in WINOGRAD_TILES:
+        mod = rewrite_weight_parameters(mod, _WinogradRule(use_blas, tile, f"winograd{tile}"))
     mod = rewrite_weight_parameters(rewrite_weight_parameters(mod, _Rule(use_blas)), _QgemmRule())
     for width in sorted(_group_panel_widths(mod)):
         mod = rewrite_weight_parameters(mod, _Rule(use_blas, width, f"panels{width}"))

@@ -283,16 +283,17 @@ def _conv_work(call: tir.Intrinsic) -> float:
 
 
 def _winograd_work(call: tir.Intrinsic) -> float:
-    """A Winograd call: its 16 GEMMs of tiles by output channels over the input channels,
+    """A Winograd call: its GEMMs (one per point) of tiles by output channels over the inputs,
     and the transforms' passes over its scratch (about a copy an element each way)."""
     sizes = [_upper_bound(arg) for arg in call.args[3:]]
     if any(size is None for size in sizes):
         return 1.0
-    _, _, channels, out_channels, _, _, out_height, out_width = sizes
-    tiles = winograd_tiles(out_height, out_width)  # type: ignore[arg-type]
+    _, _, channels, out_channels, _, _, out_height, out_width, tile = sizes
+    points = (tile + 2) ** 2  # type: ignore[operator]
+    tiles = winograd_tiles(out_height, out_width, tile)  # type: ignore[arg-type]
     image, transform, out = winograd_regions(tuple(sizes))  # type: ignore[arg-type]
-    scratch = 16 * tiles * (channels + out_channels)  # type: ignore[operator]
-    macs = tiles * 16 * channels * out_channels  # type: ignore[operator]
+    scratch = points * tiles * (channels + out_channels)  # type: ignore[operator]
+    macs = tiles * points * channels * out_channels  # type: ignore[operator]
     return macs / GEMM_MACS_PER_WORK + (2 * scratch + image + transform + out) * COPY_WORK
 
 
