@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from passinfra.codegen.compute.conv_microkernel import PANEL_WIDTH
 from passinfra.codegen.compute.conv_winograd import TILES as WINOGRAD_TILES
@@ -72,36 +73,30 @@ _PANEL_OPS = frozenset({"nn.conv2d", "matmul"})
 _FLOAT32 = "float32"
 
 
-def _planned_panels(call: Call, use_blas: bool) -> int:
-    """The panel width the kernel of ``call`` reads its weight in (0: none)."""
+def _planned(call: Call, use_blas: bool) -> Any:
+    """The kernel plan of ``call``, as the lowering will make it (None: the loop nest)."""
     arg_types = [arg.checked_type for arg in call.args]
     out_type = call.checked_type
     if not (all(isinstance(t, TensorType) for t in arg_types) and isinstance(out_type, TensorType)):
-        return 0
+        return None
     shapes = [tuple(t.shape) for t in arg_types]
     attrs = complete_attrs(call.op, call.attrs)
     try:
-        plan = plan_kernel(call.op.name, attrs, shapes, out_type.dtype, tuple(out_type.shape), use_blas)
+        return plan_kernel(call.op.name, attrs, shapes, out_type.dtype, tuple(out_type.shape), use_blas)
     except (TypeError, DimError):
         # symbolic sizes where a kernel choice needs static ones (a convolution over a
         # symbolic image): the lowering keeps such a call on its loop nest, weight as it is
-        return 0
-    return getattr(plan, "panels", 0) if plan is not None else 0
+        return None
+
+
+def _planned_panels(call: Call, use_blas: bool) -> int:
+    """The panel width the kernel of ``call`` reads its weight in (0: none)."""
+    return getattr(_planned(call, use_blas), "panels", 0)
 
 
 def _planned_winograd_tile(call: Call, use_blas: bool) -> int:
     """The tile of the Winograd kernel that computes ``call`` (0: another kernel)."""
-    arg_types = [arg.checked_type for arg in call.args]
-    out_type = call.checked_type
-    if not (all(isinstance(t, TensorType) for t in arg_types) and isinstance(out_type, TensorType)):
-        return 0
-    shapes = [tuple(t.shape) for t in arg_types]
-    try:
-        plan = plan_kernel(call.op.name, complete_attrs(call.op, call.attrs), shapes, out_type.dtype,
-                           tuple(out_type.shape), use_blas)
-    except (TypeError, DimError):
-        return 0
-    return getattr(plan, "winograd_tile", 0)
+    return getattr(_planned(call, use_blas), "winograd_tile", 0)
 
 
 def _weights_of(func: Function, accepts: Callable[[TensorType], bool],
