@@ -76,15 +76,19 @@ from passinfra.interrupts import wait_for
 from passinfra.runtime.module import CONV_ISA_LEVELS
 from passinfra.tir.intrinsics import (
     CONV_INTRINSIC,
+    CONV_SIZE_ARGS,
     DEPTHWISE_CONV_INTRINSIC,
     MATMUL_NBITS_INTRINSIC,
     QCONV_INTRINSIC,
     QGEMM_INTRINSIC,
     WINOGRAD_INTRINSIC,
+    ConvEpilogue,
 )
 
 RUNTIME_SYMBOL = "raypass_conv_runtime"
 CONV_FUNCTION = "rp_conv2d_f32"
+# the same with an element-wise epilogue applied as the outputs are stored
+CONV_EPILOGUE_FUNCTION = "rp_conv2d_f32_epi"
 DEPTHWISE_FUNCTION = "rp_dwconv2d_f32"
 # a stride-1 3x3 convolution by Winograd's F(m x m, 3x3) (passinfra.codegen.compute.conv_winograd)
 WINOGRAD_FUNCTION = "rp_winograd_f32"
@@ -110,6 +114,10 @@ extern int {name}(const float* image, const float* weight, float* out, int64_t H
     int64_t C, int64_t OC, int64_t KH, int64_t KW, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
     int64_t pt, int64_t pl, int64_t OW, int64_t first, int64_t count, int64_t groups, int64_t panel);"""
     for name in (CONV_FUNCTION, DEPTHWISE_FUNCTION)) + f"""
+extern int {CONV_EPILOGUE_FUNCTION}(const float* image, const float* weight, float* out, int64_t H, int64_t W,
+    int64_t C, int64_t OC, int64_t KH, int64_t KW, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
+    int64_t pt, int64_t pl, int64_t OW, int64_t first, int64_t count, int64_t groups, int64_t panel,
+    int64_t flags, float p0, float p1, const float* bias, const float* residual);
 extern int {WINOGRAD_FUNCTION}(const float* image, const float* transform, float* out, int64_t H, int64_t W,
     int64_t C, int64_t OC, int64_t pt, int64_t pl, int64_t OH, int64_t OW, int64_t m);"""
 
@@ -245,12 +253,23 @@ def runtime_object(settings: CompilerSettings) -> CompileResult:
         raise
 
 
-def render_conv_call(args: Sequence[str], depthwise: bool = False) -> str:
+def render_conv_call(args: Sequence[str], depthwise: bool = False,
+                     epilogue: ConvEpilogue | None = None) -> str:
     """The C call of a ``rp_conv2d`` (or ``rp_dwconv2d``) intrinsic whose rendered
-    arguments are ``args`` (the three buffer loads first: their addresses are passed)."""
-    image, weight, out, *sizes = args
-    function = DEPTHWISE_FUNCTION if depthwise else CONV_FUNCTION
-    return f"{function}(&{image}, &{weight}, &{out}, {', '.join(sizes)})"
+    arguments are ``args`` (the three buffer loads first: their addresses are passed),
+    with ``epilogue`` (:class:`~passinfra.tir.intrinsics.ConvEpilogue`) the call of
+    ``rp_conv2d_f32_epi``: its flags and parameters, then the bias and residual loads'
+    addresses (0 for one it has not)."""
+    image, weight, out = args[:3]
+    sizes = list(args[3:3 + CONV_SIZE_ARGS])
+    if epilogue is None:
+        function = DEPTHWISE_FUNCTION if depthwise else CONV_FUNCTION
+        return f"{function}(&{image}, &{weight}, &{out}, {', '.join(sizes)})"
+    flags, p0, p1, *loads = args[3 + CONV_SIZE_ARGS:]
+    pointers = [f"&{loads.pop(0)}" if load is not None else "0"
+                for load in (epilogue.bias, epilogue.residual)]
+    rest = ", ".join([*sizes, flags, p0, p1, *pointers])
+    return f"{CONV_EPILOGUE_FUNCTION}(&{image}, &{weight}, &{out}, {rest})"
 
 
 # the microkernels, declared in every kernel that calls them; LinkLibrary links their object
@@ -260,7 +279,8 @@ MATMUL_NBITS_LIBRARY = KernelLibrary("matmul_nbits_runtime", lambda options: MAT
 QGEMM_LIBRARY = KernelLibrary("qgemm_runtime", lambda options: QGEMM_DECLARATION)
 RUNTIME_LIBRARIES = (CONV_RUNTIME_LIBRARY, MATMUL_NBITS_LIBRARY, QGEMM_LIBRARY)
 register_intrinsic_renderer(CONV_INTRINSIC, IntrinsicRenderer(
-    lambda renderer, node, args: render_conv_call(args), CONV_RUNTIME_LIBRARY))
+    lambda renderer, node, args: render_conv_call(args, epilogue=ConvEpilogue.of(node)),
+    CONV_RUNTIME_LIBRARY))
 register_intrinsic_renderer(DEPTHWISE_CONV_INTRINSIC, IntrinsicRenderer(
     lambda renderer, node, args: render_conv_call(args, depthwise=True), CONV_RUNTIME_LIBRARY))
 register_intrinsic_renderer(WINOGRAD_INTRINSIC, IntrinsicRenderer(

@@ -34,7 +34,9 @@ from passinfra.tir.functor import any_expr, iter_expr_post_order, iter_stmts, st
 from passinfra.tir.intrinsics import (
     CONV_FIRST_PIXEL,
     DEPTHWISE_CONV_INTRINSIC,
+    ConvEpilogue,
     conv_regions,
+    conv_sizes,
     is_conv,
     is_gemm,
 )
@@ -188,7 +190,8 @@ class _Proof:
         """A convolution call (a block of output rows of one image, per iteration): its
         image, weight and output regions (:func:`~passinfra.tir.intrinsics.conv_regions`),
         the image and the rows it writes possibly of symbolic size."""
-        image, weight, out, *sizes = call.args
+        image, weight, out = call.args[:3]
+        sizes = conv_sizes(call)
         values = [0 if i == CONV_FIRST_PIXEL else self.dim_of(arg) for i, arg in enumerate(sizes)]
         height, width, channels, out_channels, kh, kw, *_rest, count, groups, panel = values
         if any(v is None for v in values) or any(type(v) is not int for v in (channels, out_channels, kh, kw,
@@ -198,8 +201,13 @@ class _Proof:
         static = (1, 1, channels, out_channels, kh, kw, *_rest, 1, groups, panel)
         _, weight_extent, _ = conv_regions(tuple(v if type(v) is int else 1 for v in static),
                                           call.name == DEPTHWISE_CONV_INTRINSIC)
-        regions = ((image, height * width * channels, self.reads), (weight, weight_extent, self.reads),
-                   (out, count * out_channels, self.writes))  # type: ignore[operator]
+        regions = [(image, height * width * channels, self.reads), (weight, weight_extent, self.reads),
+                   (out, count * out_channels, self.writes)]  # type: ignore[operator]
+        epilogue = ConvEpilogue.of(call)
+        if epilogue is not None:  # a bias per output channel, a residual laid out as the output
+            regions += [(load, extent, self.reads) for load, extent in
+                        ((epilogue.bias, out_channels), (epilogue.residual, count * out_channels))  # type: ignore
+                        if load is not None]
         for load, extent, table in regions:
             for index in load.indices:
                 self.expr(index)

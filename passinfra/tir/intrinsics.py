@@ -17,7 +17,9 @@ of B output channels (``[ceil(OC/B), KH*KW*C, B]``, zeros past OC:
 :func:`passinfra.ir.op.weight_panels.to_panels`), every output channel, written from
 ``out`` on (pixel stride ``OC``); stride, dilation, the top and left padding and the
 groups as in ``nn.conv2d``, reading zeros outside the image. The C runtime that
-computes it is :mod:`passinfra.codegen.conv_runtime`.
+computes it is :mod:`passinfra.codegen.conv_runtime`. A ``rp_conv2d`` may end in an
+epilogue its runtime applies as it stores the outputs (:class:`ConvEpilogue`): ``(...,
+panel, flags, p0, p1[, bias][, residual])``.
 
 The bitwise operations (``bitwise_and``, ``bitwise_or``, ``bitwise_xor`` of two integers
 of one dtype, ``bitwise_not`` of one) are value intrinsics, not node kinds, for the same
@@ -34,12 +36,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from passinfra.errors import IRError
-from passinfra.tir.nodes import BufferLoad, Intrinsic, PrimExpr
+from passinfra.tir.nodes import BufferLoad, FloatImm, IntImm, Intrinsic, PrimExpr
 
 GEMM_INTRINSIC = "rp_sgemm"
 
@@ -65,6 +68,97 @@ CONV_INTRINSIC = "rp_conv2d"
 DEPTHWISE_CONV_INTRINSIC = "rp_dwconv2d"
 # position of ``first`` among the size arguments (after the three loads)
 CONV_FIRST_PIXEL = 13
+# the size arguments of a convolution call (H .. panel); an epilogue's follow them
+CONV_SIZE_ARGS = 17
+# the activations of a convolution's epilogue (ConvEpilogue.activation), numbered as the C
+# runtime's RP_ACT_*; and its flags' bits above the activation's (RP_EPI_*)
+CONV_ACTIVATIONS = ("none", "relu", "clip", "hardswish")
+EPILOGUE_BIAS, EPILOGUE_RESIDUAL, EPILOGUE_RESIDUAL_FIRST = 16, 32, 64
+
+
+def conv_sizes(call: Intrinsic) -> tuple[PrimExpr, ...]:
+    """A convolution call's size arguments (``H`` .. ``panel``): those after its three
+    loads, before its epilogue's."""
+    return tuple(call.args[3:3 + CONV_SIZE_ARGS])
+
+
+@dataclass(frozen=True)
+class ConvEpilogue:
+    """What a ``rp_conv2d`` applies to each output as it stores it, in float32 and in this
+    order: ``bias`` (a load of its channel 0: one value per output channel) added, then
+    ``residual`` (a load of the element at the call's first output: a tensor laid out as
+    the output) added (``residual_first``: the residual, then the bias), then the
+    activation: ``relu`` ``max(x, 0)``, ``clip`` ``min(max(x, p0), p1)``, ``hardswish``
+    ``x * min(max(x * p0 + p1, 0), 1)``; max and min keep an operand that is NaN, as the
+    code generator's do (:mod:`passinfra.codegen.compute.conv_epilogue` builds it from the
+    loop it replaces)."""
+
+    activation: str = "none"
+    p0: float = 0.0
+    p1: float = 0.0
+    bias: BufferLoad | None = None
+    residual: BufferLoad | None = None
+    residual_first: bool = False
+
+    @property
+    def flags(self) -> int:
+        return (CONV_ACTIVATIONS.index(self.activation) | (EPILOGUE_BIAS if self.bias is not None else 0)
+                | (EPILOGUE_RESIDUAL if self.residual is not None else 0)
+                | (EPILOGUE_RESIDUAL_FIRST if self.residual_first else 0))
+
+    def args(self) -> tuple[PrimExpr, ...]:
+        """The call's arguments after its sizes."""
+        # int32 flags: a constant of the kernel's own, never one of the numbers a class of
+        # kernels alike passes (passinfra.codegen.shared_kernels lifts int64 ones), so the
+        # loads that follow are known from the call itself
+        return (IntImm(self.flags, "int32"), FloatImm(self.p0, "float32"), FloatImm(self.p1, "float32"),
+                *self.loads())
+
+    @staticmethod
+    def of(call: Intrinsic, scalar: Callable[[PrimExpr], Any] | None = None) -> ConvEpilogue | None:
+        """The epilogue of a convolution call, None without one; ``scalar`` evaluates its
+        flags and parameters (default: constants, as the lowering builds them)."""
+        tail = call.args[3 + CONV_SIZE_ARGS:]
+        if not tail:
+            return None
+        value_of = scalar or (lambda expr: expr.value)  # type: ignore[attr-defined]
+        flags, p0, p1, *loads = tail
+        value = int(value_of(flags))
+        bias = loads.pop(0) if value & EPILOGUE_BIAS else None
+        residual = loads.pop(0) if value & EPILOGUE_RESIDUAL else None
+        return ConvEpilogue(CONV_ACTIVATIONS[value & 15], float(value_of(p0)), float(value_of(p1)),
+                            bias, residual, bool(value & EPILOGUE_RESIDUAL_FIRST))
+
+    def loads(self) -> tuple[BufferLoad, ...]:
+        """The buffers it reads, each from its first element read."""
+        return tuple(load for load in (self.bias, self.residual) if load is not None)
+
+    def apply(self, values: np.ndarray, flat_view: Callable[[BufferLoad], np.ndarray],
+              channels: int) -> np.ndarray:
+        """Its meaning on ``values`` (the outputs as stored, ``[pixels, channels]`` float32)."""
+        x = values.astype(np.float32)
+        bias = None if self.bias is None else flat_view(self.bias)[:channels].astype(np.float32)
+        residual = None if self.residual is None else flat_view(self.residual)[:x.size].reshape(x.shape)
+        for term in ((residual, bias) if self.residual_first else (bias, residual)):
+            if term is not None:
+                x = x + term.astype(np.float32)
+        p0, p1 = np.float32(self.p0), np.float32(self.p1)
+        if self.activation == "relu":
+            return _kept_max(x, np.float32(0))
+        if self.activation == "clip":
+            return _kept_min(_kept_max(x, p0), p1)
+        if self.activation == "hardswish":
+            return x * _kept_min(_kept_max(x * p0 + p1, np.float32(0)), np.float32(1))
+        return x
+
+
+def _kept_max(x: np.ndarray, c: np.float32) -> np.ndarray:
+    """``x > c or x is NaN ? x : c``, elementwise (the C renderer's max)."""
+    return np.where((x > c) | np.isnan(x), x, c).astype(np.float32)
+
+
+def _kept_min(x: np.ndarray, c: np.float32) -> np.ndarray:
+    return np.where((x < c) | np.isnan(x), x, c).astype(np.float32)
 
 
 # a stride-1 3x3 convolution by Winograd's F(m x m, 3x3): ``(image, transform, out, H, W, C,
@@ -252,9 +346,9 @@ def evaluate_conv(intrinsic: Intrinsic, flat_view: Callable[[BufferLoad], np.nda
                   scalar: Callable[[PrimExpr], int]) -> None:
     """Run a ``rp_conv2d`` or ``rp_dwconv2d`` in the TIR interpreter (arguments as
     :func:`evaluate_gemm`)."""
-    image_load, weight_load, out_load, *rest = intrinsic.args
+    image_load, weight_load, out_load = intrinsic.args[:3]
     (height, width, channels, out_channels, kh, kw, sh, sw, dh, dw, top, left, out_width, first, count,
-     groups, panel) = (int(scalar(x)) for x in rest)
+     groups, panel) = (int(scalar(x)) for x in conv_sizes(intrinsic))
     image = flat_view(image_load)[:height * width * channels].reshape(height, width, channels)
     pixels = np.arange(first, first + count)
     oy, ox = pixels // out_width, pixels % out_width
@@ -266,21 +360,32 @@ def evaluate_conv(intrinsic: Intrinsic, flat_view: Callable[[BufferLoad], np.nda
     if intrinsic.name == DEPTHWISE_CONV_INTRINSIC:  # [count, kh, kw, C] * [kh, kw, C], summed over taps
         weight = flat_view(weight_load)[:kh * kw * channels].reshape(kh, kw, channels)
         result = (windows.astype(np.float64) * weight.astype(np.float64)).sum(axis=(1, 2))
-        flat_view(out_load)[:count * out_channels] = result.reshape(-1)
-        return
+    else:
+        sizes = (count, channels, out_channels, kh, kw, groups, panel)
+        result = _grouped_conv(windows, flat_view(weight_load), *sizes)
+    epilogue = ConvEpilogue.of(intrinsic, scalar)
+    if epilogue is not None:  # on the sums as the output's float32 holds them
+        result = epilogue.apply(result.astype(np.float32), flat_view, out_channels)
+    flat_view(out_load)[:count * out_channels] = result.reshape(-1)
+
+
+def _grouped_conv(windows: np.ndarray, weights: np.ndarray, count: int, channels: int, out_channels: int,
+                  kh: int, kw: int, groups: int, panel: int) -> np.ndarray:
+    """A ``rp_conv2d``'s sums (float64, ``[count, out_channels]``) of its ``windows`` through
+    its weight (``weights``: the weight's memory from its first element, 1-d)."""
     cg, og = channels // groups, out_channels // groups
     if panel > 0:  # [blocks, rows, panel] -> [rows, out_channels]
         blocks = -(-out_channels // panel)
-        panels = flat_view(weight_load)[:blocks * kh * kw * cg * panel].reshape(blocks, kh * kw * cg, panel)
+        panels = weights[:blocks * kh * kw * cg * panel].reshape(blocks, kh * kw * cg, panel)
         weight = panels.transpose(1, 0, 2).reshape(kh * kw * cg, blocks * panel)[:, :out_channels]
     else:
-        weight = flat_view(weight_load)[:kh * kw * cg * out_channels].reshape(kh * kw * cg, out_channels)
+        weight = weights[:kh * kw * cg * out_channels].reshape(kh * kw * cg, out_channels)
     result = np.empty((count, out_channels))
     for group in range(groups):  # each group's channels of the windows meet its weight columns
         columns = windows[..., group * cg:(group + 1) * cg].reshape(count, -1).astype(np.float64)
         outputs = slice(group * og, (group + 1) * og)
         result[:, outputs] = columns @ weight[:, outputs].astype(np.float64)
-    flat_view(out_load)[:count * out_channels] = result.reshape(-1)
+    return result
 
 
 def _matrix(flat: np.ndarray, rows: int, cols: int, leading: int) -> np.ndarray:
@@ -324,7 +429,9 @@ def reinterpret(value: PrimExpr, dtype: str) -> Intrinsic:
 
 
 __all__ = ["WINOGRAD_INTRINSIC", "evaluate_winograd", "is_winograd", "winograd_regions", "winograd_tiles",
-           "BITWISE_INTRINSICS", "CONV_FIRST_PIXEL", "CONV_INTRINSIC", "DEPTHWISE_CONV_INTRINSIC",
+           "BITWISE_INTRINSICS", "CONV_ACTIVATIONS", "CONV_FIRST_PIXEL", "CONV_INTRINSIC", "CONV_SIZE_ARGS",
+           "ConvEpilogue", "EPILOGUE_BIAS", "EPILOGUE_RESIDUAL",
+           "EPILOGUE_RESIDUAL_FIRST", "conv_sizes", "DEPTHWISE_CONV_INTRINSIC",
            "GEMM_INTRINSIC", "MATMUL_NBITS_INTRINSIC", "QCONV_INTRINSIC", "QGEMM_INTRINSIC", "REINTERPRET",
            "bitwise", "conv_regions", "evaluate_conv", "evaluate_gemm", "evaluate_matmul_nbits",
            "evaluate_qgemm", "is_conv", "is_gemm", "is_kernel_call", "is_matmul_nbits", "is_qgemm",

@@ -33,7 +33,7 @@ from passinfra.ir import op
 from passinfra.runtime.interpreter import evaluate
 from passinfra.runtime.module import CONV_ISA_LEVELS, MAX_ISA_ENV, load_module
 from passinfra.tir.evaluator import run_prim_func
-from passinfra.tir.intrinsics import is_conv, is_gemm
+from passinfra.tir.intrinsics import conv_sizes, is_conv, is_gemm
 from passinfra.transform import PassContext, Sequential, get_pass
 from tests.codegen.test_cg_conv_kernels import _compiled_functions, _nodes, assert_close, build, conv_model
 from tests.graph_sums import graph_sums
@@ -203,7 +203,7 @@ def test_calls_per_row_or_per_image(cache_dir):
 
     whole = _conv_function(cache_dir, "large_weight_whole_image")
     call = next(n for n in _nodes(whole.body) if isinstance(n, tir.Evaluate) and is_conv(n.value))
-    assert call.value.args[-3].value == 49  # every pixel of the 7x7 output in one call (then groups, panel)
+    assert conv_sizes(call.value)[-3].value == 49  # all 49 pixels of the 7x7 output in one call
 
 
 def test_rows_per_block_and_the_rule():

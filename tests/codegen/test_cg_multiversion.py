@@ -25,6 +25,7 @@ from passinfra.codegen import multiversion
 from passinfra.codegen.artifacts import kernel_c_source, kernel_object_code
 from passinfra.codegen.c_renderer import RenderOptions, render_prim_func
 from passinfra.codegen.cc_driver import CompilerSettings, compile_c
+from passinfra.codegen.compute.conv_epilogue import FUSE_CONFIG
 from passinfra.frontend import from_onnx, zoo
 from passinfra.runtime.module import Module
 from passinfra.transform import PassContext
@@ -173,8 +174,10 @@ def conv_kernel_body(epilogue: str) -> tir.Stmt:
         bias = ir.const(np.random.default_rng(1).standard_normal(64).astype(np.float32))
         y = ir.op.nn.relu(ir.op.add(y, bias))
     mod = ir.IRModule.from_expr(ir.Function([x], y))
-    with PassContext(opt_level=3, config={"codegen.no_cache": True, "codegen.conv_kernel": "microkernel",
-                                          "codegen.num_threads": 1}):
+    # the epilogue a loop after the call, as one the microkernels cannot apply stays
+    config = {"codegen.no_cache": True, "codegen.conv_kernel": "microkernel", "codegen.num_threads": 1,
+              FUSE_CONFIG: False}
+    with PassContext(opt_level=3, config=config):
         compiled = compile_pipeline()(mod)
     (func,) = [f for f in compiled.functions.values()
                if isinstance(f, tir.PrimFunc) and "nn.conv2d" in f.attrs.get("op_names", ())]

@@ -28,7 +28,7 @@ from passinfra.ir.type_infer import infer_type
 from passinfra.runtime.interpreter import evaluate
 from passinfra.runtime.module import CONV_ISA_LEVELS
 from passinfra.tir.evaluator import run_prim_func
-from passinfra.tir.intrinsics import is_conv
+from passinfra.tir.intrinsics import conv_sizes, is_conv
 from passinfra.transform import PassContext, Sequential, get_pass
 from tests.codegen.test_cg_conv_kernels import _nodes
 from tests.numerics import assert_sums_close
@@ -185,7 +185,7 @@ def test_the_lowering_hands_the_panels_to_the_microkernels_and_the_tir_meaning_a
     with PassContext(config={CONV_KERNEL_CONFIG: "microkernel"}):  # (the AVX2 rule: Winograd)
         lowered = lower_primitive_function(func, "kernel")
     calls = [n.value for n in _nodes(lowered.body) if isinstance(n, tir.Evaluate) and is_conv(n.value)]
-    assert calls and all(c.args[-1].value == PANEL_WIDTH for c in calls)  # the panel argument
+    assert calls and all(conv_sizes(c)[-1].value == PANEL_WIDTH for c in calls)  # the panel argument
     assert all(c.args[1].buffer.name == lowered.params[1].name for c in calls)  # read in place
     # the TIR evaluator and the graph interpreter each sum in their own order (OpenBLAS
     # blocks them by its CPU's kernel): equal within what any order allows

@@ -21,7 +21,8 @@ from typing import Any
 from passinfra import tir
 from passinfra.codegen.compute.base import seq
 from passinfra.codegen.compute.conv_direct import ConvGeometry, Epilogue
-from passinfra.tir.intrinsics import CONV_INTRINSIC, DEPTHWISE_CONV_INTRINSIC
+from passinfra.codegen.compute.conv_epilogue import fuse_enabled, match_epilogue
+from passinfra.tir.intrinsics import CONV_INTRINSIC, DEPTHWISE_CONV_INTRINSIC, ConvEpilogue
 from passinfra.transform.config import register_config
 from passinfra.transform.context import PassContext
 from passinfra.transform.errors import PassConfigError
@@ -78,9 +79,9 @@ def _int(value: Any) -> tir.PrimExpr:
 
 
 def conv_call(g: ConvGeometry, data: tir.Buffer, weight: tir.Buffer, out: tir.Buffer, image: tir.PrimExpr,
-              first_row: tir.PrimExpr, rows: int) -> tir.Stmt:
+              first_row: tir.PrimExpr, rows: int, epilogue: ConvEpilogue | None = None) -> tir.Stmt:
     """The ``rp_conv2d`` statement computing output rows ``first_row ..`` (``rows`` of
-    them) of image ``image``."""
+    them) of image ``image``, applying ``epilogue`` as it stores them."""
     zero = _int(0)
     (kh, kw), (sh, sw), (dh, dw) = g.kernel, g.strides, g.dilation
     top, left, _, _ = g.padding
@@ -90,6 +91,8 @@ def conv_call(g: ConvGeometry, data: tir.Buffer, weight: tir.Buffer, out: tir.Bu
             *(_int(v) for v in sizes), first, _int(rows * g.out_width), _int(g.groups),
             _int(panel_width(weight)))
     name = DEPTHWISE_CONV_INTRINSIC if is_depthwise(g) else CONV_INTRINSIC
+    if epilogue is not None:
+        args = (*args, *epilogue.args())
     return tir.Evaluate(tir.Intrinsic(name, args, "int32"))
 
 
@@ -150,16 +153,23 @@ def matmul_row_parts(lhs: tir.Buffer, rhs: tir.Buffer, out: tir.Buffer, k: int, 
 def microkernel_conv(g: ConvGeometry, data: tir.Buffer, weight: tir.Buffer, out: tir.Buffer,
                      epilogue: Epilogue | None = None) -> tir.Stmt:
     """The statement computing ``out`` (NHWC) from ``data`` (NHWC) and ``weight`` (HWIO),
-    one call per image and block of output rows, each followed by ``epilogue``."""
+    one call per image and block of output rows, each applying ``epilogue`` as it stores
+    the outputs where the runtime can (:mod:`passinfra.codegen.compute.conv_epilogue`),
+    else followed by it."""
     rows = rows_per_block(g)
     image, block = tir.TVar("n"), tir.TVar("b")
     first_row: tir.PrimExpr = block * _int(rows) if rows > 1 else block
     if rows == g.out_height:
         first_row = _int(0)
-    body = [conv_call(g, data, weight, out, image, first_row, rows)]
+    nest = fused = None
     if epilogue is not None:
         box = ((image, 1), (first_row, rows), (_int(0), g.out_width), (_int(0), g.out_channels))
-        body.append(epilogue(box))
+        nest = epilogue(box)
+        if fuse_enabled() and not is_depthwise(g):
+            fused = match_epilogue(nest, out)
+    body = [conv_call(g, data, weight, out, image, first_row, rows, fused)]
+    if nest is not None and fused is None:
+        body.append(nest)
     blocks = tir.For(block, tir.IntImm(0), tir.IntImm(g.out_height // rows), tir.ForKind.SERIAL, seq(*body))
     return tir.For(image, tir.IntImm(0), tir.IntImm(g.batch), tir.ForKind.SERIAL, blocks)
 

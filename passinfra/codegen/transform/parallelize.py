@@ -53,7 +53,9 @@ from passinfra.tir.functor import StmtExprVisitor, iter_expr_post_order, iter_ex
 from passinfra.tir.intrinsics import (
     CONV_FIRST_PIXEL,
     DEPTHWISE_CONV_INTRINSIC,
+    ConvEpilogue,
     conv_regions,
+    conv_sizes,
     is_conv,
     is_gemm,
     is_winograd,
@@ -271,7 +273,7 @@ def _gemm_work(call: tir.Intrinsic) -> float:
 def _conv_work(call: tir.Intrinsic) -> float:
     """A convolution call runs as a GEMM of its output pixels by its output channels over
     the taps' input channels, without the packing: its operands are read about once."""
-    sizes = [_upper_bound(arg) for arg in call.args[3:]]
+    sizes = [_upper_bound(arg) for arg in conv_sizes(call)]
     if any(size is None for i, size in enumerate(sizes) if i != CONV_FIRST_PIXEL):
         return 1.0
     _, _, channels, out_channels, kh, kw, *_rest, count, groups, _panel = sizes
@@ -425,14 +427,28 @@ class _Accesses:
 
     def conv(self, call: tir.Intrinsic) -> None:
         # every size but the first pixel (which moves with the loop) bounds the regions
-        bounds = self.sizes(call.args[3:], skip=CONV_FIRST_PIXEL)
+        bounds = self.sizes(conv_sizes(call), skip=CONV_FIRST_PIXEL)
         if bounds is not None:
-            self.image_weight_out(call.args[:3], conv_regions(bounds, call.name == DEPTHWISE_CONV_INTRINSIC))
+            regions = conv_regions(bounds, call.name == DEPTHWISE_CONV_INTRINSIC)
+            self.image_weight_out(call.args[:3], regions)
+            self.epilogue(call, bounds[3], regions[2])
 
     def winograd(self, call: tir.Intrinsic) -> None:
         bounds = self.sizes(call.args[3:])
         if bounds is not None:
             self.image_weight_out(call.args[:3], winograd_regions(bounds))
+
+    def epilogue(self, call: tir.Intrinsic, channels: int, out_extent: int) -> None:
+        """What a convolution's epilogue reads: a bias per output channel, a residual laid
+        out as the output."""
+        epilogue = ConvEpilogue.of(call)
+        if epilogue is None:
+            return
+        for load, extent in ((epilogue.bias, channels), (epilogue.residual, out_extent)):
+            if load is not None:
+                for index in load.indices:
+                    self.expr(index)
+                self.note(self.reads, load.buffer, self.access(load.buffer, load.indices, extent - 1))
 
     def sizes(self, sizes: Sequence[tir.PrimExpr], skip: int = -1) -> tuple[int, ...] | None:
         """The upper bounds of a kernel call's size arguments (the one at ``skip`` 0), or
