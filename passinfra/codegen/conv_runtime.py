@@ -89,6 +89,7 @@ RUNTIME_SYMBOL = "raypass_conv_runtime"
 CONV_FUNCTION = "rp_conv2d_f32"
 # the same with an element-wise epilogue applied as the outputs are stored
 CONV_EPILOGUE_FUNCTION = "rp_conv2d_f32_epi"
+DEPTHWISE_EPILOGUE_FUNCTION = "rp_dwconv2d_f32_epi"
 DEPTHWISE_FUNCTION = "rp_dwconv2d_f32"
 # a stride-1 3x3 convolution by Winograd's F(m x m, 3x3) (passinfra.codegen.compute.conv_winograd)
 WINOGRAD_FUNCTION = "rp_winograd_f32"
@@ -116,6 +117,10 @@ extern int {name}(const float* image, const float* weight, float* out, int64_t H
     for name in (CONV_FUNCTION, DEPTHWISE_FUNCTION)) + f"""
 extern int {CONV_EPILOGUE_FUNCTION}(const float* image, const float* weight, float* out, int64_t H, int64_t W,
     int64_t C, int64_t OC, int64_t KH, int64_t KW, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
+    int64_t pt, int64_t pl, int64_t OW, int64_t first, int64_t count, int64_t groups, int64_t panel,
+    int64_t flags, float p0, float p1, const float* bias, const float* residual);
+extern int {DEPTHWISE_EPILOGUE_FUNCTION}(const float* image, const float* weight, float* out, int64_t H,
+    int64_t W, int64_t C, int64_t OC, int64_t KH, int64_t KW, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
     int64_t pt, int64_t pl, int64_t OW, int64_t first, int64_t count, int64_t groups, int64_t panel,
     int64_t flags, float p0, float p1, const float* bias, const float* residual);
 extern int {WINOGRAD_FUNCTION}(const float* image, const float* transform, float* out, int64_t H, int64_t W,
@@ -258,8 +263,8 @@ def render_conv_call(args: Sequence[str], depthwise: bool = False,
     """The C call of a ``rp_conv2d`` (or ``rp_dwconv2d``) intrinsic whose rendered
     arguments are ``args`` (the three buffer loads first: their addresses are passed),
     with ``epilogue`` (:class:`~passinfra.tir.intrinsics.ConvEpilogue`) the call of
-    ``rp_conv2d_f32_epi``: its flags and parameters, then the bias and residual loads'
-    addresses (0 for one it has not)."""
+    ``rp_conv2d_f32_epi`` (``rp_dwconv2d_f32_epi``): its flags and parameters, then the bias
+    and residual loads' addresses (0 for one it has not)."""
     image, weight, out = args[:3]
     sizes = list(args[3:3 + CONV_SIZE_ARGS])
     if epilogue is None:
@@ -269,7 +274,8 @@ def render_conv_call(args: Sequence[str], depthwise: bool = False,
     pointers = [f"&{loads.pop(0)}" if load is not None else "0"
                 for load in (epilogue.bias, epilogue.residual)]
     rest = ", ".join([*sizes, flags, p0, p1, *pointers])
-    return f"{CONV_EPILOGUE_FUNCTION}(&{image}, &{weight}, &{out}, {rest})"
+    function = DEPTHWISE_EPILOGUE_FUNCTION if depthwise else CONV_EPILOGUE_FUNCTION
+    return f"{function}(&{image}, &{weight}, &{out}, {rest})"
 
 
 # the microkernels, declared in every kernel that calls them; LinkLibrary links their object
@@ -282,7 +288,8 @@ register_intrinsic_renderer(CONV_INTRINSIC, IntrinsicRenderer(
     lambda renderer, node, args: render_conv_call(args, epilogue=ConvEpilogue.of(node)),
     CONV_RUNTIME_LIBRARY))
 register_intrinsic_renderer(DEPTHWISE_CONV_INTRINSIC, IntrinsicRenderer(
-    lambda renderer, node, args: render_conv_call(args, depthwise=True), CONV_RUNTIME_LIBRARY))
+    lambda renderer, node, args: render_conv_call(args, depthwise=True, epilogue=ConvEpilogue.of(node)),
+    CONV_RUNTIME_LIBRARY))
 register_intrinsic_renderer(WINOGRAD_INTRINSIC, IntrinsicRenderer(
     lambda renderer, node, args: f"{WINOGRAD_FUNCTION}(&{args[0]}, &{args[1]}, &{args[2]}, "
                                  f"{', '.join(args[3:])})", CONV_RUNTIME_LIBRARY))

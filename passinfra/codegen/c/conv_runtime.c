@@ -1013,22 +1013,45 @@ int rp_winograd_f32(const float* image, const float* U, float* out, int64_t H, i
 typedef struct {
   const float* image; const float* weight;
   int64_t H, W, C, KH, KW, sh, sw, dh, dw, pt, pl, OW;
+  const rp_conv_epi* epi;  /* the call's epilogue, applied as the tiles store; or NULL */
 } rp_dw;
 
-#define RP_DW_PIXEL(ISA_, NAME, TARGET, VEC, LANES, MASK_T, LOAD, ZERO, FMA, STORE) \
+/* Every depthwise tile is compiled twice: as it was (EPI 0), and applying the epilogue to
+   its sums in registers before its stores (EPI 1, names ending in e), for calls that carry
+   one. One function for both cost the tiles 5-6% where no epilogue was applied (ShuffleNet's
+   3x3 layers: other registers for their loops); applying it after the stores, per tile,
+   1.57x. The tiles' sums are acc[p][0] (pixel p at out + p*C, the lanes' channels from c). */
+#define RP_DW_EPI_BIAS256(v) RP_LOAD_256(e_->bias + ch_)
+#define RP_DW_EPI_RES256(p, v) RP_LOAD_256(e_->residual + off_ + (p) * g->C)
+#define RP_DW_EPI_BIAS512(v) RP_LOAD_512(e_->bias + ch_)
+#define RP_DW_EPI_RES512(p, v) RP_LOAD_512(e_->residual + off_ + (p) * g->C)
+#define RP_EPI_ADD256 _mm256_add_ps
+#define RP_EPI_MUL256 _mm256_mul_ps
+#define RP_EPI_SET1256 _mm256_set1_ps
+#define RP_EPI_ADD512 _mm512_add_ps
+#define RP_EPI_MUL512 _mm512_mul_ps
+#define RP_EPI_SET1512 _mm512_set1_ps
+#define RP_DW_EPI(EPI, PX, VEC, ISA) \
+  if (EPI) { \
+    RP_EPI_APPLY(1, c, PX, 1, VEC, RP_EPI_ADD##ISA, RP_EPI_MUL##ISA, rp_epi_max##ISA, rp_epi_min##ISA, \
+                 RP_EPI_SET1##ISA, RP_DW_EPI_BIAS##ISA, RP_DW_EPI_RES##ISA) \
+  }
+
+#define RP_DW_PIXEL(ISA_, EPI, NAME, TARGET, VEC, LANES, MASK_T, LOAD, ZERO, FMA, STORE) \
 TARGET static void NAME(const rp_dw* g, int64_t oy, int64_t ox, int64_t c, MASK_T m, float* out) { \
   RP_FULL_##ISA_; \
-  VEC acc = ZERO; \
+  VEC acc[1][1] = {{ZERO}}; \
   for (int64_t ry = 0; ry < g->KH; ry++) { \
     int64_t iy = oy * g->sh + ry * g->dh - g->pt; \
     if (iy < 0 || iy >= g->H) continue; \
     for (int64_t rx = 0; rx < g->KW; rx++) { \
       int64_t ix = ox * g->sw + rx * g->dw - g->pl; \
       VEC x = (ix >= 0 && ix < g->W) ? LOAD(g->image + (iy * g->W + ix) * g->C + c) : ZERO; \
-      acc = FMA(x, LOAD(g->weight + (ry * g->KW + rx) * g->C + c), acc); \
+      acc[0][0] = FMA(x, LOAD(g->weight + (ry * g->KW + rx) * g->C + c), acc[0][0]); \
     } \
   } \
-  STORE(out, acc); \
+  RP_DW_EPI(EPI, 1, VEC, ISA_) \
+  STORE(out, acc[0][0]); \
 }
 
 /* A tile's sums of every tap row, its inputs read with LD: whole vectors (plain loads)
@@ -1051,43 +1074,45 @@ TARGET static void NAME(const rp_dw* g, int64_t oy, int64_t ox, int64_t c, MASK_
     } \
     _Pragma("GCC unroll 8") for (int rx = 0; rx < K; rx++) { \
       VEC w = LD(wr + rx * g->C); \
-      a0 = FMA(x[rx], w, a0); \
-      a1 = FMA(x[S + rx], w, a1); \
-      a2 = FMA(x[2 * S + rx], w, a2); \
-      a3 = FMA(x[3 * S + rx], w, a3); \
+      acc[0][0] = FMA(x[rx], w, acc[0][0]); \
+      acc[1][0] = FMA(x[S + rx], w, acc[1][0]); \
+      acc[2][0] = FMA(x[2 * S + rx], w, acc[2][0]); \
+      acc[3][0] = FMA(x[3 * S + rx], w, acc[3][0]); \
     } \
   }
 
-#define RP_DW_ROW4(ISA_, NAME, K, S, TARGET, VEC, MASK_T, LOAD, ZERO, FMA, STORE) \
+#define RP_DW_ROW4(ISA_, EPI, NAME, K, S, TARGET, VEC, MASK_T, LOAD, ZERO, FMA, STORE) \
 TARGET static void NAME##_##K##_##S(const rp_dw* g, int64_t oy, int64_t ox, int64_t c, MASK_T m, \
                                     float* out) { \
   RP_FULL_##ISA_; \
   enum { XW = 3 * S + K }; \
-  VEC a0 = ZERO, a1 = ZERO, a2 = ZERO, a3 = ZERO; \
+  VEC acc[4][1] = {{ZERO}, {ZERO}, {ZERO}, {ZERO}}; \
   const int64_t ix0 = ox * S - g->pl; \
   const int inside = ix0 >= 0 && ix0 + XW <= g->W; \
   if (RP_WHOLE_##ISA_) { RP_DW_ROW4_SUM(RP_LOADU_##ISA_, VEC, ZERO, FMA, K, S) } \
   else { RP_DW_ROW4_SUM(LOAD, VEC, ZERO, FMA, K, S) } \
-  STORE(out, a0); STORE(out + g->C, a1); STORE(out + 2 * g->C, a2); STORE(out + 3 * g->C, a3); \
+  RP_DW_EPI(EPI, 4, VEC, ISA_) \
+  STORE(out, acc[0][0]); STORE(out + g->C, acc[1][0]); STORE(out + 2 * g->C, acc[2][0]); \
+  STORE(out + 3 * g->C, acc[3][0]); \
 }
 
-#define RP_DW_ISA(ISA, TARGET, VEC, LANES, MASK_T, LOAD, ZERO, FMA, STORE) \
-RP_DW_PIXEL(ISA, rp_dw_pixel_##ISA, TARGET, VEC, LANES, MASK_T, LOAD, ZERO, FMA, STORE) \
-RP_DW_ROW4(ISA, rp_dw_row4_##ISA, 3, 1, TARGET, VEC, MASK_T, LOAD, ZERO, FMA, STORE) \
-RP_DW_ROW4(ISA, rp_dw_row4_##ISA, 3, 2, TARGET, VEC, MASK_T, LOAD, ZERO, FMA, STORE) \
-RP_DW_ROW4(ISA, rp_dw_row4_##ISA, 5, 1, TARGET, VEC, MASK_T, LOAD, ZERO, FMA, STORE) \
-RP_DW_ROW4(ISA, rp_dw_row4_##ISA, 5, 2, TARGET, VEC, MASK_T, LOAD, ZERO, FMA, STORE) \
-RP_DW_ROW4(ISA, rp_dw_row4_##ISA, 7, 1, TARGET, VEC, MASK_T, LOAD, ZERO, FMA, STORE) \
-typedef void (*rp_dw_fn_##ISA)(const rp_dw*, int64_t, int64_t, int64_t, MASK_T, float*); \
-static rp_dw_fn_##ISA rp_dw_row4_for_##ISA(const rp_dw* g) { \
+#define RP_DW_ISA(ISA, V, EPI, TARGET, VEC, LANES, MASK_T, LOAD, ZERO, FMA, STORE) \
+RP_DW_PIXEL(ISA, EPI, rp_dw_pixel_##ISA##V, TARGET, VEC, LANES, MASK_T, LOAD, ZERO, FMA, STORE) \
+RP_DW_ROW4(ISA, EPI, rp_dw_row4_##ISA##V, 3, 1, TARGET, VEC, MASK_T, LOAD, ZERO, FMA, STORE) \
+RP_DW_ROW4(ISA, EPI, rp_dw_row4_##ISA##V, 3, 2, TARGET, VEC, MASK_T, LOAD, ZERO, FMA, STORE) \
+RP_DW_ROW4(ISA, EPI, rp_dw_row4_##ISA##V, 5, 1, TARGET, VEC, MASK_T, LOAD, ZERO, FMA, STORE) \
+RP_DW_ROW4(ISA, EPI, rp_dw_row4_##ISA##V, 5, 2, TARGET, VEC, MASK_T, LOAD, ZERO, FMA, STORE) \
+RP_DW_ROW4(ISA, EPI, rp_dw_row4_##ISA##V, 7, 1, TARGET, VEC, MASK_T, LOAD, ZERO, FMA, STORE) \
+typedef void (*rp_dw_fn_##ISA##V)(const rp_dw*, int64_t, int64_t, int64_t, MASK_T, float*); \
+static rp_dw_fn_##ISA##V rp_dw_row4_for_##ISA##V(const rp_dw* g) { \
   if (g->dw != 1) return 0; \
-  if (g->KW == 3) return g->sw == 1 ? rp_dw_row4_##ISA##_3_1 : g->sw == 2 ? rp_dw_row4_##ISA##_3_2 : 0; \
-  if (g->KW == 5) return g->sw == 1 ? rp_dw_row4_##ISA##_5_1 : g->sw == 2 ? rp_dw_row4_##ISA##_5_2 : 0; \
-  if (g->KW == 7) return g->sw == 1 ? rp_dw_row4_##ISA##_7_1 : 0; \
+  if (g->KW == 3) return g->sw == 1 ? rp_dw_row4_##ISA##V##_3_1 : g->sw == 2 ? rp_dw_row4_##ISA##V##_3_2 : 0; \
+  if (g->KW == 5) return g->sw == 1 ? rp_dw_row4_##ISA##V##_5_1 : g->sw == 2 ? rp_dw_row4_##ISA##V##_5_2 : 0; \
+  if (g->KW == 7) return g->sw == 1 ? rp_dw_row4_##ISA##V##_7_1 : 0; \
   return 0; \
 } \
-TARGET static void rp_dw_rows_##ISA(const rp_dw* g, int64_t oy, float* out) { \
-  rp_dw_fn_##ISA row4 = rp_dw_row4_for_##ISA(g); \
+TARGET static void rp_dw_rows_##ISA##V(const rp_dw* g, int64_t oy, float* out) { \
+  rp_dw_fn_##ISA##V row4 = rp_dw_row4_for_##ISA##V(g); \
   int64_t ox = 0; \
   if (row4 && g->OW >= 4) { \
     /* the last tile ends at the row's end, computing again pixels the previous tile \
@@ -1095,24 +1120,26 @@ TARGET static void rp_dw_rows_##ISA(const rp_dw* g, int64_t oy, float* out) { \
        on the single-pixel path, which is half as fast */ \
     for (; ox < g->OW; ox += 4) { \
       if (ox + 4 > g->OW) ox = g->OW - 4; \
-      if (RP_DW_ROW8_##ISA(g, oy, ox, out)) { ox += 4; continue; } /* eight pixels done */ \
+      if (RP_DW_ROW8_##ISA(V, g, oy, ox, out)) { ox += 4; continue; } /* eight pixels done */ \
       for (int64_t c = 0; c < g->C; c += LANES) \
         row4(g, oy, ox, c, RP_MASK_##ISA(g->C - c), out + ox * g->C + c); \
     } \
   } \
   for (; ox < g->OW; ox++) \
     for (int64_t c = 0; c < g->C; c += LANES) \
-      rp_dw_pixel_##ISA(g, oy, ox, c, RP_MASK_##ISA(g->C - c), out + ox * g->C + c); \
+      rp_dw_pixel_##ISA##V(g, oy, ox, c, RP_MASK_##ISA(g->C - c), out + ox * g->C + c); \
 }
 
-#define RP_DW_ROW8_512(g, oy, ox, out) 0  /* 4 pixels of 16 lanes already keep the FMA units busy */
+#define RP_DW_ROW8_512(V, g, oy, ox, out) 0  /* 4 pixels of 16 lanes already keep the FMA units busy */
 #define RP_MASK_512(n) ((n) >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n)) - 1u))
 #define RP_FULL_512 (void)0
 #define RP_WHOLE_512 0  /* one body: AVX-512's masked loads cost nothing */
 #define RP_LOADU_512(p) RP_LOAD_512(p)
 #define RP_LOAD_512(p) _mm512_maskz_loadu_ps(m, (p))
 #define RP_STORE_512(p, v) _mm512_mask_storeu_ps((p), m, (v))
-RP_DW_ISA(512, __attribute__((target("avx512f"))), __m512, 16, __mmask16, RP_LOAD_512, _mm512_setzero_ps(),
+RP_DW_ISA(512, , 0, __attribute__((target("avx512f"))), __m512, 16, __mmask16, RP_LOAD_512, _mm512_setzero_ps(),
+          _mm512_fmadd_ps, RP_STORE_512)
+RP_DW_ISA(512, e, 1, __attribute__((target("avx512f"))), __m512, 16, __mmask16, RP_LOAD_512, _mm512_setzero_ps(),
           _mm512_fmadd_ps, RP_STORE_512)
 
 #define RP_MASK_256(n) _mm256_cmpgt_epi32(_mm256_set1_epi32((n) >= 8 ? 8 : (int)(n)), \
@@ -1142,41 +1169,51 @@ RP_DW_ISA(512, __attribute__((target("avx512f"))), __m512, 16, __mmask16, RP_LOA
     _Pragma("GCC unroll 8") for (int rx = 0; rx < K; rx++) { \
       const __m256 w = LD(wr + rx * g->C); \
       _Pragma("GCC unroll 8") for (int p = 0; p < 8; p++) \
-        a[p] = _mm256_fmadd_ps(LD(row + (p * S + rx) * g->C), w, a[p]); \
+        acc[p][0] = _mm256_fmadd_ps(LD(row + (p * S + rx) * g->C), w, acc[p][0]); \
     } \
   }
-#define RP_DW_ROW8(K, S) \
-__attribute__((target("avx2,fma"))) static void rp_dw_row8_256_##K##_##S( \
+#define RP_DW_ROW8(V, EPI, K, S) \
+__attribute__((target("avx2,fma"))) static void rp_dw_row8_256##V##_##K##_##S( \
     const rp_dw* g, int64_t oy, int64_t ox, int64_t c, __m256i m, float* out) { \
   RP_FULL_256; \
-  __m256 a[8]; \
-  _Pragma("GCC unroll 8") for (int p = 0; p < 8; p++) a[p] = _mm256_setzero_ps(); \
+  __m256 acc[8][1]; \
+  _Pragma("GCC unroll 8") for (int p = 0; p < 8; p++) acc[p][0] = _mm256_setzero_ps(); \
   const int64_t ix0 = ox * S - g->pl; \
   if (full) { RP_DW_ROW8_SUM(_mm256_loadu_ps, K, S) } \
   else { RP_DW_ROW8_SUM(RP_LOAD_256, K, S) } \
-  _Pragma("GCC unroll 8") for (int p = 0; p < 8; p++) RP_STORE_256(out + p * g->C, a[p]); \
+  RP_DW_EPI(EPI, 8, __m256, 256) \
+  _Pragma("GCC unroll 8") for (int p = 0; p < 8; p++) RP_STORE_256(out + p * g->C, acc[p][0]); \
 }
-RP_DW_ROW8(3, 1) RP_DW_ROW8(3, 2) RP_DW_ROW8(5, 1) RP_DW_ROW8(5, 2) RP_DW_ROW8(7, 1)
+#define RP_DW_ROW8S(V, EPI) \
+  RP_DW_ROW8(V, EPI, 3, 1) RP_DW_ROW8(V, EPI, 3, 2) RP_DW_ROW8(V, EPI, 5, 1) RP_DW_ROW8(V, EPI, 5, 2) \
+  RP_DW_ROW8(V, EPI, 7, 1)
+RP_DW_ROW8S(, 0)
+RP_DW_ROW8S(e, 1)
 
 /* pixels ox .. ox+8 of output row oy on an eight-pixel tile, every channel: whether they
    were (one output row, taps inside the image's columns, a kernel width and stride the
    tiles have) */
-__attribute__((target("avx2,fma"))) static int rp_dw_row8_256(const rp_dw* g, int64_t oy, int64_t ox,
-                                                                float* out) {
-  typedef void (*row8_fn)(const rp_dw*, int64_t, int64_t, int64_t, __m256i, float*);
-  const int64_t ix0 = ox * g->sw - g->pl;
-  if (g->dw != 1 || ox + 8 > g->OW || ix0 < 0 || ix0 + 7 * g->sw + g->KW > g->W) return 0;
-  row8_fn fn = 0;
-  if (g->KW == 3) fn = g->sw == 1 ? rp_dw_row8_256_3_1 : g->sw == 2 ? rp_dw_row8_256_3_2 : 0;
-  else if (g->KW == 5) fn = g->sw == 1 ? rp_dw_row8_256_5_1 : g->sw == 2 ? rp_dw_row8_256_5_2 : 0;
-  else if (g->KW == 7) fn = g->sw == 1 ? rp_dw_row8_256_7_1 : 0;
-  if (!fn) return 0;
-  for (int64_t c = 0; c < g->C; c += 8) fn(g, oy, ox, c, RP_MASK_256(g->C - c), out + ox * g->C + c);
-  return 1;
+#define RP_DW_ROW8_SELECT(V) \
+__attribute__((target("avx2,fma"))) static int rp_dw_row8_256##V(const rp_dw* g, int64_t oy, int64_t ox, \
+                                                                  float* out) { \
+  typedef void (*row8_fn)(const rp_dw*, int64_t, int64_t, int64_t, __m256i, float*); \
+  const int64_t ix0 = ox * g->sw - g->pl; \
+  if (g->dw != 1 || ox + 8 > g->OW || ix0 < 0 || ix0 + 7 * g->sw + g->KW > g->W) return 0; \
+  row8_fn fn = 0; \
+  if (g->KW == 3) fn = g->sw == 1 ? rp_dw_row8_256##V##_3_1 : g->sw == 2 ? rp_dw_row8_256##V##_3_2 : 0; \
+  else if (g->KW == 5) fn = g->sw == 1 ? rp_dw_row8_256##V##_5_1 : g->sw == 2 ? rp_dw_row8_256##V##_5_2 : 0; \
+  else if (g->KW == 7) fn = g->sw == 1 ? rp_dw_row8_256##V##_7_1 : 0; \
+  if (!fn) return 0; \
+  for (int64_t c = 0; c < g->C; c += 8) fn(g, oy, ox, c, RP_MASK_256(g->C - c), out + ox * g->C + c); \
+  return 1; \
 }
-#define RP_DW_ROW8_256(g, oy, ox, out) rp_dw_row8_256((g), (oy), (ox), (out))
+RP_DW_ROW8_SELECT()
+RP_DW_ROW8_SELECT(e)
+#define RP_DW_ROW8_256(V, g, oy, ox, out) rp_dw_row8_256##V((g), (oy), (ox), (out))
 
-RP_DW_ISA(256, __attribute__((target("avx2,fma"))), __m256, 8, __m256i, RP_LOAD_256, _mm256_setzero_ps(),
+RP_DW_ISA(256, , 0, __attribute__((target("avx2,fma"))), __m256, 8, __m256i, RP_LOAD_256, _mm256_setzero_ps(),
+          _mm256_fmadd_ps, RP_STORE_256)
+RP_DW_ISA(256, e, 1, __attribute__((target("avx2,fma"))), __m256, 8, __m256i, RP_LOAD_256, _mm256_setzero_ps(),
           _mm256_fmadd_ps, RP_STORE_256)
 
 /* portable: one pixel and up to 64 channels at a time, the same order (no fused multiply-add) */
@@ -1199,6 +1236,9 @@ static void rp_dw_rows_c(const rp_dw* g, int64_t oy, float* out) {
           }
         }
       }
+      if (g->epi)
+        for (int64_t c = 0; c < n; c++)
+          acc[c] = rp_epi1(g->epi, acc[c], out + ox * g->C + c0 + c - g->epi->out0, c0 + c);
       for (int64_t c = 0; c < n; c++) out[ox * g->C + c0 + c] = acc[c];
     }
 }
@@ -1209,21 +1249,39 @@ static int rp_dw_rows(void* ctx, int64_t begin, int64_t end) {
   const rp_dw_job* job = (const rp_dw_job*)ctx;
   for (int64_t r = begin; r < end; r++) {
     float* out = job->out + r * job->g.OW * job->g.C;
-    if (job->level == 2) rp_dw_rows_512(&job->g, job->first_row + r, out);
-    else if (job->level == 1) rp_dw_rows_256(&job->g, job->first_row + r, out);
+    const int epi = job->g.epi != 0;
+    if (job->level == 2) (epi ? rp_dw_rows_512e : rp_dw_rows_512)(&job->g, job->first_row + r, out);
+    else if (job->level == 1) (epi ? rp_dw_rows_256e : rp_dw_rows_256)(&job->g, job->first_row + r, out);
     else rp_dw_rows_c(&job->g, job->first_row + r, out);
   }
   return 0;
 }
 
 /* output rows first/OW .. (first+count)/OW (whole rows), every channel */
+static int rp_dwconv2d_run(const float* image, const float* weight, float* out, int64_t H, int64_t W,
+    int64_t C, int64_t KH, int64_t KW, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
+    int64_t pt, int64_t pl, int64_t OW, int64_t first, int64_t count, const rp_conv_epi* epi) {
+  int level = __atomic_load_n(&rp_conv_level, __ATOMIC_RELAXED);
+  if (level < 0) level = raypass_conv_isa(-1);
+  rp_dw_job job = {{image, weight, H, W, C, KH, KW, sh, sw, dh, dw, pt, pl, OW, epi}, out, first / OW, level};
+  int64_t work = OW * C * KH * KW / 8;  /* a vectorized multiply-add is ~1/8 of a work unit */
+  return rp_parallel_for(rp_dw_rows, &job, count / OW, work > 0 ? work : 1);
+}
+
 int rp_dwconv2d_f32(const float* image, const float* weight, float* out, int64_t H, int64_t W,
     int64_t C, int64_t OC, int64_t KH, int64_t KW, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
     int64_t pt, int64_t pl, int64_t OW, int64_t first, int64_t count, int64_t groups, int64_t panel) {
   (void)OC; (void)groups; (void)panel;
-  int level = __atomic_load_n(&rp_conv_level, __ATOMIC_RELAXED);
-  if (level < 0) level = raypass_conv_isa(-1);
-  rp_dw_job job = {{image, weight, H, W, C, KH, KW, sh, sw, dh, dw, pt, pl, OW}, out, first / OW, level};
-  int64_t work = OW * C * KH * KW / 8;  /* a vectorized multiply-add is ~1/8 of a work unit */
-  return rp_parallel_for(rp_dw_rows, &job, count / OW, work > 0 ? work : 1);
+  return rp_dwconv2d_run(image, weight, out, H, W, C, KH, KW, sh, sw, dh, dw, pt, pl, OW, first, count, 0);
+}
+
+/* the same with the epilogue (as rp_conv2d_f32_epi) */
+int rp_dwconv2d_f32_epi(const float* image, const float* weight, float* out, int64_t H, int64_t W,
+    int64_t C, int64_t OC, int64_t KH, int64_t KW, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
+    int64_t pt, int64_t pl, int64_t OW, int64_t first, int64_t count, int64_t groups, int64_t panel,
+    int64_t flags, float p0, float p1, const float* bias, const float* residual) {
+  (void)OC; (void)groups; (void)panel;
+  const rp_conv_epi epi = {out, flags & RP_EPI_BIAS ? bias : 0, flags & RP_EPI_RESIDUAL ? residual : 0,
+                           (flags & RP_EPI_RESIDUAL_FIRST) != 0, (int)(flags & RP_EPI_ACT_MASK), p0, p1};
+  return rp_dwconv2d_run(image, weight, out, H, W, C, KH, KW, sh, sw, dh, dw, pt, pl, OW, first, count, &epi);
 }

@@ -12,10 +12,12 @@ the same order as the loop would (its max and min keep NaN operands as the code
 generator's do), so either way gives the same bits; ``codegen.conv_fuse_epilogue`` =
 False keeps every loop (for A/B measurements).
 
-Depthwise and Winograd convolutions keep their loops: carrying the epilogue in the
-depthwise tiles cost them 5-6% where none was applied (ShuffleNet's 3x3 depthwise layers:
-the tiles' registers), and applying it per tile after their stores 1.57x (a call per four
-pixels); Winograd's output transform with the epilogue made resnet20 1.03x slower.
+The depthwise kernel has a second set of tiles that apply the epilogue (the tiles without
+one stay as they were: one set for both cost ShuffleNet's 3x3 depthwise layers 5-6% where
+none was applied); a depthwise convolution's bias alone keeps its loop (fused, 1.06x their
+time), with an activation it is fused (MobileNetV3-like's layers 0.93-0.96x). Winograd
+convolutions keep their loops: the epilogue in the output transform made resnet20 1.03x
+slower.
 
 Measured (one Zen 3 core, whole models, interleaved; ``python -m bench.conv_epilogue``,
 ``bench/results_conv_epilogue.md``): the bound, every epilogue loop left out, is
