@@ -464,6 +464,34 @@ def build_time(rounds: int) -> list[str]:
 # --------------------------------------------------------------------------- main
 
 
+def models_main(argv: list[str] | None, module: str, doc: str, default_models: tuple[str, ...], output: Path,
+                compare: Callable[[str, onnx.ModelProto, int], dict[str, Any]],
+                render: Callable[[list[dict[str, Any]], str], str]) -> int:
+    """The command line of a benchmark that builds some of these models in variants and
+    compares them (``python -m MODULE [--models SUBSTRING,...] [--repeats R] [--output
+    PATH]``): ``compare(label, model, repeats)`` a row per model, ``render(rows, command)``
+    the markdown written to the output."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--models", default=",".join(default_models),
+                        help="comma-separated substrings of bench.vs_onnxruntime's model names")
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--output", type=Path, default=output)
+    args = parser.parse_args(argv)
+    models = all_models()
+    rows = []
+    for wanted in args.models.split(","):
+        label = next((name for name in models if wanted in name), None)
+        if label is None:
+            parser.error(f"no model matches {wanted!r}; models: {', '.join(models)}")
+        print(f"{label} ...", flush=True)
+        rows.append(compare(label, models[label](), args.repeats))
+    command = f"python -m {module} " + " ".join(argv if argv is not None else [])
+    text = render(rows, command.strip())
+    args.output.write_text(text)
+    print(text)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.vs_onnxruntime", description=__doc__.split("\n\n")[0]

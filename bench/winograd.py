@@ -17,7 +17,6 @@ each Winograd build's outputs from the direct one's over their largest magnitude
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ import numpy as np
 
 from bench.codegen import model_inputs
 from bench.common import interleaved, machine_notes, markdown_table, ratio
-from bench.vs_onnxruntime import _flat, all_models, block, block_calls, build_library, geomean, kernel_ops
+from bench.vs_onnxruntime import _flat, block, block_calls, build_library, geomean, kernel_ops, models_main
 from passinfra.codegen.compute.conv_plan import WINOGRAD_CONFIG, target_isa
 from passinfra.codegen.compute.conv_winograd import TILE_CONFIG
 
@@ -101,25 +100,7 @@ def render(rows: list[dict[str, Any]], command: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default=",".join(DEFAULT_MODELS),
-                        help="comma-separated substrings of bench.vs_onnxruntime's model names")
-    parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--output", type=Path, default=OUTPUT)
-    args = parser.parse_args(argv)
-    models = all_models()
-    rows = []
-    for wanted in args.models.split(","):
-        label = next((name for name in models if wanted in name), None)
-        if label is None:
-            parser.error(f"no model matches {wanted!r}; models: {', '.join(models)}")
-        print(f"{label} ...", flush=True)
-        rows.append(compare(label, models[label](), args.repeats))
-    command = "python -m bench.winograd " + " ".join(argv if argv is not None else [])
-    text = render(rows, command.strip())
-    args.output.write_text(text)
-    print(text)
-    return 0
+    return models_main(argv, "bench.winograd", __doc__, DEFAULT_MODELS, OUTPUT, compare, render)
 
 
 if __name__ == "__main__":
