@@ -15,11 +15,13 @@ in bursts that a median keeps), in microseconds.
 ``--models``: bench.conv_models' MobileNetV3-like, RegNetX-like and ResNet-50 through
 onnxruntime's ``quantize_static`` (bench.quantized.static_qdq: QDQ, per-channel int8
 weights of 8 bits or, ``--bits 7``, 7), each built by each tree in a process of its own
-(its own raypass, its own runtime), one thread; the processes answer in turn, round after
-round, with the best of a block of calls; milliseconds, the best round per tree.
+(its own raypass, its own runtime), on one thread or ``--threads``; the processes answer in
+turn (each first in every other round), round after round, with the best of a block of
+calls; milliseconds, the best round per tree, and the median of the rounds' ratios (two
+threads on a shared machine: a round's best varies more than one thread's).
 
     python -m bench.qgemm_shapes --before /tmp/before [--bits 8] [--rounds 25]
-        [--shapes mobilenet|resnet | --models] [--output FILE]
+        [--shapes mobilenet|resnet | --models [--threads N]] [--output FILE]
 """
 
 from __future__ import annotations
@@ -118,7 +120,7 @@ _SERVE = ("import sys, time\n"
           "model = onnx.load(sys.argv[1])\n"
           "with PassContext(opt_level=3, config={'codegen.cache_dir': sys.argv[2]}):\n"
           "    lib = build(from_onnx(model))\n"
-          "lib.set_num_threads(1)\n"
+          "lib.set_num_threads(int(sys.argv[4]))\n"
           "shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]\n"
           "x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)\n"
           "calls = int(sys.argv[3])\n"
@@ -131,8 +133,9 @@ _SERVE = ("import sys, time\n"
           "    print(best, flush=True)\n")
 
 
-def _serve(tree: Path, model: Path, cache: Path) -> subprocess.Popen:
-    process = subprocess.Popen([sys.executable, "-c", _SERVE, str(model), str(cache), str(MODEL_CALLS)],
+def _serve(tree: Path, model: Path, cache: Path, threads: int) -> subprocess.Popen:
+    process = subprocess.Popen([sys.executable, "-c", _SERVE, str(model), str(cache), str(MODEL_CALLS),
+                                str(threads)],
                                cwd=tree, env={**os.environ, "PYTHONPATH": python_path(tree)},
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     if process.stdout.readline().strip() != "ready":
@@ -147,8 +150,10 @@ def _ask(process: subprocess.Popen) -> float:
     return float(process.stdout.readline())
 
 
-def compare_models(trees: dict[str, Path], bits: int, rounds: int, tmp: Path) -> list[list[str]]:
-    """Rows of the whole models: (model, before ms, after ms, after / before)."""
+def compare_models(trees: dict[str, Path], bits: int, rounds: int, tmp: Path,
+                   threads: int = 1) -> list[list[str]]:
+    """Rows of the whole models: (model, before ms, after ms, after / before, the median and
+    quartiles of the rounds' after / before)."""
     from bench import conv_models
     from bench.quantized import static_qdq
 
@@ -156,18 +161,23 @@ def compare_models(trees: dict[str, Path], bits: int, rounds: int, tmp: Path) ->
     for name in MODELS:
         model = tmp / f"{name}.onnx"
         onnx.save(static_qdq(getattr(conv_models, name)(), str(tmp), reduce_range=bits == 7), model)
-        processes = {label: _serve(tree, model, tmp / f"cache-{label}") for label, tree in trees.items()}
+        processes = {label: _serve(tree, model, tmp / f"cache-{label}", threads)
+                     for label, tree in trees.items()}
         try:
-            best = {label: math.inf for label in processes}
-            for _ in range(rounds):
-                for label, process in processes.items():
-                    best[label] = min(best[label], _ask(process))
+            times: dict[str, list[float]] = {label: [] for label in processes}
+            for index in range(rounds):  # each tree first in every other round
+                for label in list(processes)[::1 if index % 2 == 0 else -1]:
+                    times[label].append(_ask(processes[label]))
         finally:
             for process in processes.values():
                 process.stdin.close()
                 process.wait(timeout=60)
+        best = {label: min(values) for label, values in times.items()}
+        ratios = np.array(times["after"]) / np.array(times["before"])
         rows.append([name, f"{best['before'] * 1e3:.2f}", f"{best['after'] * 1e3:.2f}",
-                     f"{best['after'] / best['before']:.2f}"])
+                     f"{best['after'] / best['before']:.3f}",
+                     f"{np.median(ratios):.3f} "
+                     f"[{np.percentile(ratios, 25):.3f}-{np.percentile(ratios, 75):.3f}]"])
         print(" | ".join(rows[-1]), flush=True)
     return rows
 
@@ -180,17 +190,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shapes", choices=sorted(SHAPES), default="mobilenet")
     parser.add_argument("--rounds", type=int, default=25)
     parser.add_argument("--models", action="store_true", help="the whole QDQ models instead of the shapes")
+    parser.add_argument("--threads", type=int, default=1, help="the models' threads (--models)")
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args(argv)
     if args.models:
         with tempfile.TemporaryDirectory(prefix="raypass-bench-qgemm-") as tmp:
             trees = {"before": args.before.resolve(), "after": args.after.resolve()}
-            rows = compare_models(trees, args.bits, args.rounds, Path(tmp))
+            rows = compare_models(trees, args.bits, args.rounds, Path(tmp), args.threads)
+        threads = "one thread" if args.threads == 1 else f"{args.threads} threads"
         report("Quantized models, before and after",
-               f"python -m bench.qgemm_shapes --models --bits {args.bits} --rounds {args.rounds}",
-               f"QDQ models ({args.bits}-bit weights), one thread, milliseconds: the best of {args.rounds} "
-               f"interleaved rounds of {MODEL_CALLS} calls, each tree's build in a process of its own.",
-               ["model", "before ms", "after ms", "after / before"], rows, args.output)
+               f"python -m bench.qgemm_shapes --models --bits {args.bits} --rounds {args.rounds} "
+               f"--threads {args.threads}",
+               f"QDQ models ({args.bits}-bit weights), {threads}, milliseconds: the best of {args.rounds} "
+               f"interleaved rounds of {MODEL_CALLS} calls, each tree's build in a process of its own; "
+               "and the median [quartiles] of the rounds' ratios.",
+               ["model", "before ms", "after ms", "after / before", "rounds' after / before"], rows,
+               args.output)
         return 0
     rows, totals = [], {"before": 0.0, "after": 0.0}
     with tempfile.TemporaryDirectory(prefix="raypass-bench-qgemm-") as tmp:

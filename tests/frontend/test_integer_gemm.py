@@ -187,6 +187,29 @@ def test_a_weight_whose_pairs_fit_sixteen_bits_runs_on_vpmaddubsw_exactly(rows, 
         assert took[7 if fits else 1] == 1, took
 
 
+# 784 rows (28 x 28 pixels): blocks of 256 rows on one thread, as even as whole steps of 32
+# allow on more (c/qgemm.c, rp_qgemm_block_rows); 40 columns: two panels, row mode; 300:
+# ten, panel mode; a 7-bit weight (VPMADDUBSW, A read in place) and a full-range one
+@pytest.mark.parametrize(("n", "limit"), [(40, 63), (300, 127)])
+def test_the_rows_split_over_any_thread_count_give_the_same_bits(n, limit, cache_dir):
+    model, _ = matmul_integer((784, 72), n, "uint8", "int8", "one", "none", seed=n)
+    rng = np.random.default_rng(n)
+    b = rng.integers(-limit, limit + 1, (72, n)).astype(np.int8)
+    for init in model.graph.initializer:
+        if init.name == "B":
+            init.CopyFrom(numpy_helper.from_array(b, "B"))
+    a = rng.integers(0, 256, (784, 72)).astype(np.uint8)
+    expected = _exact(model, {"A": a})
+    _, lib = _build(model, cache_dir)
+    original = lib.num_threads
+    try:
+        for threads in (1, 2, 3, 4, 7):
+            lib.set_num_threads(threads)
+            assert np.array_equal(lib(a), expected), threads
+    finally:
+        lib.set_num_threads(original)
+
+
 @pytest.mark.parametrize(("k", "n", "dtype"), [(1, 1, "int8"), (6, 35, "uint8"), (64, 32, "int8"),
                                                (9, 70, "uint8"), (70, 16, "int8"), (5, 12, "uint8")])
 def test_panels_round_trip(k, n, dtype):

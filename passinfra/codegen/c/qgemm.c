@@ -118,6 +118,7 @@ typedef struct {
      an image: A' is A, and a row's last group of four ends at K) */
   int64_t a_stride;
   int in_place;
+  int64_t block_rows;      /* rows of a work item's block (rp_qgemm_block_rows) */
 } rp_qgemm;
 
 static uint32_t rp_qgemm_za(const rp_qgemm* g, int64_t m) {
@@ -857,10 +858,35 @@ static int rp_qgemm_rows(const rp_qgemm* g, int body, int64_t m, const uint8_t* 
   return rp_qgemm_tile_c(g, m, panel, sums), 1;
 }
 
-/* rows of A a work item computes (a multiple of RP_QGEMM_AMX_ROWS): with the panels, the
-   items the threads share, so a convolution's GEMM of many rows and few output channels
-   (one panel) splits over the threads as well as a projection of one row */
+/* the most rows of A a work item computes: with the panels, the items the threads share,
+   so a convolution's GEMM of many rows and few output channels (one panel) splits over the
+   threads as well as a projection of one row */
 #define RP_QGEMM_BLOCK_ROWS 256
+
+int raypass_get_num_threads(void);
+
+/* the rows of each block of a GEMM of M rows (a last one may have fewer), where a work
+   item is a block (times `per_block`: the panels of the panel mode, and the groups): on
+   one thread RP_QGEMM_BLOCK_ROWS; on more, whole steps of 32 rows (a body's pass over a
+   panel's block of k serves 32 rows: a block of 196 rows ran 2% slower than of 256, as 6
+   steps and one of 4 rows) in the count of blocks, from the fewest of at most
+   RP_QGEMM_BLOCK_ROWS to twice that, whose last thread ends first, counting each item
+   as long as a whole block. Blocks of 256 split 28 x 28 pixels into 256 + 256 + 256 + 16,
+   and two threads ran 512 rows and 272 (ResNet-50's second stage); blocks of 224 run 448
+   and 336. The split does not change a bit of the result: each sum is exact, each output
+   requantized alone */
+static int64_t rp_qgemm_block_rows(int64_t M, int64_t per_block) {
+  const int64_t threads = raypass_get_num_threads(), fewest = (M + RP_QGEMM_BLOCK_ROWS - 1) / RP_QGEMM_BLOCK_ROWS;
+  if (threads <= 1) return RP_QGEMM_BLOCK_ROWS;
+  int64_t best = RP_QGEMM_BLOCK_ROWS, best_span = -1;
+  for (int64_t blocks = fewest; blocks <= 2 * fewest; blocks++) {
+    const int64_t steps = ((M + blocks - 1) / blocks + RP_QGEMM_AMX_ROWS - 1) / RP_QGEMM_AMX_ROWS;
+    const int64_t rows = steps * RP_QGEMM_AMX_ROWS, items = (M + rows - 1) / rows * per_block;
+    const int64_t span = (items + threads - 1) / threads * rows;
+    if (best_span < 0 || span < best_span) best = rows, best_span = span;
+  }
+  return best;
+}
 
 /* the GEMM of group `group` alone: its rows of A', its panels, its columns of B and out */
 static rp_qgemm rp_qgemm_group(const rp_qgemm* g, int64_t group) {
@@ -957,12 +983,12 @@ static int rp_qgemm_blocks(void* ctx, int64_t begin, int64_t end) {
   rp_qgemm_claims* claims = (rp_qgemm_claims*)ctx;
   const rp_qgemm* all = (const rp_qgemm*)claims->ctx;
   const int64_t panels = (all->N + all->width - 1) / all->width;
-  const int64_t blocks = (all->M + RP_QGEMM_BLOCK_ROWS - 1) / RP_QGEMM_BLOCK_ROWS;
+  const int64_t size = all->block_rows, blocks = (all->M + size - 1) / size;
   (void)begin, (void)end;
   if (all->body == 3) rp_qgemm_amx_begin();
   for (int64_t i = rp_qgemm_claim(claims); i < claims->extent; i = rp_qgemm_claim(claims)) {
-    const int64_t first = i / panels % blocks * RP_QGEMM_BLOCK_ROWS;
-    const int64_t last = first + RP_QGEMM_BLOCK_ROWS < all->M ? first + RP_QGEMM_BLOCK_ROWS : all->M;
+    const int64_t first = i / panels % blocks * size;
+    const int64_t last = first + size < all->M ? first + size : all->M;
     rp_qgemm_item(all, i / (blocks * panels), first, last, i % panels);
   }
   if (all->body == 3) rp_qgemm_amx_end();
@@ -1007,30 +1033,35 @@ static inline __attribute__((always_inline)) void rp_qgemm_copy(uint8_t* dst, co
 
 static void rp_qgemm_gather(const rp_qgemm_operand* p, int64_t group, int64_t n, int64_t oh, int64_t ow,
                             uint8_t* row) {
+  /* the sizes in locals: the copies store through uint8_t pointers, which may alias the
+     structs, so GCC reloaded every field after every copy (a 3-channel stem's 12544 rows
+     of three 9-byte copies cost about 50 cycles a row) */
   const rp_qgemm_image* c = p->image;
-  const int64_t cg = p->group_channels;
-  const uint8_t* image = p->A + n * c->height * c->width * c->channels + group * cg;
-  for (int64_t ky = 0; ky < c->kh; ky++) {
-    const int64_t h = oh * c->sh + ky * c->dh - c->top;
-    if (h < 0 || h >= c->height) {  /* a row of taps in the padding */
-      memset(row, p->pad, (size_t)(c->kw * cg));
-      row += c->kw * cg;
+  const int64_t cg = p->group_channels, channels = c->channels, height = c->height, width = c->width;
+  const int64_t kh = c->kh, kw = c->kw, dh = c->dh, dw = c->dw, taps = kw * cg;
+  const int64_t line_bytes = width * channels, h0 = oh * c->sh - c->top, w0 = ow * c->sw - c->left;
+  const uint8_t pad = p->pad;
+  const uint8_t* image = p->A + n * height * line_bytes + group * cg;
+  /* a row of taps inside the image, each of all its pixel's channels, one pixel after the
+     next (no dilation): one run of the line, copied at once (a 7x7 stem's 3-channel taps
+     are 21 bytes a row, not seven copies of 3) */
+  const int runs = dw == 1 && cg == channels && w0 >= 0 && w0 + kw <= width;
+  for (int64_t ky = 0; ky < kh; ky++, row += taps) {
+    const int64_t h = h0 + ky * dh;
+    if (h < 0 || h >= height) {  /* a row of taps in the padding */
+      memset(row, pad, (size_t)taps);
       continue;
     }
-    const uint8_t* line = image + h * c->width * c->channels;
-    /* a row of taps inside the image, each of all its pixel's channels, one pixel after
-       the next (no dilation): one run of the line, copied at once (a 7x7 stem's 3-channel
-       taps are 21 bytes a row, not seven copies of 3) */
-    const int64_t w0 = ow * c->sw - c->left;
-    if (c->dw == 1 && cg == c->channels && w0 >= 0 && w0 + c->kw <= c->width) {
-      rp_qgemm_copy(row, line + w0 * c->channels, c->kw * cg);
-      row += c->kw * cg;
+    const uint8_t* line = image + h * line_bytes;
+    if (runs) {
+      rp_qgemm_copy(row, line + w0 * channels, taps);
       continue;
     }
-    for (int64_t kx = 0; kx < c->kw; kx++, row += cg) {
-      const int64_t w = ow * c->sw + kx * c->dw - c->left;
-      if (w < 0 || w >= c->width) memset(row, p->pad, (size_t)cg);
-      else rp_qgemm_copy(row, line + w * c->channels, cg);
+    uint8_t* tap = row;
+    for (int64_t kx = 0; kx < kw; kx++, tap += cg) {
+      const int64_t w = w0 + kx * dw;
+      if (w < 0 || w >= width) memset(tap, pad, (size_t)cg);
+      else rp_qgemm_copy(tap, line + w * channels, cg);
     }
   }
 }
@@ -1227,7 +1258,7 @@ static int rp_qgemm_row_blocks(void* ctx, int64_t begin, int64_t end) {
   const rp_qgemm_rowwise* w = (const rp_qgemm_rowwise*)claims->ctx;
   (void)begin, (void)end;
   const int64_t panels = (w->g->N + w->g->width - 1) / w->g->width;
-  const int64_t blocks = (w->g->M + RP_QGEMM_BLOCK_ROWS - 1) / RP_QGEMM_BLOCK_ROWS;
+  const int64_t size = w->g->block_rows, blocks = (w->g->M + size - 1) / size;
   /* the block's A' in buffers of this call's own, reused block after block, so it stays in
      this core's cache from its copy to its products (buffers of every row are written out
      to memory and read back); a body's last step may read past the block (whole AMX steps,
@@ -1248,8 +1279,8 @@ static int rp_qgemm_row_blocks(void* ctx, int64_t begin, int64_t end) {
   g.a_group_rows = g.tile_group_rows = operand.a_group_rows = operand.tile_group_rows = 0;
   int status = 0;
   for (int64_t i = rp_qgemm_claim(claims); i < claims->extent && status == 0; i = rp_qgemm_claim(claims)) {
-    const int64_t group = i / blocks, first = i % blocks * RP_QGEMM_BLOCK_ROWS;
-    const int64_t last = first + RP_QGEMM_BLOCK_ROWS < g.M ? first + RP_QGEMM_BLOCK_ROWS : g.M;
+    const int64_t group = i / blocks, first = i % blocks * size;
+    const int64_t last = first + size < g.M ? first + size : g.M;
     g.a_first = operand.a_first = g.in_place ? 0 : first;  /* in place: the rows of A itself */
     if (!direct) status = rp_qgemm_prepare(&operand, group * g.M + first, group * g.M + last);
     if (g.body == 3) rp_qgemm_amx_begin();
@@ -1321,10 +1352,11 @@ static int rp_qgemm_run(const void* A, const rp_qgemm_image* image, const void* 
   /* VPMADDUBSW reads a uint8 A in place where it is A' (a pointwise convolution's data, a
      projection's): no copy, no row sums */
   const int in_place = body == 7 && !image && !a_signed && K % 4 == 0 && centered && groups == 1;
-  const int64_t blocks = (M + RP_QGEMM_BLOCK_ROWS - 1) / RP_QGEMM_BLOCK_ROWS;
   /* row mode (as many row blocks as panels, or more): each work item keeps its block's A'
      in buffers of its own (rp_qgemm_row_blocks); else A' of every row first, here */
-  const int rowwise = blocks >= panels;
+  const int rowwise = (M + RP_QGEMM_BLOCK_ROWS - 1) / RP_QGEMM_BLOCK_ROWS >= panels;
+  const int64_t block_rows = rp_qgemm_block_rows(M, groups * (rowwise ? 1 : panels));
+  const int64_t blocks = (M + block_rows - 1) / block_rows;
   /* AMX: whole steps of rows, zeros past M */
   const int64_t tile_rows = (M + RP_QGEMM_AMX_ROWS - 1) / RP_QGEMM_AMX_ROWS * RP_QGEMM_AMX_ROWS;
   const int shared = !rowwise && !direct && !in_place, wide = body == 1;
@@ -1357,6 +1389,7 @@ static int rp_qgemm_run(const void* A, const rp_qgemm_image* image, const void* 
                 (int)b_signed, (int)b_packed, body, (K + 3) / 4 * 4, image, direct ? (const uint8_t*)A : 0,
                 pad_row, (uint8_t)(a_signed ? 0x80 : 0), 0, 0, Kp, in_place};
   operand.rowsums = !centered;
+  g.block_rows = block_rows;
   if (in_place) g.A = (const uint8_t*)A, g.a_stride = K;
   /* a uint8 A of whole 64-byte steps (A' is A), no row sums, one group: AMX reads its whole
      steps of rows in place, and only a last partial step is copied into tiles */
@@ -1364,7 +1397,6 @@ static int rp_qgemm_run(const void* A, const rp_qgemm_image* image, const void* 
     g.rows = (const uint8_t*)A, g.rows_full = M / RP_QGEMM_AMX_ROWS * RP_QGEMM_AMX_ROWS;
     operand.copy_from = g.rows_full;
   }
-  const int64_t block_rows = M < RP_QGEMM_BLOCK_ROWS ? M : RP_QGEMM_BLOCK_ROWS;
   uint8_t* packed = 0;
   int status = 0;
   if (!b_packed) {  /* B as given: packed once, the panels shared by every row block */
