@@ -1012,10 +1012,18 @@ typedef struct {
   int64_t group_channels;       /* an image's: K / (kh * kw), once (not a division a row) */
 } rp_qgemm_operand;
 
-/* row m of group `group` of the im2col matrix: for each tap the group's channels of the
-   pixel it reads, or the zero point where it reads padding; rp_qgemm_copy copies n bytes
-   from src to dst, 16 at a time where it can (the copies of a gather are short:
-   a group's channels, often 16 or 32, where a libc call costs more than the copy) */
+/* rows of group `group` of the im2col matrix, the output pixels (oh, ow) .. (oh, ow + count
+   - 1) of image n (one line of them), row i at row + i * stride: for each tap the group's
+   channels of the pixel it reads, or the zero point where it reads padding. The taps' lines
+   are checked and found once for all the rows, the sizes kept in locals (the copies store
+   through uint8_t pointers, which may alias the structs: GCC reloaded every field after
+   every copy), and a row of taps inside the image, each of all its pixel's channels, one
+   pixel after the next (no dilation), is one run of the line, copied at once (a 7x7
+   stem's 3-channel taps are 21 bytes a row, not seven copies of 3). One row at a time,
+   MobileNetV3-like's 3-channel stem (12544 rows of three 9-byte copies) took about 35
+   cycles a row. rp_qgemm_copy copies n bytes from src to dst, 16 at a time where it can
+   (the copies of a gather are short: a group's channels, often 16 or 32, where a libc
+   call costs more than the copy) */
 static inline __attribute__((always_inline)) void rp_qgemm_copy(uint8_t* dst, const uint8_t* src, int64_t n) {
   if (n < 16) {  /* two copies that overlap where n is not a power of two (a 3-channel image's taps) */
     uint64_t u, v;
@@ -1032,36 +1040,34 @@ static inline __attribute__((always_inline)) void rp_qgemm_copy(uint8_t* dst, co
 }
 
 static void rp_qgemm_gather(const rp_qgemm_operand* p, int64_t group, int64_t n, int64_t oh, int64_t ow,
-                            uint8_t* row) {
-  /* the sizes in locals: the copies store through uint8_t pointers, which may alias the
-     structs, so GCC reloaded every field after every copy (a 3-channel stem's 12544 rows
-     of three 9-byte copies cost about 50 cycles a row) */
+                            int64_t count, uint8_t* row, int64_t stride) {
   const rp_qgemm_image* c = p->image;
   const int64_t cg = p->group_channels, channels = c->channels, height = c->height, width = c->width;
-  const int64_t kh = c->kh, kw = c->kw, dh = c->dh, dw = c->dw, taps = kw * cg;
-  const int64_t line_bytes = width * channels, h0 = oh * c->sh - c->top, w0 = ow * c->sw - c->left;
+  const int64_t kh = c->kh, kw = c->kw, sw = c->sw, dh = c->dh, dw = c->dw, taps = kw * cg;
+  const int64_t line_bytes = width * channels, h0 = oh * c->sh - c->top, left = c->left;
   const uint8_t pad = p->pad;
   const uint8_t* image = p->A + n * height * line_bytes + group * cg;
-  /* a row of taps inside the image, each of all its pixel's channels, one pixel after the
-     next (no dilation): one run of the line, copied at once (a 7x7 stem's 3-channel taps
-     are 21 bytes a row, not seven copies of 3) */
-  const int runs = dw == 1 && cg == channels && w0 >= 0 && w0 + kw <= width;
-  for (int64_t ky = 0; ky < kh; ky++, row += taps) {
+  const int runs = dw == 1 && cg == channels;
+  for (int64_t ky = 0; ky < kh; ky++) {
+    uint8_t* out = row + ky * taps;
     const int64_t h = h0 + ky * dh;
     if (h < 0 || h >= height) {  /* a row of taps in the padding */
-      memset(row, pad, (size_t)taps);
+      for (int64_t i = 0; i < count; i++) memset(out + i * stride, pad, (size_t)taps);
       continue;
     }
     const uint8_t* line = image + h * line_bytes;
-    if (runs) {
-      rp_qgemm_copy(row, line + w0 * channels, taps);
-      continue;
-    }
-    uint8_t* tap = row;
-    for (int64_t kx = 0; kx < kw; kx++, tap += cg) {
-      const int64_t w = w0 + kx * dw;
-      if (w < 0 || w >= width) memset(tap, pad, (size_t)cg);
-      else rp_qgemm_copy(tap, line + w * channels, cg);
+    int64_t w0 = ow * sw - left;
+    for (int64_t i = 0; i < count; i++, out += stride, w0 += sw) {
+      if (runs && w0 >= 0 && w0 + kw <= width) {
+        rp_qgemm_copy(out, line + w0 * channels, taps);
+        continue;
+      }
+      uint8_t* tap = out;
+      for (int64_t kx = 0; kx < kw; kx++, tap += cg) {
+        const int64_t w = w0 + kx * dw;
+        if (w < 0 || w >= width) memset(tap, pad, (size_t)cg);
+        else rp_qgemm_copy(tap, line + w * channels, cg);
+      }
     }
   }
 }
@@ -1218,12 +1224,19 @@ static int rp_qgemm_prepare(void* ctx, int64_t begin, int64_t end) {
     const int64_t pixels = p->image->out_height * p->image->out_width;
     n = row / pixels, oh = row % pixels / p->image->out_width, ow = row % p->image->out_width;
   }
+  int64_t ready = begin;  /* straight: the rows below it are gathered */
   for (int64_t m = begin; m < end; m++) {
     const int64_t at = (group * p->a_group_rows + row - p->a_first) * p->Kp;
     uint8_t* dst = p->Au + at;
     const uint8_t* src = gathered;
-    if (straight) rp_qgemm_gather(p, group, n, oh, ow, dst);
-    else if (p->image) rp_qgemm_gather(p, group, n, oh, ow, gathered);
+    if (straight && m >= ready) {  /* the rest of this line of output pixels, at once */
+      int64_t run = end - m < p->M - row ? end - m : p->M - row;
+      if (run > p->image->out_width - ow) run = p->image->out_width - ow;
+      rp_qgemm_gather(p, group, n, oh, ow, run, dst, p->Kp);
+      ready = m + run;
+    } else if (p->image && !straight) {
+      rp_qgemm_gather(p, group, n, oh, ow, 1, gathered, 0);
+    }
     else src = p->A + m * p->K;
     /* a row's bytes past `valid` are zeros from the buffer's calloc: nothing writes them (a
        first layer's 27 bytes a row of 64 cleared each time cost a tenth of its GEMM) */
