@@ -1400,9 +1400,8 @@ static int rp_qgemm_run(const void* A, const rp_qgemm_image* image, const void* 
                 epilogue->bias_kind, epilogue->multiplier_step, out_zero, (int)epilogue->out_type,
                 M, N, K, Kp, za_step, zb_step, groups * N, groups, width, 0, M, tile_rows, (int)a_signed,
                 (int)b_signed, (int)b_packed, body, (K + 3) / 4 * 4, image, direct ? (const uint8_t*)A : 0,
-                pad_row, (uint8_t)(a_signed ? 0x80 : 0), 0, 0, Kp, in_place};
+                pad_row, (uint8_t)(a_signed ? 0x80 : 0), 0, 0, Kp, in_place, block_rows};
   operand.rowsums = !centered;
-  g.block_rows = block_rows;
   if (in_place) g.A = (const uint8_t*)A, g.a_stride = K;
   /* a uint8 A of whole 64-byte steps (A' is A), no row sums, one group: AMX reads its whole
      steps of rows in place, and only a last partial step is copied into tiles */
