@@ -493,7 +493,7 @@ class _Lowerer:
             value = self._build_materialized(lambda: tensor.desc.fcompute(loop_vars))
         # a layout change reads some input transposed: walk it in tiles that stay in cache
         store = tir.BufferStore(buffer, value, loop_vars)
-        self.stmts.append(elementwise_nest(loop_vars, tensor.shape, store))
+        self.stmts.append(elementwise_nest(loop_vars, tensor.shape, store, self.new_buffer))
 
     def _fusable(self, tensor: _Tensor, loop_vars: tuple, touches: dict) -> _Tensor | None:
         """The one pending reduction ``tensor``'s expression reads exactly at its own loop
