@@ -43,8 +43,13 @@ onnxruntime (raypass's are: it widens to 16 bits, half the products an instructi
 a 7-bit weight's are in both (raypass then takes VPMADDUBSW too). On a CPU without VNNI
 (an AMD Zen 3, ``bench/results_quantized_avx2_cpu.md``) both are a comparison.
 
+**Saturating pairs** (``--saturate-pairs``): the full-range int8 models once more, built
+with ``relay.SaturatePairs.enabled`` (onnxruntime's u8 x s8 arithmetic without VNNI: pairs
+of products saturated to int16), in the same interleaved rounds; its error column is 0 on
+a CPU without VNNI, where onnxruntime computes so too.
+
     python -m bench.quantized [--hidden H] [--mlp M] [--repeats N] [--max-isa avx2] [--reduce-range]
-                              [--output PATH]
+                              [--saturate-pairs] [--output PATH]
 """
 
 from __future__ import annotations
@@ -65,6 +70,7 @@ from bench import conv_models
 from bench.common import HEADLINE_TABLE_HEADER, interleaved, machine_notes, markdown_table, ratio, verdict
 from bench.vs_onnxruntime import block, block_calls
 from passinfra.build import build
+from passinfra.codegen.passes.saturate_pairs import ENABLED_CONFIG as SATURATE_CONFIG
 from passinfra.frontend import from_onnx
 from passinfra.runtime.module import WEIGHTS_SUFFIX
 from passinfra.transform import PassContext
@@ -78,6 +84,8 @@ AVX2_ENVIRONMENT = {"RAYPASS_MAX_ISA": "avx2", "OPENBLAS_CORETYPE": "Haswell"}
 
 # the label of a model quantized with weights of 7 bits (onnxruntime's reduce_range)
 SEVEN_BITS = ", 7-bit weights"
+# the run of a library built with saturating pairs (--saturate-pairs)
+SATURATING = "ours saturating"
 
 
 def has_vnni() -> bool:
@@ -182,13 +190,20 @@ def quantized_bytes(model: onnx.ModelProto) -> int:
     return sum(numpy_helper.to_array(init).nbytes for init in model.graph.initializer)
 
 
-def _library(model: onnx.ModelProto, cache_dir: str) -> Any:
-    with PassContext(opt_level=3, config={"codegen.cache_dir": cache_dir}):
+def _library(model: onnx.ModelProto, cache_dir: str, saturate: bool = False) -> Any:
+    config = {"codegen.cache_dir": cache_dir, **({SATURATE_CONFIG: True} if saturate else {})}
+    with PassContext(opt_level=3, config=config):
         return build(from_onnx(model))
 
 
+def _error(got: np.ndarray, expected: np.ndarray) -> float:
+    return float(np.abs(got - expected).max() / max(np.abs(expected).max(), 1e-6))
+
+
 def compare(label: str, float_model: onnx.ModelProto, quantized: onnx.ModelProto, repeats: int,
-            cache_dir: str, out_dir: str) -> dict[str, Any]:
+            cache_dir: str, out_dir: str, saturate: bool = False) -> dict[str, Any]:
+    """The model's runs interleaved: onnxruntime, ours, ours float32 and (``saturate``)
+    ours built with saturating pairs (relay.SaturatePairs.enabled)."""
     import onnxruntime as ort
 
     source = float_model.graph.input[0]
@@ -197,16 +212,19 @@ def compare(label: str, float_model: onnx.ModelProto, quantized: onnx.ModelProto
     ours, ours_float = _library(quantized, cache_dir), _library(float_model, cache_dir)
     session = ort.InferenceSession(quantized.SerializeToString(), providers=["CPUExecutionProvider"])
     expected = session.run(None, {source.name: x})[0]
-    got = ours(x)
-    error = float(np.abs(got - expected).max() / max(np.abs(expected).max(), 1e-6))
     library = Path(out_dir) / f"{len(os.listdir(out_dir))}.so"
     ours.export_library(str(library))
     weights = Path(str(library) + WEIGHTS_SUFFIX).stat().st_size
     runs = {"onnxruntime": lambda: session.run(None, {source.name: x}), "ours": lambda: ours(x),
             "ours float32": lambda: ours_float(x)}
+    errors = {"ours": _error(ours(x), expected)}
+    if saturate:
+        saturating = _library(quantized, cache_dir, saturate=True)
+        runs[SATURATING] = lambda: saturating(x)
+        errors[SATURATING] = _error(saturating(x), expected)
     calls = block_calls(runs["onnxruntime"])
     samples = interleaved({name: block(run, calls) for name, run in runs.items()}, repeats)
-    return {"label": label, "samples": samples, "error": error, "weights": weights,
+    return {"label": label, "samples": samples, "errors": errors, "weights": weights,
             "initializers": quantized_bytes(quantized)}
 
 
@@ -223,6 +241,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="cap raypass (and OpenBLAS) at the AVX2 paths")
     parser.add_argument("--reduce-range", action="store_true",
                         help="also the int8 models with weights of 7 bits (onnxruntime's reduce_range)")
+    parser.add_argument("--saturate-pairs", action="store_true",
+                        help="also build the full-range int8 models with saturating pairs "
+                             "(relay.SaturatePairs.enabled: onnxruntime's arithmetic without VNNI)")
     parser.add_argument("--output", default=None)
     args = parser.parse_args(argv)
     avx2 = args.max_isa == "avx2"
@@ -253,7 +274,8 @@ def main(argv: list[str] | None = None) -> int:
             assert "MatMulInteger" in _nodes(quantized) and "MatMul" not in _nodes(quantized), "all quantized"
             label = ("dynamic int8, one row" if rows == 1 else f"dynamic int8, {rows} rows") + (
                 SEVEN_BITS if seven else "")
-            results.append(compare(label, model, quantized, args.repeats, cache, out))
+            results.append(compare(label, model, quantized, args.repeats, cache, out,
+                                   args.saturate_pairs and not seven))
         cnns = (("MobileNetV3-like", conv_models.mobilenet), ("RegNetX-like", conv_models.regnet),
                 ("ResNet-50", conv_models.resnet50))
         for (name, builder), seven in ((cnn, seven) for cnn in cnns for seven in ranges):
@@ -262,13 +284,14 @@ def main(argv: list[str] | None = None) -> int:
             quantized = static_qdq(model, tmp, reduce_range=seven)
             assert "QuantizeLinear" in _nodes(quantized), "quantized"
             label = f"{name} QDQ (static, per-channel)" + (SEVEN_BITS if seven else "")
-            results.append(compare(label, model, quantized, args.repeats, cache, out))
+            results.append(compare(label, model, quantized, args.repeats, cache, out,
+                                   args.saturate_pairs and not seven))
         print("static QOperator MobileNetV3-like ...", flush=True)
         model = conv_models.mobilenet()
         quantized = static_qdq(model, tmp, operators=True)
         assert "QLinearConv" in _nodes(quantized) and "Conv" not in _nodes(quantized), "QOperator format"
         results.append(compare("MobileNetV3-like QOperator (static, per-channel)", model, quantized,
-                               args.repeats, cache, out))
+                               args.repeats, cache, out, args.saturate_pairs))
     table, headline = [], []
     for r in results:
         s = r["samples"]
@@ -277,16 +300,26 @@ def main(argv: list[str] | None = None) -> int:
                       f"{s['ours'].median * 1e3:.3f}", f"{s['ours float32'].median * 1e3:.3f}",
                       f"{vs_ort.median:.2f} [{vs_ort.low:.2f}-{vs_ort.high:.2f}]",
                       f"{vs_float.median:.2f} [{vs_float.low:.2f}-{vs_float.high:.2f}]",
-                      f"{r['weights'] / r['initializers']:.3f}", f"{r['error']:.1e}"])
+                      f"{r['weights'] / r['initializers']:.3f}", f"{r['errors']['ours']:.1e}"])
+        if args.saturate_pairs:
+            saturating = ratio(s[SATURATING], s["onnxruntime"]) if SATURATING in s else None
+            table[-1] += ([f"{s[SATURATING].median * 1e3:.3f}",
+                           f"{saturating.median:.2f} [{saturating.low:.2f}-{saturating.high:.2f}]",
+                           f"{r['errors'][SATURATING]:.1e}"] if saturating else ["-", "-", "-"])
         if not avx2:
             headline.append([f"{r['label']}: ours / onnxruntime", f"{vs_ort.median:.2f}",
                              f"{vs_ort.low:.2f}-{vs_ort.high:.2f}", "<= 1.0",
                              verdict(vs_ort.median, 1.0, False)])
+            if SATURATING in s:
+                headline.append([f"{r['label']}, saturating pairs: ours / onnxruntime",
+                                 f"{saturating.median:.2f}", f"{saturating.low:.2f}-{saturating.high:.2f}",
+                                 "<= 1.0", verdict(saturating.median, 1.0, False)])
         headline.append([f"{r['label']}: float32 build / quantized build",
                          f"{vs_float.median:.2f}", f"{vs_float.low:.2f}-{vs_float.high:.2f}",
                          f">= {float_target}", verdict(vs_float.median, float_target, True)])
     notes = machine_notes()
-    flag = (" --max-isa avx2" if avx2 else "") + (" --reduce-range" if args.reduce_range else "")
+    flag = ((" --max-isa avx2" if avx2 else "") + (" --reduce-range" if args.reduce_range else "")
+            + (" --saturate-pairs" if args.saturate_pairs else ""))
     scope = (["With raypass's runtime capped at AVX2 and OpenBLAS's Haswell kernels, both builds "
               "(onnxruntime runs its own AVX-512/VNNI code: its column is not a comparison)."] if avx2
              else [f"This CPU {'has' if has_vnni() else 'has no'} VNNI: the target over float32 is "
@@ -303,7 +336,9 @@ def main(argv: list[str] | None = None) -> int:
         "|onnxruntime|.",
         "",
         markdown_table(["quantization", "onnxruntime", "ours", "ours float32", "ours / onnxruntime",
-                        "float32 / ours", "weights / initializers", "error"], table), "",
+                        "float32 / ours", "weights / initializers", "error",
+                        *(["ours, saturating pairs", "saturating / onnxruntime", "error, saturating"]
+                          if args.saturate_pairs else [])], table), "",
         markdown_table(HEADLINE_TABLE_HEADER, headline), ""])
     Path(output).write_text(text)
     print(text)

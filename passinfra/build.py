@@ -48,6 +48,7 @@ SUPPORTED_TARGETS = ("c",)
 COMPILE_PIPELINE: tuple[str, ...] = (
     "InferType",
     "FuseQDQ",
+    "SaturatePairs",
     "SimplifyInference",
     "FoldConstant",
     "FoldScaleAxis",

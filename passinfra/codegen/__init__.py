@@ -4,7 +4,7 @@ The loop IR itself is :mod:`passinfra.tir`. The passes live in two sub-packages,
 pass per module, each module named after the pass it registers (the snake_case of its
 name): ``passes/`` the build steps (LowerToPrimFunc, CodegenC, CompileC, PanelWeights,
 StreamWeights, SpecializeKernels, ApplyTuningRecords, DenseAsMatmul, ConvTransposeAsConv,
-ExactFloatConvolutions, RequantizeInKernels, IntegerWeights, PlanMemory,
+ExactFloatConvolutions, RequantizeInKernels, IntegerWeights, SaturatePairs, PlanMemory,
 HostCodegen, LinkLibrary) and ``transform/`` the loop passes
 (PrimFunc -> PrimFunc, built on ``prim_func_pass.py``). The rest of this package is the
 machinery they run, by stage:
@@ -29,7 +29,7 @@ machinery they run, by stage:
 Importing the package registers its passes (the loop passes, then CodegenC, CompileC,
 LowerToPrimFunc, PlanMemory, HostCodegen, LinkLibrary, PanelWeights, StreamWeights,
 SpecializeKernels, ApplyTuningRecords, DenseAsMatmul, ConvTransposeAsConv,
-ExactFloatConvolutions, RequantizeInKernels, IntegerWeights) and
+ExactFloatConvolutions, RequantizeInKernels, IntegerWeights, GroupKernels, SaturatePairs) and
 its config keys (codegen.*, tir.*).
 """
 
@@ -49,6 +49,7 @@ from passinfra.codegen.passes import (
     PanelWeights,
     PlanMemory,
     RequantizeInKernels,
+    SaturatePairs,
     SpecializeKernels,
     StreamWeights,
 )
@@ -60,5 +61,5 @@ __all__ = [
     "create_prim_func_pass", "prim_func_pass", "RemoveNoOp", "Simplify", "StorageFlatten",
     "UnrollLoop", "VectorizeLoop", "StreamWeights", "PanelWeights", "SpecializeKernels", "ApplyTuningRecords",
     "DenseAsMatmul", "ConvTransposeAsConv", "ExactFloatConvolutions",
-    "RequantizeInKernels", "IntegerWeights", "GroupKernels",
+    "RequantizeInKernels", "IntegerWeights", "GroupKernels", "SaturatePairs",
 ]

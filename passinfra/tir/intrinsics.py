@@ -226,11 +226,15 @@ MATMUL_NBITS_INTRINSIC = "rp_matmul_nbits"
 # k] - za[m * za_step]) * (B[k, g*N + n] - zb[(g*N + n) * zb_step])`` in int32 (wrapping),
 # A ``[groups, M, K]`` row-major, B ``[K, groups * N]`` row-major or (b_packed 1) the
 # groups' panels of :mod:`passinfra.ir.op.qgemm_panels`, int8 where the flag is 1, else
-# uint8 (the C runtime computes it: ``passinfra/codegen/c/qgemm.c``); then the epilogue
+# uint8, and 2 (:data:`SATURATING_PAIRS`) for an int8 B whose products with a uint8 A
+# are added in pairs saturated to int16 (``saturate_pairs`` of :mod:`passinfra.ir.op.quantize`)
+# (the C runtime computes it: ``passinfra/codegen/c/qgemm.c``); then the epilogue
 # ``(bias, multiplier, out_zero, bias_kind, multiplier_step, out_type)``: out_type 0 stores
 # the int32 sums, 1 / 2 requantizes them into uint8 / int8 (qnn.requantize of the sums plus
 # the bias: bias_kind 0 none, 1 one value, 2 one per column; multiplier one or per column)
 QGEMM_INTRINSIC = "rp_qgemm"
+# b_signed of a rp_qgemm / rp_qconv whose u8 x s8 pairs saturate
+SATURATING_PAIRS = 2
 # the same GEMMs on a convolution's im2col matrix (qnn.conv2d in NHWC/HWIO), which the C
 # runtime gathers itself: ``(image, B, za, zb, out, batch, height, width, channels,
 # out_height, out_width, kh, kw, sh, sw, dh, dw, top, left, N, groups, a_signed, b_signed,
@@ -318,7 +322,13 @@ def evaluate_qgemm(intrinsic: Intrinsic, flat_view: Callable[[BufferLoad], np.nd
     za = flat_view(za_load)[:m if za_step else 1].astype(np.int64).reshape(-1, 1)
     zb = flat_view(zb_load)[:groups * n if zb_step else 1].astype(np.int64).reshape(1, -1)
     centered = (b - zb).reshape(k, groups, n).transpose(1, 0, 2)  # [groups, k, n]
-    result = np.matmul(a - za, centered).transpose(1, 0, 2).reshape(m, groups * n).astype(np.int32)
+    result = np.matmul(a - za, centered).transpose(1, 0, 2)
+    if b_signed == SATURATING_PAIRS:  # the raw sums' pairs saturated (passinfra.ir.op.quantize)
+        from passinfra.ir.op.quantize import saturated_pair_excess
+
+        raw = b.reshape(k, groups, n).transpose(1, 0, 2)
+        result = result + np.stack([saturated_pair_excess(a[g], raw[g]) for g in range(groups)], axis=1)
+    result = result.reshape(m, groups * n).astype(np.int32)
     kind, step, out = (int(scalar(x)) for x in (bias_kind, multiplier_step, out_type))
     if out:  # requantized: qnn.requantize of the sums plus the bias
         from passinfra.ir.op.quantize import requantize_values
@@ -433,6 +443,7 @@ __all__ = ["WINOGRAD_INTRINSIC", "evaluate_winograd", "is_winograd", "winograd_r
            "ConvEpilogue", "EPILOGUE_BIAS", "EPILOGUE_RESIDUAL",
            "EPILOGUE_RESIDUAL_FIRST", "conv_sizes", "DEPTHWISE_CONV_INTRINSIC",
            "GEMM_INTRINSIC", "MATMUL_NBITS_INTRINSIC", "QCONV_INTRINSIC", "QGEMM_INTRINSIC", "REINTERPRET",
+           "SATURATING_PAIRS",
            "bitwise", "conv_regions", "evaluate_conv", "evaluate_gemm", "evaluate_matmul_nbits",
            "evaluate_qgemm", "is_conv", "is_gemm", "is_kernel_call", "is_matmul_nbits", "is_qgemm",
            "reinterpret"]

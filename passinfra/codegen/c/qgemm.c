@@ -17,7 +17,11 @@
    portable bodies and any thread count give the same bits. No step saturates: TDPBUSD
    and VPDPBUSD add their u8 x s8 products in 32 bits, and the AVX2 body widens to 16
    bits and uses VPMADDWD (a pair of products of at most 255 * 128 each fits in int32),
-   where onnxruntime's AVX2 kernel uses VPMADDUBSW, whose 16-bit pair sums can saturate. */
+   where onnxruntime's AVX2 kernel uses VPMADDUBSW, whose 16-bit pair sums can saturate.
+   Unless b_signed is 2 (the op's saturate_pairs: a uint8 A, an int8 B): then the sum is of
+   the pairs k = 2j, 2j + 1 of raw products, each saturated to int16, as VPMADDUBSW adds
+   them, on every CPU (a weight whose pairs do not all fit runs on the VPMADDUBSW bodies or
+   the portable one, never on VNNI or AMX, which do not saturate). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -801,13 +805,20 @@ static int64_t rp_qgemm_blocked_rows(const rp_qgemm* g, int64_t m, int64_t left,
 
 /* ----------------------------------------------------------------------------- portable */
 
+/* pairs of products (k = 2j, 2j + 1), each pair's sum saturated to int16 where b_signed is 2
+   (VPMADDUBSW's arithmetic; A' is A there: uint8), else exact */
 static void rp_qgemm_tile_c(const rp_qgemm* g, int64_t m, const uint8_t* panel, uint32_t* sums) {
   const uint8_t* a = g->A + (m - g->a_first) * g->Kp;
+  const int saturate = g->b_signed == 2;
   memset(sums, 0, RP_QGEMM_COLUMNS * sizeof(uint32_t));
   for (int64_t k = 0; k < g->K4; k += 4)
     for (int c = 0; c < g->width; c++)
-      for (int j = 0; j < 4; j++)
-        sums[c] += (uint32_t)a[k + j] * (uint32_t)(int32_t)(int8_t)panel[k * g->width + 4 * c + j];
+      for (int j = 0; j < 4; j += 2) {
+        const int8_t* b = (const int8_t*)panel + k * g->width + 4 * c + j;
+        int32_t pair = (int32_t)a[k + j] * b[0] + (int32_t)a[k + j + 1] * b[1];
+        if (saturate) pair = pair > 32767 ? 32767 : pair < -32768 ? -32768 : pair;
+        sums[c] += (uint32_t)pair;
+      }
 }
 
 /* ----------------------------------------------------------------------------- driver */
@@ -1336,23 +1347,29 @@ static int rp_qgemm_run(const void* A, const rp_qgemm_image* image, const void* 
   uint32_t* rowsum = (uint32_t*)calloc((size_t)rows, sizeof(uint32_t));
   __builtin_cpu_init();
   const int level = raypass_conv_isa(-1);  /* the level in effect (detected once) */
-  const int vnni = level == 2 && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw");
   const int64_t width = rp_qgemm_width(N), panels = (N + width - 1) / width;
-  const int centered = rp_qgemm_centered(zb, (int)b_signed, zb_step ? groups * N : 1);
-  /* AVX-VNNI where AVX2 is the level and the CPU has it (not under RAYPASS_MAX_ISA=avx2,
-     which runs as an AVX2-only CPU would) */
-  const int avxvnni = level == 1 && !rp_isa_capped() && __builtin_cpu_supports("avxvnni");
-  /* a convolution of narrow groups whose channels are whole quads: the direct body, where
-     there is VNNI (its A' is no copy); else A' is made first (AMX: in its tiles) */
-  const int64_t cg = image ? K / (image->kh * image->kw) : 0;
-  const int narrow_image = image && width == RP_QGEMM_NARROW && cg % 4 == 0 && centered;
   /* AVX2: VPMADDUBSW where every pair of the stored weight fits (the first panel's flag; a
      decode step's one row too: its panels' bytes as stored, not widened, 1-3% faster) */
   const int64_t K4 = (K + 3) / 4 * 4;
   const int pairs_fit = b_packed && ((const uint8_t*)B)[K4 * width + width * 4] == 1;
+  /* b_signed 2: pairs that saturate (a weight whose pairs do not all fit): only the bodies
+     that add them as VPMADDUBSW does run, by it (7, 8) or in C (0), on every CPU */
+  const int saturating = b_signed == 2 && !pairs_fit;
+  const int vnni = !saturating && level == 2 && __builtin_cpu_supports("avx512vnni") &&
+                   __builtin_cpu_supports("avx512bw");
+  const int centered = rp_qgemm_centered(zb, (int)b_signed, zb_step ? groups * N : 1);
+  /* AVX-VNNI where AVX2 is the level and the CPU has it (not under RAYPASS_MAX_ISA=avx2,
+     which runs as an AVX2-only CPU would) */
+  const int avxvnni = !saturating && level == 1 && !rp_isa_capped() && __builtin_cpu_supports("avxvnni");
+  /* a convolution of narrow groups whose channels are whole quads: the direct body, where
+     there is VNNI (its A' is no copy); else A' is made first (AMX: in its tiles) */
+  const int64_t cg = image ? K / (image->kh * image->kw) : 0;
+  const int narrow_image = image && width == RP_QGEMM_NARROW && cg % 4 == 0 && centered;
+  /* VPMADDUBSW's sums are the result: every pair fits, or pairs saturate */
+  const int ubs = pairs_fit || saturating;
   /* and on a narrow image without VNNI, the direct body by VPMADDUBSW (8): RegNet's
      grouped 3x3 convolutions spent longer in the im2col copy than in the products */
-  const int fits_direct = narrow_image && level >= 1 && !vnni && !avxvnni && pairs_fit;
+  const int fits_direct = narrow_image && level >= 1 && !vnni && !avxvnni && ubs;
   const int direct = (narrow_image && (vnni || avxvnni)) || fits_direct;
   const int amx = !direct && vnni && M >= 16 && rp_qgemm_amx_usable();
   /* A's row stride in A': whole steps of 64 k where AMX reads it, else whole vectors of 16
@@ -1360,7 +1377,7 @@ static int rp_qgemm_run(const void* A, const rp_qgemm_image* image, const void* 
      widened rows of 64, four times what it reads) */
   const int64_t step = amx ? RP_QGEMM_DEPTH : RP_QGEMM_VECTOR, Kp = (K + step - 1) / step * step;
   int body = fits_direct ? 8 : direct ? (vnni ? 4 : 6) : amx ? 3 : vnni ? 2 : avxvnni ? 5 : level >= 1 ? 1 : 0;
-  if (body == 1 && pairs_fit) body = 7;
+  if (body == 1 && ubs) body = 7;
   __atomic_add_fetch(&rp_qgemm_calls[body], 1, __ATOMIC_RELAXED);
   /* VPMADDUBSW reads a uint8 A in place where it is A' (a pointwise convolution's data, a
      projection's): no copy, no row sums */

@@ -49,7 +49,7 @@ from passinfra.errors import IRError
 from passinfra.ir.attrs import Attrs
 from passinfra.ir.dims import is_static as is_static_dim
 from passinfra.ir.types import TensorType, Type
-from passinfra.tir.intrinsics import QGEMM_INTRINSIC
+from passinfra.tir.intrinsics import QGEMM_INTRINSIC, SATURATING_PAIRS
 
 _F32, _I32 = "float32", "int32"
 
@@ -193,9 +193,13 @@ def _mul(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> Comput
 def _matmul(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> ReduceOp | ExternOp:
     lhs, rhs, lhs_zero, rhs_zero = inputs
     out_shape = output_shape(out_type)
-    kernel = _integer_gemm(lhs, rhs, lhs_zero, rhs_zero, out_shape)
+    saturate = bool(attrs.get("saturate_pairs", False))
+    kernel = _integer_gemm(lhs, rhs, lhs_zero, rhs_zero, out_shape, saturate=saturate)
     if kernel is not None:
         return kernel
+    if saturate:
+        raise IRError("a qnn.matmul with saturate_pairs runs on the integer GEMM only (SaturatePairs marks "
+                      "those: a right operand without batch axes, static k and n)")
     batch_rank = len(out_shape) - 2
     batch_shape = out_shape[:batch_rank]
 
@@ -337,7 +341,7 @@ def no_requantization(za: tir.Buffer) -> list[tir.PrimExpr]:
 
 
 def qgemm_call(a_first: tir.PrimExpr, b_first: tir.PrimExpr, za: tir.Buffer, zb: tir.Buffer,
-               out_first: tir.PrimExpr, m: tir.PrimExpr, n: int, k: int, a_signed: bool, b_signed: bool,
+               out_first: tir.PrimExpr, m: tir.PrimExpr, n: int, k: int, a_signed: bool, b_signed: int,
                za_step: int, zb_step: int, b_packed: bool, groups: int = 1,
                epilogue: Sequence[tir.PrimExpr] | None = None) -> tir.Stmt:
     """One call of the runtime's integer GEMM (``rp_qgemm_i8`` of ``c/qgemm.c``): ``out[m,
@@ -362,9 +366,11 @@ def allocated(body: tir.Stmt, *buffers: tir.Buffer | None) -> tir.Stmt:
 
 
 def _integer_gemm(lhs: TensorHandle, rhs: TensorHandle, lhs_zero: TensorHandle, rhs_zero: TensorHandle,
-                  out_shape: tuple, requantization: Requantization | None = None) -> ExternOp | None:
+                  out_shape: tuple, requantization: Requantization | None = None,
+                  saturate: bool = False) -> ExternOp | None:
     """qnn.matmul as one call of the C runtime's integer GEMM where it can
-    (:func:`integer_gemm_steps`); None for any other (the loop nest)."""
+    (:func:`integer_gemm_steps`); None for any other (the loop nest). ``saturate``: its
+    u8 x s8 pairs saturate (``saturate_pairs``)."""
     steps = integer_gemm_steps(*(tuple(handle.shape) for handle in (lhs, rhs, lhs_zero, rhs_zero)))
     if steps is None:
         return None
@@ -384,8 +390,9 @@ def _integer_gemm(lhs: TensorHandle, rhs: TensorHandle, lhs_zero: TensorHandle, 
         zb, zb_fill = staged(rhs_zero, "qgemm_zb", rhs.shape, (n,) if rhs_step else (), True)
         epilogue, epilogue_fill, epilogue_buffers = (requantization.staged(n) if requantization is not None
                                                      else (None, None, []))
+        b_kind = SATURATING_PAIRS if saturate else int(rhs.dtype == "int8")
         call = qgemm_call(a_first, b_first, za, zb, first_element(out), m, n, k, lhs.dtype == "int8",
-                          rhs.dtype == "int8", lhs_step, rhs_step, panels is not None, epilogue=epilogue)
+                          b_kind, lhs_step, rhs_step, panels is not None, epilogue=epilogue)
         body = seq(a_fill, b_fill, za_fill, zb_fill, epilogue_fill, call)
         return allocated(body, a_scratch, b_scratch, za, zb, *epilogue_buffers)
 
@@ -397,7 +404,8 @@ def _integer_gemm(lhs: TensorHandle, rhs: TensorHandle, lhs_zero: TensorHandle, 
 def _requantized_matmul(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> ExternOp:
     lhs, rhs, lhs_zero, rhs_zero, bias, multiplier, out_zero = inputs
     kernel = _integer_gemm(lhs, rhs, lhs_zero, rhs_zero, output_shape(out_type),
-                           Requantization(bias, multiplier, out_zero))
+                           Requantization(bias, multiplier, out_zero),
+                           bool(attrs.get("saturate_pairs", False)))
     if kernel is None:
         raise IRError("qnn.requantized_matmul runs on the integer GEMM only (RequantizeInKernels forms it "
                       "where the GEMM applies: a weight without batch axes, static k and n)")

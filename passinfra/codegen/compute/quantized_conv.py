@@ -56,7 +56,7 @@ from passinfra.errors import IRError
 from passinfra.ir.attrs import Attrs
 from passinfra.ir.dims import is_static as is_static_dim
 from passinfra.ir.types import Type
-from passinfra.tir.intrinsics import QCONV_INTRINSIC
+from passinfra.tir.intrinsics import QCONV_INTRINSIC, SATURATING_PAIRS
 
 _I32 = "int32"
 # a group of at least this many input channels runs on the integer GEMM; fewer (a
@@ -96,17 +96,17 @@ def _size(shape: Sequence) -> int | None:
 
 def _on_gemm(g: ConvGeometry, data: TensorHandle, weight: TensorHandle, data_zero: TensorHandle,
              weight_zero: TensorHandle, out_shape: tuple[int, ...], per_channel: bool,
-             requantization: Requantization | None = None) -> ExternOp:
+             requantization: Requantization | None = None, saturate: bool = False) -> ExternOp:
     """One integer GEMM per group, in one call: the im2col matrix of each group's input
     channels (gathered by the runtime, ``rp_qconv``; a pointwise convolution of stride 1
     and one group multiplies the data itself, ``rp_qgemm``) times the group's columns of
     the HWIO weight (``[KH*KW*Cg, O]``, group ``g``'s outputs from ``g * Og`` on), into
-    the NHWC output."""
+    the NHWC output; ``saturate``: its u8 x s8 pairs saturate (``saturate_pairs``)."""
     (kh, kw), (sh, sw), (dh, dw) = g.kernel, g.strides, g.dilation
     top, left, _, _ = g.padding
     pointwise = g.groups == 1 and (kh, kw) == (1, 1) and (sh, sw) == (1, 1) and not any(g.padding)
     m, k = g.batch * g.out_height * g.out_width, kh * kw * g.group_channels
-    signs = (data.dtype == "int8", weight.dtype == "int8")
+    signs = (data.dtype == "int8", SATURATING_PAIRS if saturate else int(weight.dtype == "int8"))
 
     def build(outputs: Sequence[tir.Buffer]) -> tir.Stmt:
         (out,) = outputs
@@ -176,8 +176,8 @@ def _channels_last_kernel(data: TensorHandle, weight: TensorHandle, data_zero: T
     g = ConvGeometry.of(attrs, *static)
     if runs_on_integer_gemm(attrs, shapes):
         return _on_gemm(g, data, weight, data_zero, weight_zero, tuple(out_shape), per_channel,
-                        requantization)
-    if requantization is not None:
+                        requantization, bool(attrs.get("saturate_pairs", False)))
+    if requantization is not None or attrs.get("saturate_pairs", False):
         return None
     return _direct(g, data, weight, data_zero, weight_zero, tuple(out_shape))
 
@@ -204,6 +204,10 @@ def _conv2d(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> Red
         kernel = _channels_last_kernel(data, weight, data_zero, weight_zero, attrs, out_shape)
         if kernel is not None:
             return kernel
+    if attrs.get("saturate_pairs", False):
+        raise IRError("a qnn.conv2d with saturate_pairs runs on the integer GEMM only (SaturatePairs marks "
+                      "those: NHWC/HWIO after AlterOpLayout, static sizes, one data zero point, one group "
+                      f"or groups of {MIN_GEMM_GROUP_CHANNELS} or more channels)")
     # the generic loop nest, in either layout
     height, width = (data.shape[1], data.shape[2]) if nhwc else (data.shape[2], data.shape[3])
     if nhwc:

@@ -28,9 +28,10 @@ from passinfra.codegen.passes.exact_float_convolutions import ExactFloatConvolut
 from passinfra.codegen.passes.requantize_in_kernels import RequantizeInKernels
 from passinfra.codegen.passes.integer_weights import IntegerWeights
 from passinfra.codegen.passes.group_kernels import GroupKernels
+from passinfra.codegen.passes.saturate_pairs import SaturatePairs
 # isort: on
 
 __all__ = ["CodegenC", "CompileC", "LowerToPrimFunc", "PlanMemory", "HostCodegen", "LinkLibrary",
            "PanelWeights", "StreamWeights", "SpecializeKernels", "ApplyTuningRecords",
            "DenseAsMatmul", "ConvTransposeAsConv", "ExactFloatConvolutions",
-           "RequantizeInKernels", "IntegerWeights", "GroupKernels"]
+           "RequantizeInKernels", "IntegerWeights", "GroupKernels", "SaturatePairs"]

@@ -30,6 +30,9 @@ an RGB first layer of such a weight is integer (RegNetX-like and MobileNetV3-lik
 a Zen 3's AVX2: 5-10% faster so than on the float kernels; of full-range weights, 7%
 slower).
 
+A convolution that SaturatePairs marked (``saturate_pairs``) and whose weight's pairs do
+not all fit stays integer: its pairs saturate, which only the integer GEMM computes.
+
 Where: after FoldConstant has made the weights and zero points constants and before
 AlterOpLayout, which lays the new convolution out like every other.
 """
@@ -66,13 +69,17 @@ def _data_range(dtype: str, zero_point: int) -> int:
     return max(zero_point - int(info.min), int(info.max) - zero_point)
 
 
+def _gemm_matrix(codes: np.ndarray) -> np.ndarray:
+    """An OIHW weight as the integer GEMM's matrix: k over (ky, kx, channel), the HWIO rows."""
+    return codes.transpose(2, 3, 1, 0).reshape(-1, codes.shape[0])
+
+
 def _short(codes: np.ndarray) -> bool:
     """Whether the sums of an OIHW weight ``codes`` are short (module docstring)."""
     products = int(np.prod(codes.shape[1:]))
     if products < SHORT_FITTING_SUM or products >= SHORT_SUM:
         return products < SHORT_FITTING_SUM
-    # the GEMM's k runs over (ky, kx, channel): the HWIO weight's rows
-    return not qgemm_panels.pairs_fit(codes.transpose(2, 3, 1, 0).reshape(products, codes.shape[0]))
+    return not qgemm_panels.pairs_fit(_gemm_matrix(codes))
 
 
 def exact_in_float(call: Call) -> np.ndarray | None:
@@ -92,6 +99,8 @@ def exact_in_float(call: Call) -> np.ndarray | None:
     codes = weight.data
     if data_zero.data.size != 1 or (codes.shape[1] != 1 and not _short(codes)):
         return None
+    if attrs.get("saturate_pairs") and not qgemm_panels.pairs_fit(_gemm_matrix(codes)):
+        return None  # its pairs saturate (SaturatePairs): the integer GEMM computes that
     centered = codes.astype(np.int64) - weight_zero.data.astype(np.int64)  # broadcasts to the weight
     magnitudes = np.abs(centered).reshape(codes.shape[0], -1).sum(axis=1)
     bound = int(magnitudes.max(initial=0)) * _data_range(data_type.dtype, int(data_zero.data.reshape(())))

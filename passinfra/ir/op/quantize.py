@@ -62,7 +62,17 @@ clamp does):
 The integer kernels accumulate exactly in int32 (the products of 8-bit operands with
 their zero points removed), never through float: onnxruntime's U8S8 kernels on AVX2
 CPUs without VNNI can saturate a pair of products in int16 (VPMADDUBSW), which is why
-onnxruntime's quantizer offers ``reduce_range``; raypass never saturates.
+onnxruntime's quantizer offers ``reduce_range``; raypass does not saturate unless asked.
+
+Saturating pairs (``saturate_pairs=True`` on ``qnn.matmul`` / ``qnn.conv2d``, set by the
+SaturatePairs pass, off by default): the arithmetic of onnxruntime's U8S8 kernels on x86-64
+CPUs without VNNI, defined for uint8 data and int8 weights. The raw products (zero points
+not yet removed; a convolution's padding holds the data's zero point) are added in pairs
+of consecutive ``k`` (``2j, 2j + 1``; a convolution's ``k`` runs over its taps' rows, their
+pixels, then the channels of its group: the NHWC im2col order), each pair's sum saturated
+to int16, the pairs' sums added exactly in int32, and then the zero points removed
+exactly with the rows' and columns' sums (:func:`saturated_pair_excess`). Where no pair
+exceeds int16 (every pair ``|b0| + |b1| <= 128``: a 7-bit weight) it is the exact result.
 
 The compute rules (:mod:`passinfra.codegen.compute.quantize`) emit the same operations
 in the same order in C, compiled as ISO C11 (``-std=c11`` in the default flags), where the
@@ -106,7 +116,7 @@ from passinfra.ir.types import HALF_DTYPES, TensorType, TupleType, Type, normali
 __all__ = [
     "QUANTIZED_DTYPES", "SCALE_DTYPES", "INTEGER_KERNEL_DTYPES",
     "quantize", "dequantize", "requantize", "matmul", "conv2d", "add", "mul", "dynamic_quantize",
-    "round_saturate", "dynamic_parameters", "requantize_values",
+    "round_saturate", "dynamic_parameters", "requantize_values", "saturated_pair_excess", "conv_rows",
 ]
 
 # what a quantized tensor may be (ONNX QuantizeLinear's targets without the sub-byte and
@@ -311,6 +321,7 @@ def _matmul_relation(arg_types: Sequence[Type], attrs: Attrs) -> Type:
     _zero_point(arg_types[2], lhs, "the left zero point", "the left operand", lhs.dtype)
     _zero_point(arg_types[3], rhs, "the right zero point", "the right operand", rhs.dtype)
     batch = broadcast_shapes(lhs.shape[:-2], rhs.shape[:-2])
+    _expect_saturating_operands(attrs, lhs, rhs)
     return TensorType((*batch, lhs.shape[-2], rhs.shape[-1]), "int32")
 
 
@@ -319,30 +330,77 @@ def _centered(value: Any, zero_point: Any) -> np.ndarray:
     return np.asarray(value).astype(np.int64) - np.asarray(zero_point).astype(np.int64)
 
 
+# the int16 range a pair of VPMADDUBSW's products saturates to
+_INT16_MIN, _INT16_MAX = -32768, 32767
+# the int32 elements of the pair sums computed at once (rows are taken in chunks of this)
+_PAIR_CHUNK = 1 << 22
+
+
+def saturated_pair_excess(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``sum_j sat16(a[m, 2j] b[2j, n] + a[m, 2j+1] b[2j+1, n]) - sum_k a[m, k] b[k, n]``
+    (int64 ``[M, N]``) for raw operands ``a`` ``[M, K]`` and ``b`` ``[K, N]`` (integer
+    values; an odd ``K``'s last pair has one product): what saturating the pairs changes in
+    the raw sums. Zero where no pair leaves int16; only the pairs of a ``b`` pair that can
+    (``|b0| + |b1| > 128``) are computed."""
+    a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
+    m, k = a.shape
+    n = b.shape[1]
+    excess = np.zeros((m, n), np.int64)
+    if k % 2:
+        a, b = np.pad(a, ((0, 0), (0, 1))), np.pad(b, ((0, 1), (0, 0)))
+    b_pairs = np.abs(b[0::2]) + np.abs(b[1::2])  # [K/2, N]: a pair's largest sum is 255 times this
+    for j in np.flatnonzero((b_pairs * 255 > _INT16_MAX).any(axis=1)):
+        columns = np.flatnonzero(b_pairs[j] * 255 > _INT16_MAX)
+        rows_at_once = max(1, _PAIR_CHUNK // max(1, columns.size))
+        for start in range(0, m, rows_at_once):
+            rows = slice(start, start + rows_at_once)
+            pair = (np.outer(a[rows, 2 * j], b[2 * j, columns])
+                    + np.outer(a[rows, 2 * j + 1], b[2 * j + 1, columns]))
+            excess[rows, columns] += np.clip(pair, _INT16_MIN, _INT16_MAX) - pair
+    return excess
+
+
+def _expect_saturating_operands(attrs: Attrs, data: TensorType, weight: TensorType) -> None:
+    if attrs["saturate_pairs"] and (data.dtype, weight.dtype) != ("uint8", "int8"):
+        raise IRTypeError(f"saturate_pairs is defined for uint8 data and int8 weights (VPMADDUBSW's "
+                          f"operands), got {type_text(data)} and {type_text(weight)}")
+
+
 def _matmul_impl(args: Sequence[Any], attrs: Attrs) -> np.ndarray:
     lhs, rhs, lhs_zero, rhs_zero = args
     product = np.matmul(_centered(lhs, lhs_zero), _centered(rhs, rhs_zero))
+    if attrs["saturate_pairs"]:
+        lhs, rhs = np.asarray(lhs), np.asarray(rhs)
+        batch = product.shape[:-2]
+        lhs_all = np.broadcast_to(lhs, (*batch, *lhs.shape[-2:])).reshape(-1, *lhs.shape[-2:])
+        rhs_all = np.broadcast_to(rhs, (*batch, *rhs.shape[-2:])).reshape(-1, *rhs.shape[-2:])
+        excess = np.stack([saturated_pair_excess(x, w) for x, w in zip(lhs_all, rhs_all)])
+        product = product + excess.reshape(product.shape)
     return np.ascontiguousarray(product.astype(np.int32))  # wraps as int32 arithmetic does
 
 
 register_tensor_op(
-    "qnn.matmul", attrs={}, num_inputs=4, type_rel=_matmul_relation, impl=_matmul_impl,
+    "qnn.matmul", attrs={"saturate_pairs": False}, num_inputs=4, type_rel=_matmul_relation, impl=_matmul_impl,
     pattern=OpPattern.OUT_EWISE_FUSABLE,
     doc="(a - a_zero_point) @ (b - b_zero_point), int8/uint8 operands summed in int32 (ONNX MatMulInteger)",
     symbolic=True,
 )
 
 
-def matmul(lhs: Any, rhs: Any, lhs_zero_point: Any, rhs_zero_point: Any) -> Call:
+def matmul(lhs: Any, rhs: Any, lhs_zero_point: Any, rhs_zero_point: Any,
+           saturate_pairs: bool = False) -> Call:
     """``(lhs - lhs_zero_point) @ (rhs - rhs_zero_point)`` in int32; operands int8/uint8 of
-    rank >= 2 (batch axes broadcast); each zero point broadcasts to its operand."""
-    return call_op("qnn.matmul", lhs, rhs, lhs_zero_point, rhs_zero_point)
+    rank >= 2 (batch axes broadcast); each zero point broadcasts to its operand.
+    ``saturate_pairs``: onnxruntime's arithmetic without VNNI (module docstring; uint8
+    ``lhs``, int8 ``rhs``)."""
+    return call_op("qnn.matmul", lhs, rhs, lhs_zero_point, rhs_zero_point,
+                   **({"saturate_pairs": True} if saturate_pairs else {}))
 
 
 # --------------------------------------------------------------------------- conv2d
 
 _CONV_DEFAULTS = {"strides": (1, 1), "padding": (0, 0, 0, 0), "dilation": (1, 1), "groups": 1,
-                  "data_layout": "NCHW", "kernel_layout": "OIHW"}
+                  "data_layout": "NCHW", "kernel_layout": "OIHW", "saturate_pairs": False}
 # the pairs nn.conv2d has (AlterOpLayout turns NCHW/OIHW into NHWC/HWIO)
 CONV_LAYOUTS = (("NCHW", "OIHW"), ("NHWC", "HWIO"))
 
@@ -372,6 +430,7 @@ def _conv2d_relation(arg_types: Sequence[Type], attrs: Attrs) -> Type:
     if group_channels != channels // groups:
         raise IRTypeError(f"expected the weight to have {channels // groups} input channels "
                           f"(data channels {channels} / groups {groups}), got {type_text(weight)}")
+    _expect_saturating_operands(attrs, data, weight)
     (sh, sw), (dh, dw) = attrs["strides"], attrs["dilation"]
     top, left, bottom, right = attrs["padding"]
     out_h = window_out_size(height, kh, sh, top, bottom, dh, "height")
@@ -388,8 +447,47 @@ def _conv2d_impl(args: Sequence[Any], attrs: Attrs) -> np.ndarray:
     centered_weight = np.transpose(_centered(weight, weight_zero), weight_perm)
     out = _window.conv_nd(centered_data, centered_weight, attrs["strides"], attrs["padding"],
                           attrs["dilation"], attrs["groups"])
+    if attrs["saturate_pairs"]:
+        out = out + _conv_pair_excess(np.transpose(np.asarray(data), data_perm),
+                                      np.transpose(np.asarray(weight), weight_perm),
+                                      int(np.asarray(data_zero).reshape(-1)[0]), attrs, out.shape)
     back = tuple("NCHW".index(c) for c in attrs["data_layout"])
     return np.ascontiguousarray(np.transpose(out, back).astype(np.int32))
+
+
+def conv_rows(data: np.ndarray, kh: int, kw: int, attrs: Attrs, out_hw: tuple[int, int],
+              pad: int) -> np.ndarray:
+    """The ``[groups, N * OH * OW, KH * KW * C / groups]`` im2col rows of an NCHW ``data``
+    (raw values, the padding ``pad``), ``k`` over the taps' rows, their pixels, then the
+    group's channels (the NHWC order of the integer GEMM)."""
+    (sh, sw), (dh, dw), groups = attrs["strides"], attrs["dilation"], attrs["groups"]
+    top, left, _bottom, _right = attrs["padding"]
+    batch, channels, height, width = data.shape
+    out_h, out_w = out_hw
+    image = np.transpose(data, (0, 2, 3, 1))
+    padded = np.full((batch, top + (out_h - 1) * sh + (kh - 1) * dh + 1,
+                      left + (out_w - 1) * sw + (kw - 1) * dw + 1, channels), pad, np.int64)
+    inside_h, inside_w = min(height, padded.shape[1] - top), min(width, padded.shape[2] - left)
+    padded[:, top:top + inside_h, left:left + inside_w] = image[:, :inside_h, :inside_w]
+    taps = [padded[:, ky * dh:ky * dh + (out_h - 1) * sh + 1:sh, kx * dw:kx * dw + (out_w - 1) * sw + 1:sw]
+            for ky in range(kh) for kx in range(kw)]
+    rows = np.stack(taps, axis=3).reshape(batch * out_h * out_w, kh * kw, groups, channels // groups)
+    return rows.transpose(2, 0, 1, 3).reshape(groups, batch * out_h * out_w, -1)
+
+
+def _conv_pair_excess(data: np.ndarray, weight: np.ndarray, data_zero: int, attrs: Attrs,
+                      out_shape: tuple[int, ...]) -> np.ndarray:
+    """:func:`saturated_pair_excess` of an NCHW/OIHW convolution's GEMMs, NCHW."""
+    batch, out_channels, out_h, out_w = out_shape
+    groups = attrs["groups"]
+    _, group_channels, kh, kw = weight.shape
+    rows = conv_rows(data, kh, kw, attrs, (out_h, out_w), data_zero)
+    per_group = out_channels // groups
+    # the weight's [KH * KW * C/groups, O] matrix in the rows' k order, a group's columns at a time
+    matrix = np.transpose(weight, (2, 3, 1, 0)).reshape(kh * kw * group_channels, out_channels)
+    excess = np.concatenate([saturated_pair_excess(rows[g], matrix[:, g * per_group:(g + 1) * per_group])
+                             for g in range(groups)], axis=1)
+    return excess.reshape(batch, out_h, out_w, out_channels).transpose(0, 3, 1, 2)
 
 
 register_tensor_op(
@@ -402,19 +500,21 @@ register_tensor_op(
 
 def conv2d(data: Any, weight: Any, data_zero_point: Any, weight_zero_point: Any, strides: Any = (1, 1),
            padding: Any = (0, 0), dilation: Any = (1, 1), groups: int = 1, data_layout: str = "NCHW",
-           kernel_layout: str = "OIHW") -> Call:
+           kernel_layout: str = "OIHW", saturate_pairs: bool = False) -> Call:
     """The int32 convolution of ``data - data_zero_point`` (NCHW, int8/uint8) with
     ``weight - weight_zero_point`` (OIHW, int8/uint8); zero points broadcast to their
     operand (a per-output-channel weight zero point has shape (O, 1, 1, 1)). ``padding``
     as for ``nn.conv2d`` (1, 2 or 4 ints). ``data_layout="NHWC"`` with
     ``kernel_layout="HWIO"`` is the same convolution on transposed operands (the result
-    NHWC; a per-channel weight zero point then has shape (1, 1, 1, O))."""
+    NHWC; a per-channel weight zero point then has shape (1, 1, 1, O)). ``saturate_pairs``:
+    onnxruntime's arithmetic without VNNI (module docstring; uint8 data, int8 weight)."""
     return call_op(
         "qnn.conv2d", data, weight, data_zero_point, weight_zero_point,
         strides=positive_ints(int_tuple(strides, 2, "strides"), "strides"),
         padding=pad_tuple_2d(padding),
         dilation=positive_ints(int_tuple(dilation, 2, "dilation"), "dilation"),
         groups=int(groups), data_layout=str(data_layout), kernel_layout=str(kernel_layout),
+        **({"saturate_pairs": True} if saturate_pairs else {}),
     )
 
 

@@ -94,7 +94,8 @@ def requantized_conv2d(data: Any, weight: Any, data_zero: Any, weight_zero: Any,
 
 
 def requantized_matmul(lhs: Any, rhs: Any, lhs_zero: Any, rhs_zero: Any, bias: Any, multiplier: Any,
-                       out_zero: Any) -> Call:
-    """``qnn.requantize(qnn.matmul(lhs, rhs, lhs_zero, rhs_zero) + bias, multiplier,
-    out_zero)`` as one op."""
-    return call_op("qnn.requantized_matmul", lhs, rhs, lhs_zero, rhs_zero, bias, multiplier, out_zero)
+                       out_zero: Any, **attrs: Any) -> Call:
+    """``qnn.requantize(qnn.matmul(lhs, rhs, lhs_zero, rhs_zero, **attrs) + bias, multiplier,
+    out_zero)`` as one op (``attrs`` those of the qnn.matmul call)."""
+    return call_op("qnn.requantized_matmul", lhs, rhs, lhs_zero, rhs_zero, bias, multiplier, out_zero,
+                   **attrs)
