@@ -149,6 +149,7 @@ _CONVOLUTIONS = ("shape", "out_channels", "kernel", "stride", "pad", "groups", "
     ((2, 3, 12, 12), 16, 3, 1, 1, 1, "int8", False),  # 27 products a sum: an RGB first layer, two images
     ((1, 6, 12, 12), 16, 3, 1, 1, 1, "int8", True),  # 54: the integer GEMM
     ((1, 3, 23, 21), 8, 7, 2, 3, 1, "uint8", True),  # a 7x7 stem: a row of taps inside is one copy of 21
+    ((1, 3, 6, 4), 8, 7, 1, 3, 1, "uint8", True),  # no row of taps inside a line of 4 pixels
     # two images of 575 rows, gathered a line of output pixels at a time: row blocks end mid-line
     ((2, 3, 25, 23), 24, 3, 1, 1, 1, "uint8", True),
     ((1, 32, 8, 8), 32, 3, 1, 1, 2, "uint8", True),  # grouped: two GEMMs of 16 channels in one call
