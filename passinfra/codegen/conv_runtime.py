@@ -80,6 +80,7 @@ from passinfra.tir.intrinsics import (
     DEPTHWISE_CONV_INTRINSIC,
     MATMUL_NBITS_INTRINSIC,
     QCONV_INTRINSIC,
+    QGEMM_ARGUMENTS,
     QGEMM_INTRINSIC,
     WINOGRAD_INTRINSIC,
     ConvEpilogue,
@@ -135,6 +136,9 @@ MATMUL_NBITS_DECLARATION = (f"extern int {MATMUL_NBITS_FUNCTION}(const float* A,
                             "int64_t K, int64_t block, int64_t bits);")
 # the integer matmul (c/qgemm.c), in the same object
 QGEMM_FUNCTION, QCONV_FUNCTION = "rp_qgemm_i8", "rp_qconv_i8"
+QGEMM_ADD_FUNCTION, QCONV_ADD_FUNCTION = "rp_qgemm_add_i8", "rp_qconv_add_i8"
+_QGEMM_RESIDUAL = ("const void* residual, float lhs_scale, int64_t lhs_zero, float rhs_scale, "
+                   "int64_t rhs_zero, float add_scale, int64_t add_zero, int64_t residual_first")
 _QGEMM_EPILOGUE = ("const void* bias, const void* multiplier, const void* out_zero, int64_t bias_kind, "
                    "int64_t multiplier_step, int64_t out_type")
 QGEMM_DECLARATION = (
@@ -145,7 +149,18 @@ QGEMM_DECLARATION = (
     "void* out, int64_t batch, int64_t height, int64_t width, int64_t channels, "
     "int64_t out_height, int64_t out_width, int64_t kh, int64_t kw, int64_t sh, int64_t sw, "
     "int64_t dh, int64_t dw, int64_t top, int64_t left, int64_t N, int64_t groups, "
-    f"int64_t a_signed, int64_t b_signed, int64_t zb_step, int64_t b_packed, {_QGEMM_EPILOGUE});")
+    f"int64_t a_signed, int64_t b_signed, int64_t zb_step, int64_t b_packed, {_QGEMM_EPILOGUE});\n"
+    # the same with a residual add after the requantization (qnn.requantized_*'s six more inputs)
+    f"extern int {QGEMM_ADD_FUNCTION}(const void* A, const void* B, const void* za, const void* zb, "
+    "void* out, int64_t M, int64_t N, int64_t K, int64_t a_signed, int64_t b_signed, "
+    f"int64_t za_step, int64_t zb_step, int64_t b_packed, int64_t groups, {_QGEMM_EPILOGUE}, "
+    f"{_QGEMM_RESIDUAL});\n"
+    f"extern int {QCONV_ADD_FUNCTION}(const void* image, const void* B, const void* za, const void* zb, "
+    "void* out, int64_t batch, int64_t height, int64_t width, int64_t channels, "
+    "int64_t out_height, int64_t out_width, int64_t kh, int64_t kw, int64_t sh, int64_t sw, "
+    "int64_t dh, int64_t dw, int64_t top, int64_t left, int64_t N, int64_t groups, "
+    f"int64_t a_signed, int64_t b_signed, int64_t zb_step, int64_t b_packed, {_QGEMM_EPILOGUE}, "
+    f"{_QGEMM_RESIDUAL});")
 
 
 def runtime_defines() -> dict[str, int]:
@@ -296,16 +311,21 @@ register_intrinsic_renderer(WINOGRAD_INTRINSIC, IntrinsicRenderer(
 register_intrinsic_renderer(MATMUL_NBITS_INTRINSIC, IntrinsicRenderer(
     lambda renderer, node, args: f"{MATMUL_NBITS_FUNCTION}(&{args[0]}, &{args[1]}, &{args[2]}, &{args[3]}, "
                                  f"&{args[4]}, {', '.join(args[5:])})", MATMUL_NBITS_LIBRARY))
-def _qgemm_call(function: str, args: list[str]) -> str:
-    """The C call of a ``rp_qgemm`` / ``rp_qconv``: its five leading buffers and the three of
-    its epilogue (its last six arguments) passed by address."""
-    pointers = {0, 1, 2, 3, 4, len(args) - 6, len(args) - 5, len(args) - 4}
+def _qgemm_call(functions: tuple[str, str], base: int, args: list[str]) -> str:
+    """The C call of a ``rp_qgemm`` / ``rp_qconv`` of ``base`` arguments: its five leading
+    buffers and the three of its epilogue (its last six arguments) passed by address; with
+    a residual add (more arguments), the add variant, the residual passed by address too."""
+    residual = len(args) > base
+    pointers = {0, 1, 2, 3, 4, base - 6, base - 5, base - 4} | ({base} if residual else set())
+    function = functions[residual]
     return f"{function}({', '.join(f'&{a}' if i in pointers else a for i, a in enumerate(args))})"
 
 
-for _intrinsic, _function in ((QGEMM_INTRINSIC, QGEMM_FUNCTION), (QCONV_INTRINSIC, QCONV_FUNCTION)):
+for _intrinsic, _functions in ((QGEMM_INTRINSIC, (QGEMM_FUNCTION, QGEMM_ADD_FUNCTION)),
+                               (QCONV_INTRINSIC, (QCONV_FUNCTION, QCONV_ADD_FUNCTION))):
     register_intrinsic_renderer(_intrinsic, IntrinsicRenderer(
-        lambda renderer, node, args, function=_function: _qgemm_call(function, list(args)), QGEMM_LIBRARY))
+        lambda renderer, node, args, functions=_functions, base=QGEMM_ARGUMENTS[_intrinsic]:
+            _qgemm_call(functions, base, list(args)), QGEMM_LIBRARY))
 
 
 __all__ = ["CHANNEL_CHUNK", "CONV_FUNCTION", "CONV_ISA_LEVELS", "DECLARATION", "MATMUL_NBITS_LIBRARY",

@@ -241,6 +241,11 @@ SATURATING_PAIRS = 2
 # zb_step, b_packed)``; the image NHWC with one zero point ``za`` (what its padding holds),
 # ``K = kh * kw * channels / groups``, out NHWC ``[batch, out_height, out_width, groups * N]``
 QCONV_INTRINSIC = "rp_qconv"
+# the arguments of each without a residual add; with one, eight more: ``(residual, lhs_scale,
+# lhs_zero, rhs_scale, rhs_zero, add_scale, add_zero, residual_first)``, the requantized
+# output then added to ``residual`` (laid out as the output) by qnn.add, the residual its
+# first operand where residual_first is 1 (:mod:`passinfra.ir.op.requantized`)
+QGEMM_ARGUMENTS = {QGEMM_INTRINSIC: 20, QCONV_INTRINSIC: 31}
 
 _KERNEL_CALLS = (GEMM_INTRINSIC, CONV_INTRINSIC, DEPTHWISE_CONV_INTRINSIC, MATMUL_NBITS_INTRINSIC,
                  QGEMM_INTRINSIC, QCONV_INTRINSIC, WINOGRAD_INTRINSIC)
@@ -299,7 +304,9 @@ def evaluate_qgemm(intrinsic: Intrinsic, flat_view: Callable[[BufferLoad], np.nd
                    scalar: Callable[[PrimExpr], int]) -> None:
     """Run a ``rp_qgemm`` in the TIR interpreter (arguments as :func:`evaluate_gemm`):
     exactly, in int64, then wrapped to int32 as the C runtime's arithmetic is."""
-    a_load, b_load, za_load, zb_load, out_load, *rest = intrinsic.args
+    arguments = list(intrinsic.args)
+    residual_args = arguments[QGEMM_ARGUMENTS[intrinsic.name]:]
+    a_load, b_load, za_load, zb_load, out_load, *rest = arguments[:QGEMM_ARGUMENTS[intrinsic.name]]
     *rest, bias_load, multiplier_load, zero_load, bias_kind, multiplier_step, out_type = rest
     if intrinsic.name == QCONV_INTRINSIC:
         geometry = [int(scalar(x)) for x in rest[:14]]
@@ -339,6 +346,18 @@ def evaluate_qgemm(intrinsic: Intrinsic, flat_view: Callable[[BufferLoad], np.nd
         multiplier = flat_view(multiplier_load)[:groups * n if step else 1]
         zero = np.asarray(flat_view(zero_load)[0], dtype=zero_load.buffer.dtype)  # the output's type
         result = requantize_values(result.astype(np.int32), multiplier, zero)
+        if residual_args:  # then qnn.add of it and the residual
+            from passinfra.ir.attrs import Attrs
+            from passinfra.ir.op.registry import Op
+
+            residual_load, *scalars, first = residual_args
+            lhs_scale, lhs_zero, rhs_scale, rhs_zero, add_scale, add_zero = (scalar(x) for x in scalars)
+            residual = flat_view(residual_load)[:m * groups * n].reshape(result.shape)
+            operands = [result, residual] if not int(scalar(first)) else [residual, result]
+            dtype, f32 = result.dtype, np.float32
+            result = Op.get("qnn.add").impl(
+                [operands[0], f32(lhs_scale), np.asarray(lhs_zero, dtype), operands[1], f32(rhs_scale),
+                 np.asarray(rhs_zero, dtype), f32(add_scale), np.asarray(add_zero, dtype)], Attrs({}))
     flat_view(out_load)[:m * groups * n] = result.reshape(-1)
 
 
@@ -443,7 +462,7 @@ __all__ = ["WINOGRAD_INTRINSIC", "evaluate_winograd", "is_winograd", "winograd_r
            "ConvEpilogue", "EPILOGUE_BIAS", "EPILOGUE_RESIDUAL",
            "EPILOGUE_RESIDUAL_FIRST", "conv_sizes", "DEPTHWISE_CONV_INTRINSIC",
            "GEMM_INTRINSIC", "MATMUL_NBITS_INTRINSIC", "QCONV_INTRINSIC", "QGEMM_INTRINSIC", "REINTERPRET",
-           "SATURATING_PAIRS",
+           "QGEMM_ARGUMENTS", "SATURATING_PAIRS",
            "bitwise", "conv_regions", "evaluate_conv", "evaluate_gemm", "evaluate_matmul_nbits",
            "evaluate_qgemm", "is_conv", "is_gemm", "is_kernel_call", "is_matmul_nbits", "is_qgemm",
            "reinterpret"]

@@ -13,8 +13,13 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import passinfra
+from passinfra.build import COMPILE_PIPELINE
 from passinfra.frontend import from_onnx
-from passinfra.transform import FuseQDQ, InferType, PassContext
+from passinfra.ir.expr import Call
+from passinfra.ir.functor import post_order_visit
+from passinfra.ir.op.registry import Op
+from passinfra.transform import FuseQDQ, InferType, PassContext, Sequential
+from passinfra.transform.registry import get_pass
 from tests.isa_levels import assert_same_on_every_isa, qgemm_body_calls
 
 ort = pytest.importorskip("onnxruntime")
@@ -421,3 +426,62 @@ def test_an_activation_between_qdq_pairs_is_a_lookup_table(act, cache_dir):
     expected = np.asarray(passinfra.evaluate(mod, feeds["x"]))
     assert np.array_equal(np.asarray(passinfra.evaluate(tabled, feeds["x"])), expected)
     assert np.array_equal(_build(model, cache_dir)(feeds["x"]), expected)
+
+
+def _requantized_calls(model) -> list[Call]:
+    """The module's requantized contractions after RequantizeInKernels."""
+    names = COMPILE_PIPELINE[:COMPILE_PIPELINE.index("RequantizeInKernels") + 1]
+    with PassContext(opt_level=3):
+        mod = Sequential([get_pass(name) for name in names], opt_level=0)(from_onnx(model))
+    found: list[Call] = []
+    post_order_visit(mod["main"], lambda e: found.append(e) if isinstance(e, Call) and isinstance(e.op, Op)
+                     and e.op.name.startswith("qnn.requantized_") else None)
+    return found
+
+
+# the convolution's output as QLinearAdd's first operand or its second; a pointwise
+# convolution of the data itself (rp_qgemm) or a padded 3x3 one (rp_qconv); uint8 or int8
+@pytest.mark.parametrize(("act", "kernel", "residual_first"), [
+    ("uint8", 1, False), ("uint8", 3, True), ("int8", 3, False), ("int8", 1, True),
+])
+def test_a_residual_add_joins_the_integer_gemm_that_requantizes_its_operand(act, kernel, residual_first,
+                                                                           cache_dir):
+    """Q(DQ(Q(conv(...))) + DQ(residual)): the add (QLinearAdd) joins the requantized
+    convolution (RequantizeInKernels), which adds the residual to each block of outputs as
+    the GEMM stores them; the bits of the add after the convolution (the interpreter of the
+    fused QDQ graph), on every instruction set and thread count."""
+    zero = 128 if act == "uint8" else 0
+    g = _Graph((2, 16, 9, 7), act, seed=11 + kernel)
+    x = g.qdq("x", 0.05, zero - 3)
+    for layer in range(2):  # the first's output is the second's data and the residual
+        w, scales = g.weight((16, 16, kernel, kernel), 0, True)
+        x = g.qdq(g.node("Conv", [x, w, g.bias(16, 0.08 if layer else 0.05, scales)],
+                         kernel_shape=[kernel, kernel], pads=[kernel // 2] * 4), 0.08, zero + 5 + layer)
+        if layer == 0:  # the residual: a DequantizeLinear of its own (as onnxruntime's quantizer writes)
+            quantize = g.nodes[-2]
+            residual = g._name("dq")
+            inputs = list(quantize.output) + list(quantize.input[1:])
+            g.nodes.append(helper.make_node("DequantizeLinear", inputs, [residual]))
+    total = g.node("Add", [residual, x] if residual_first else [x, residual])
+    model = g.model(g.qdq(total, 0.1, zero + 2))
+    first, fused = _requantized_calls(model)  # the second with the add's six inputs
+    assert len(first.args) == 7 and len(fused.args) == 13
+    assert fused.attrs.get("residual_first", False) == residual_first
+    feeds = g.feeds()
+    with PassContext(opt_level=3):
+        reference = np.asarray(passinfra.evaluate(FuseQDQ()(InferType()(from_onnx(model))), feeds["x"]))
+    assert_same_on_every_isa(_build(model, cache_dir), [feeds["x"]], reference)
+
+
+def test_a_residual_add_after_a_matmul_joins_its_integer_gemm(cache_dir):
+    g = _Graph((37, 48), "uint8", seed=4)
+    x = g.qdq("x", 0.03, 120)
+    w, scales = g.weight((48, 48), 1, True)
+    y = g.qdq(g.node("Add", [g.node("MatMul", [x, w]), g.bias(48, 0.03, scales)]), 0.1, 128)
+    model = g.model(g.qdq(g.node("Add", [y, x]), 0.12, 125))
+    (fused,) = _requantized_calls(model)
+    assert fused.op.name == "qnn.requantized_matmul" and len(fused.args) == 13
+    feeds = g.feeds()
+    with PassContext(opt_level=3):
+        reference = np.asarray(passinfra.evaluate(FuseQDQ()(InferType()(from_onnx(model))), feeds["x"]))
+    assert_same_on_every_isa(_build(model, cache_dir), [feeds["x"]], reference)

@@ -123,6 +123,13 @@ typedef struct {
   int64_t a_stride;
   int in_place;
   int64_t block_rows;      /* rows of a work item's block (rp_qgemm_block_rows) */
+  /* a residual add after the requantization (rp_qgemm_add_i8): qnn.add of the requantized
+     values and `residual` (laid out as qout, of its type), QLinearAdd's arithmetic in
+     float32: (fixed + lhs * add_lhs) + rhs * add_rhs, the residual qnn.add's lhs where
+     residual_first; 0: none */
+  const void* residual;
+  float add_lhs, add_rhs, add_fixed;
+  int residual_first;
 } rp_qgemm;
 
 static uint32_t rp_qgemm_za(const rp_qgemm* g, int64_t m) {
@@ -162,14 +169,28 @@ static int32_t rp_qgemm_requantize(const rp_qgemm* g, int64_t n, uint32_t acc) {
   return rp_qgemm_requantize_value(g, g->multiplier[n * g->multiplier_step], acc);
 }
 
+/* a requantized value q plus the residual's element at `at`, where there is a residual:
+   qnn.add's operations in its order (passinfra/codegen/compute/quantize.py), rounded and
+   saturated to the output's type */
+static int32_t rp_qgemm_added(const rp_qgemm* g, int32_t q, int64_t at) {
+  if (!g->residual) return q;
+  const int32_t r = g->out_type == 1 ? ((const uint8_t*)g->residual)[at] : ((const int8_t*)g->residual)[at];
+  const float lhs = (float)(g->residual_first ? r : q), rhs = (float)(g->residual_first ? q : r);
+  const float total = (g->add_fixed + lhs * g->add_lhs) + rhs * g->add_rhs;
+  const float low = g->out_type == 1 ? 0.0f : -128.0f, high = g->out_type == 1 ? 255.0f : 127.0f;
+  const float rounded = nearbyintf(total);
+  return (int32_t)(rounded > low ? (rounded < high ? rounded : high) : low);  /* NaN: low */
+}
+
 /* out[m, n0 .. n0+cols) from its raw sums S, the columns' sums of B' and their zb' */
 static void rp_qgemm_finish(const rp_qgemm* g, int64_t m, int64_t n0, int64_t cols, const uint32_t* sums,
                             const uint32_t* colsum, const uint32_t* zb) {
   const uint32_t za = rp_qgemm_za(g, m), ra = g->rowsum[m], k = (uint32_t)g->K;
   for (int64_t c = 0; c < cols; c++) {
     const uint32_t value = sums[c] - zb[c] * ra - za * colsum[c] + k * za * zb[c];
-    if (g->out_type == 0) g->out[m * g->ld + n0 + c] = (int32_t)value;
-    else ((uint8_t*)g->qout)[m * g->ld + n0 + c] = (uint8_t)rp_qgemm_requantize(g, n0 + c, value);
+    const int64_t at = m * g->ld + n0 + c;
+    if (g->out_type == 0) g->out[at] = (int32_t)value;
+    else ((uint8_t*)g->qout)[at] = (uint8_t)rp_qgemm_added(g, rp_qgemm_requantize(g, n0 + c, value), at);
   }
 }
 
@@ -226,9 +247,23 @@ static inline __attribute__((target("avx2"), always_inline)) __m256i rp_qgemm_re
   return _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(scaled, low), high)), zero);
 }
 
-__attribute__((target("avx2")))
-static void rp_qgemm_finish_avx2(const rp_qgemm* g, int64_t m, int64_t rows, const rp_qgemm_columns* c,
-                                 const uint32_t* sums) {
+/* 8 requantized values q plus the residual's 8 at `residual` (rp_qgemm_added's operations) */
+static inline __attribute__((target("avx2"), always_inline)) __m256i rp_qgemm_added8(
+    const rp_qgemm* g, __m256i q, const void* residual, __m256 low, __m256 high) {
+  const __m128i bytes = _mm_loadl_epi64((const __m128i*)residual);
+  const __m256i r = g->out_type == 1 ? _mm256_cvtepu8_epi32(bytes) : _mm256_cvtepi8_epi32(bytes);
+  const __m256 qf = _mm256_cvtepi32_ps(q), rf = _mm256_cvtepi32_ps(r);
+  const __m256 lhs = g->residual_first ? rf : qf, rhs = g->residual_first ? qf : rf;
+  const __m256 total = _mm256_add_ps(_mm256_add_ps(_mm256_set1_ps(g->add_fixed),
+                                                   _mm256_mul_ps(lhs, _mm256_set1_ps(g->add_lhs))),
+                                     _mm256_mul_ps(rhs, _mm256_set1_ps(g->add_rhs)));
+  return _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(total, low), high));
+}
+
+/* rp_qgemm_finish_avx2's rows, `add` whether there is a residual (a constant where it is
+   inlined: the loops without one stay as they were) */
+static inline __attribute__((target("avx2"), always_inline)) void rp_qgemm_finish_rows_avx2(
+    const rp_qgemm* g, int64_t m, int64_t rows, const rp_qgemm_columns* c, const uint32_t* sums, const int add) {
   if (g->za_step) {  /* one za a row: each row its own constants */
     for (int64_t r = 0; r < rows; r++)
       rp_qgemm_finish(g, m + r, c->n0, c->cols, sums + r * RP_QGEMM_COLUMNS, c->colsum, c->zb);
@@ -241,13 +276,21 @@ static void rp_qgemm_finish_avx2(const rp_qgemm* g, int64_t m, int64_t rows, con
   /* the dwords of 32 bytes packed from four vectors a, b, c, d (PACKSSDW and PACKUSWB
      work within 128-bit lanes: a0-3 b0-3 c0-3 d0-3 | a4-7 b4-7 c4-7 d4-7), in order */
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  /* the sum's range (a residual add's output: the type's, no zero point) */
+  const __m256 add_low = _mm256_set1_ps(g->out_type == 1 ? 0.0f : -128.0f);
+  const __m256 add_high = _mm256_set1_ps(g->out_type == 1 ? 255.0f : 127.0f);
   for (int64_t r = 0; r < rows; r++, sums += RP_QGEMM_COLUMNS) {
     const __m256i ra = _mm256_set1_epi32((int)g->rowsum[m + r]);
-    uint8_t* qrow = (uint8_t*)g->qout + (m + r) * g->ld + c->n0;
-    int32_t* row = g->out + (m + r) * g->ld + c->n0;
+    const int64_t at = (m + r) * g->ld + c->n0;
+    uint8_t* qrow = (uint8_t*)g->qout + at;
+    const uint8_t* rrow = add ? (const uint8_t*)g->residual + at : 0;
+    int32_t* row = g->out + at;
     if (quantize && (vectors == 4 || (vectors == 2 && c->cols == 16))) {
       /* a whole panel's 32 (16) columns: packed and stored at once */
-#define RP_QGEMM_Q8(v) rp_qgemm_requantize8(c, rp_qgemm_values8(c, sums, v, ra), v, low, high, zero)
+#define RP_QGEMM_Q8(v)                                                                                  \
+  (add ? rp_qgemm_added8(g, rp_qgemm_requantize8(c, rp_qgemm_values8(c, sums, v, ra), v, low, high, zero), \
+                         rrow + 8 * (v), add_low, add_high)                                              \
+       : rp_qgemm_requantize8(c, rp_qgemm_values8(c, sums, v, ra), v, low, high, zero))
       const __m256i q0 = RP_QGEMM_Q8(0), q1 = RP_QGEMM_Q8(1);
       /* 16 columns: their two vectors packed twice, stored once */
       const __m256i q2 = vectors == 4 ? RP_QGEMM_Q8(2) : q0, q3 = vectors == 4 ? RP_QGEMM_Q8(3) : q1;
@@ -265,7 +308,8 @@ static void rp_qgemm_finish_avx2(const rp_qgemm* g, int64_t m, int64_t rows, con
         _mm256_storeu_si256((__m256i*)(row + 8 * v), value);
         continue;
       }
-      const __m256i q = rp_qgemm_requantize8(c, value, v, low, high, zero);
+      __m256i q = rp_qgemm_requantize8(c, value, v, low, high, zero);
+      if (add) q = rp_qgemm_added8(g, q, rrow + 8 * v, add_low, add_high);
       const __m128i words = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
       const __m128i bytes = g->out_type == 1 ? _mm_packus_epi16(words, words) : _mm_packs_epi16(words, words);
       _mm_storel_epi64((__m128i*)(qrow + 8 * v), bytes);
@@ -273,9 +317,16 @@ static void rp_qgemm_finish_avx2(const rp_qgemm* g, int64_t m, int64_t rows, con
     for (int64_t i = 8 * vectors; i < c->cols; i++) {
       const uint32_t value = sums[i] - c->zb[i] * g->rowsum[m + r] - c->fixed[i];
       if (!quantize) row[i] = (int32_t)value;
-      else qrow[i] = (uint8_t)rp_qgemm_requantize_value(g, c->scale[i], value);
+      else qrow[i] = (uint8_t)rp_qgemm_added(g, rp_qgemm_requantize_value(g, c->scale[i], value), at + i);
     }
   }
+}
+
+__attribute__((target("avx2")))
+static void rp_qgemm_finish_avx2(const rp_qgemm* g, int64_t m, int64_t rows, const rp_qgemm_columns* c,
+                                 const uint32_t* sums) {
+  if (g->residual) rp_qgemm_finish_rows_avx2(g, m, rows, c, sums, 1);
+  else rp_qgemm_finish_rows_avx2(g, m, rows, c, sums, 0);
 }
 
 /* the same, 16 columns at a time (a last part of fewer under a mask), for the bodies of
@@ -961,9 +1012,9 @@ static void rp_qgemm_item(const rp_qgemm* all, int64_t group, int64_t first, int
       rows += rp_qgemm_rows(g, g->body, m + rows, panel, tail, sums + rows * RP_QGEMM_COLUMNS, cols,
                             m + rows == first);
     const int64_t done = m + rows < last ? rows : last - m;
-    if (g->body >= 2 && g->body <= 4) {
+    if (g->body >= 2 && g->body <= 4 && !g->residual) {
       rp_qgemm_finish_avx512(g, m, done, &columns, sums);
-    } else if (g->body == 1 || g->body >= 5) {
+    } else if (g->body >= 1) {  /* (a residual add: on AVX2's vectors, which every AVX-512 CPU has) */
       rp_qgemm_finish_avx2(g, m, done, &columns, sums);
     } else {
       for (int64_t r = 0; r < done; r++)
@@ -1370,6 +1421,11 @@ typedef struct {
   const void* multiplier;  /* float: one, or one per column (multiplier_step 1) */
   const void* zero;        /* the output's zero point: uint8 (out_type 1) or int8 (2) */
   int64_t bias_kind, multiplier_step, out_type;
+  /* a residual add (rp_qgemm_add_i8): the residual, qnn.add's scales and zero points (its
+     lhs, rhs, the sum's), whether the residual is its lhs; residual 0: none */
+  const void* residual;
+  float lhs_scale, rhs_scale, add_scale;
+  int64_t lhs_zero, rhs_zero, add_zero, residual_first;
 } rp_qgemm_epilogue;
 
 static int rp_qgemm_run(const void* A, const rp_qgemm_image* image, const void* B, const void* za,
@@ -1444,6 +1500,12 @@ static int rp_qgemm_run(const void* A, const rp_qgemm_image* image, const void* 
                                A16, M, K, Kp, 0, M, tile_rows, (uint8_t)(a_signed ? 0x80 : 0), level >= 1,
                                amx, 1, 0, cg};
   const int quantize = epilogue->out_type != 0;
+  /* the residual add's ratios and constant term, once (qnn.add's float32 operations, in order) */
+  const float add_lhs = epilogue->residual ? epilogue->lhs_scale / epilogue->add_scale : 0.0f;
+  const float add_rhs = epilogue->residual ? epilogue->rhs_scale / epilogue->add_scale : 0.0f;
+  const float add_fixed = epilogue->residual ? (float)epilogue->add_zero - (add_lhs * (float)epilogue->lhs_zero +
+                                                                            add_rhs * (float)epilogue->rhs_zero)
+                                             : 0.0f;
   const int32_t out_zero = !quantize ? 0
                            : epilogue->out_type == 1 ? *(const uint8_t*)epilogue->zero : *(const int8_t*)epilogue->zero;
   rp_qgemm g = {Au, rowsum, A16, tiles, (const uint8_t*)B, 0, za, zb, quantize ? 0 : (int32_t*)out,
@@ -1451,7 +1513,8 @@ static int rp_qgemm_run(const void* A, const rp_qgemm_image* image, const void* 
                 epilogue->bias_kind, epilogue->multiplier_step, out_zero, (int)epilogue->out_type,
                 M, N, K, Kp, za_step, zb_step, groups * N, groups, width, 0, M, tile_rows, (int)a_signed,
                 (int)b_signed, (int)b_packed, body, (K + 3) / 4 * 4, image, direct ? (const uint8_t*)A : 0,
-                pad_row, (uint8_t)(a_signed ? 0x80 : 0), 0, 0, Kp, in_place, block_rows};
+                pad_row, (uint8_t)(a_signed ? 0x80 : 0), 0, 0, Kp, in_place, block_rows,
+                quantize ? epilogue->residual : 0, add_lhs, add_rhs, add_fixed, (int)epilogue->residual_first};
   operand.rowsums = !centered;
   if (in_place) g.A = (const uint8_t*)A, g.a_stride = K;
   /* a uint8 A of whole 64-byte steps (A' is A), no row sums, one group: AMX reads its whole
@@ -1494,7 +1557,25 @@ int rp_qgemm_i8(const void* A, const void* B, const void* za, const void* zb, vo
                 int64_t N, int64_t K, int64_t a_signed, int64_t b_signed, int64_t za_step, int64_t zb_step,
                 int64_t b_packed, int64_t groups, const void* bias, const void* multiplier, const void* out_zero,
                 int64_t bias_kind, int64_t multiplier_step, int64_t out_type) {
-  const rp_qgemm_epilogue epilogue = {bias, multiplier, out_zero, bias_kind, multiplier_step, out_type};
+  const rp_qgemm_epilogue epilogue = {bias, multiplier, out_zero, bias_kind, multiplier_step, out_type,
+                                      0, 0.0f, 0.0f, 0.0f, 0, 0, 0, 0};
+  return rp_qgemm_run(A, 0, B, za, zb, out, M, N, K, a_signed, b_signed, za_step, zb_step, b_packed, groups,
+                      &epilogue);
+}
+
+/* rp_qgemm_i8 requantizing (out_type 1 or 2), then adding `residual` (laid out as out, of
+   its type) to its values by qnn.add (QLinearAdd): (lhs_scale, lhs_zero) and (rhs_scale,
+   rhs_zero) its operands' quantization, the requantized values' and the residual's (the
+   residual its lhs where residual_first), (add_scale, add_zero) the sum's */
+int rp_qgemm_add_i8(const void* A, const void* B, const void* za, const void* zb, void* out, int64_t M,
+                    int64_t N, int64_t K, int64_t a_signed, int64_t b_signed, int64_t za_step, int64_t zb_step,
+                    int64_t b_packed, int64_t groups, const void* bias, const void* multiplier,
+                    const void* out_zero, int64_t bias_kind, int64_t multiplier_step, int64_t out_type,
+                    const void* residual, float lhs_scale, int64_t lhs_zero, float rhs_scale, int64_t rhs_zero,
+                    float add_scale, int64_t add_zero, int64_t residual_first) {
+  const rp_qgemm_epilogue epilogue = {bias, multiplier, out_zero, bias_kind, multiplier_step, out_type,
+                                      residual, lhs_scale, rhs_scale, add_scale, lhs_zero, rhs_zero, add_zero,
+                                      residual_first};
   return rp_qgemm_run(A, 0, B, za, zb, out, M, N, K, a_signed, b_signed, za_step, zb_step, b_packed, groups,
                       &epilogue);
 }
@@ -1511,7 +1592,25 @@ int rp_qconv_i8(const void* image, const void* B, const void* za, const void* zb
                 const void* bias, const void* multiplier, const void* out_zero, int64_t bias_kind,
                 int64_t multiplier_step, int64_t out_type) {
   const rp_qgemm_image geometry = {height, width, channels, out_height, out_width, kh, kw, sh, sw, dh, dw, top, left};
-  const rp_qgemm_epilogue epilogue = {bias, multiplier, out_zero, bias_kind, multiplier_step, out_type};
+  const rp_qgemm_epilogue epilogue = {bias, multiplier, out_zero, bias_kind, multiplier_step, out_type,
+                                      0, 0.0f, 0.0f, 0.0f, 0, 0, 0, 0};
+  return rp_qgemm_run(image, &geometry, B, za, zb, out, batch * out_height * out_width, N,
+                      kh * kw * (channels / groups), a_signed, b_signed, 0, zb_step, b_packed, groups, &epilogue);
+}
+
+/* rp_qconv_i8 with rp_qgemm_add_i8's residual add */
+int rp_qconv_add_i8(const void* image, const void* B, const void* za, const void* zb, void* out, int64_t batch,
+                    int64_t height, int64_t width, int64_t channels, int64_t out_height, int64_t out_width,
+                    int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw, int64_t top,
+                    int64_t left, int64_t N, int64_t groups, int64_t a_signed, int64_t b_signed, int64_t zb_step,
+                    int64_t b_packed, const void* bias, const void* multiplier, const void* out_zero,
+                    int64_t bias_kind, int64_t multiplier_step, int64_t out_type, const void* residual,
+                    float lhs_scale, int64_t lhs_zero, float rhs_scale, int64_t rhs_zero, float add_scale,
+                    int64_t add_zero, int64_t residual_first) {
+  const rp_qgemm_image geometry = {height, width, channels, out_height, out_width, kh, kw, sh, sw, dh, dw, top, left};
+  const rp_qgemm_epilogue epilogue = {bias, multiplier, out_zero, bias_kind, multiplier_step, out_type,
+                                      residual, lhs_scale, rhs_scale, add_scale, lhs_zero, rhs_zero, add_zero,
+                                      residual_first};
   return rp_qgemm_run(image, &geometry, B, za, zb, out, batch * out_height * out_width, N,
                       kh * kw * (channels / groups), a_signed, b_signed, 0, zb_step, b_packed, groups, &epilogue);
 }

@@ -304,11 +304,26 @@ class Requantization:
     bias: TensorHandle
     multiplier: TensorHandle
     zero_point: TensorHandle
+    # a residual add after it (:mod:`passinfra.ir.op.requantized`): the six more inputs
+    # (q_scale, residual, residual_scale, residual_zero, add_scale, add_zero) and whether
+    # the residual is qnn.add's first operand
+    residual: tuple[TensorHandle, ...] | None = None
+    residual_first: bool = False
+
+    @staticmethod
+    def of(inputs: Sequence[TensorHandle], attrs: Attrs) -> Requantization:
+        """The requantization of a qnn.requantized_conv2d/_matmul's inputs (and attrs)."""
+        residual = tuple(inputs[7:]) if len(inputs) > 7 else None
+        return Requantization(inputs[4], inputs[5], inputs[6], residual,
+                              bool(residual and attrs.get("residual_first", False)))
 
     def staged(self, columns: int) -> tuple[list[tir.PrimExpr], tir.Stmt, list[tir.Buffer]]:
         """The intrinsic's epilogue arguments (bias, multiplier, zero point, bias kind,
-        multiplier step, output type), the loop nests that stage the three in buffers,
-        and those buffers."""
+        multiplier step, output type; then, with a residual add, the residual's first
+        element, qnn.add's first operand's scale and zero point, its second's, the sum's
+        scale and zero point, and whether the residual is the first), the loop nests that
+        stage the three (and a residual not in a buffer of its own) in buffers, and those
+        buffers."""
         buffers, fills, firsts, counts = [], [], [], []
         for name, handle in (("qgemm_bias", self.bias), ("qgemm_multiplier", self.multiplier),
                              ("qgemm_out_zero", self.zero_point)):
@@ -330,7 +345,20 @@ class Requantization:
             counts.append(count)
         kinds = (2 if counts[0] > 1 else 1, 1 if counts[1] > 1 else 0,
                  1 if self.zero_point.dtype == "uint8" else 2)
-        return [*firsts, *(tir.IntImm(v, tir.INDEX_DTYPE) for v in kinds)], seq(*fills), buffers
+        args = [*firsts, *(tir.IntImm(v, tir.INDEX_DTYPE) for v in kinds)]
+        if self.residual is not None:
+            q_scale, residual, residual_scale, residual_zero, add_scale, add_zero = self.residual
+            residual_first, scratch, fill = in_memory(residual, "qgemm_residual")
+            if scratch is not None:
+                buffers.append(scratch)
+                fills.append(fill)
+            operands = [(q_scale, self.zero_point), (residual_scale, residual_zero)]
+            if self.residual_first:
+                operands.reverse()
+            scalars = [handle.load() for pair in operands for handle in pair]
+            scalars += [add_scale.load(), add_zero.load()]
+            args += [residual_first, *scalars, tir.IntImm(int(self.residual_first), tir.INDEX_DTYPE)]
+        return args, seq(*fills), buffers
 
 
 def no_requantization(za: tir.Buffer) -> list[tir.PrimExpr]:
@@ -402,10 +430,9 @@ def _integer_gemm(lhs: TensorHandle, rhs: TensorHandle, lhs_zero: TensorHandle, 
 
 @register_compute("qnn.requantized_matmul")
 def _requantized_matmul(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> ExternOp:
-    lhs, rhs, lhs_zero, rhs_zero, bias, multiplier, out_zero = inputs
+    lhs, rhs, lhs_zero, rhs_zero = inputs[:4]
     kernel = _integer_gemm(lhs, rhs, lhs_zero, rhs_zero, output_shape(out_type),
-                           Requantization(bias, multiplier, out_zero),
-                           bool(attrs.get("saturate_pairs", False)))
+                           Requantization.of(inputs, attrs), bool(attrs.get("saturate_pairs", False)))
     if kernel is None:
         raise IRError("qnn.requantized_matmul runs on the integer GEMM only (RequantizeInKernels forms it "
                       "where the GEMM applies: a weight without batch axes, static k and n)")

@@ -184,11 +184,11 @@ def _channels_last_kernel(data: TensorHandle, weight: TensorHandle, data_zero: T
 
 @register_compute("qnn.requantized_conv2d")
 def _requantized_conv2d(inputs: Sequence[TensorHandle], attrs: Attrs, out_type: Type) -> ExternOp:
-    data, weight, data_zero, weight_zero, bias, multiplier, out_zero = inputs
+    data, weight, data_zero, weight_zero = inputs[:4]
     kernel = None
     if attrs["data_layout"] == "NHWC":
         kernel = _channels_last_kernel(data, weight, data_zero, weight_zero, attrs, output_shape(out_type),
-                                       Requantization(bias, multiplier, out_zero))
+                                       Requantization.of(inputs, attrs))
     if kernel is None:
         raise IRError("qnn.requantized_conv2d runs on the integer GEMM only (RequantizeInKernels forms it "
                       "where the GEMM applies: NHWC/HWIO, static sizes, groups of 8 or more channels)")

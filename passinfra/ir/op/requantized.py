@@ -10,6 +10,14 @@ sums while it is in the cache, instead of storing int32 and reading it back
 (RequantizeInKernels, :mod:`passinfra.codegen.passes.requantize_in_kernels`, forms them;
 nothing else does). ``bias`` and ``multiplier`` vary along the output's last axis at
 most (one value, or one per output channel / column).
+
+With six more inputs, ``(q_scale, residual, residual_scale, residual_zero, add_scale,
+add_zero)``, the op is also a residual block's QLinearAdd of its requantized output ``q``
+(scale ``q_scale``, zero point ``zero_point``) and ``residual`` (a tensor of the output's
+shape and type): ``qnn.add(q, q_scale, zero_point, residual, residual_scale,
+residual_zero, add_scale, add_zero)``, or with attribute ``residual_first`` the residual
+as qnn.add's first operand (its arithmetic is not symmetric). RequantizeInKernels forms
+it too, so the GEMM adds the residual to each block of outputs while it is in the cache.
 """
 
 from __future__ import annotations
@@ -28,7 +36,8 @@ from passinfra.ir.op.registry import Op, OpPattern
 from passinfra.ir.op.tensor import call_op
 from passinfra.ir.types import TensorType, Type
 
-__all__ = ["CONTRACTIONS", "requantized_conv2d", "requantized_matmul"]
+__all__ = ["CONTRACTIONS", "REQUANTIZED_INPUTS", "RESIDUAL_INPUTS", "requantized_conv2d",
+           "requantized_matmul"]
 
 # the requantized op of each contraction
 CONTRACTIONS = {"qnn.conv2d": "qnn.requantized_conv2d", "qnn.matmul": "qnn.requantized_matmul"}
@@ -48,11 +57,29 @@ def along_last_axis(ty: Type, out: TensorType, what: str, dtype: str) -> TensorT
     return tensor
 
 
+# the inputs of the op alone and with its residual add
+REQUANTIZED_INPUTS, RESIDUAL_INPUTS = 7, 13
+
+
+def _scalar(ty: Type, what: str, dtype: str) -> None:
+    tensor = expect_tensor(ty, what)
+    if tensor.ndim != 0 or tensor.dtype != dtype:
+        raise IRTypeError(f"expected {what} to be a {dtype} scalar, got {type_text(tensor)}")
+
+
+def _base_attrs(attrs: Attrs) -> Attrs:
+    """The contraction's attrs of the op's (all but residual_first)."""
+    return Attrs({key: value for key, value in attrs.items() if key != "residual_first"})
+
+
 def _relation(contraction: str) -> Any:
     base = Op.get(contraction)
 
     def relation(arg_types: Sequence[Type], attrs: Attrs) -> Type:
-        acc = base.type_rel(arg_types[:4], attrs)
+        if len(arg_types) not in (REQUANTIZED_INPUTS, RESIDUAL_INPUTS):
+            raise IRTypeError(f"expected {REQUANTIZED_INPUTS} arguments, or {RESIDUAL_INPUTS} with a "
+                              f"residual add, got {len(arg_types)}")
+        acc = base.type_rel(arg_types[:4], _base_attrs(attrs))
         assert isinstance(acc, TensorType)
         along_last_axis(arg_types[4], acc, "the bias", "int32")
         along_last_axis(arg_types[5], acc, "the multiplier", "float32")
@@ -60,28 +87,50 @@ def _relation(contraction: str) -> Any:
         if zero.ndim != 0 or zero.dtype not in _EIGHT_BITS:
             raise IRTypeError(f"expected the output zero point to be an int8 or uint8 scalar, got "
                               f"{type_text(zero)}")
-        return TensorType(acc.shape, zero.dtype)
+        out = TensorType(acc.shape, zero.dtype)
+        if len(arg_types) == RESIDUAL_INPUTS:
+            residual = expect_tensor(arg_types[8], "the residual")
+            if residual != out:
+                raise IRTypeError(f"expected the residual to be {type_text(out)} (the requantized output's "
+                                  f"type), got {type_text(residual)}")
+            for index, what, dtype in ((7, "the requantized output's scale", "float32"),
+                                       (9, "the residual's scale", "float32"),
+                                       (10, "the residual's zero point", zero.dtype),
+                                       (11, "the sum's scale", "float32"),
+                                       (12, "the sum's zero point", zero.dtype)):
+                _scalar(arg_types[index], what, dtype)
+        return out
 
     return relation
 
 
 def _impl(contraction: str) -> Any:
     base = Op.get(contraction)
+    add = Op.get("qnn.add")
 
     def impl(args: Sequence[Any], attrs: Attrs) -> np.ndarray:
-        acc = base.impl(args[:4], attrs)
+        acc = base.impl(args[:4], _base_attrs(attrs))
         with np.errstate(over="ignore"):
             total = (np.asarray(acc, np.int32) + np.asarray(args[4], np.int32)).astype(np.int32)
-        return qnn.requantize_values(total, np.asarray(args[5]), np.asarray(args[6]))
+        q = qnn.requantize_values(total, np.asarray(args[5]), np.asarray(args[6]))
+        if len(args) == REQUANTIZED_INPUTS:
+            return q
+        q_scale, residual, residual_scale, residual_zero, add_scale, add_zero = args[7:]
+        operands = [(q, q_scale, args[6]), (residual, residual_scale, residual_zero)]
+        if attrs["residual_first"]:
+            operands.reverse()
+        return add.impl([*operands[0], *operands[1], add_scale, add_zero], Attrs({}))
 
     return impl
 
 
 for _contraction, _name in CONTRACTIONS.items():
     register_tensor_op(
-        _name, attrs=Op.get(_contraction).get_attr("attr_defaults"), num_inputs=7,
-        type_rel=_relation(_contraction), impl=_impl(_contraction), pattern=OpPattern.OUT_EWISE_FUSABLE,
-        doc=f"qnn.requantize({_contraction}(...) + bias, multiplier, zero_point), one op",
+        _name, attrs={**Op.get(_contraction).get_attr("attr_defaults"), "residual_first": False},
+        num_inputs=-1, type_rel=_relation(_contraction), impl=_impl(_contraction),
+        pattern=OpPattern.OUT_EWISE_FUSABLE,
+        doc=f"qnn.requantize({_contraction}(...) + bias, multiplier, zero_point), one op; with six more "
+            "inputs, then a residual add (qnn.add)",
     )
 
 
