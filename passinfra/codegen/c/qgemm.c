@@ -130,6 +130,7 @@ typedef struct {
   const void* residual;
   float add_lhs, add_rhs, add_fixed;
   int residual_first;
+  int stream;              /* the weight's panels are RP_QGEMM_STREAM_BYTES or more: streamed */
 } rp_qgemm;
 
 static uint32_t rp_qgemm_za(const rp_qgemm* g, int64_t m) {
@@ -750,12 +751,26 @@ static inline __attribute__((target("avx2"), always_inline)) __m256i rp_qgemm_qu
   return _mm256_set1_epi32(quad);
 }
 
+/* how far ahead of its reads the four-row tile asks for a streamed weight's bytes (32 rows of
+   a decoder layer's 2048 x 5632 int8 projections, one Zen 3 thread: 1024 bytes 0.96 of the
+   time without, 2048 0.94, 4096 0.90, 6144-8192 0.89-0.90) */
+#ifndef RP_QGEMM_TILE_AHEAD
+#define RP_QGEMM_TILE_AHEAD 4096
+#endif
+/* a weight of this many bytes or more (all its panels) is streamed: its bytes come from
+   memory or a far cache, not L2 (ResNet-50's last stage, 49 rows, 1-2.4 MB weights: 0.92-0.94
+   of their time; its first, 16-64 KB weights on 3136 rows, level; MobileNetV3-like's,
+   at most 55 KB, 1.007 streamed: left out) */
+#ifndef RP_QGEMM_STREAM_BYTES
+#define RP_QGEMM_STREAM_BYTES (128 * 1024)
+#endif
 /* four rows over k [k0, k1) of a panel, 16 columns at a time: each lane of an accumulator
    is one column's sum (VPMADDWD adds the pairs of its four k), added to the sums there
-   (`more`: a later block of k) or stored */
-__attribute__((target("avx2")))
-static void rp_qgemm_tile_ubs_4(const rp_qgemm* g, int64_t m, const uint8_t* panel, uint32_t* sums,
-                                int64_t k0, int64_t k1, int more) {
+   (`more`: a later block of k) or stored; `stream` (a constant where inlined: a test in the
+   loop cost 3-5%) asks for the panel's bytes RP_QGEMM_TILE_AHEAD ahead */
+static inline __attribute__((target("avx2"), always_inline)) void rp_qgemm_ubs_rows4(
+    const rp_qgemm* g, int64_t m, const uint8_t* panel, uint32_t* sums, int64_t k0, int64_t k1, int more,
+    const int stream) {
   const uint8_t* a0 = g->A + (m - g->a_first) * g->a_stride;
   const uint8_t *a1 = a0 + g->a_stride, *a2 = a1 + g->a_stride, *a3 = a2 + g->a_stride;
   const __m256i ones = _mm256_set1_epi16(1);
@@ -773,6 +788,7 @@ static void rp_qgemm_tile_ubs_4(const rp_qgemm* g, int64_t m, const uint8_t* pan
     const uint8_t* bk = panel + k0 * g->width + 64 * h;
     for (int64_t k = k0; k < k1; k += 4, bk += 4 * g->width) {
       const __m256i b0 = _mm256_loadu_si256((const __m256i*)bk), b1 = _mm256_loadu_si256((const __m256i*)(bk + 32));
+      if (stream) _mm_prefetch((const char*)(bk + RP_QGEMM_TILE_AHEAD), _MM_HINT_T0);
       __m256i a = rp_qgemm_quad_avx2(a0 + k);
       RP_QGEMM_UBS(acc00, a, b0);
       RP_QGEMM_UBS(acc01, a, b1);
@@ -791,6 +807,19 @@ static void rp_qgemm_tile_ubs_4(const rp_qgemm* g, int64_t m, const uint8_t* pan
     _mm256_storeu_si256((__m256i*)s2, acc20), _mm256_storeu_si256((__m256i*)(s2 + 8), acc21);
     _mm256_storeu_si256((__m256i*)s3, acc30), _mm256_storeu_si256((__m256i*)(s3 + 8), acc31);
   }
+}
+
+__attribute__((target("avx2")))
+static void rp_qgemm_tile_ubs_4(const rp_qgemm* g, int64_t m, const uint8_t* panel, uint32_t* sums,
+                                int64_t k0, int64_t k1, int more) {
+  rp_qgemm_ubs_rows4(g, m, panel, sums, k0, k1, more, 0);
+}
+
+/* the same, streaming a weight of RP_QGEMM_STREAM_BYTES or more */
+__attribute__((target("avx2")))
+static void rp_qgemm_tile_ubs_4s(const rp_qgemm* g, int64_t m, const uint8_t* panel, uint32_t* sums,
+                                 int64_t k0, int64_t k1, int more) {
+  rp_qgemm_ubs_rows4(g, m, panel, sums, k0, k1, more, 1);
 }
 
 /* one row over k [k0, k1) of a panel, read in its order, streamed ahead as the widening
@@ -879,7 +908,8 @@ static int rp_qgemm_rows(const rp_qgemm* g, int body, int64_t m, const uint8_t* 
                          uint32_t* sums, int64_t cols, int stream) {
   const int64_t left = g->M - m;
   if (body == 7)
-    return (int)rp_qgemm_blocked_rows(g, m, left, panel, sums, rp_qgemm_tile_ubs_4, rp_qgemm_tile_ubs_1_4,
+    return (int)rp_qgemm_blocked_rows(g, m, left, panel, sums,
+                                      g->stream ? rp_qgemm_tile_ubs_4s : rp_qgemm_tile_ubs_4, rp_qgemm_tile_ubs_1_4,
                                       rp_qgemm_tile_ubs_1_2);
   if (body == 1)
     return (int)rp_qgemm_blocked_rows(g, m, left, panel, sums, rp_qgemm_tile_avx2_4, rp_qgemm_tile_avx2_1_4,
@@ -1514,7 +1544,8 @@ static int rp_qgemm_run(const void* A, const rp_qgemm_image* image, const void* 
                 M, N, K, Kp, za_step, zb_step, groups * N, groups, width, 0, M, tile_rows, (int)a_signed,
                 (int)b_signed, (int)b_packed, body, (K + 3) / 4 * 4, image, direct ? (const uint8_t*)A : 0,
                 pad_row, (uint8_t)(a_signed ? 0x80 : 0), 0, 0, Kp, in_place, block_rows,
-                quantize ? epilogue->residual : 0, add_lhs, add_rhs, add_fixed, (int)epilogue->residual_first};
+                quantize ? epilogue->residual : 0, add_lhs, add_rhs, add_fixed, (int)epilogue->residual_first,
+                groups * panels * RP_QGEMM_PANEL((K + 3) / 4 * 4, width) >= RP_QGEMM_STREAM_BYTES};
   operand.rowsums = !centered;
   if (in_place) g.A = (const uint8_t*)A, g.a_stride = K;
   /* a uint8 A of whole 64-byte steps (A' is A), no row sums, one group: AMX reads its whole
