@@ -278,13 +278,15 @@ def test_a_dynamically_quantized_model_with_symbolic_rows(cache_dir, tmp_path):
         np.testing.assert_allclose(lib(x), expected, rtol=1e-6, atol=1e-6 * np.abs(expected).max())
 
 
-def test_a_weight_of_many_bytes_is_streamed_with_the_same_bits(cache_dir):
+@pytest.mark.parametrize("low", [-64, -128])
+def test_a_weight_of_many_bytes_is_streamed_with_the_same_bits(low, cache_dir):
     """A weight of 128 KiB or more (RP_QGEMM_STREAM_BYTES: here 2048 x 96) runs on the
-    four-row tile that asks for its panels' bytes ahead: the same products, so the exact
-    sums, at every level and thread count."""
+    four-row tiles that ask for its panels' bytes ahead (7 bits: VPMADDUBSW's on AVX2; 8:
+    the widening body's): the same products, so the exact sums, at every level and thread
+    count."""
     rows, k, n = 13, 2048, 96
     model, _ = matmul_integer((rows, k), n, "uint8", "int8", "one", "none", seed=5)
-    b = np.random.default_rng(5).integers(-64, 64, (k, n)).astype(np.int8)  # 7 bits: VPMADDUBSW on AVX2
+    b = np.random.default_rng(5).integers(low, -low, (k, n)).astype(np.int8)
     for init in model.graph.initializer:
         if init.name == "B":
             init.CopyFrom(numpy_helper.from_array(b, "B"))

@@ -705,9 +705,23 @@ static inline __attribute__((target("avx2"), always_inline)) __m256i rp_qgemm_fo
   return _mm256_set1_epi64x(four);
 }
 
-__attribute__((target("avx2")))
-static void rp_qgemm_tile_avx2_4(const rp_qgemm* g, int64_t m, const uint8_t* panel, uint32_t* sums,
-                                 int64_t k0, int64_t k1, int more) {
+/* how far ahead of its reads the four-row tile asks for a streamed weight's bytes (32 rows of
+   a decoder layer's 2048 x 5632 int8 projections, one Zen 3 thread: 1024 bytes 0.96 of the
+   time without, 2048 0.94, 4096 0.90, 6144-8192 0.89-0.90) */
+#ifndef RP_QGEMM_TILE_AHEAD
+#define RP_QGEMM_TILE_AHEAD 4096
+#endif
+/* a weight of this many bytes or more (all its panels) is streamed: its bytes come from
+   memory or a far cache, not L2 (ResNet-50's last stage, 49 rows, 1-2.4 MB weights: 0.92-0.94
+   of their time; its first, 16-64 KB weights on 3136 rows, level; MobileNetV3-like's,
+   at most 55 KB, 1.007 streamed: left out) */
+#ifndef RP_QGEMM_STREAM_BYTES
+#define RP_QGEMM_STREAM_BYTES (128 * 1024)
+#endif
+/* the widening body's four rows; `stream`: a streamed weight's panel bytes asked for ahead */
+static inline __attribute__((target("avx2"), always_inline)) void rp_qgemm_wide_rows4(
+    const rp_qgemm* g, int64_t m, const uint8_t* panel, uint32_t* sums, int64_t k0, int64_t k1, int more,
+    const int stream) {
   const int16_t* a0 = g->A16 + (m - g->a_first) * g->Kp;
   const int16_t *a1 = a0 + g->Kp, *a2 = a1 + g->Kp, *a3 = a2 + g->Kp;
   for (int q = 0; q < g->width / 8; q++) {
@@ -717,6 +731,7 @@ static void rp_qgemm_tile_avx2_4(const rp_qgemm* g, int64_t m, const uint8_t* pa
     for (int64_t k = k0; k < k1; k += 4, bk += 4 * g->width) {
       const __m256i b0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)bk));
       const __m256i b1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(bk + 16)));
+      if (stream) _mm_prefetch((const char*)(bk + RP_QGEMM_TILE_AHEAD), _MM_HINT_T0);
       RP_QGEMM_AVX2_ROW(0, rp_qgemm_four_avx2(a0 + k));
       RP_QGEMM_AVX2_ROW(1, rp_qgemm_four_avx2(a1 + k));
       RP_QGEMM_AVX2_ROW(2, rp_qgemm_four_avx2(a2 + k));
@@ -728,6 +743,18 @@ static void rp_qgemm_tile_avx2_4(const rp_qgemm* g, int64_t m, const uint8_t* pa
     for (int r = 0; r < 4; r++)
       rp_qgemm_pairs_avx2(sums + r * RP_QGEMM_COLUMNS + 8 * q, accs[r][0], accs[r][1], more);
   }
+}
+
+__attribute__((target("avx2")))
+static void rp_qgemm_tile_avx2_4(const rp_qgemm* g, int64_t m, const uint8_t* panel, uint32_t* sums,
+                                 int64_t k0, int64_t k1, int more) {
+  rp_qgemm_wide_rows4(g, m, panel, sums, k0, k1, more, 0);
+}
+
+__attribute__((target("avx2")))
+static void rp_qgemm_tile_avx2_4s(const rp_qgemm* g, int64_t m, const uint8_t* panel, uint32_t* sums,
+                                  int64_t k0, int64_t k1, int more) {
+  rp_qgemm_wide_rows4(g, m, panel, sums, k0, k1, more, 1);
 }
 
 /* ------------------------------------------------------------- AVX2, VPMADDUBSW (body 7) */
@@ -751,19 +778,6 @@ static inline __attribute__((target("avx2"), always_inline)) __m256i rp_qgemm_qu
   return _mm256_set1_epi32(quad);
 }
 
-/* how far ahead of its reads the four-row tile asks for a streamed weight's bytes (32 rows of
-   a decoder layer's 2048 x 5632 int8 projections, one Zen 3 thread: 1024 bytes 0.96 of the
-   time without, 2048 0.94, 4096 0.90, 6144-8192 0.89-0.90) */
-#ifndef RP_QGEMM_TILE_AHEAD
-#define RP_QGEMM_TILE_AHEAD 4096
-#endif
-/* a weight of this many bytes or more (all its panels) is streamed: its bytes come from
-   memory or a far cache, not L2 (ResNet-50's last stage, 49 rows, 1-2.4 MB weights: 0.92-0.94
-   of their time; its first, 16-64 KB weights on 3136 rows, level; MobileNetV3-like's,
-   at most 55 KB, 1.007 streamed: left out) */
-#ifndef RP_QGEMM_STREAM_BYTES
-#define RP_QGEMM_STREAM_BYTES (128 * 1024)
-#endif
 /* four rows over k [k0, k1) of a panel, 16 columns at a time: each lane of an accumulator
    is one column's sum (VPMADDWD adds the pairs of its four k), added to the sums there
    (`more`: a later block of k) or stored; `stream` (a constant where inlined: a test in the
@@ -912,8 +926,9 @@ static int rp_qgemm_rows(const rp_qgemm* g, int body, int64_t m, const uint8_t* 
                                       g->stream ? rp_qgemm_tile_ubs_4s : rp_qgemm_tile_ubs_4, rp_qgemm_tile_ubs_1_4,
                                       rp_qgemm_tile_ubs_1_2);
   if (body == 1)
-    return (int)rp_qgemm_blocked_rows(g, m, left, panel, sums, rp_qgemm_tile_avx2_4, rp_qgemm_tile_avx2_1_4,
-                                      rp_qgemm_tile_avx2_1_2);
+    return (int)rp_qgemm_blocked_rows(g, m, left, panel, sums,
+                                      g->stream ? rp_qgemm_tile_avx2_4s : rp_qgemm_tile_avx2_4,
+                                      rp_qgemm_tile_avx2_1_4, rp_qgemm_tile_avx2_1_2);
   /* AMX: the tiles hold zero rows up to a whole step, so a last step of fewer rows is one too */
   if (body == 3) return rp_qgemm_tile_amx(g, m, panel, tail, sums, cols, stream), RP_QGEMM_AMX_ROWS;
   if (body == 4) {  /* 8 rows: eight chains of VPDPBUSD in flight, its latency hidden */
