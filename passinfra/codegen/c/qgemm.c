@@ -264,7 +264,8 @@ static inline __attribute__((target("avx2"), always_inline)) __m256i rp_qgemm_ad
 /* rp_qgemm_finish_avx2's rows, `add` whether there is a residual (a constant where it is
    inlined: the loops without one stay as they were) */
 static inline __attribute__((target("avx2"), always_inline)) void rp_qgemm_finish_rows_avx2(
-    const rp_qgemm* g, int64_t m, int64_t rows, const rp_qgemm_columns* c, const uint32_t* sums, const int add) {
+    const rp_qgemm* g, int64_t m, int64_t rows, const rp_qgemm_columns* c, const uint32_t* sums,
+    const int add) {
   if (g->za_step) {  /* one za a row: each row its own constants */
     for (int64_t r = 0; r < rows; r++)
       rp_qgemm_finish(g, m + r, c->n0, c->cols, sums + r * RP_QGEMM_COLUMNS, c->colsum, c->zb);
@@ -718,6 +719,17 @@ static inline __attribute__((target("avx2"), always_inline)) __m256i rp_qgemm_fo
 #ifndef RP_QGEMM_STREAM_BYTES
 #define RP_QGEMM_STREAM_BYTES (128 * 1024)
 #endif
+/* a four-row tile NAME from its body BODY (an always-inline function whose last argument,
+   `stream`, is constant in each), and NAME##s, the same streaming its weight */
+#define RP_QGEMM_STREAMED_TILES(NAME, BODY)                                                              \
+  __attribute__((target("avx2"))) static void NAME(const rp_qgemm* g, int64_t m, const uint8_t* panel,  \
+                                                   uint32_t* sums, int64_t k0, int64_t k1, int more) {  \
+    BODY(g, m, panel, sums, k0, k1, more, 0);                                                           \
+  }                                                                                                     \
+  __attribute__((target("avx2"))) static void NAME##s(const rp_qgemm* g, int64_t m, const uint8_t* panel, \
+                                                      uint32_t* sums, int64_t k0, int64_t k1, int more) { \
+    BODY(g, m, panel, sums, k0, k1, more, 1);                                                           \
+  }
 /* the widening body's four rows; `stream`: a streamed weight's panel bytes asked for ahead */
 static inline __attribute__((target("avx2"), always_inline)) void rp_qgemm_wide_rows4(
     const rp_qgemm* g, int64_t m, const uint8_t* panel, uint32_t* sums, int64_t k0, int64_t k1, int more,
@@ -745,17 +757,7 @@ static inline __attribute__((target("avx2"), always_inline)) void rp_qgemm_wide_
   }
 }
 
-__attribute__((target("avx2")))
-static void rp_qgemm_tile_avx2_4(const rp_qgemm* g, int64_t m, const uint8_t* panel, uint32_t* sums,
-                                 int64_t k0, int64_t k1, int more) {
-  rp_qgemm_wide_rows4(g, m, panel, sums, k0, k1, more, 0);
-}
-
-__attribute__((target("avx2")))
-static void rp_qgemm_tile_avx2_4s(const rp_qgemm* g, int64_t m, const uint8_t* panel, uint32_t* sums,
-                                  int64_t k0, int64_t k1, int more) {
-  rp_qgemm_wide_rows4(g, m, panel, sums, k0, k1, more, 1);
-}
+RP_QGEMM_STREAMED_TILES(rp_qgemm_tile_avx2_4, rp_qgemm_wide_rows4)
 
 /* ------------------------------------------------------------- AVX2, VPMADDUBSW (body 7) */
 
@@ -823,18 +825,7 @@ static inline __attribute__((target("avx2"), always_inline)) void rp_qgemm_ubs_r
   }
 }
 
-__attribute__((target("avx2")))
-static void rp_qgemm_tile_ubs_4(const rp_qgemm* g, int64_t m, const uint8_t* panel, uint32_t* sums,
-                                int64_t k0, int64_t k1, int more) {
-  rp_qgemm_ubs_rows4(g, m, panel, sums, k0, k1, more, 0);
-}
-
-/* the same, streaming a weight of RP_QGEMM_STREAM_BYTES or more */
-__attribute__((target("avx2")))
-static void rp_qgemm_tile_ubs_4s(const rp_qgemm* g, int64_t m, const uint8_t* panel, uint32_t* sums,
-                                 int64_t k0, int64_t k1, int more) {
-  rp_qgemm_ubs_rows4(g, m, panel, sums, k0, k1, more, 1);
-}
+RP_QGEMM_STREAMED_TILES(rp_qgemm_tile_ubs_4, rp_qgemm_ubs_rows4)
 
 /* one row over k [k0, k1) of a panel, read in its order, streamed ahead as the widening
    body's one row is (a decode step's 7-bit weight of 46 MB, 1 x 8192 x 5632, two threads
