@@ -28,6 +28,7 @@ from passinfra.codegen.build_cache import build_key, lookup_build, store_build
 from passinfra.codegen.compute.conv_plan import TARGET_ISA_CONFIG, target_isa
 from passinfra.codegen.host import shared_host_analysis
 from passinfra.codegen.passes.apply_tuning_records import TUNING_DB_CONFIG
+from passinfra.codegen.passes.saturate_pairs import ENABLED_CONFIG as SATURATE_PAIRS_CONFIG
 from passinfra.codegen.passes.specialize_kernels import SPECIALIZE_CONFIG, main_dim_vars, specializations
 from passinfra.codegen.weights_stream import streaming_weights
 from passinfra.errors import RaypassError
@@ -48,7 +49,6 @@ SUPPORTED_TARGETS = ("c",)
 COMPILE_PIPELINE: tuple[str, ...] = (
     "InferType",
     "FuseQDQ",
-    "SaturatePairs",
     "SimplifyInference",
     "FoldConstant",
     "FoldScaleAxis",
@@ -93,10 +93,13 @@ def _passes(names: tuple[str, ...]) -> list[Pass]:
 
 def compile_pass_names(ctx: PassContext | None = None) -> tuple[str, ...]:
     """:data:`COMPILE_PIPELINE`, with ApplyTuningRecords after FuseOps when the context's
-    config ``codegen.tuning_db`` names a tuning database, and SpecializeKernels after
-    StreamWeights when its config ``codegen.specialize`` chooses sizes to specialize for."""
+    config ``codegen.tuning_db`` names a tuning database, SpecializeKernels after
+    StreamWeights when its config ``codegen.specialize`` chooses sizes to specialize for,
+    and SaturatePairs after FuseQDQ when ``relay.SaturatePairs.enabled`` is set."""
     ctx = ctx or PassContext.current()
     names = list(COMPILE_PIPELINE)
+    if ctx.get_config(SATURATE_PAIRS_CONFIG, False):
+        names.insert(names.index("FuseQDQ") + 1, "SaturatePairs")
     if ctx.get_config(TUNING_DB_CONFIG, ""):
         names.insert(names.index("FuseOps") + 1, "ApplyTuningRecords")
     if ctx.get_config(SPECIALIZE_CONFIG, ()):

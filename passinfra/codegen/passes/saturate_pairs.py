@@ -24,7 +24,8 @@ a weight zero point per tensor or per output channel, one group or groups of at 
 ``MIN_GEMM_GROUP_CHANNELS`` channels (AlterOpLayout lays it out NHWC for the GEMM).
 
 Where: right after FuseQDQ (before ExactFloatConvolutions, which leaves a marked
-convolution whose weight's pairs do not fit on the integer GEMM).
+convolution whose weight's pairs do not fit on the integer GEMM); the build runs it only
+where the config is set (``passinfra.build.compile_pass_names``).
 """
 
 from __future__ import annotations
