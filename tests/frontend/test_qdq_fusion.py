@@ -368,10 +368,12 @@ def test_short_sums_run_exactly_on_the_float_kernels_and_long_ones_stay_integer(
     assert "qnn.conv2d" in ops_after_the_rewrite(large)
 
 
-def test_requantized_contractions_are_their_parts_in_every_evaluator():
+@pytest.mark.parametrize("residual_first", [None, False, True])
+def test_requantized_contractions_are_their_parts_in_every_evaluator(residual_first):
     """qnn.requantized_conv2d (RequantizeInKernels' fusion, run by the integer GEMM's
     requantizing epilogue): the interpreter's value is the requantize of the contraction
-    plus the bias, and the lowered kernel run by the TIR evaluator agrees bit for bit."""
+    plus the bias (then, with a residual, qnn.add of it and the residual, in either
+    order), and the lowered kernel run by the TIR evaluator agrees bit for bit."""
     from passinfra.codegen.lower import lower_primitive_function
     from passinfra.ir.expr import Function, Var
     from passinfra.ir.op import quantize as qnn
@@ -389,10 +391,22 @@ def test_requantized_contractions_are_their_parts_in_every_evaluator():
              "kernel_layout": "HWIO"}
     x, w = Var("x", TensorType(data.shape, "uint8")), Var("w", TensorType(weight.shape, "int8"))
     b, m = Var("b", TensorType(bias.shape, "int32")), Var("m", TensorType(multiplier.shape, "float32"))
-    fused = Function([x, w, b, m], requantized_conv2d(x, w, zeros[0], zeros[1], b, m, zeros[2], **attrs))
     parts = qnn.requantize(passinfra.ir.op.add(qnn.conv2d(x, w, zeros[0], zeros[1], **attrs), b), m, zeros[2])
-    args = (data, weight, bias, multiplier)
-    expected = np.asarray(passinfra.evaluate(Function([x, w, b, m], parts), *args))
+    params, args, extra = [x, w, b, m], [data, weight, bias, multiplier], []
+    if residual_first is not None:  # then qnn.add with a residual laid out as the output
+        r = Var("r", TensorType((1, 3, 6, 24), "uint8"))
+        params.append(r)
+        args.append(rng.integers(0, 256, (1, 3, 6, 24)).astype(np.uint8))
+        scales = [passinfra.ir.const(np.array(v, np.float32)) for v in (0.07, 0.05, 0.09)]
+        add_zero = passinfra.ir.const(np.array(120, np.uint8))
+        extra = [scales[0], r, scales[1], zeros[0], scales[2], add_zero]
+        operands = [(parts, scales[0], zeros[2]), (r, scales[1], zeros[0])]
+        if residual_first:
+            operands.reverse()
+        parts = qnn.add(*operands[0], *operands[1], scales[2], add_zero)
+        attrs = {**attrs, "residual_first": residual_first}
+    fused = Function(params, requantized_conv2d(x, w, zeros[0], zeros[1], b, m, zeros[2], *extra, **attrs))
+    expected = np.asarray(passinfra.evaluate(Function(params, parts), *args))
     assert expected.dtype == np.uint8 and len(np.unique(expected)) > 20
     assert np.array_equal(np.asarray(passinfra.evaluate(fused, *args)), expected)
     lowered = lower_primitive_function(InferType()(passinfra.ir.IRModule({"main": fused}))["main"], "k")
@@ -440,12 +454,14 @@ def _requantized_calls(model) -> list[Call]:
 
 
 # the convolution's output as QLinearAdd's first operand or its second; a pointwise
-# convolution of the data itself (rp_qgemm) or a padded 3x3 one (rp_qconv); uint8 or int8
-@pytest.mark.parametrize(("act", "kernel", "residual_first"), [
-    ("uint8", 1, False), ("uint8", 3, True), ("int8", 3, False), ("int8", 1, True),
+# convolution of the data itself (rp_qgemm) or a padded 3x3 one (rp_qconv); uint8 or int8;
+# two groups of 8 channels (each group's residual columns its own)
+@pytest.mark.parametrize(("act", "kernel", "residual_first", "groups"), [
+    ("uint8", 1, False, 1), ("uint8", 3, True, 1), ("int8", 3, False, 1), ("int8", 1, True, 1),
+    ("uint8", 3, False, 2),
 ])
 def test_a_residual_add_joins_the_integer_gemm_that_requantizes_its_operand(act, kernel, residual_first,
-                                                                           cache_dir):
+                                                                           groups, cache_dir):
     """Q(DQ(Q(conv(...))) + DQ(residual)): the add (QLinearAdd) joins the requantized
     convolution (RequantizeInKernels), which adds the residual to each block of outputs as
     the GEMM stores them; the bits of the add after the convolution (the interpreter of the
@@ -454,9 +470,10 @@ def test_a_residual_add_joins_the_integer_gemm_that_requantizes_its_operand(act,
     g = _Graph((2, 16, 9, 7), act, seed=11 + kernel)
     x = g.qdq("x", 0.05, zero - 3)
     for layer in range(2):  # the first's output is the second's data and the residual
-        w, scales = g.weight((16, 16, kernel, kernel), 0, True)
+        w, scales = g.weight((16, 16 // groups, kernel, kernel), 0, True)
         x = g.qdq(g.node("Conv", [x, w, g.bias(16, 0.08 if layer else 0.05, scales)],
-                         kernel_shape=[kernel, kernel], pads=[kernel // 2] * 4), 0.08, zero + 5 + layer)
+                         kernel_shape=[kernel, kernel], pads=[kernel // 2] * 4, group=groups),
+                  0.08, zero + 5 + layer)
         if layer == 0:  # the residual: a DequantizeLinear of its own (as onnxruntime's quantizer writes)
             quantize = g.nodes[-2]
             residual = g._name("dq")

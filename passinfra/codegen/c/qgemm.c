@@ -999,6 +999,7 @@ static rp_qgemm rp_qgemm_group(const rp_qgemm* g, int64_t group) {
   v.out += group * g->N;
   if (g->zb_step) v.zb = (const uint8_t*)g->zb + group * g->N;  /* 8-bit zero points */
   if (g->qout) v.qout = (uint8_t*)g->qout + group * g->N;
+  if (g->residual) v.residual = (const uint8_t*)g->residual + group * g->N;  /* laid out as qout */
   if (g->bias_kind == 2) v.bias += group * g->N;
   if (g->multiplier_step) v.multiplier += group * g->N;
   if (g->data) v.data += group * (g->K / (g->image->kh * g->image->kw));

@@ -135,11 +135,12 @@ for _contraction, _name in CONTRACTIONS.items():
 
 
 def requantized_conv2d(data: Any, weight: Any, data_zero: Any, weight_zero: Any, bias: Any, multiplier: Any,
-                       out_zero: Any, **attrs: Any) -> Call:
+                       out_zero: Any, *residual: Any, **attrs: Any) -> Call:
     """``qnn.requantize(qnn.conv2d(data, weight, data_zero, weight_zero, **attrs) + bias,
-    multiplier, out_zero)`` as one op (``attrs`` those of the qnn.conv2d call)."""
+    multiplier, out_zero)`` as one op (``attrs`` those of the qnn.conv2d call); with
+    ``residual`` the six more inputs of its residual add (module docstring)."""
     return call_op("qnn.requantized_conv2d", data, weight, data_zero, weight_zero, bias, multiplier, out_zero,
-                   **attrs)
+                   *residual, **attrs)
 
 
 def requantized_matmul(lhs: Any, rhs: Any, lhs_zero: Any, rhs_zero: Any, bias: Any, multiplier: Any,
