@@ -35,7 +35,7 @@ def assert_same_on_every_isa(lib, args: Sequence[np.ndarray], expected: np.ndarr
         lib.set_num_threads(2)
 
 
-QGEMM_BODIES = 9  # RP_QGEMM_BODIES of passinfra/codegen/c/qgemm.c
+QGEMM_BODIES = 11  # RP_QGEMM_BODIES of passinfra/codegen/c/qgemm.c
 
 
 def qgemm_body_calls(lib) -> list[int]:

@@ -81,6 +81,7 @@ from passinfra.tir.intrinsics import (
     MATMUL_NBITS_INTRINSIC,
     QCONV_INTRINSIC,
     QGEMM_ARGUMENTS,
+    QGEMM_RESIDUAL_ARGUMENTS,
     QGEMM_INTRINSIC,
     WINOGRAD_INTRINSIC,
     ConvEpilogue,
@@ -136,31 +137,33 @@ MATMUL_NBITS_DECLARATION = (f"extern int {MATMUL_NBITS_FUNCTION}(const float* A,
                             "int64_t K, int64_t block, int64_t bits);")
 # the integer matmul (c/qgemm.c), in the same object
 QGEMM_FUNCTION, QCONV_FUNCTION = "rp_qgemm_i8", "rp_qconv_i8"
-QGEMM_ADD_FUNCTION, QCONV_ADD_FUNCTION = "rp_qgemm_add_i8", "rp_qconv_add_i8"
+# the variants with a residual add (_add), a lookup table (_lut) or both (_add_lut)
+QGEMM_VARIANTS = ("", "_add", "_lut", "_add_lut")
 _QGEMM_RESIDUAL = ("const void* residual, float lhs_scale, int64_t lhs_zero, float rhs_scale, "
                    "int64_t rhs_zero, float add_scale, int64_t add_zero, int64_t residual_first")
 _QGEMM_EPILOGUE = ("const void* bias, const void* multiplier, const void* out_zero, int64_t bias_kind, "
                    "int64_t multiplier_step, int64_t out_type")
-QGEMM_DECLARATION = (
-    f"extern int {QGEMM_FUNCTION}(const void* A, const void* B, const void* za, const void* zb, "
-    "void* out, int64_t M, int64_t N, int64_t K, int64_t a_signed, int64_t b_signed, "
-    f"int64_t za_step, int64_t zb_step, int64_t b_packed, int64_t groups, {_QGEMM_EPILOGUE});\n"
-    f"extern int {QCONV_FUNCTION}(const void* image, const void* B, const void* za, const void* zb, "
-    "void* out, int64_t batch, int64_t height, int64_t width, int64_t channels, "
-    "int64_t out_height, int64_t out_width, int64_t kh, int64_t kw, int64_t sh, int64_t sw, "
-    "int64_t dh, int64_t dw, int64_t top, int64_t left, int64_t N, int64_t groups, "
-    f"int64_t a_signed, int64_t b_signed, int64_t zb_step, int64_t b_packed, {_QGEMM_EPILOGUE});\n"
-    # the same with a residual add after the requantization (qnn.requantized_*'s six more inputs)
-    f"extern int {QGEMM_ADD_FUNCTION}(const void* A, const void* B, const void* za, const void* zb, "
-    "void* out, int64_t M, int64_t N, int64_t K, int64_t a_signed, int64_t b_signed, "
-    f"int64_t za_step, int64_t zb_step, int64_t b_packed, int64_t groups, {_QGEMM_EPILOGUE}, "
-    f"{_QGEMM_RESIDUAL});\n"
-    f"extern int {QCONV_ADD_FUNCTION}(const void* image, const void* B, const void* za, const void* zb, "
-    "void* out, int64_t batch, int64_t height, int64_t width, int64_t channels, "
-    "int64_t out_height, int64_t out_width, int64_t kh, int64_t kw, int64_t sh, int64_t sw, "
-    "int64_t dh, int64_t dw, int64_t top, int64_t left, int64_t N, int64_t groups, "
-    f"int64_t a_signed, int64_t b_signed, int64_t zb_step, int64_t b_packed, {_QGEMM_EPILOGUE}, "
-    f"{_QGEMM_RESIDUAL});")
+_QGEMM_MATRIX = ("const void* A, const void* B, const void* za, const void* zb, "
+                 "void* out, int64_t M, int64_t N, int64_t K, int64_t a_signed, int64_t b_signed, "
+                 "int64_t za_step, int64_t zb_step, int64_t b_packed, int64_t groups")
+_QGEMM_IMAGE = ("const void* image, const void* B, const void* za, const void* zb, "
+                "void* out, int64_t batch, int64_t height, int64_t width, int64_t channels, "
+                "int64_t out_height, int64_t out_width, int64_t kh, int64_t kw, int64_t sh, int64_t sw, "
+                "int64_t dh, int64_t dw, int64_t top, int64_t left, int64_t N, int64_t groups, "
+                "int64_t a_signed, int64_t b_signed, int64_t zb_step, int64_t b_packed")
+
+
+def _qgemm_variant(name: str, variant: str) -> str:
+    """The name of a variant of a ``rp_q*_i8`` entry point."""
+    return name.replace("_i8", f"{variant}_i8")
+
+
+QGEMM_DECLARATION = "\n".join(
+    f"extern int {_qgemm_variant(function, variant)}({parameters}, {_QGEMM_EPILOGUE}"
+    + (f", {_QGEMM_RESIDUAL}" if "add" in variant else "") + (", const void* table" if "lut" in variant else "")
+    + ");"
+    for function, parameters in ((QGEMM_FUNCTION, _QGEMM_MATRIX), (QCONV_FUNCTION, _QGEMM_IMAGE))
+    for variant in QGEMM_VARIANTS)
 
 
 def runtime_defines() -> dict[str, int]:
@@ -311,21 +314,25 @@ register_intrinsic_renderer(WINOGRAD_INTRINSIC, IntrinsicRenderer(
 register_intrinsic_renderer(MATMUL_NBITS_INTRINSIC, IntrinsicRenderer(
     lambda renderer, node, args: f"{MATMUL_NBITS_FUNCTION}(&{args[0]}, &{args[1]}, &{args[2]}, &{args[3]}, "
                                  f"&{args[4]}, {', '.join(args[5:])})", MATMUL_NBITS_LIBRARY))
-def _qgemm_call(functions: tuple[str, str], base: int, args: list[str]) -> str:
+def _qgemm_call(function: str, base: int, args: list[str]) -> str:
     """The C call of a ``rp_qgemm`` / ``rp_qconv`` of ``base`` arguments: its five leading
     buffers and the three of its epilogue (its last six arguments) passed by address; with
-    a residual add (more arguments), the add variant, the residual passed by address too."""
-    residual = len(args) > base
+    a residual add (eight more arguments) or a table (one more), the variant that has them,
+    the residual and the table passed by address too."""
+    extra = len(args) - base
+    residual, table = extra >= QGEMM_RESIDUAL_ARGUMENTS, extra % 2 == 1
     pointers = {0, 1, 2, 3, 4, base - 6, base - 5, base - 4} | ({base} if residual else set())
-    function = functions[residual]
-    return f"{function}({', '.join(f'&{a}' if i in pointers else a for i, a in enumerate(args))})"
+    if table:
+        pointers.add(len(args) - 1)
+    variant = ("_add" if residual else "") + ("_lut" if table else "")
+    name = _qgemm_variant(function, variant)
+    return f"{name}({', '.join(f'&{a}' if i in pointers else a for i, a in enumerate(args))})"
 
 
-for _intrinsic, _functions in ((QGEMM_INTRINSIC, (QGEMM_FUNCTION, QGEMM_ADD_FUNCTION)),
-                               (QCONV_INTRINSIC, (QCONV_FUNCTION, QCONV_ADD_FUNCTION))):
+for _intrinsic, _function in ((QGEMM_INTRINSIC, QGEMM_FUNCTION), (QCONV_INTRINSIC, QCONV_FUNCTION)):
     register_intrinsic_renderer(_intrinsic, IntrinsicRenderer(
-        lambda renderer, node, args, functions=_functions, base=QGEMM_ARGUMENTS[_intrinsic]:
-            _qgemm_call(functions, base, list(args)), QGEMM_LIBRARY))
+        lambda renderer, node, args, function=_function, base=QGEMM_ARGUMENTS[_intrinsic]:
+            _qgemm_call(function, base, list(args)), QGEMM_LIBRARY))
 
 
 __all__ = ["CHANNEL_CHUNK", "CONV_FUNCTION", "CONV_ISA_LEVELS", "DECLARATION", "MATMUL_NBITS_LIBRARY",

@@ -244,8 +244,10 @@ QCONV_INTRINSIC = "rp_qconv"
 # the arguments of each without a residual add; with one, eight more: ``(residual, lhs_scale,
 # lhs_zero, rhs_scale, rhs_zero, add_scale, add_zero, residual_first)``, the requantized
 # output then added to ``residual`` (laid out as the output) by qnn.add, the residual its
-# first operand where residual_first is 1 (:mod:`passinfra.ir.op.requantized`)
+# first operand where residual_first is 1 (:mod:`passinfra.ir.op.requantized`); then, with
+# a lookup table of the outputs, one more: its first element (256 values of the output's type)
 QGEMM_ARGUMENTS = {QGEMM_INTRINSIC: 20, QCONV_INTRINSIC: 31}
+QGEMM_RESIDUAL_ARGUMENTS = 8
 
 _KERNEL_CALLS = (GEMM_INTRINSIC, CONV_INTRINSIC, DEPTHWISE_CONV_INTRINSIC, MATMUL_NBITS_INTRINSIC,
                  QGEMM_INTRINSIC, QCONV_INTRINSIC, WINOGRAD_INTRINSIC)
@@ -305,7 +307,9 @@ def evaluate_qgemm(intrinsic: Intrinsic, flat_view: Callable[[BufferLoad], np.nd
     """Run a ``rp_qgemm`` in the TIR interpreter (arguments as :func:`evaluate_gemm`):
     exactly, in int64, then wrapped to int32 as the C runtime's arithmetic is."""
     arguments = list(intrinsic.args)
-    residual_args = arguments[QGEMM_ARGUMENTS[intrinsic.name]:]
+    extra = arguments[QGEMM_ARGUMENTS[intrinsic.name]:]
+    table_load = extra.pop() if len(extra) % 2 else None  # (eight residual arguments, a table: one)
+    residual_args = extra
     a_load, b_load, za_load, zb_load, out_load, *rest = arguments[:QGEMM_ARGUMENTS[intrinsic.name]]
     *rest, bias_load, multiplier_load, zero_load, bias_kind, multiplier_step, out_type = rest
     if intrinsic.name == QCONV_INTRINSIC:
@@ -358,6 +362,9 @@ def evaluate_qgemm(intrinsic: Intrinsic, flat_view: Callable[[BufferLoad], np.nd
             result = Op.get("qnn.add").impl(
                 [operands[0], f32(lhs_scale), np.asarray(lhs_zero, dtype), operands[1], f32(rhs_scale),
                  np.asarray(rhs_zero, dtype), f32(add_scale), np.asarray(add_zero, dtype)], Attrs({}))
+        if table_load is not None:  # then each looked up in the table
+            table = flat_view(table_load)[:256]
+            result = table[np.asarray(result).astype(np.int64) - int(np.iinfo(np.asarray(result).dtype).min)]
     flat_view(out_load)[:m * groups * n] = result.reshape(-1)
 
 
@@ -462,7 +469,7 @@ __all__ = ["WINOGRAD_INTRINSIC", "evaluate_winograd", "is_winograd", "winograd_r
            "ConvEpilogue", "EPILOGUE_BIAS", "EPILOGUE_RESIDUAL",
            "EPILOGUE_RESIDUAL_FIRST", "conv_sizes", "DEPTHWISE_CONV_INTRINSIC",
            "GEMM_INTRINSIC", "MATMUL_NBITS_INTRINSIC", "QCONV_INTRINSIC", "QGEMM_INTRINSIC", "REINTERPRET",
-           "QGEMM_ARGUMENTS", "SATURATING_PAIRS",
+           "QGEMM_ARGUMENTS", "QGEMM_RESIDUAL_ARGUMENTS", "SATURATING_PAIRS",
            "bitwise", "conv_regions", "evaluate_conv", "evaluate_gemm", "evaluate_matmul_nbits",
            "evaluate_qgemm", "is_conv", "is_gemm", "is_kernel_call", "is_matmul_nbits", "is_qgemm",
            "reinterpret"]

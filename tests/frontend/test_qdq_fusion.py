@@ -1,7 +1,7 @@
 """QDQ models as integer code (issue 33): FuseQDQ turns DequantizeLinear -> Conv / MatMul /
 Gemm / Add -> QuantizeLinear groups into qnn ops on the quantized values, which compute
 onnxruntime's QLinear arithmetic exactly; the integer convolution runs on the runtime's
-integer GEMM (one group, grouped) or the direct channels-last kernel (depthwise), the same
+integer GEMM (one group, grouped) or its depthwise body (test_qdq_depthwise.py), the same
 bits on every instruction set here and for any thread count; the weights stay int8."""
 
 from __future__ import annotations
@@ -108,11 +108,11 @@ class _Graph:
 
 def conv_model(shape, out_channels, kernel, stride=1, pad=0, groups=1, dilation=1, act="uint8",
                per_channel=True, bias=True, relu_zero=None, symmetric=True, seed=0, out_scale=0.08,
-               full_range=False):
+               full_range=False, weight_dtype="int8"):
     g = _Graph(shape, act, seed)
     zero = 128 if act == "uint8" else 0
     x = g.qdq("x", 0.05, zero - 3)
-    w, scales = g.weight((out_channels, shape[1] // groups, kernel, kernel), 0, per_channel,
+    w, scales = g.weight((out_channels, shape[1] // groups, kernel, kernel), 0, per_channel, dtype=weight_dtype,
                          symmetric=symmetric, full_range=full_range)
     inputs = [x, w] + ([g.bias(out_channels, 0.05, scales)] if bias else [])
     y = g.node("Conv", inputs, kernel_shape=[kernel, kernel], strides=[stride, stride], pads=[pad] * 4,
@@ -160,7 +160,7 @@ _CONVOLUTIONS = ("shape", "out_channels", "kernel", "stride", "pad", "groups", "
     ((1, 32, 8, 8), 32, 3, 1, 1, 2, "uint8", True),  # grouped: two GEMMs of 16 channels in one call
     ((1, 32, 19, 17), 32, 3, 1, 1, 2, "int8", True),  # 323 rows: two row blocks, the last of 67
     ((2, 48, 11, 9), 48, 3, 2, 1, 3, "uint8", True),  # groups of 16, stride 2: two images, read in place
-    ((1, 24, 7, 7), 24, 5, 2, 2, 24, "uint8", True),  # depthwise: exact on the float kernels
+    ((1, 24, 7, 7), 24, 5, 2, 2, 24, "uint8", True),  # depthwise: the runtime's depthwise body
     ((1, 4, 3, 3), 6, 1, 1, 0, 1, "uint8", True),  # 9 rows: VNNI where there is AMX
 ])
 def test_a_qdq_convolution_is_onnxruntime_s_qlinearconv_exactly(shape, out_channels, kernel, stride, pad,
@@ -320,7 +320,7 @@ def test_a_group_that_cannot_fuse_keeps_the_float_path(cache_dir):
     assert np.array_equal(_build(model, cache_dir)(feeds["x"]), expected)
 
 
-# 6: groups of 16 outputs, in panels of 16 columns; 96: depthwise, on the float kernels (IntegerWeights)
+# 6: groups of 16 outputs, in panels of 16 columns; 96: depthwise, HWIO as it is
 @pytest.mark.parametrize("groups", [1, 6, 96])
 def test_the_weights_stay_int8_in_the_library(groups, cache_dir, tmp_path):
     model, _ = conv_model((1, 96, 8, 8), 96, 3, 1, 1, groups=groups)
@@ -332,10 +332,11 @@ def test_the_weights_stay_int8_in_the_library(groups, cache_dir, tmp_path):
 
 
 def test_short_sums_run_exactly_on_the_float_kernels_and_long_ones_stay_integer():
-    """ExactFloatConvolutions: a depthwise convolution, or one of fewer than 32 products a
-    sum (16 for a weight whose pairs fit VPMADDUBSW: an RGB first layer of 7-bit codes stays
-    integer), becomes a float32 convolution of x - zx and w - zw where every partial sum is
-    an integer below 2^24; a 31x31 depthwise filter of extreme weights could pass 2^24."""
+    """ExactFloatConvolutions: a convolution of fewer than 32 products a sum (16 for a
+    weight whose pairs fit VPMADDUBSW: an RGB first layer of 7-bit codes stays integer)
+    becomes a float32 convolution of x - zx and w - zw where every partial sum is an
+    integer below 2^24; a depthwise one stays integer (the runtime's depthwise body), and
+    then requantizes there (RequantizeInKernels)."""
     from passinfra.build import COMPILE_PIPELINE
     from passinfra.transform import get_pass
 
@@ -351,18 +352,22 @@ def test_short_sums_run_exactly_on_the_float_kernels_and_long_ones_stay_integer(
     first_layer, _ = conv_model((1, 3, 9, 9), 8, 3, 1, 1)  # 27, 7-bit codes
     full_range, _ = conv_model((1, 3, 9, 9), 8, 3, 1, 1, full_range=True)
     wide, _ = conv_model((1, 8, 9, 9), 8, 3, 1, 1, full_range=True)  # 72
-    for model, on_float in ((depthwise, True), (grayscale, True), (first_layer, False), (full_range, True),
+    for model, on_float in ((depthwise, False), (grayscale, True), (first_layer, False), (full_range, True),
                             (wide, False)):
         ops = ops_after_the_rewrite(model)
         assert ("nn.conv2d" in ops) == on_float and ("qnn.conv2d" in ops) != on_float, ops
-    # the integer one then requantizes in its GEMM (RequantizeInKernels)
-    ops = ops_after_the_rewrite(wide, "RequantizeInKernels")
-    assert "qnn.requantized_conv2d" in ops and "qnn.requantize" not in ops, ops
-    large, _ = conv_model((1, 4, 33, 33), 4, 31, 1, 15, 4)
+    # the integer ones then requantize in their kernels (RequantizeInKernels)
+    for model in (wide, depthwise):
+        ops = ops_after_the_rewrite(model, "RequantizeInKernels")
+        assert "qnn.requantized_conv2d" in ops and "qnn.requantize" not in ops, ops
+    # a depthwise convolution of two outputs a channel has no integer kernel: on the float
+    # kernels, unless a sum could pass 2^24 (961 taps of -128: 961 * 128 * 255 > 2^24)
+    large, _ = conv_model((1, 4, 33, 33), 8, 31, 1, 15, 4)
+    assert "nn.conv2d" in ops_after_the_rewrite(large)
     data_zero = large.graph.node[0].input[2]  # the input's QuantizeLinear: x - 0 up to 255
     for init in large.graph.initializer:
-        if re.fullmatch(r"w\d+", init.name):  # 961 taps of -128: 961 * 128 * 255 > 2^24
-            init.CopyFrom(numpy_helper.from_array(np.full((4, 1, 31, 31), -128, np.int8), init.name))
+        if re.fullmatch(r"w\d+", init.name):
+            init.CopyFrom(numpy_helper.from_array(np.full((8, 1, 31, 31), -128, np.int8), init.name))
         if init.name == data_zero:
             init.CopyFrom(numpy_helper.from_array(np.array(0, np.uint8), init.name))
     assert "qnn.conv2d" in ops_after_the_rewrite(large)
@@ -455,10 +460,10 @@ def _requantized_calls(model) -> list[Call]:
 
 # the convolution's output as QLinearAdd's first operand or its second; a pointwise
 # convolution of the data itself (rp_qgemm) or a padded 3x3 one (rp_qconv); uint8 or int8;
-# two groups of 8 channels (each group's residual columns its own)
+# two groups of 8 channels (each group's residual columns its own), or a depthwise one
 @pytest.mark.parametrize(("act", "kernel", "residual_first", "groups"), [
     ("uint8", 1, False, 1), ("uint8", 3, True, 1), ("int8", 3, False, 1), ("int8", 1, True, 1),
-    ("uint8", 3, False, 2),
+    ("uint8", 3, False, 2), ("int8", 3, True, 16),  # 16: depthwise (its own body)
 ])
 def test_a_residual_add_joins_the_integer_gemm_that_requantizes_its_operand(act, kernel, residual_first,
                                                                            groups, cache_dir):

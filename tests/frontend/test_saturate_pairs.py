@@ -139,8 +139,8 @@ def test_a_saturating_matmul_is_the_interpreter_s_on_every_isa(rows, k, weight, 
 def test_saturating_convolutions_are_onnxruntime_s_without_vnni(cache_dir):
     """A full-range QDQ stack: an RGB first layer (27 products: pairs across taps, on the
     integer GEMM, not the float kernels), groups of 16 channels (the direct body on AVX2), a
-    depthwise layer (exact on the float kernels: not marked, as onnxruntime computes it
-    exactly too) and a pointwise layer."""
+    depthwise layer (the runtime's depthwise body, exact: not marked, as onnxruntime computes
+    it exactly too) and a pointwise layer."""
     model, feeds = conv_model((1, 3, 16, 16), 32, 3, stride=2, pad=1, full_range=True, seed=5)
     for groups, kernel, out, zero in ((2, 3, 32, 133), (32, 3, 32, 125), (1, 1, 24, 125)):
         model = _stack(model, out, kernel, groups, zero)

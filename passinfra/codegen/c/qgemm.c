@@ -131,6 +131,11 @@ typedef struct {
   float add_lhs, add_rhs, add_fixed;
   int residual_first;
   int stream;              /* the weight's panels are RP_QGEMM_STREAM_BYTES or more: streamed */
+  /* a table the outputs are looked up in last (the op's lookup table: an element-wise
+     function of the 8-bit output): its 256 values of the output's type, from the type's
+     lowest; 0: none */
+  const uint8_t* lut;
+  const uint8_t* lut_rows; /* the same for VPSHUFB, where there is one: rp_qgemm_lookup32 */
 } rp_qgemm;
 
 static uint32_t rp_qgemm_za(const rp_qgemm* g, int64_t m) {
@@ -183,6 +188,13 @@ static int32_t rp_qgemm_added(const rp_qgemm* g, int32_t q, int64_t at) {
   return (int32_t)(rounded > low ? (rounded < high ? rounded : high) : low);  /* NaN: low */
 }
 
+/* the value stored of a requantized q at `at`: the residual added, then looked up */
+static int32_t rp_qgemm_output(const rp_qgemm* g, int32_t q, int64_t at) {
+  const int32_t value = rp_qgemm_added(g, q, at);
+  if (!g->lut) return value;
+  return g->out_type == 1 ? g->lut[value] : (int32_t)(int8_t)g->lut[value + 128];
+}
+
 /* out[m, n0 .. n0+cols) from its raw sums S, the columns' sums of B' and their zb' */
 static void rp_qgemm_finish(const rp_qgemm* g, int64_t m, int64_t n0, int64_t cols, const uint32_t* sums,
                             const uint32_t* colsum, const uint32_t* zb) {
@@ -191,7 +203,7 @@ static void rp_qgemm_finish(const rp_qgemm* g, int64_t m, int64_t n0, int64_t co
     const uint32_t value = sums[c] - zb[c] * ra - za * colsum[c] + k * za * zb[c];
     const int64_t at = m * g->ld + n0 + c;
     if (g->out_type == 0) g->out[at] = (int32_t)value;
-    else ((uint8_t*)g->qout)[at] = (uint8_t)rp_qgemm_added(g, rp_qgemm_requantize(g, n0 + c, value), at);
+    else ((uint8_t*)g->qout)[at] = (uint8_t)rp_qgemm_output(g, rp_qgemm_requantize(g, n0 + c, value), at);
   }
 }
 
@@ -261,11 +273,55 @@ static inline __attribute__((target("avx2"), always_inline)) __m256i rp_qgemm_ad
   return _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(total, low), high));
 }
 
-/* rp_qgemm_finish_avx2's rows, `add` whether there is a residual (a constant where it is
-   inlined: the loops without one stay as they were) */
+/* The table's rows for VPSHUFB (RP_QGEMM_LUT_ROWS of 32 bytes, each 16 values twice): row
+   r holds T[16r .. 16r + 15] XOR the row before it, except rows 0 and 8. Then, for an index
+   x below 128, XOR over k <= x / 16 of row k at x % 16 is T[x]: VPSHUFB of row k indexed by
+   x - 16k gives that for k <= x / 16 and 0 (the index's top bit set) for the others;
+   likewise rows 8-15 for x - 128 (rp_qgemm_lookup32) */
+#define RP_QGEMM_LUT_ROWS 16
+static void rp_qgemm_lut_rows(const uint8_t* table, uint8_t* rows) {
+  for (int r = 0; r < RP_QGEMM_LUT_ROWS; r++)
+    for (int i = 0; i < 32; i++) {
+      const int j = i % 16;
+      rows[32 * r + i] = (uint8_t)(table[16 * r + j] ^ (r % 8 ? table[16 * (r - 1) + j] : 0));
+    }
+}
+
+/* 32 stored bytes looked up in the table (rp_qgemm_output's last step): sixteen VPSHUFB of
+   its rows. MobileNetV3-like's first layer (200704 values, one thread, Zen 3): this is
+   0.17 ns a value alone where VPGATHERDD of 8 values from the table as int32 is 0.44 */
+static inline __attribute__((target("avx2"), always_inline)) __m256i rp_qgemm_lookup32(const rp_qgemm* g,
+                                                                                      __m256i bytes) {
+  const __m256i top = _mm256_set1_epi8((char)0x80), sixteen = _mm256_set1_epi8(16);
+  const __m256i x = g->out_type == 1 ? bytes : _mm256_xor_si256(bytes, top);  /* the index */
+  const __m256i upper = _mm256_cmpgt_epi8(_mm256_setzero_si256(), x);          /* x >= 128 */
+  /* the index into rows 0-7 (0xFF, every row's 0, where x >= 128) and into rows 8-15 */
+  __m256i lower_index = _mm256_or_si256(x, upper);
+  __m256i upper_index = _mm256_or_si256(_mm256_xor_si256(x, top), _mm256_xor_si256(upper, _mm256_set1_epi8(-1)));
+  const __m256i* rows = (const __m256i*)g->lut_rows;
+  __m256i result = _mm256_setzero_si256();
+  for (int k = 0; k < RP_QGEMM_LUT_ROWS / 2; k++) {
+    result = _mm256_xor_si256(result, _mm256_shuffle_epi8(_mm256_loadu_si256(rows + k), lower_index));
+    result = _mm256_xor_si256(result, _mm256_shuffle_epi8(_mm256_loadu_si256(rows + 8 + k), upper_index));
+    lower_index = _mm256_sub_epi8(lower_index, sixteen);
+    upper_index = _mm256_sub_epi8(upper_index, sixteen);
+  }
+  return result;
+}
+
+/* vector v of a row's values: requantized, the residual added */
+static inline __attribute__((target("avx2"), always_inline)) __m256i rp_qgemm_stored8(
+    const rp_qgemm* g, const rp_qgemm_columns* c, const uint32_t* sums, int64_t v, __m256i ra, __m256 low,
+    __m256 high, __m256i zero, const uint8_t* rrow, __m256 add_low, __m256 add_high, const int add) {
+  __m256i q = rp_qgemm_requantize8(c, rp_qgemm_values8(c, sums, v, ra), v, low, high, zero);
+  return add ? rp_qgemm_added8(g, q, rrow + 8 * v, add_low, add_high) : q;
+}
+
+/* rp_qgemm_finish_avx2's rows, `add` whether there is a residual and `lut` a table (constants
+   where it is inlined: the loops without them stay as they were) */
 static inline __attribute__((target("avx2"), always_inline)) void rp_qgemm_finish_rows_avx2(
     const rp_qgemm* g, int64_t m, int64_t rows, const rp_qgemm_columns* c, const uint32_t* sums,
-    const int add) {
+    const int add, const int lut) {
   if (g->za_step) {  /* one za a row: each row its own constants */
     for (int64_t r = 0; r < rows; r++)
       rp_qgemm_finish(g, m + r, c->n0, c->cols, sums + r * RP_QGEMM_COLUMNS, c->colsum, c->zb);
@@ -281,6 +337,8 @@ static inline __attribute__((target("avx2"), always_inline)) void rp_qgemm_finis
   /* the sum's range (a residual add's output: the type's, no zero point) */
   const __m256 add_low = _mm256_set1_ps(g->out_type == 1 ? 0.0f : -128.0f);
   const __m256 add_high = _mm256_set1_ps(g->out_type == 1 ? 255.0f : 127.0f);
+  uint8_t* pending = 0;  /* a row of 16 columns whose bytes wait to be looked up with the next's */
+  __m128i pending_bytes = _mm_setzero_si128();
   for (int64_t r = 0; r < rows; r++, sums += RP_QGEMM_COLUMNS) {
     const __m256i ra = _mm256_set1_epi32((int)g->rowsum[m + r]);
     const int64_t at = (m + r) * g->ld + c->n0;
@@ -289,21 +347,31 @@ static inline __attribute__((target("avx2"), always_inline)) void rp_qgemm_finis
     int32_t* row = g->out + at;
     if (quantize && (vectors == 4 || (vectors == 2 && c->cols == 16))) {
       /* a whole panel's 32 (16) columns: packed and stored at once */
-#define RP_QGEMM_Q8(v)                                                                                  \
-  (add ? rp_qgemm_added8(g, rp_qgemm_requantize8(c, rp_qgemm_values8(c, sums, v, ra), v, low, high, zero), \
-                         rrow + 8 * (v), add_low, add_high)                                              \
-       : rp_qgemm_requantize8(c, rp_qgemm_values8(c, sums, v, ra), v, low, high, zero))
+#define RP_QGEMM_Q8(v) rp_qgemm_stored8(g, c, sums, v, ra, low, high, zero, rrow, add_low, add_high, add)
       const __m256i q0 = RP_QGEMM_Q8(0), q1 = RP_QGEMM_Q8(1);
       /* 16 columns: their two vectors packed twice, stored once */
       const __m256i q2 = vectors == 4 ? RP_QGEMM_Q8(2) : q0, q3 = vectors == 4 ? RP_QGEMM_Q8(3) : q1;
 #undef RP_QGEMM_Q8
       const __m256i w0 = _mm256_packs_epi32(q0, q1), w1 = _mm256_packs_epi32(q2, q3);
       const __m256i bytes = g->out_type == 1 ? _mm256_packus_epi16(w0, w1) : _mm256_packs_epi16(w0, w1);
-      const __m256i ordered = _mm256_permutevar8x32_epi32(bytes, order);
+      __m256i ordered = _mm256_permutevar8x32_epi32(bytes, order);
+      if (lut && vectors == 2) {  /* 16 columns: two rows' bytes looked up at once */
+        if (!pending) {
+          pending = qrow, pending_bytes = _mm256_castsi256_si128(ordered);
+          continue;
+        }
+        const __m256i both = rp_qgemm_lookup32(g, _mm256_set_m128i(_mm256_castsi256_si128(ordered), pending_bytes));
+        _mm_storeu_si128((__m128i*)pending, _mm256_castsi256_si128(both));
+        _mm_storeu_si128((__m128i*)qrow, _mm256_extracti128_si256(both, 1));
+        pending = 0;
+        continue;
+      }
+      if (lut) ordered = rp_qgemm_lookup32(g, ordered);
       if (vectors == 4) _mm256_storeu_si256((__m256i*)qrow, ordered);
       else _mm_storeu_si128((__m128i*)qrow, _mm256_castsi256_si128(ordered));
       continue;
     }
+    uint8_t looked[32] = {0};
     for (int64_t v = 0; v < vectors; v++) {
       const __m256i value = rp_qgemm_values8(c, sums, v, ra);
       if (!quantize) {
@@ -314,21 +382,34 @@ static inline __attribute__((target("avx2"), always_inline)) void rp_qgemm_finis
       if (add) q = rp_qgemm_added8(g, q, rrow + 8 * v, add_low, add_high);
       const __m128i words = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
       const __m128i bytes = g->out_type == 1 ? _mm_packus_epi16(words, words) : _mm_packs_epi16(words, words);
-      _mm_storel_epi64((__m128i*)(qrow + 8 * v), bytes);
+      _mm_storel_epi64((__m128i*)((lut ? looked : qrow) + 8 * v), bytes);
+    }
+    if (lut && vectors) {  /* the row's vectors looked up at once */
+      _mm256_storeu_si256((__m256i*)looked, rp_qgemm_lookup32(g, _mm256_loadu_si256((const __m256i*)looked)));
+      memcpy(qrow, looked, (size_t)(8 * vectors));
     }
     for (int64_t i = 8 * vectors; i < c->cols; i++) {
       const uint32_t value = sums[i] - c->zb[i] * g->rowsum[m + r] - c->fixed[i];
       if (!quantize) row[i] = (int32_t)value;
-      else qrow[i] = (uint8_t)rp_qgemm_added(g, rp_qgemm_requantize_value(g, c->scale[i], value), at + i);
+      else qrow[i] = (uint8_t)rp_qgemm_output(g, rp_qgemm_requantize_value(g, c->scale[i], value), at + i);
     }
   }
+  if (pending)
+    _mm_storeu_si128((__m128i*)pending,
+                     _mm256_castsi256_si128(rp_qgemm_lookup32(g, _mm256_set_m128i(_mm_setzero_si128(), pending_bytes))));
 }
 
 __attribute__((target("avx2")))
 static void rp_qgemm_finish_avx2(const rp_qgemm* g, int64_t m, int64_t rows, const rp_qgemm_columns* c,
                                  const uint32_t* sums) {
-  if (g->residual) rp_qgemm_finish_rows_avx2(g, m, rows, c, sums, 1);
-  else rp_qgemm_finish_rows_avx2(g, m, rows, c, sums, 0);
+  if (g->lut) {
+    if (g->residual) rp_qgemm_finish_rows_avx2(g, m, rows, c, sums, 1, 1);
+    else rp_qgemm_finish_rows_avx2(g, m, rows, c, sums, 0, 1);
+  } else if (g->residual) {
+    rp_qgemm_finish_rows_avx2(g, m, rows, c, sums, 1, 0);
+  } else {
+    rp_qgemm_finish_rows_avx2(g, m, rows, c, sums, 0, 0);
+  }
 }
 
 /* the same, 16 columns at a time (a last part of fewer under a mask), for the bodies of
@@ -1049,9 +1130,9 @@ static void rp_qgemm_item(const rp_qgemm* all, int64_t group, int64_t first, int
       rows += rp_qgemm_rows(g, g->body, m + rows, panel, tail, sums + rows * RP_QGEMM_COLUMNS, cols,
                             m + rows == first);
     const int64_t done = m + rows < last ? rows : last - m;
-    if (g->body >= 2 && g->body <= 4 && !g->residual) {
+    if (g->body >= 2 && g->body <= 4 && !g->residual && !g->lut) {
       rp_qgemm_finish_avx512(g, m, done, &columns, sums);
-    } else if (g->body >= 1) {  /* (a residual add: on AVX2's vectors, which every AVX-512 CPU has) */
+    } else if (g->body >= 1) {  /* (a residual add, a table: on AVX2's vectors, which every AVX-512 CPU has) */
       rp_qgemm_finish_avx2(g, m, done, &columns, sums);
     } else {
       for (int64_t r = 0; r < done; r++)
@@ -1438,7 +1519,7 @@ static int rp_qgemm_row_blocks(void* ctx, int64_t begin, int64_t end) {
 }
 
 /* the calls each body has run in this library (tests read them: which body a call took) */
-#define RP_QGEMM_BODIES 9
+#define RP_QGEMM_BODIES 11
 static int64_t rp_qgemm_calls[RP_QGEMM_BODIES];
 
 int64_t rp_qgemm_body_calls(int body) {
@@ -1463,17 +1544,467 @@ typedef struct {
   const void* residual;
   float lhs_scale, rhs_scale, add_scale;
   int64_t lhs_zero, rhs_zero, add_zero, residual_first;
+  /* a table of 256 values of the output's type the outputs are looked up in (from the
+     type's lowest), last; 0: none */
+  const void* table;
 } rp_qgemm_epilogue;
+
+/* the output, requantization and residual add of `g` from the entry point's epilogue
+   arguments (out: int32 sums where out_type is 0, else requantized bytes) */
+static void rp_qgemm_set_epilogue(rp_qgemm* g, const rp_qgemm_epilogue* e, void* out, uint8_t* lut_rows) {
+  const int quantize = e->out_type != 0;
+  g->out = quantize ? 0 : (int32_t*)out;
+  g->qout = quantize ? out : 0;
+  g->bias = (const int32_t*)e->bias, g->multiplier = (const float*)e->multiplier;
+  g->bias_kind = e->bias_kind, g->multiplier_step = e->multiplier_step, g->out_type = (int)e->out_type;
+  g->out_zero = !quantize ? 0 : e->out_type == 1 ? *(const uint8_t*)e->zero : *(const int8_t*)e->zero;
+  /* the residual add's ratios and constant term, once (qnn.add's float32 operations, in order) */
+  g->residual = quantize ? e->residual : 0;
+  g->add_lhs = g->residual ? e->lhs_scale / e->add_scale : 0.0f;
+  g->add_rhs = g->residual ? e->rhs_scale / e->add_scale : 0.0f;
+  g->add_fixed = g->residual ? (float)e->add_zero - (g->add_lhs * (float)e->lhs_zero + g->add_rhs * (float)e->rhs_zero)
+                             : 0.0f;
+  g->residual_first = (int)e->residual_first;
+  g->lut = quantize ? (const uint8_t*)e->table : 0;
+  if (g->lut) rp_qgemm_lut_rows(g->lut, lut_rows);
+  g->lut_rows = lut_rows;
+}
+
+/* ----------------------------------------------------------------------------- depthwise */
+/* A depthwise convolution (one input channel and one output a group: rp_qconv_i8 with
+   groups == channels and N 1) has no GEMM in it: each output sums the kh * kw taps of its
+   own channel. Its bodies (9: AVX2, 10: portable) compute, per output pixel and channel c,
+
+     sum_t (x_t - za) * (w_t - zb) = sum_t x_t * w'_t - za * sum_t w'_t,   w' = w - zb
+
+   with x_t the image's value (as its type: uint8, or int8 sign-extended) or, for a tap in
+   the padding, za itself (a row of za: it adds nothing, as in the reference). AVX2 takes
+   16 (or 8) channels of two taps at a time: their bytes interleaved and widened to 16 bits,
+   times the pair of weights w' (at most 255 in magnitude) by VPMADDWD into 32-bit sums,
+   exact; the epilogue is the GEMM's operations (rp_qgemm_requantize_value, rp_qgemm_added8)
+   in the same order, so every body and thread count gives the reference's bits. The weight
+   is HWIO [kh, kw, 1, channels]: B [taps, channels] as rp_qgemm_i8 has it. */
+typedef struct {
+  rp_qgemm g;              /* the epilogue (rp_qgemm_set_epilogue), ld = channels, and the geometry */
+  const uint8_t* data;     /* the image */
+  const uint8_t* pad;      /* `channels` bytes of za: what a tap in the padding reads */
+  const int64_t* offsets;  /* per tap: its pixel's offset in the image from the window's corner */
+  const int16_t* centered; /* w' as int16, [taps, channels], of the channels the AVX2 body leaves */
+  const int16_t* pairs;    /* w' of the taps in pairs for AVX2: [channels / 8][pair count][8][2] */
+  const uint32_t* fixed;   /* per channel: the bias less za * sum_t w'_t (uint32: wraps as int32 does) */
+  const float* scale;      /* per channel: the requantization's multiplier */
+  int64_t taps, pair_count;
+  float low, high;         /* the rounded value's range: the output type's less the zero point */
+  int a_signed, avx2;
+  /* widened rows (rp_qdw_widened_rows): the pairs are a filter row's taps (kx, kx + 1), and
+     each input row is widened once, its pixels w and w + dw side by side; `entries` of a
+     widened row (the padded width the windows span), `ring` rows held at a time */
+  int widened;
+  int64_t entries, ring, row_pairs;
+} rp_qdw;
+
+/* where the taps of one output pixel are: their channels in the image (`taps`, the pairs
+   two consecutive taps), or in widened rows (`rows`, per filter row its row at the pixel's
+   first entry, the pairs (kx, kx + 1) of it) */
+typedef struct {
+  const uint8_t* const* taps;
+  const int16_t* const* rows;
+} rp_qdw_window;
+
+/* the 8 sums of channels [c, c + 8) of a pixel whose taps are `win`; `widened` a constant */
+static inline __attribute__((target("avx2"), always_inline)) __m256i rp_qdw_sums8(
+    const rp_qdw* d, const rp_qdw_window* win, int64_t c, const int a_signed, const int widened) {
+  const __m256i* w = (const __m256i*)(d->pairs + c / 8 * d->pair_count * 16);
+  __m256i acc = _mm256_setzero_si256();
+  if (widened) {
+    const int64_t step = 2 * d->g.image->dw * d->g.image->channels * 2;  /* int16 from a pair to the next */
+    for (int64_t ky = 0, p = 0; ky < d->g.image->kh; ky++) {
+      const int16_t* x = win->rows[ky] + c * 2;
+      for (int64_t j = 0; j < d->row_pairs; j++, p++, x += step)
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)x),
+                                                      _mm256_loadu_si256(w + p)));
+    }
+    return _mm256_add_epi32(acc, _mm256_loadu_si256((const __m256i*)(d->fixed + c)));
+  }
+  const uint8_t* const* taps = win->taps;
+  for (int64_t p = 0; p < d->pair_count; p++) {
+    const __m128i bytes = _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i*)(taps[2 * p] + c)),
+                                            _mm_loadl_epi64((const __m128i*)(taps[2 * p + 1] + c)));
+    const __m256i words = a_signed ? _mm256_cvtepi8_epi16(bytes) : _mm256_cvtepu8_epi16(bytes);
+    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(words, _mm256_loadu_si256(w + p)));
+  }
+  return _mm256_add_epi32(acc, _mm256_loadu_si256((const __m256i*)(d->fixed + c)));
+}
+
+/* the same of channels [c, c + 16): both taps' 16 bytes read at once */
+static inline __attribute__((target("avx2"), always_inline)) void rp_qdw_sums16(
+    const rp_qdw* d, const rp_qdw_window* win, int64_t c, const int a_signed, const int widened, __m256i* lo,
+    __m256i* hi) {
+  const __m256i* w0 = (const __m256i*)(d->pairs + c / 8 * d->pair_count * 16);
+  const __m256i* w1 = w0 + d->pair_count;
+  __m256i acc0 = _mm256_setzero_si256(), acc1 = _mm256_setzero_si256();
+  if (widened) {
+    const int64_t step = 2 * d->g.image->dw * d->g.image->channels * 2;
+    for (int64_t ky = 0, p = 0; ky < d->g.image->kh; ky++) {
+      const int16_t* x = win->rows[ky] + c * 2;
+      for (int64_t j = 0; j < d->row_pairs; j++, p++, x += step) {
+        acc0 = _mm256_add_epi32(acc0, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)x),
+                                                        _mm256_loadu_si256(w0 + p)));
+        acc1 = _mm256_add_epi32(acc1, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)(x + 16)),
+                                                        _mm256_loadu_si256(w1 + p)));
+      }
+    }
+    *lo = _mm256_add_epi32(acc0, _mm256_loadu_si256((const __m256i*)(d->fixed + c)));
+    *hi = _mm256_add_epi32(acc1, _mm256_loadu_si256((const __m256i*)(d->fixed + c + 8)));
+    return;
+  }
+  const uint8_t* const* taps = win->taps;
+  for (int64_t p = 0; p < d->pair_count; p++) {
+    const __m128i x0 = _mm_loadu_si128((const __m128i*)(taps[2 * p] + c));
+    const __m128i x1 = _mm_loadu_si128((const __m128i*)(taps[2 * p + 1] + c));
+    const __m128i b0 = _mm_unpacklo_epi8(x0, x1), b1 = _mm_unpackhi_epi8(x0, x1);
+    const __m256i v0 = a_signed ? _mm256_cvtepi8_epi16(b0) : _mm256_cvtepu8_epi16(b0);
+    const __m256i v1 = a_signed ? _mm256_cvtepi8_epi16(b1) : _mm256_cvtepu8_epi16(b1);
+    acc0 = _mm256_add_epi32(acc0, _mm256_madd_epi16(v0, _mm256_loadu_si256(w0 + p)));
+    acc1 = _mm256_add_epi32(acc1, _mm256_madd_epi16(v1, _mm256_loadu_si256(w1 + p)));
+  }
+  *lo = _mm256_add_epi32(acc0, _mm256_loadu_si256((const __m256i*)(d->fixed + c)));
+  *hi = _mm256_add_epi32(acc1, _mm256_loadu_si256((const __m256i*)(d->fixed + c + 8)));
+}
+
+/* 8 sums of channels from c requantized (and added to the residual at `at`): 8 words */
+static inline __attribute__((target("avx2"), always_inline)) __m128i rp_qdw_words(
+    const rp_qdw* d, __m256i sums, int64_t c, int64_t at, const int add) {
+  const rp_qgemm* g = &d->g;
+  const __m256 scaled = _mm256_mul_ps(_mm256_cvtepi32_ps(sums), _mm256_loadu_ps(d->scale + c));
+  __m256i q = _mm256_add_epi32(
+      _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(scaled, _mm256_set1_ps(d->low)), _mm256_set1_ps(d->high))),
+      _mm256_set1_epi32(g->out_zero));
+  if (add)
+    q = rp_qgemm_added8(g, q, (const uint8_t*)g->residual + at + c, _mm256_set1_ps(g->out_type == 1 ? 0.0f : -128.0f),
+                        _mm256_set1_ps(g->out_type == 1 ? 255.0f : 127.0f));
+  return _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+}
+
+/* 16 bytes looked up (rp_qgemm_lookup32 on half a vector) */
+static inline __attribute__((target("avx2"), always_inline)) __m128i rp_qdw_lookup16(const rp_qgemm* g,
+                                                                                    __m128i bytes) {
+  return _mm256_castsi256_si128(rp_qgemm_lookup32(g, _mm256_set_m128i(_mm_setzero_si128(), bytes)));
+}
+
+/* the channels of one pixel at `at` of the output in whole blocks of 8 (returns how many):
+   sums, then stored as int32 or requantized; `a_signed`, `add` (a residual) constants
+   where it is inlined */
+static inline __attribute__((target("avx2"), always_inline)) int64_t rp_qdw_pixel_avx2(
+    const rp_qdw* d, const rp_qdw_window* win, int64_t at, const int a_signed, const int add, const int widened) {
+  const rp_qgemm* g = &d->g;
+  const int64_t channels = g->image->channels;
+  uint8_t* qout = (uint8_t*)g->qout + at;
+  int64_t c = 0;
+  /* requantized, 32 channels at a time: their bytes looked up at once where there is a table */
+  for (; g->out_type != 0 && c + 32 <= channels; c += 32) {
+    __m256i s0, s1, s2, s3;
+    rp_qdw_sums16(d, win, c, a_signed, widened, &s0, &s1);
+    rp_qdw_sums16(d, win, c + 16, a_signed, widened, &s2, &s3);
+    const __m128i w0 = rp_qdw_words(d, s0, c, at, add), w1 = rp_qdw_words(d, s1, c + 8, at, add);
+    const __m128i w2 = rp_qdw_words(d, s2, c + 16, at, add), w3 = rp_qdw_words(d, s3, c + 24, at, add);
+    const __m256i bytes = g->out_type == 1 ? _mm256_set_m128i(_mm_packus_epi16(w2, w3), _mm_packus_epi16(w0, w1))
+                                           : _mm256_set_m128i(_mm_packs_epi16(w2, w3), _mm_packs_epi16(w0, w1));
+    _mm256_storeu_si256((__m256i*)(qout + c), g->lut ? rp_qgemm_lookup32(g, bytes) : bytes);
+  }
+  for (; c + 16 <= channels; c += 16) {
+    __m256i lo, hi;
+    rp_qdw_sums16(d, win, c, a_signed, widened, &lo, &hi);
+    if (g->out_type == 0) {
+      _mm256_storeu_si256((__m256i*)(g->out + at + c), lo);
+      _mm256_storeu_si256((__m256i*)(g->out + at + c + 8), hi);
+      continue;
+    }
+    const __m128i w0 = rp_qdw_words(d, lo, c, at, add), w1 = rp_qdw_words(d, hi, c + 8, at, add);
+    const __m128i bytes = g->out_type == 1 ? _mm_packus_epi16(w0, w1) : _mm_packs_epi16(w0, w1);
+    _mm_storeu_si128((__m128i*)(qout + c), g->lut ? rp_qdw_lookup16(g, bytes) : bytes);
+  }
+  for (; c + 8 <= channels; c += 8) {
+    const __m256i sums = rp_qdw_sums8(d, win, c, a_signed, widened);
+    if (g->out_type == 0) {
+      _mm256_storeu_si256((__m256i*)(g->out + at + c), sums);
+      continue;
+    }
+    const __m128i w = rp_qdw_words(d, sums, c, at, add);
+    const __m128i bytes = g->out_type == 1 ? _mm_packus_epi16(w, w) : _mm_packs_epi16(w, w);
+    _mm_storel_epi64((__m128i*)(qout + c), g->lut ? rp_qdw_lookup16(g, bytes) : bytes);
+  }
+  return c;
+}
+
+/* the variants: of a uint8 or int8 image, with a residual or not, reading taps or widened rows */
+typedef int64_t (*rp_qdw_pixel_fn)(const rp_qdw* d, const rp_qdw_window* win, int64_t at);
+#define RP_QDW_PIXEL(NAME, SIGNED, ADD, WIDENED)                                                        \
+  __attribute__((target("avx2"))) static int64_t NAME(const rp_qdw* d, const rp_qdw_window* win, int64_t at) { \
+    return rp_qdw_pixel_avx2(d, win, at, SIGNED, ADD, WIDENED);                                         \
+  }
+RP_QDW_PIXEL(rp_qdw_pixel_u8, 0, 0, 0)
+RP_QDW_PIXEL(rp_qdw_pixel_u8_add, 0, 1, 0)
+RP_QDW_PIXEL(rp_qdw_pixel_i8, 1, 0, 0)
+RP_QDW_PIXEL(rp_qdw_pixel_i8_add, 1, 1, 0)
+RP_QDW_PIXEL(rp_qdw_pixel_rows, 0, 0, 1)
+RP_QDW_PIXEL(rp_qdw_pixel_rows_add, 0, 1, 1)
+#undef RP_QDW_PIXEL
+
+/* the variant of this call (a widened row holds values of either type as int16) */
+static rp_qdw_pixel_fn rp_qdw_pixel_of(const rp_qdw* d) {
+  if (!d->avx2) return 0;
+  const int add = d->g.residual != 0;
+  if (d->widened) return add ? rp_qdw_pixel_rows_add : rp_qdw_pixel_rows;
+  return d->a_signed ? (add ? rp_qdw_pixel_i8_add : rp_qdw_pixel_i8) : (add ? rp_qdw_pixel_u8_add : rp_qdw_pixel_u8);
+}
+
+/* channel c of one pixel, in C (the portable body, and the channels past whole blocks of 8) */
+static void rp_qdw_channel(const rp_qdw* d, const uint8_t* const* taps, int64_t c, int64_t at) {
+  const int64_t channels = d->g.image->channels;
+  uint32_t sum = d->fixed[c];
+  for (int64_t t = 0; t < d->taps; t++) {
+    const int32_t x = d->a_signed ? (int32_t)(int8_t)taps[t][c] : (int32_t)taps[t][c];
+    sum += (uint32_t)(x * (int32_t)d->centered[t * channels + c]);
+  }
+  const rp_qgemm* g = &d->g;
+  if (g->out_type == 0) g->out[at + c] = (int32_t)sum;
+  else ((uint8_t*)g->qout)[at + c] = (uint8_t)rp_qgemm_output(g, rp_qgemm_requantize_value(g, d->scale[c], sum),
+                                                              at + c);
+}
+
+/* the taps of the output pixel whose window's corner is (top, left) in `image` (its
+   channels, or the row of za for a tap in the padding), `inside` whether the whole
+   window is in the image */
+static void rp_qdw_taps(const rp_qdw* d, const uint8_t* image, int64_t top, int64_t left, const uint8_t** taps) {
+  const rp_qgemm_image* c = d->g.image;
+  const int64_t span_h = (c->kh - 1) * c->dh, span_w = (c->kw - 1) * c->dw;
+  if (top >= 0 && top + span_h < c->height && left >= 0 && left + span_w < c->width) {
+    const uint8_t* corner = image + (top * c->width + left) * c->channels;
+    for (int64_t t = 0; t < d->taps; t++) taps[t] = corner + d->offsets[t];
+    return;
+  }
+  for (int64_t ky = 0, t = 0; ky < c->kh; ky++) {
+    const int64_t h = top + ky * c->dh;
+    for (int64_t kx = 0; kx < c->kw; kx++, t++) {
+      const int64_t x = left + kx * c->dw;
+      taps[t] = h >= 0 && h < c->height && x >= 0 && x < c->width ? image + (h * c->width + x) * c->channels : d->pad;
+    }
+  }
+}
+
+/* output rows [begin, end) (of batch * out_height); each pixel's taps are found once for
+   all its channels */
+static int rp_qdw_rows(void* ctx, int64_t begin, int64_t end) {
+  const rp_qdw* d = (const rp_qdw*)ctx;
+  const rp_qgemm_image* c = d->g.image;
+  const uint8_t* stack_taps[128];
+  const uint8_t** taps = d->taps + 1 <= 128 ? stack_taps : (const uint8_t**)malloc((size_t)(d->taps + 1) * sizeof(void*));
+  if (!taps) return -1;
+  taps[d->taps] = d->pad;  /* an odd tap's partner */
+  const rp_qdw_pixel_fn pixel = rp_qdw_pixel_of(d);
+  const rp_qdw_window win = {taps, 0};
+  for (int64_t r = begin; r < end; r++) {
+    const uint8_t* image = d->data + r / c->out_height * c->height * c->width * c->channels;
+    const int64_t top = r % c->out_height * c->sh - c->top;
+    for (int64_t ow = 0; ow < c->out_width; ow++) {
+      const int64_t at = (r * c->out_width + ow) * c->channels;
+      rp_qdw_taps(d, image, top, ow * c->sw - c->left, taps);
+      const int64_t done = pixel ? pixel(d, &win, at) : 0;
+      for (int64_t channel = done; channel < c->channels; channel++) rp_qdw_channel(d, taps, channel, at);
+    }
+  }
+  if (taps != stack_taps) free(taps);
+  return 0;
+}
+
+/* input row `h` (of the padded image: h - top in the image) of `image` widened into `row`:
+   per entry e (the padded column e, e - left in the image) and whole block of 8 channels,
+   the values of pixels e and e + dw side by side as int16, za in the padding */
+__attribute__((target("avx2")))
+static void rp_qdw_widen(const rp_qdw* d, const uint8_t* image, int64_t h, int16_t* row) {
+  const rp_qgemm_image* c = d->g.image;
+  const int64_t ih = h - c->top, channels = c->channels, blocks = channels / 8 * 8;
+  const uint8_t* line = ih >= 0 && ih < c->height ? image + ih * c->width * channels : 0;
+  for (int64_t e = 0; e < d->entries; e++, row += channels * 2) {
+    const int64_t x0 = e - c->left, x1 = x0 + c->dw;
+    const uint8_t* a = line && x0 >= 0 && x0 < c->width ? line + x0 * channels : d->pad;
+    const uint8_t* b = line && x1 >= 0 && x1 < c->width ? line + x1 * channels : d->pad;
+    for (int64_t k = 0; k < blocks; k += 8) {
+      const __m128i bytes = _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i*)(a + k)),
+                                              _mm_loadl_epi64((const __m128i*)(b + k)));
+      _mm256_storeu_si256((__m256i*)(row + k * 2), d->a_signed ? _mm256_cvtepi8_epi16(bytes)
+                                                                : _mm256_cvtepu8_epi16(bytes));
+    }
+  }
+}
+
+/* rp_qdw_rows on widened rows: each input row widened once into a ring of the rows the
+   windows of an output row span, its pixels' pairs then one load each (where there are
+   channels past whole blocks of 8, those from the taps, in C) */
+static int rp_qdw_widened_rows(void* ctx, int64_t begin, int64_t end) {
+  const rp_qdw* d = (const rp_qdw*)ctx;
+  const rp_qgemm_image* c = d->g.image;
+  const int64_t row_values = d->entries * c->channels * 2;
+  int16_t* ring = (int16_t*)malloc((size_t)(d->ring * row_values) * sizeof(int16_t));
+  const uint8_t** taps = (const uint8_t**)malloc((size_t)(d->taps + 1) * sizeof(void*));
+  if (!ring || !taps) {
+    free(ring), free(taps);
+    return -1;
+  }
+  int64_t held[64];  /* the (image, padded row) each ring slot holds */
+  for (int64_t i = 0; i < d->ring; i++) held[i] = -1;
+  const int16_t* rows[64];
+  const rp_qdw_window win = {0, rows};
+  const rp_qdw_pixel_fn pixel = rp_qdw_pixel_of(d);
+  const int64_t padded_height = c->top + c->height + (c->out_height - 1) * c->sh + (c->kh - 1) * c->dh + 1;
+  for (int64_t r = begin; r < end; r++) {
+    const int64_t n = r / c->out_height, oh = r % c->out_height;
+    const uint8_t* image = d->data + n * c->height * c->width * c->channels;
+    int16_t* starts[64];
+    for (int64_t ky = 0; ky < c->kh; ky++) {
+      const int64_t h = oh * c->sh + ky * c->dh, slot = h % d->ring, key = n * padded_height + h;
+      starts[ky] = ring + slot * row_values;
+      if (held[slot] != key) rp_qdw_widen(d, image, h, starts[ky]), held[slot] = key;
+    }
+    for (int64_t ow = 0; ow < c->out_width; ow++) {
+      const int64_t at = (r * c->out_width + ow) * c->channels, first = ow * c->sw * c->channels * 2;
+      for (int64_t ky = 0; ky < c->kh; ky++) rows[ky] = starts[ky] + first;
+      const int64_t done = pixel(d, &win, at);
+      if (done < c->channels) {
+        taps[d->taps] = d->pad;
+        rp_qdw_taps(d, image, oh * c->sh - c->top, ow * c->sw - c->left, taps);
+        for (int64_t channel = done; channel < c->channels; channel++) rp_qdw_channel(d, taps, channel, at);
+      }
+    }
+  }
+  free(ring), free(taps);
+  return 0;
+}
+
+/* w' = w - zb of the weight B [taps, channels] (of its type), zb as int16 in `zero`, of the
+   channels from `first` into `centered`, and each one's sum of them into `total` */
+static void rp_qdw_center(const void* B, const int16_t* zero, int b_signed, int64_t taps, int64_t channels,
+                          int64_t first, int16_t* centered, uint32_t* total) {
+  for (int64_t c = first; c < channels; c++) {
+    uint32_t sum = 0;
+    for (int64_t t = 0; t < taps; t++) {
+      const int32_t w = b_signed ? ((const int8_t*)B)[t * channels + c] : ((const uint8_t*)B)[t * channels + c];
+      centered[t * channels + c] = (int16_t)(w - zero[c]);
+      sum += (uint32_t)(w - zero[c]);
+    }
+    total[c] = sum;
+  }
+}
+
+/* the same of the whole blocks of 8 channels as the AVX2 body reads them (`pairs`, above):
+   the taps 2p and 2p + 1 a pair, or in widened rows (`row_width` the filter's width, else
+   0) the taps (kx, kx + 1) of a filter row, a last odd one paired with a weight of 0 */
+__attribute__((target("avx2")))
+static void rp_qdw_pairs_avx2(const void* B, const int16_t* zero, int b_signed, int64_t taps, int64_t channels,
+                              int64_t pair_count, int64_t row_width, int16_t* pairs, uint32_t* total) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  const uint8_t* w = (const uint8_t*)B;
+  for (int64_t c = 0; c + 8 <= channels; c += 8) {
+    /* the 8 zero points, each twice: (zb, zb) of a pair */
+    const __m128i z = _mm_loadu_si128((const __m128i*)(zero + c));
+    const __m256i zz = _mm256_set_m128i(_mm_unpackhi_epi16(z, z), _mm_unpacklo_epi16(z, z));
+    __m256i sum = _mm256_setzero_si256();
+    const int64_t row_pairs = row_width ? (row_width + 1) / 2 : 0;
+    for (int64_t p = 0; p < pair_count; p++) {
+      const int64_t first = row_width ? p / row_pairs * row_width + p % row_pairs * 2 : 2 * p;
+      const int paired = row_width ? p % row_pairs * 2 + 1 < row_width : first + 1 < taps;
+      const __m128i w0 = _mm_loadl_epi64((const __m128i*)(w + first * channels + c));
+      const __m128i w1 = paired ? _mm_loadl_epi64((const __m128i*)(w + (first + 1) * channels + c))
+                                : _mm_setzero_si128();
+      const __m128i bytes = _mm_unpacklo_epi8(w0, w1);
+      __m256i v = _mm256_sub_epi16(b_signed ? _mm256_cvtepi8_epi16(bytes) : _mm256_cvtepu8_epi16(bytes), zz);
+      /* a missing odd tap's weight is 0, not 0 - zb */
+      if (!paired) v = _mm256_blend_epi16(v, _mm256_setzero_si256(), 0xAA);
+      _mm256_storeu_si256((__m256i*)(pairs + (c / 8 * pair_count + p) * 16), v);
+      sum = _mm256_add_epi32(sum, _mm256_madd_epi16(v, ones));
+    }
+    _mm256_storeu_si256((__m256i*)(total + c), sum);
+  }
+}
+
+/* rp_qconv_i8 of a depthwise convolution (see above); level: the instruction-set level */
+static int rp_qdw_run(const void* image, const rp_qgemm_image* geometry, const void* B, const void* za,
+                      const void* zb, void* out, int64_t batch, int64_t a_signed, int64_t b_signed,
+                      int64_t zb_step, const rp_qgemm_epilogue* epilogue, int level) {
+  const int64_t channels = geometry->channels, taps = geometry->kh * geometry->kw;
+  const int64_t blocks = channels / 8;
+  /* widened rows where they save work: a row's pixels are widened once and read by every
+     window over them, so for a stride of 1 in width or a filter of 5 wide or more (at
+     stride 2 a 3x3 filter reads each pixel too few times); a ring of at most 64 rows */
+  const int avx2 = level >= 1;
+  const int64_t ring = (geometry->kh - 1) * geometry->dh + 1, row_pairs = (geometry->kw + 1) / 2;
+  const int widened = avx2 && blocks > 0 && ring <= 64 && (geometry->sw == 1 || geometry->kw >= 5);
+  const int64_t pair_count = widened ? geometry->kh * row_pairs : (taps + 1) / 2;
+  /* one allocation: w' and its pairs (int16), the zero points (int16), the constants, the
+     multipliers, the taps' offsets, the row of za */
+  const size_t centered_bytes = (size_t)(taps * channels) * 2, pairs_bytes = (size_t)(blocks * pair_count * 16) * 2;
+  const size_t words = centered_bytes + pairs_bytes + (size_t)channels * 2;
+  const size_t words_aligned = (words + 7) / 8 * 8;
+  uint8_t* memory = (uint8_t*)malloc(words_aligned + (size_t)channels * 8 + (size_t)taps * 8 + (size_t)channels);
+  if (!memory) return -1;
+  int16_t* centered = (int16_t*)memory;
+  int16_t* pairs = (int16_t*)(memory + centered_bytes);
+  int16_t* zero = (int16_t*)(memory + centered_bytes + pairs_bytes);
+  uint32_t* fixed = (uint32_t*)(memory + words_aligned);
+  float* scale = (float*)(fixed + channels);
+  int64_t* offsets = (int64_t*)(scale + channels);
+  uint8_t* pad = (uint8_t*)(offsets + taps);
+  rp_qdw d;
+  memset(&d, 0, sizeof d);
+  uint8_t lut_rows[RP_QGEMM_LUT_ROWS * 32];
+  rp_qgemm_set_epilogue(&d.g, epilogue, out, lut_rows);
+  d.g.image = geometry, d.g.ld = channels;
+  d.data = (const uint8_t*)image, d.pad = pad, d.offsets = offsets, d.centered = centered, d.pairs = pairs;
+  d.fixed = fixed, d.scale = scale, d.taps = taps, d.pair_count = pair_count;
+  d.a_signed = (int)a_signed, d.avx2 = avx2;
+  d.widened = widened, d.ring = ring, d.row_pairs = row_pairs;
+  d.entries = (geometry->out_width - 1) * geometry->sw + (geometry->kw - 1) * geometry->dw + 1;
+  const int32_t qmin = epilogue->out_type == 2 ? -128 : 0, qmax = epilogue->out_type == 2 ? 127 : 255;
+  d.low = (float)(qmin - d.g.out_zero), d.high = (float)(qmax - d.g.out_zero);
+  memset(pad, *(const uint8_t*)za, (size_t)channels);
+  for (int64_t ky = 0, t = 0; ky < geometry->kh; ky++)
+    for (int64_t kx = 0; kx < geometry->kw; kx++, t++)
+      offsets[t] = (ky * geometry->dh * geometry->width + kx * geometry->dw) * channels;
+  for (int64_t c = 0; c < channels; c++)
+    zero[c] = (int16_t)(b_signed ? ((const int8_t*)zb)[c * zb_step] : ((const uint8_t*)zb)[c * zb_step]);
+  /* fixed: the sums of w' first */
+  const int64_t first = d.avx2 ? blocks * 8 : 0;
+  if (d.avx2)
+    rp_qdw_pairs_avx2(B, zero, (int)b_signed, taps, channels, pair_count, widened ? geometry->kw : 0, pairs, fixed);
+  rp_qdw_center(B, zero, (int)b_signed, taps, channels, first, centered, fixed);
+  const int32_t za_value = a_signed ? *(const int8_t*)za : *(const uint8_t*)za;
+  const int quantize = epilogue->out_type != 0;
+  for (int64_t c = 0; c < channels; c++) {
+    const uint32_t bias = quantize && epilogue->bias_kind
+                              ? (uint32_t)((const int32_t*)epilogue->bias)[epilogue->bias_kind == 2 ? c : 0] : 0;
+    fixed[c] = bias - (uint32_t)za_value * fixed[c];
+    scale[c] = quantize ? ((const float*)epilogue->multiplier)[c * epilogue->multiplier_step] : 0.0f;
+  }
+  __atomic_add_fetch(&rp_qgemm_calls[d.avx2 ? 9 : 10], 1, __ATOMIC_RELAXED);
+  const int status = rp_parallel_for(widened ? rp_qdw_widened_rows : rp_qdw_rows, &d, batch * geometry->out_height,
+                                     geometry->out_width * channels * taps / RP_MACS_PER_WORK + 1);
+  free(memory);
+  return status < 0 ? -1 : 0;
+}
 
 static int rp_qgemm_run(const void* A, const rp_qgemm_image* image, const void* B, const void* za,
                         const void* zb, void* out, int64_t M, int64_t N, int64_t K, int64_t a_signed,
                         int64_t b_signed, int64_t za_step, int64_t zb_step, int64_t b_packed, int64_t groups,
                         const rp_qgemm_epilogue* epilogue) {
   if (M <= 0 || N <= 0 || groups <= 0) return 0;
-  const int64_t rows = groups * M;
-  uint32_t* rowsum = (uint32_t*)calloc((size_t)rows, sizeof(uint32_t));
   __builtin_cpu_init();
   const int level = raypass_conv_isa(-1);  /* the level in effect (detected once) */
+  if (image && N == 1 && groups > 1 && groups == image->channels && !b_packed && b_signed != 2)
+    return rp_qdw_run(A, image, B, za, zb, out, M / (image->out_height * image->out_width), a_signed, b_signed,
+                      zb_step, epilogue, level);
+  const int64_t rows = groups * M;
+  uint32_t* rowsum = (uint32_t*)calloc((size_t)rows, sizeof(uint32_t));
   const int64_t width = rp_qgemm_width(N), panels = (N + width - 1) / width;
   /* AVX2: VPMADDUBSW where every pair of the stored weight fits (the first panel's flag; a
      decode step's one row too: its panels' bytes as stored, not widened, 1-3% faster) */
@@ -1536,23 +2067,14 @@ static int rp_qgemm_run(const void* A, const rp_qgemm_image* image, const void* 
   rp_qgemm_operand operand = {(const uint8_t*)A, image, image ? *(const uint8_t*)za : 0, Au, tiles, rowsum,
                                A16, M, K, Kp, 0, M, tile_rows, (uint8_t)(a_signed ? 0x80 : 0), level >= 1,
                                amx, 1, 0, cg};
-  const int quantize = epilogue->out_type != 0;
-  /* the residual add's ratios and constant term, once (qnn.add's float32 operations, in order) */
-  const float add_lhs = epilogue->residual ? epilogue->lhs_scale / epilogue->add_scale : 0.0f;
-  const float add_rhs = epilogue->residual ? epilogue->rhs_scale / epilogue->add_scale : 0.0f;
-  const float add_fixed = epilogue->residual ? (float)epilogue->add_zero - (add_lhs * (float)epilogue->lhs_zero +
-                                                                            add_rhs * (float)epilogue->rhs_zero)
-                                             : 0.0f;
-  const int32_t out_zero = !quantize ? 0
-                           : epilogue->out_type == 1 ? *(const uint8_t*)epilogue->zero : *(const int8_t*)epilogue->zero;
-  rp_qgemm g = {Au, rowsum, A16, tiles, (const uint8_t*)B, 0, za, zb, quantize ? 0 : (int32_t*)out,
-                (const int32_t*)epilogue->bias, (const float*)epilogue->multiplier, quantize ? out : 0,
-                epilogue->bias_kind, epilogue->multiplier_step, out_zero, (int)epilogue->out_type,
+  /* (the epilogue's fields: rp_qgemm_set_epilogue) */
+  rp_qgemm g = {Au, rowsum, A16, tiles, (const uint8_t*)B, 0, za, zb, 0, 0, 0, 0, 0, 0, 0, 0,
                 M, N, K, Kp, za_step, zb_step, groups * N, groups, width, 0, M, tile_rows, (int)a_signed,
                 (int)b_signed, (int)b_packed, body, (K + 3) / 4 * 4, image, direct ? (const uint8_t*)A : 0,
-                pad_row, (uint8_t)(a_signed ? 0x80 : 0), 0, 0, Kp, in_place, block_rows,
-                quantize ? epilogue->residual : 0, add_lhs, add_rhs, add_fixed, (int)epilogue->residual_first,
-                groups * panels * RP_QGEMM_PANEL((K + 3) / 4 * 4, width) >= RP_QGEMM_STREAM_BYTES};
+                pad_row, (uint8_t)(a_signed ? 0x80 : 0), 0, 0, Kp, in_place, block_rows, 0, 0.0f, 0.0f, 0.0f, 0,
+                groups * panels * RP_QGEMM_PANEL((K + 3) / 4 * 4, width) >= RP_QGEMM_STREAM_BYTES, 0, 0};
+  uint8_t lut_rows[RP_QGEMM_LUT_ROWS * 32];
+  rp_qgemm_set_epilogue(&g, epilogue, out, lut_rows);
   operand.rowsums = !centered;
   if (in_place) g.A = (const uint8_t*)A, g.a_stride = K;
   /* a uint8 A of whole 64-byte steps (A' is A), no row sums, one group: AMX reads its whole
@@ -1588,67 +2110,90 @@ static int rp_qgemm_run(const void* A, const rp_qgemm_image* image, const void* 
   return status < 0 ? -1 : 0;
 }
 
-/* the epilogue arguments of both entry points: bias (int32), multiplier (float) and the
+/* the epilogue arguments of the entry points: bias (int32), multiplier (float) and the
    output's zero point, bias_kind (0: none, 1: one, 2: per column), multiplier_step (0: one,
-   1: per column), out_type (0: out is int32, the sums; 1: uint8, 2: int8, requantized) */
-int rp_qgemm_i8(const void* A, const void* B, const void* za, const void* zb, void* out, int64_t M,
-                int64_t N, int64_t K, int64_t a_signed, int64_t b_signed, int64_t za_step, int64_t zb_step,
-                int64_t b_packed, int64_t groups, const void* bias, const void* multiplier, const void* out_zero,
-                int64_t bias_kind, int64_t multiplier_step, int64_t out_type) {
+   1: per column), out_type (0: out is int32, the sums; 1: uint8, 2: int8, requantized);
+   the _add variants: then adding `residual` (laid out as out, of its type) to the values by
+   qnn.add (QLinearAdd): (lhs_scale, lhs_zero) and (rhs_scale, rhs_zero) its operands'
+   quantization, the requantized values' and the residual's (the residual its lhs where
+   residual_first), (add_scale, add_zero) the sum's; the _lut variants: then looking each
+   value up in `table` (256 values of the output's type, from the type's lowest) */
+#define RP_QGEMM_EPILOGUE_PARAMETERS                                                                    \
+  const void *bias, const void *multiplier, const void *out_zero, int64_t bias_kind, int64_t multiplier_step, \
+      int64_t out_type
+#define RP_QGEMM_RESIDUAL_PARAMETERS                                                                    \
+  const void *residual, float lhs_scale, int64_t lhs_zero, float rhs_scale, int64_t rhs_zero, float add_scale, \
+      int64_t add_zero, int64_t residual_first
+#define RP_QGEMM_MATRIX_PARAMETERS                                                                      \
+  const void *A, const void *B, const void *za, const void *zb, void *out, int64_t M, int64_t N, int64_t K,  \
+      int64_t a_signed, int64_t b_signed, int64_t za_step, int64_t zb_step, int64_t b_packed, int64_t groups
+#define RP_QGEMM_IMAGE_PARAMETERS                                                                       \
+  const void *image, const void *B, const void *za, const void *zb, void *out, int64_t batch, int64_t height, \
+      int64_t width, int64_t channels, int64_t out_height, int64_t out_width, int64_t kh, int64_t kw,        \
+      int64_t sh, int64_t sw, int64_t dh, int64_t dw, int64_t top, int64_t left, int64_t N, int64_t groups,   \
+      int64_t a_signed, int64_t b_signed, int64_t zb_step, int64_t b_packed
+
+int rp_qgemm_add_lut_i8(RP_QGEMM_MATRIX_PARAMETERS, RP_QGEMM_EPILOGUE_PARAMETERS, RP_QGEMM_RESIDUAL_PARAMETERS,
+                        const void* table) {
   const rp_qgemm_epilogue epilogue = {bias, multiplier, out_zero, bias_kind, multiplier_step, out_type,
-                                      0, 0.0f, 0.0f, 0.0f, 0, 0, 0, 0};
+                                      residual, lhs_scale, rhs_scale, add_scale, lhs_zero, rhs_zero, add_zero,
+                                      residual_first, table};
   return rp_qgemm_run(A, 0, B, za, zb, out, M, N, K, a_signed, b_signed, za_step, zb_step, b_packed, groups,
                       &epilogue);
 }
 
-/* rp_qgemm_i8 requantizing (out_type 1 or 2), then adding `residual` (laid out as out, of
-   its type) to its values by qnn.add (QLinearAdd): (lhs_scale, lhs_zero) and (rhs_scale,
-   rhs_zero) its operands' quantization, the requantized values' and the residual's (the
-   residual its lhs where residual_first), (add_scale, add_zero) the sum's */
-int rp_qgemm_add_i8(const void* A, const void* B, const void* za, const void* zb, void* out, int64_t M,
-                    int64_t N, int64_t K, int64_t a_signed, int64_t b_signed, int64_t za_step, int64_t zb_step,
-                    int64_t b_packed, int64_t groups, const void* bias, const void* multiplier,
-                    const void* out_zero, int64_t bias_kind, int64_t multiplier_step, int64_t out_type,
-                    const void* residual, float lhs_scale, int64_t lhs_zero, float rhs_scale, int64_t rhs_zero,
-                    float add_scale, int64_t add_zero, int64_t residual_first) {
-  const rp_qgemm_epilogue epilogue = {bias, multiplier, out_zero, bias_kind, multiplier_step, out_type,
-                                      residual, lhs_scale, rhs_scale, add_scale, lhs_zero, rhs_zero, add_zero,
-                                      residual_first};
-  return rp_qgemm_run(A, 0, B, za, zb, out, M, N, K, a_signed, b_signed, za_step, zb_step, b_packed, groups,
-                      &epilogue);
+/* `groups` GEMMs of one shape in one call (1: one GEMM): see rp_qgemm_run */
+int rp_qgemm_i8(RP_QGEMM_MATRIX_PARAMETERS, RP_QGEMM_EPILOGUE_PARAMETERS) {
+  return rp_qgemm_add_lut_i8(A, B, za, zb, out, M, N, K, a_signed, b_signed, za_step, zb_step, b_packed, groups,
+                             bias, multiplier, out_zero, bias_kind, multiplier_step, out_type,
+                             0, 0.0f, 0, 0.0f, 0, 0.0f, 0, 0, 0);
+}
+
+int rp_qgemm_add_i8(RP_QGEMM_MATRIX_PARAMETERS, RP_QGEMM_EPILOGUE_PARAMETERS, RP_QGEMM_RESIDUAL_PARAMETERS) {
+  return rp_qgemm_add_lut_i8(A, B, za, zb, out, M, N, K, a_signed, b_signed, za_step, zb_step, b_packed, groups,
+                             bias, multiplier, out_zero, bias_kind, multiplier_step, out_type, residual,
+                             lhs_scale, lhs_zero, rhs_scale, rhs_zero, add_scale, add_zero, residual_first, 0);
+}
+
+int rp_qgemm_lut_i8(RP_QGEMM_MATRIX_PARAMETERS, RP_QGEMM_EPILOGUE_PARAMETERS, const void* table) {
+  return rp_qgemm_add_lut_i8(A, B, za, zb, out, M, N, K, a_signed, b_signed, za_step, zb_step, b_packed, groups,
+                             bias, multiplier, out_zero, bias_kind, multiplier_step, out_type,
+                             0, 0.0f, 0, 0.0f, 0, 0.0f, 0, 0, table);
 }
 
 /* The convolution of an NHWC image [batch, height, width, channels] (int8, a_signed 1, or
    uint8) with za its one zero point, by an HWIO weight as rp_qgemm_i8's B: the GEMMs of
    its im2col matrix (gathered here, row by row: the padding holds za, so it adds
    nothing), `groups` of them, each of kh * kw * channels / groups rows of B and N
-   columns; out NHWC [batch, out_height, out_width, groups * N], int32 or requantized. */
-int rp_qconv_i8(const void* image, const void* B, const void* za, const void* zb, void* out, int64_t batch,
-                int64_t height, int64_t width, int64_t channels, int64_t out_height, int64_t out_width,
-                int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw, int64_t top, int64_t left,
-                int64_t N, int64_t groups, int64_t a_signed, int64_t b_signed, int64_t zb_step, int64_t b_packed,
-                const void* bias, const void* multiplier, const void* out_zero, int64_t bias_kind,
-                int64_t multiplier_step, int64_t out_type) {
+   columns (a depthwise one, N 1 and a group a channel: the depthwise bodies); out NHWC
+   [batch, out_height, out_width, groups * N], int32 or requantized. */
+int rp_qconv_add_lut_i8(RP_QGEMM_IMAGE_PARAMETERS, RP_QGEMM_EPILOGUE_PARAMETERS, RP_QGEMM_RESIDUAL_PARAMETERS,
+                        const void* table) {
   const rp_qgemm_image geometry = {height, width, channels, out_height, out_width, kh, kw, sh, sw, dh, dw, top, left};
   const rp_qgemm_epilogue epilogue = {bias, multiplier, out_zero, bias_kind, multiplier_step, out_type,
-                                      0, 0.0f, 0.0f, 0.0f, 0, 0, 0, 0};
+                                      residual, lhs_scale, rhs_scale, add_scale, lhs_zero, rhs_zero, add_zero,
+                                      residual_first, table};
   return rp_qgemm_run(image, &geometry, B, za, zb, out, batch * out_height * out_width, N,
                       kh * kw * (channels / groups), a_signed, b_signed, 0, zb_step, b_packed, groups, &epilogue);
 }
 
-/* rp_qconv_i8 with rp_qgemm_add_i8's residual add */
-int rp_qconv_add_i8(const void* image, const void* B, const void* za, const void* zb, void* out, int64_t batch,
-                    int64_t height, int64_t width, int64_t channels, int64_t out_height, int64_t out_width,
-                    int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw, int64_t top,
-                    int64_t left, int64_t N, int64_t groups, int64_t a_signed, int64_t b_signed, int64_t zb_step,
-                    int64_t b_packed, const void* bias, const void* multiplier, const void* out_zero,
-                    int64_t bias_kind, int64_t multiplier_step, int64_t out_type, const void* residual,
-                    float lhs_scale, int64_t lhs_zero, float rhs_scale, int64_t rhs_zero, float add_scale,
-                    int64_t add_zero, int64_t residual_first) {
-  const rp_qgemm_image geometry = {height, width, channels, out_height, out_width, kh, kw, sh, sw, dh, dw, top, left};
-  const rp_qgemm_epilogue epilogue = {bias, multiplier, out_zero, bias_kind, multiplier_step, out_type,
-                                      residual, lhs_scale, rhs_scale, add_scale, lhs_zero, rhs_zero, add_zero,
-                                      residual_first};
-  return rp_qgemm_run(image, &geometry, B, za, zb, out, batch * out_height * out_width, N,
-                      kh * kw * (channels / groups), a_signed, b_signed, 0, zb_step, b_packed, groups, &epilogue);
+int rp_qconv_i8(RP_QGEMM_IMAGE_PARAMETERS, RP_QGEMM_EPILOGUE_PARAMETERS) {
+  return rp_qconv_add_lut_i8(image, B, za, zb, out, batch, height, width, channels, out_height, out_width, kh, kw,
+                             sh, sw, dh, dw, top, left, N, groups, a_signed, b_signed, zb_step, b_packed, bias,
+                             multiplier, out_zero, bias_kind, multiplier_step, out_type,
+                             0, 0.0f, 0, 0.0f, 0, 0.0f, 0, 0, 0);
+}
+
+int rp_qconv_add_i8(RP_QGEMM_IMAGE_PARAMETERS, RP_QGEMM_EPILOGUE_PARAMETERS, RP_QGEMM_RESIDUAL_PARAMETERS) {
+  return rp_qconv_add_lut_i8(image, B, za, zb, out, batch, height, width, channels, out_height, out_width, kh, kw,
+                             sh, sw, dh, dw, top, left, N, groups, a_signed, b_signed, zb_step, b_packed, bias,
+                             multiplier, out_zero, bias_kind, multiplier_step, out_type, residual, lhs_scale,
+                             lhs_zero, rhs_scale, rhs_zero, add_scale, add_zero, residual_first, 0);
+}
+
+int rp_qconv_lut_i8(RP_QGEMM_IMAGE_PARAMETERS, RP_QGEMM_EPILOGUE_PARAMETERS, const void* table) {
+  return rp_qconv_add_lut_i8(image, B, za, zb, out, batch, height, width, channels, out_height, out_width, kh, kw,
+                             sh, sw, dh, dw, top, left, N, groups, a_signed, b_signed, zb_step, b_packed, bias,
+                             multiplier, out_zero, bias_kind, multiplier_step, out_type,
+                             0, 0.0f, 0, 0.0f, 0, 0.0f, 0, 0, table);
 }

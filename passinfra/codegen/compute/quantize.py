@@ -48,6 +48,7 @@ from passinfra.codegen.compute.base import (
 from passinfra.errors import IRError
 from passinfra.ir.attrs import Attrs
 from passinfra.ir.dims import is_static as is_static_dim
+from passinfra.ir.op.requantized import has_residual, has_table
 from passinfra.ir.types import TensorType, Type
 from passinfra.tir.intrinsics import QGEMM_INTRINSIC, SATURATING_PAIRS
 
@@ -309,21 +310,24 @@ class Requantization:
     # the residual is qnn.add's first operand
     residual: tuple[TensorHandle, ...] | None = None
     residual_first: bool = False
+    # a lookup table of the outputs, last (256 values of the output's type)
+    table: TensorHandle | None = None
 
     @staticmethod
     def of(inputs: Sequence[TensorHandle], attrs: Attrs) -> Requantization:
         """The requantization of a qnn.requantized_conv2d/_matmul's inputs (and attrs)."""
-        residual = tuple(inputs[7:]) if len(inputs) > 7 else None
+        residual = tuple(inputs[7:13]) if has_residual(len(inputs)) else None
         return Requantization(inputs[4], inputs[5], inputs[6], residual,
-                              bool(residual and attrs.get("residual_first", False)))
+                              bool(residual and attrs.get("residual_first", False)),
+                              inputs[-1] if has_table(len(inputs)) else None)
 
     def staged(self, columns: int) -> tuple[list[tir.PrimExpr], tir.Stmt, list[tir.Buffer]]:
         """The intrinsic's epilogue arguments (bias, multiplier, zero point, bias kind,
         multiplier step, output type; then, with a residual add, the residual's first
         element, qnn.add's first operand's scale and zero point, its second's, the sum's
-        scale and zero point, and whether the residual is the first), the loop nests that
-        stage the three (and a residual not in a buffer of its own) in buffers, and those
-        buffers."""
+        scale and zero point, and whether the residual is the first; then, with a table,
+        its first element), the loop nests that stage the three (and a residual or a table
+        not in a buffer of its own) in buffers, and those buffers."""
         buffers, fills, firsts, counts = [], [], [], []
         for name, handle in (("qgemm_bias", self.bias), ("qgemm_multiplier", self.multiplier),
                              ("qgemm_out_zero", self.zero_point)):
@@ -358,6 +362,12 @@ class Requantization:
             scalars = [handle.load() for pair in operands for handle in pair]
             scalars += [add_scale.load(), add_zero.load()]
             args += [residual_first, *scalars, tir.IntImm(int(self.residual_first), tir.INDEX_DTYPE)]
+        if self.table is not None:
+            table_first, scratch, fill = in_memory(self.table, "qgemm_table")
+            if scratch is not None:
+                buffers.append(scratch)
+                fills.append(fill)
+            args.append(table_first)
         return args, seq(*fills), buffers
 
 

@@ -12,11 +12,15 @@ In NHWC/HWIO (AlterOpLayout's layout) with static sizes and a per-tensor data ze
   are read from the image in place where there is AVX-512 VNNI); the padding holds the
   data's zero point, so it adds nothing, as in the reference. The weight is the GEMM's
   ``[KH*KW*C, O]`` matrix, which PanelWeights stores in the GEMM's panels;
-* **fewer channels a group** (a depthwise convolution that ExactFloatConvolutions left
-  integer): the direct channels-last kernel of the float convolutions
-  (:mod:`passinfra.codegen.compute.conv_direct`) on int32 values ``x - zd`` and ``w - zw``
-  with int32 accumulators: its vector lanes run over output channels, its skipped padding
-  adds nothing where the reference adds 0.
+* **a depthwise convolution** (one input channel and one output a group): the same call,
+  which the runtime runs on its depthwise bodies (``c/qgemm.c``: per output pixel, 8 to 32
+  channels of two taps at a time by VPMADDWD, over the image's rows or over rows widened
+  once to 16 bits), requantizing, adding a residual and looking outputs up as the GEMM does;
+* **other narrow groups** (2 to 7 channels, or a depthwise one of several outputs a
+  channel that ExactFloatConvolutions left integer): the direct channels-last kernel of the
+  float convolutions (:mod:`passinfra.codegen.compute.conv_direct`) on int32 values ``x -
+  zd`` and ``w - zw`` with int32 accumulators: its vector lanes run over output channels,
+  its skipped padding adds nothing where the reference adds 0.
 
 Anything else (NCHW, symbolic sizes, a per-element data zero point) is the generic loop
 nest: an int32 sum of the centered products, a padded tap contributing 0.
@@ -155,13 +159,23 @@ def _kernel_shapes(shapes: Sequence[tuple]) -> bool:
     return _size(shapes[3]) == 1 or padded_zero == (1, 1, 1, out_channels)
 
 
+def depthwise(groups: int, group_channels: int, out_channels: int) -> bool:
+    """A depthwise convolution of one output a channel: one input channel and one output a
+    group (the integer runtime's depthwise body computes it; a channel multiplier above 1
+    has no kernel of its own)."""
+    return groups > 1 and group_channels == 1 and out_channels == groups
+
+
 def runs_on_integer_gemm(attrs: Attrs, shapes: Sequence[tuple]) -> bool:
     """Whether a qnn.conv2d of these attrs and argument shapes (data, weight, data zero
-    point, weight zero point) runs on the integer GEMM: NHWC/HWIO, :func:`_kernel_shapes`,
-    one group or groups of at least :data:`MIN_GEMM_GROUP_CHANNELS` input channels."""
+    point, weight zero point) runs on the integer runtime (``rp_qconv``): NHWC/HWIO,
+    :func:`_kernel_shapes`, one group, groups of at least :data:`MIN_GEMM_GROUP_CHANNELS`
+    input channels (the GEMM) or :func:`depthwise` (its depthwise body)."""
     if (attrs["data_layout"], attrs["kernel_layout"]) != ("NHWC", "HWIO") or not _kernel_shapes(shapes):
         return False
-    return attrs["groups"] == 1 or int(shapes[1][2]) >= MIN_GEMM_GROUP_CHANNELS
+    groups, group_channels, out_channels = attrs["groups"], int(shapes[1][2]), int(shapes[1][3])
+    return groups == 1 or group_channels >= MIN_GEMM_GROUP_CHANNELS or depthwise(groups, group_channels,
+                                                                                out_channels)
 
 
 def _channels_last_kernel(data: TensorHandle, weight: TensorHandle, data_zero: TensorHandle,

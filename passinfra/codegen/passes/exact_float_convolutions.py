@@ -1,8 +1,12 @@
 """ExactFloatConvolutions: an integer convolution of short sums runs on the float32
 convolution kernels, with the same integer result.
 
-A depthwise ``qnn.conv2d`` (one input channel a group) has nothing for the integer GEMM to
-multiply: each output sums ``KH * KW`` products of one channel; a sum of fewer than 32
+A depthwise ``qnn.conv2d`` of one output a channel stays integer: the runtime has a body of
+its own for it (:mod:`passinfra.codegen.compute.quantized_conv`), which reads the 8-bit
+image as it is, so the layers around it need no float32 copy of their outputs
+(MobileNetV3-like: its expand layers wrote 4 bytes an output for the float kernels). One of
+several outputs a channel has nothing for the integer GEMM to multiply: each output sums
+``KH * KW`` products of one channel; a sum of fewer than 32
 products (a first layer's: 3 channels, 3x3: 27) is mostly the GEMM's fixed costs, its copy
 of the data into its layout and its requantizing finish, and on AVX2 without VNNI, a
 full-range weight's widening to 16 bits. The float32 convolution kernels
@@ -16,7 +20,7 @@ convolution bit for bit; its epilogue (the int32 bias, the requantization, a
 hard-swish) runs in the float kernel's.
 
 The rewrite, per call: ``qnn.conv2d(x, W, zx, zw)`` with a constant weight ``W``, one
-input channel per group or fewer than :data:`SHORT_SUM` products per output (fewer than
+input channel per group (and more outputs than groups) or fewer than :data:`SHORT_SUM` products per output (fewer than
 :data:`SHORT_FITTING_SUM` for a weight whose pairs fit ``VPMADDUBSW``), a
 per-tensor data zero point and static sizes becomes
 ``cast(nn.conv2d(subtract(cast(x, "float32"), zx), W'), "int32")`` with ``W' = float32(W -
@@ -41,6 +45,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from passinfra.codegen.compute.quantized_conv import depthwise
 from passinfra.ir import op
 from passinfra.ir.expr import Call, Constant, Expr, Function
 from passinfra.ir.functor import ExprMutator
@@ -99,6 +104,10 @@ def exact_in_float(call: Call) -> np.ndarray | None:
     codes = weight.data
     if data_zero.data.size != 1 or (codes.shape[1] != 1 and not _short(codes)):
         return None
+    zero = weight_zero.data
+    if depthwise(attrs["groups"], codes.shape[1], codes.shape[0]) and zero.ndim in (0, 4) and zero.size in (
+            1, codes.shape[0]):
+        return None  # the integer runtime's depthwise body (quantized_conv)
     if attrs.get("saturate_pairs") and not qgemm_panels.pairs_fit(_gemm_matrix(codes)):
         return None  # its pairs saturate (SaturatePairs): the integer GEMM computes that
     centered = codes.astype(np.int64) - weight_zero.data.astype(np.int64)  # broadcasts to the weight

@@ -18,6 +18,12 @@ shape and type): ``qnn.add(q, q_scale, zero_point, residual, residual_scale,
 residual_zero, add_scale, add_zero)``, or with attribute ``residual_first`` the residual
 as qnn.add's first operand (its arithmetic is not symmetric). RequantizeInKernels forms
 it too, so the GEMM adds the residual to each block of outputs while it is in the cache.
+
+With one more input last, ``table`` (256 values of the output's type), each output is then
+looked up in it: ``table[value - lowest value of the type]``, the ``take`` of an
+element-wise function of the 8-bit output that QuantizedLookupTables made (a hard-swish
+between a DequantizeLinear and a QuantizeLinear); RequantizeInKernels joins it, so the
+kernel stores the looked-up values and no loop reads the output back.
 """
 
 from __future__ import annotations
@@ -36,8 +42,8 @@ from passinfra.ir.op.registry import Op, OpPattern
 from passinfra.ir.op.tensor import call_op
 from passinfra.ir.types import TensorType, Type
 
-__all__ = ["CONTRACTIONS", "REQUANTIZED_INPUTS", "RESIDUAL_INPUTS", "requantized_conv2d",
-           "requantized_matmul"]
+__all__ = ["CONTRACTIONS", "REQUANTIZED_INPUTS", "RESIDUAL_INPUTS", "TABLE_SIZE", "has_residual",
+           "has_table", "requantized_conv2d", "requantized_matmul"]
 
 # the requantized op of each contraction
 CONTRACTIONS = {"qnn.conv2d": "qnn.requantized_conv2d", "qnn.matmul": "qnn.requantized_matmul"}
@@ -57,8 +63,20 @@ def along_last_axis(ty: Type, out: TensorType, what: str, dtype: str) -> TensorT
     return tensor
 
 
-# the inputs of the op alone and with its residual add
+# the inputs of the op alone and with its residual add (each with one more: its table)
 REQUANTIZED_INPUTS, RESIDUAL_INPUTS = 7, 13
+# the values of a lookup table: one per value of an 8-bit type
+TABLE_SIZE = 256
+
+
+def has_residual(inputs: int) -> bool:
+    """Whether an op of this many inputs adds a residual."""
+    return inputs >= RESIDUAL_INPUTS
+
+
+def has_table(inputs: int) -> bool:
+    """Whether an op of this many inputs looks its outputs up in a table (its last input)."""
+    return inputs in (REQUANTIZED_INPUTS + 1, RESIDUAL_INPUTS + 1)
 
 
 def _scalar(ty: Type, what: str, dtype: str) -> None:
@@ -76,9 +94,9 @@ def _relation(contraction: str) -> Any:
     base = Op.get(contraction)
 
     def relation(arg_types: Sequence[Type], attrs: Attrs) -> Type:
-        if len(arg_types) not in (REQUANTIZED_INPUTS, RESIDUAL_INPUTS):
+        if len(arg_types) not in (REQUANTIZED_INPUTS, RESIDUAL_INPUTS) and not has_table(len(arg_types)):
             raise IRTypeError(f"expected {REQUANTIZED_INPUTS} arguments, or {RESIDUAL_INPUTS} with a "
-                              f"residual add, got {len(arg_types)}")
+                              f"residual add, one more with a table, got {len(arg_types)}")
         acc = base.type_rel(arg_types[:4], _base_attrs(attrs))
         assert isinstance(acc, TensorType)
         along_last_axis(arg_types[4], acc, "the bias", "int32")
@@ -88,7 +106,12 @@ def _relation(contraction: str) -> Any:
             raise IRTypeError(f"expected the output zero point to be an int8 or uint8 scalar, got "
                               f"{type_text(zero)}")
         out = TensorType(acc.shape, zero.dtype)
-        if len(arg_types) == RESIDUAL_INPUTS:
+        if has_table(len(arg_types)):
+            table = expect_tensor(arg_types[-1], "the table")
+            if table.shape != (TABLE_SIZE,) or table.dtype != zero.dtype:
+                raise IRTypeError(f"expected the table to be {TABLE_SIZE} values of the output's type "
+                                  f"{zero.dtype}, got {type_text(table)}")
+        if has_residual(len(arg_types)):
             residual = expect_tensor(arg_types[8], "the residual")
             if residual != out:
                 raise IRTypeError(f"expected the residual to be {type_text(out)} (the requantized output's "
@@ -113,13 +136,16 @@ def _impl(contraction: str) -> Any:
         with np.errstate(over="ignore"):
             total = (np.asarray(acc, np.int32) + np.asarray(args[4], np.int32)).astype(np.int32)
         q = qnn.requantize_values(total, np.asarray(args[5]), np.asarray(args[6]))
-        if len(args) == REQUANTIZED_INPUTS:
-            return q
-        q_scale, residual, residual_scale, residual_zero, add_scale, add_zero = args[7:]
-        operands = [(q, q_scale, args[6]), (residual, residual_scale, residual_zero)]
-        if attrs["residual_first"]:
-            operands.reverse()
-        return add.impl([*operands[0], *operands[1], add_scale, add_zero], Attrs({}))
+        if has_residual(len(args)):
+            q_scale, residual, residual_scale, residual_zero, add_scale, add_zero = args[7:13]
+            operands = [(q, q_scale, args[6]), (residual, residual_scale, residual_zero)]
+            if attrs["residual_first"]:
+                operands.reverse()
+            q = add.impl([*operands[0], *operands[1], add_scale, add_zero], Attrs({}))
+        if has_table(len(args)):
+            values = np.asarray(q)
+            q = np.asarray(args[-1])[values.astype(np.int64) - int(np.iinfo(values.dtype).min)]
+        return q
 
     return impl
 
@@ -130,7 +156,7 @@ for _contraction, _name in CONTRACTIONS.items():
         num_inputs=-1, type_rel=_relation(_contraction), impl=_impl(_contraction),
         pattern=OpPattern.OUT_EWISE_FUSABLE,
         doc=f"qnn.requantize({_contraction}(...) + bias, multiplier, zero_point), one op; with six more "
-            "inputs, then a residual add (qnn.add)",
+            "inputs, then a residual add (qnn.add); with a table last, then a lookup in it",
     )
 
 
