@@ -81,8 +81,8 @@ from passinfra.tir.intrinsics import (
     MATMUL_NBITS_INTRINSIC,
     QCONV_INTRINSIC,
     QGEMM_ARGUMENTS,
-    QGEMM_RESIDUAL_ARGUMENTS,
     QGEMM_INTRINSIC,
+    QGEMM_RESIDUAL_ARGUMENTS,
     WINOGRAD_INTRINSIC,
     ConvEpilogue,
 )
@@ -160,8 +160,8 @@ def _qgemm_variant(name: str, variant: str) -> str:
 
 QGEMM_DECLARATION = "\n".join(
     f"extern int {_qgemm_variant(function, variant)}({parameters}, {_QGEMM_EPILOGUE}"
-    + (f", {_QGEMM_RESIDUAL}" if "add" in variant else "") + (", const void* table" if "lut" in variant else "")
-    + ");"
+    + (f", {_QGEMM_RESIDUAL}" if "add" in variant else "")
+    + (", const void* table" if "lut" in variant else "") + ");"
     for function, parameters in ((QGEMM_FUNCTION, _QGEMM_MATRIX), (QCONV_FUNCTION, _QGEMM_IMAGE))
     for variant in QGEMM_VARIANTS)
 

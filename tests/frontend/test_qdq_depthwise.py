@@ -95,7 +95,8 @@ def _hard_swish_model(shape, out_channels, kernel, groups, act, seed=0):
                      pads=[kernel // 2] * 4, group=groups), 0.06, zero - 20)
     y = g.qdq(g.node("HardSwish", [y]), 0.04, zero - 60)
     w, scales = g.weight((8, out_channels, 1, 1), 0, True)
-    return g.model(g.qdq(g.node("Conv", [y, w, g.bias(8, 0.04, scales)], kernel_shape=[1, 1]), 0.1, zero)), g.feeds()
+    y = g.node("Conv", [y, w, g.bias(8, 0.04, scales)], kernel_shape=[1, 1])
+    return g.model(g.qdq(y, 0.1, zero)), g.feeds()
 
 
 # a GEMM of 16 columns (rows' bytes looked up two at a time: 7 x 9 rows, an odd count) and

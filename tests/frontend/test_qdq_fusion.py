@@ -112,8 +112,8 @@ def conv_model(shape, out_channels, kernel, stride=1, pad=0, groups=1, dilation=
     g = _Graph(shape, act, seed)
     zero = 128 if act == "uint8" else 0
     x = g.qdq("x", 0.05, zero - 3)
-    w, scales = g.weight((out_channels, shape[1] // groups, kernel, kernel), 0, per_channel, dtype=weight_dtype,
-                         symmetric=symmetric, full_range=full_range)
+    w, scales = g.weight((out_channels, shape[1] // groups, kernel, kernel), 0, per_channel,
+                         dtype=weight_dtype, symmetric=symmetric, full_range=full_range)
     inputs = [x, w] + ([g.bias(out_channels, 0.05, scales)] if bias else [])
     y = g.node("Conv", inputs, kernel_shape=[kernel, kernel], strides=[stride, stride], pads=[pad] * 4,
                group=groups, dilations=[dilation, dilation])

@@ -20,9 +20,9 @@ convolution bit for bit; its epilogue (the int32 bias, the requantization, a
 hard-swish) runs in the float kernel's.
 
 The rewrite, per call: ``qnn.conv2d(x, W, zx, zw)`` with a constant weight ``W``, one
-input channel per group (and more outputs than groups) or fewer than :data:`SHORT_SUM` products per output (fewer than
-:data:`SHORT_FITTING_SUM` for a weight whose pairs fit ``VPMADDUBSW``), a
-per-tensor data zero point and static sizes becomes
+input channel per group (and more outputs than groups) or fewer than :data:`SHORT_SUM`
+products per output (fewer than :data:`SHORT_FITTING_SUM` for a weight whose pairs fit
+``VPMADDUBSW``), a per-tensor data zero point and static sizes becomes
 ``cast(nn.conv2d(subtract(cast(x, "float32"), zx), W'), "int32")`` with ``W' = float32(W -
 zw)`` a constant, when the bound above holds (a 7x7 filter of extreme values: 49 * 255 *
 255 < 2^24 always). Padding: the float convolution pads with 0, which is ``x - zx`` at a

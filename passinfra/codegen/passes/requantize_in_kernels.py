@@ -90,7 +90,8 @@ class _RequantizeInKernels(ExprMutator):
         output of a requantize (or residual add) this pass fuses, used there only (an int8
         ``q`` as ``cast(q, "int32") + 128``): the fused op with the table last."""
         table, index = take.args
-        if take.attrs.get("axis", 0) != 0 or not isinstance(table, Constant) or table.data.shape != (TABLE_SIZE,):
+        constant_table = isinstance(table, Constant) and table.data.shape == (TABLE_SIZE,)
+        if take.attrs.get("axis", 0) != 0 or not constant_table:
             return None
         source = index
         if isinstance(index, Call) and index.op is _ADD and self.uses[index] == 1:  # an int8 q
