@@ -1601,6 +1601,7 @@ typedef struct {
      widened row (the padded width the windows span), `ring` rows held at a time */
   int widened;
   int64_t entries, ring, row_pairs;
+  int64_t rows, bands;     /* output rows (batch * out_height), split in this many bands */
 } rp_qdw;
 
 /* where the taps of one output pixel are: their channels in the image (`taps`, the pairs
@@ -1692,15 +1693,17 @@ static inline __attribute__((target("avx2"), always_inline)) __m128i rp_qdw_look
   return _mm256_castsi256_si128(rp_qgemm_lookup32(g, _mm256_set_m128i(_mm_setzero_si128(), bytes)));
 }
 
-/* the channels of one pixel at `at` of the output in whole blocks of 8 (returns how many):
+/* the channels from `first` of one pixel at `at` of the output in whole blocks of 8
+   (returns where they end):
    sums, then stored as int32 or requantized; `a_signed`, `add` (a residual) constants
    where it is inlined */
 static inline __attribute__((target("avx2"), always_inline)) int64_t rp_qdw_pixel_avx2(
-    const rp_qdw* d, const rp_qdw_window* win, int64_t at, const int a_signed, const int add, const int widened) {
+    const rp_qdw* d, const rp_qdw_window* win, int64_t at, int64_t first, const int a_signed, const int add,
+    const int widened) {
   const rp_qgemm* g = &d->g;
   const int64_t channels = g->image->channels;
   uint8_t* qout = (uint8_t*)g->qout + at;
-  int64_t c = 0;
+  int64_t c = first;
   /* requantized, 32 channels at a time: their bytes looked up at once where there is a table */
   for (; g->out_type != 0 && c + 32 <= channels; c += 32) {
     __m256i s0, s1, s2, s3;
@@ -1737,11 +1740,81 @@ static inline __attribute__((target("avx2"), always_inline)) int64_t rp_qdw_pixe
   return c;
 }
 
+/* the sums of channels [c, c + 16) of four output pixels side by side, from widened rows:
+   each pair of weights loaded once for the four (sums[2i], sums[2i + 1]: pixel i's) */
+static inline __attribute__((target("avx2"), always_inline)) void rp_qdw_sums16x4(
+    const rp_qdw* d, const rp_qdw_window* win, int64_t c, __m256i* sums) {
+  const rp_qgemm_image* geometry = d->g.image;
+  const int64_t step = 2 * geometry->dw * geometry->channels * 2, pixel = geometry->sw * geometry->channels * 2;
+  const __m256i* w0 = (const __m256i*)(d->pairs + c / 8 * d->pair_count * 16);
+  const __m256i* w1 = w0 + d->pair_count;
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+#define RP_QDW_MADD(acc, at, w) acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)(at)), w))
+  for (int64_t ky = 0, p = 0; ky < geometry->kh; ky++) {
+    const int16_t* x = win->rows[ky] + c * 2;
+    for (int64_t j = 0; j < d->row_pairs; j++, p++, x += step) {
+      const __m256i wa = _mm256_loadu_si256(w0 + p), wb = _mm256_loadu_si256(w1 + p);
+      RP_QDW_MADD(a0, x, wa);
+      RP_QDW_MADD(a1, x + 16, wb);
+      RP_QDW_MADD(a2, x + pixel, wa);
+      RP_QDW_MADD(a3, x + pixel + 16, wb);
+      RP_QDW_MADD(a4, x + 2 * pixel, wa);
+      RP_QDW_MADD(a5, x + 2 * pixel + 16, wb);
+      RP_QDW_MADD(a6, x + 3 * pixel, wa);
+      RP_QDW_MADD(a7, x + 3 * pixel + 16, wb);
+    }
+  }
+#undef RP_QDW_MADD
+  const __m256i lo = _mm256_loadu_si256((const __m256i*)(d->fixed + c));
+  const __m256i hi = _mm256_loadu_si256((const __m256i*)(d->fixed + c + 8));
+  sums[0] = _mm256_add_epi32(a0, lo), sums[1] = _mm256_add_epi32(a1, hi);
+  sums[2] = _mm256_add_epi32(a2, lo), sums[3] = _mm256_add_epi32(a3, hi);
+  sums[4] = _mm256_add_epi32(a4, lo), sums[5] = _mm256_add_epi32(a5, hi);
+  sums[6] = _mm256_add_epi32(a6, lo), sums[7] = _mm256_add_epi32(a7, hi);
+}
+
+/* the channels of four output pixels side by side (the first at `at`) in whole blocks of 16
+   from widened rows (returns where they end); two pixels' bytes looked up at once */
+static inline __attribute__((target("avx2"), always_inline)) int64_t rp_qdw_pixels4_avx2(
+    const rp_qdw* d, const rp_qdw_window* win, int64_t at, const int add) {
+  const rp_qgemm* g = &d->g;
+  const int64_t channels = g->image->channels;
+  int64_t c = 0;
+  for (; c + 16 <= channels; c += 16) {
+    __m256i sums[8];
+    rp_qdw_sums16x4(d, win, c, sums);
+    for (int64_t i = 0; i < 4; i += 2) {
+      const int64_t at0 = at + i * channels, at1 = at0 + channels;
+      if (g->out_type == 0) {
+        _mm256_storeu_si256((__m256i*)(g->out + at0 + c), sums[2 * i]);
+        _mm256_storeu_si256((__m256i*)(g->out + at0 + c + 8), sums[2 * i + 1]);
+        _mm256_storeu_si256((__m256i*)(g->out + at1 + c), sums[2 * i + 2]);
+        _mm256_storeu_si256((__m256i*)(g->out + at1 + c + 8), sums[2 * i + 3]);
+        continue;
+      }
+      const __m128i w0 = rp_qdw_words(d, sums[2 * i], c, at0, add), w1 = rp_qdw_words(d, sums[2 * i + 1], c + 8, at0, add);
+      const __m128i w2 = rp_qdw_words(d, sums[2 * i + 2], c, at1, add);
+      const __m128i w3 = rp_qdw_words(d, sums[2 * i + 3], c + 8, at1, add);
+      __m256i bytes = g->out_type == 1 ? _mm256_set_m128i(_mm_packus_epi16(w2, w3), _mm_packus_epi16(w0, w1))
+                                       : _mm256_set_m128i(_mm_packs_epi16(w2, w3), _mm_packs_epi16(w0, w1));
+      if (g->lut) bytes = rp_qgemm_lookup32(g, bytes);
+      _mm_storeu_si128((__m128i*)((uint8_t*)g->qout + at0 + c), _mm256_castsi256_si128(bytes));
+      _mm_storeu_si128((__m128i*)((uint8_t*)g->qout + at1 + c), _mm256_extracti128_si256(bytes, 1));
+    }
+  }
+  return c;
+}
+
+__attribute__((target("avx2"))) static int64_t rp_qdw_pixels4(const rp_qdw* d, const rp_qdw_window* win, int64_t at) {
+  return d->g.residual ? rp_qdw_pixels4_avx2(d, win, at, 1) : rp_qdw_pixels4_avx2(d, win, at, 0);
+}
+
 /* the variants: of a uint8 or int8 image, with a residual or not, reading taps or widened rows */
-typedef int64_t (*rp_qdw_pixel_fn)(const rp_qdw* d, const rp_qdw_window* win, int64_t at);
+typedef int64_t (*rp_qdw_pixel_fn)(const rp_qdw* d, const rp_qdw_window* win, int64_t at, int64_t first);
 #define RP_QDW_PIXEL(NAME, SIGNED, ADD, WIDENED)                                                        \
-  __attribute__((target("avx2"))) static int64_t NAME(const rp_qdw* d, const rp_qdw_window* win, int64_t at) { \
-    return rp_qdw_pixel_avx2(d, win, at, SIGNED, ADD, WIDENED);                                         \
+  __attribute__((target("avx2"))) static int64_t NAME(const rp_qdw* d, const rp_qdw_window* win, int64_t at,  \
+                                                      int64_t first) {                                  \
+    return rp_qdw_pixel_avx2(d, win, at, first, SIGNED, ADD, WIDENED);                                  \
   }
 RP_QDW_PIXEL(rp_qdw_pixel_u8, 0, 0, 0)
 RP_QDW_PIXEL(rp_qdw_pixel_u8_add, 0, 1, 0)
@@ -1810,7 +1883,7 @@ static int rp_qdw_rows(void* ctx, int64_t begin, int64_t end) {
     for (int64_t ow = 0; ow < c->out_width; ow++) {
       const int64_t at = (r * c->out_width + ow) * c->channels;
       rp_qdw_taps(d, image, top, ow * c->sw - c->left, taps);
-      const int64_t done = pixel ? pixel(d, &win, at) : 0;
+      const int64_t done = pixel ? pixel(d, &win, at, 0) : 0;
       for (int64_t channel = done; channel < c->channels; channel++) rp_qdw_channel(d, taps, channel, at);
     }
   }
@@ -1826,7 +1899,9 @@ static void rp_qdw_widen(const rp_qdw* d, const uint8_t* image, int64_t h, int16
   const rp_qgemm_image* c = d->g.image;
   const int64_t ih = h - c->top, channels = c->channels, blocks = channels / 8 * 8;
   const uint8_t* line = ih >= 0 && ih < c->height ? image + ih * c->width * channels : 0;
-  for (int64_t e = 0; e < d->entries; e++, row += channels * 2) {
+  /* an even stride reads even entries only (e = ow * sw + 2j * dw) */
+  const int64_t every = c->sw % 2 == 0 ? 2 : 1;
+  for (int64_t e = 0; e < d->entries; e += every, row += every * channels * 2) {
     const int64_t x0 = e - c->left, x1 = x0 + c->dw;
     const uint8_t* a = line && x0 >= 0 && x0 < c->width ? line + x0 * channels : d->pad;
     const uint8_t* b = line && x1 >= 0 && x1 < c->width ? line + x1 * channels : d->pad;
@@ -1867,10 +1942,15 @@ static int rp_qdw_widened_rows(void* ctx, int64_t begin, int64_t end) {
       starts[ky] = ring + slot * row_values;
       if (held[slot] != key) rp_qdw_widen(d, image, h, starts[ky]), held[slot] = key;
     }
-    for (int64_t ow = 0; ow < c->out_width; ow++) {
-      const int64_t at = (r * c->out_width + ow) * c->channels, first = ow * c->sw * c->channels * 2;
-      for (int64_t ky = 0; ky < c->kh; ky++) rows[ky] = starts[ky] + first;
-      const int64_t done = pixel(d, &win, at);
+    const int64_t pixel_values = c->sw * c->channels * 2;
+    for (int64_t ow = 0, done4 = 0, quad = 0; ow < c->out_width; ow++) {
+      const int64_t at = (r * c->out_width + ow) * c->channels;
+      for (int64_t ky = 0; ky < c->kh; ky++) rows[ky] = starts[ky] + ow * pixel_values;
+      if (ow >= quad) {  /* four pixels side by side, their blocks of 16 channels at once */
+        done4 = ow + 4 <= c->out_width ? rp_qdw_pixels4(d, &win, at) : 0;
+        quad = ow + 4;
+      }
+      const int64_t done = pixel(d, &win, at, done4);
       if (done < c->channels) {
         taps[d->taps] = d->pad;
         rp_qdw_taps(d, image, oh * c->sh - c->top, ow * c->sw - c->left, taps);
@@ -1879,6 +1959,16 @@ static int rp_qdw_widened_rows(void* ctx, int64_t begin, int64_t end) {
     }
   }
   free(ring), free(taps);
+  return 0;
+}
+
+/* bands [begin, end) of the output rows on widened rows: a band's rows share its ring, so a
+   band a thread (not the pool's finer chunks, which would widen the rows each one's
+   windows span again: a 5x5 layer of 14 rows in 8 chunks widened 48 rows for 18) */
+static int rp_qdw_widened_bands(void* ctx, int64_t begin, int64_t end) {
+  const rp_qdw* d = (const rp_qdw*)ctx;
+  for (int64_t band = begin; band < end; band++)
+    if (rp_qdw_widened_rows(ctx, d->rows * band / d->bands, d->rows * (band + 1) / d->bands) != 0) return -1;
   return 0;
 }
 
@@ -1939,7 +2029,7 @@ static int rp_qdw_run(const void* image, const rp_qgemm_image* geometry, const v
      stride 2 a 3x3 filter reads each pixel too few times); a ring of at most 64 rows */
   const int avx2 = level >= 1;
   const int64_t ring = (geometry->kh - 1) * geometry->dh + 1, row_pairs = (geometry->kw + 1) / 2;
-  const int widened = avx2 && blocks > 0 && ring <= 64 && (geometry->sw == 1 || geometry->kw >= 5);
+  const int widened = avx2 && blocks > 0 && ring <= 64;
   const int64_t pair_count = widened ? geometry->kh * row_pairs : (taps + 1) / 2;
   /* one allocation: w' and its pairs (int16), the zero points (int16), the constants, the
      multipliers, the taps' offsets, the row of za */
@@ -1987,8 +2077,10 @@ static int rp_qdw_run(const void* image, const rp_qgemm_image* geometry, const v
     scale[c] = quantize ? ((const float*)epilogue->multiplier)[c * epilogue->multiplier_step] : 0.0f;
   }
   __atomic_add_fetch(&rp_qgemm_calls[d.avx2 ? 9 : 10], 1, __ATOMIC_RELAXED);
-  const int status = rp_parallel_for(widened ? rp_qdw_widened_rows : rp_qdw_rows, &d, batch * geometry->out_height,
-                                     geometry->out_width * channels * taps / RP_MACS_PER_WORK + 1);
+  const int64_t threads = raypass_get_num_threads(), row_work = geometry->out_width * channels * taps / RP_MACS_PER_WORK + 1;
+  d.rows = batch * geometry->out_height, d.bands = threads < d.rows ? threads : d.rows;
+  const int status = widened ? rp_parallel_for(rp_qdw_widened_bands, &d, d.bands, row_work * d.rows / d.bands)
+                             : rp_parallel_for(rp_qdw_rows, &d, d.rows, row_work);
   free(memory);
   return status < 0 ? -1 : 0;
 }
