@@ -1573,185 +1573,73 @@ static void rp_qgemm_set_epilogue(rp_qgemm* g, const rp_qgemm_epilogue* e, void*
 /* ----------------------------------------------------------------------------- depthwise */
 /* A depthwise convolution (one input channel and one output a group: rp_qconv_i8 with
    groups == channels and N 1) has no GEMM in it: each output sums the kh * kw taps of its
-   own channel. Its bodies (9: AVX2, 10: portable) compute, per output pixel and channel c,
+   own channel. Its bodies compute, per output pixel and channel c,
 
      sum_t (x_t - za) * (w_t - zb) = sum_t x_t * w'_t - za * sum_t w'_t,   w' = w - zb
 
    with x_t the image's value (as its type: uint8, or int8 sign-extended) or, for a tap in
-   the padding, za itself (a row of za: it adds nothing, as in the reference). AVX2 takes
-   16 (or 8) channels of two taps at a time: their bytes interleaved and widened to 16 bits,
-   times the pair of weights w' (at most 255 in magnitude) by VPMADDWD into 32-bit sums,
-   exact; the epilogue is the GEMM's operations (rp_qgemm_requantize_value, rp_qgemm_added8)
-   in the same order, so every body and thread count gives the reference's bits. The weight
-   is HWIO [kh, kw, 1, channels]: B [taps, channels] as rp_qgemm_i8 has it. */
+   the padding, za itself (it adds nothing, as in the reference). Body 9 (AVX2) widens each
+   input row once to 16 bits, pixels w and w + dw side by side (a ring of the rows an output
+   row's windows span), so a pair of taps (kx, kx + 1) of 8 channels is one load, times the
+   pair of weights w' (at most 255 in magnitude) by VPMADDWD into 32-bit sums, exact; four
+   output pixels at a time share each pair of weights. Body 10 (portable, and channels
+   fewer than 8) sums tap by tap in C. The epilogue is the GEMM's operations
+   (rp_qgemm_requantize_value, rp_qgemm_added8, rp_qgemm_lookup32) in the same order, so
+   every body and thread count gives the reference's bits. The weight is HWIO [kh, kw, 1,
+   channels]: B [taps, channels] as rp_qgemm_i8 has it. */
 typedef struct {
   rp_qgemm g;              /* the epilogue (rp_qgemm_set_epilogue), ld = channels, and the geometry */
   const uint8_t* data;     /* the image */
   const uint8_t* pad;      /* `channels` bytes of za: what a tap in the padding reads */
   const int64_t* offsets;  /* per tap: its pixel's offset in the image from the window's corner */
-  const int16_t* centered; /* w' as int16, [taps, channels], of the channels the AVX2 body leaves */
-  const int16_t* pairs;    /* w' of the taps in pairs for AVX2: [channels / 8][pair count][8][2] */
+  const int16_t* centered; /* w' as int16, [taps, channels], of the channels body 9 leaves */
+  const int16_t* pairs;    /* w' of a filter row's taps (kx, kx + 1), a last odd one with 0:
+                              [channels / 8][kh * row_pairs][8][2] */
   const uint32_t* fixed;   /* per channel: the bias less za * sum_t w'_t (uint32: wraps as int32 does) */
   const float* scale;      /* per channel: the requantization's multiplier */
-  int64_t taps, pair_count;
+  int64_t taps, row_pairs, pair_count;
   float low, high;         /* the rounded value's range: the output type's less the zero point */
-  int a_signed, avx2;
-  /* widened rows (rp_qdw_widened_rows): the pairs are a filter row's taps (kx, kx + 1), and
-     each input row is widened once, its pixels w and w + dw side by side; `entries` of a
-     widened row (the padded width the windows span), `ring` rows held at a time */
-  int widened;
-  int64_t entries, ring, row_pairs;
+  int a_signed, widened;   /* widened: body 9 */
+  int64_t entries;         /* of a widened row: the padded columns the windows span */
+  int64_t ring;            /* widened rows held: the rows a window spans */
   int64_t rows, bands;     /* output rows (batch * out_height), split in this many bands */
 } rp_qdw;
 
-/* where the taps of one output pixel are: their channels in the image (`taps`, the pairs
-   two consecutive taps), or in widened rows (`rows`, per filter row its row at the pixel's
-   first entry, the pairs (kx, kx + 1) of it) */
-typedef struct {
-  const uint8_t* const* taps;
-  const int16_t* const* rows;
-} rp_qdw_window;
+/* widened rows hold int16 values: a pair of pixels' channels are 4 bytes */
+#define RP_QDW_PAIR 2
+/* the most rows a ring holds (a taller filter's convolution is body 10's) */
+#define RP_QDW_RING 64
 
-/* the 8 sums of channels [c, c + 8) of a pixel whose taps are `win`; `widened` a constant */
+/* `rows[ky]`: filter row ky's widened row at an output pixel's first entry. The sums of
+   channels [c, c + 8) of that pixel */
 static inline __attribute__((target("avx2"), always_inline)) __m256i rp_qdw_sums8(
-    const rp_qdw* d, const rp_qdw_window* win, int64_t c, const int a_signed, const int widened) {
+    const rp_qdw* d, const int16_t* const* rows, int64_t c) {
+  const rp_qgemm_image* geometry = d->g.image;
+  const int64_t step = 2 * geometry->dw * geometry->channels * RP_QDW_PAIR;  /* to the next pair */
   const __m256i* w = (const __m256i*)(d->pairs + c / 8 * d->pair_count * 16);
   __m256i acc = _mm256_setzero_si256();
-  if (widened) {
-    const int64_t step = 2 * d->g.image->dw * d->g.image->channels * 2;  /* int16 from a pair to the next */
-    for (int64_t ky = 0, p = 0; ky < d->g.image->kh; ky++) {
-      const int16_t* x = win->rows[ky] + c * 2;
-      for (int64_t j = 0; j < d->row_pairs; j++, p++, x += step)
-        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)x),
-                                                      _mm256_loadu_si256(w + p)));
-    }
-    return _mm256_add_epi32(acc, _mm256_loadu_si256((const __m256i*)(d->fixed + c)));
-  }
-  const uint8_t* const* taps = win->taps;
-  for (int64_t p = 0; p < d->pair_count; p++) {
-    const __m128i bytes = _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i*)(taps[2 * p] + c)),
-                                            _mm_loadl_epi64((const __m128i*)(taps[2 * p + 1] + c)));
-    const __m256i words = a_signed ? _mm256_cvtepi8_epi16(bytes) : _mm256_cvtepu8_epi16(bytes);
-    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(words, _mm256_loadu_si256(w + p)));
+  for (int64_t ky = 0, p = 0; ky < geometry->kh; ky++) {
+    const int16_t* x = rows[ky] + c * RP_QDW_PAIR;
+    for (int64_t j = 0; j < d->row_pairs; j++, p++, x += step)
+      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)x), _mm256_loadu_si256(w + p)));
   }
   return _mm256_add_epi32(acc, _mm256_loadu_si256((const __m256i*)(d->fixed + c)));
 }
 
-/* the same of channels [c, c + 16): both taps' 16 bytes read at once */
-static inline __attribute__((target("avx2"), always_inline)) void rp_qdw_sums16(
-    const rp_qdw* d, const rp_qdw_window* win, int64_t c, const int a_signed, const int widened, __m256i* lo,
-    __m256i* hi) {
-  const __m256i* w0 = (const __m256i*)(d->pairs + c / 8 * d->pair_count * 16);
-  const __m256i* w1 = w0 + d->pair_count;
-  __m256i acc0 = _mm256_setzero_si256(), acc1 = _mm256_setzero_si256();
-  if (widened) {
-    const int64_t step = 2 * d->g.image->dw * d->g.image->channels * 2;
-    for (int64_t ky = 0, p = 0; ky < d->g.image->kh; ky++) {
-      const int16_t* x = win->rows[ky] + c * 2;
-      for (int64_t j = 0; j < d->row_pairs; j++, p++, x += step) {
-        acc0 = _mm256_add_epi32(acc0, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)x),
-                                                        _mm256_loadu_si256(w0 + p)));
-        acc1 = _mm256_add_epi32(acc1, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)(x + 16)),
-                                                        _mm256_loadu_si256(w1 + p)));
-      }
-    }
-    *lo = _mm256_add_epi32(acc0, _mm256_loadu_si256((const __m256i*)(d->fixed + c)));
-    *hi = _mm256_add_epi32(acc1, _mm256_loadu_si256((const __m256i*)(d->fixed + c + 8)));
-    return;
-  }
-  const uint8_t* const* taps = win->taps;
-  for (int64_t p = 0; p < d->pair_count; p++) {
-    const __m128i x0 = _mm_loadu_si128((const __m128i*)(taps[2 * p] + c));
-    const __m128i x1 = _mm_loadu_si128((const __m128i*)(taps[2 * p + 1] + c));
-    const __m128i b0 = _mm_unpacklo_epi8(x0, x1), b1 = _mm_unpackhi_epi8(x0, x1);
-    const __m256i v0 = a_signed ? _mm256_cvtepi8_epi16(b0) : _mm256_cvtepu8_epi16(b0);
-    const __m256i v1 = a_signed ? _mm256_cvtepi8_epi16(b1) : _mm256_cvtepu8_epi16(b1);
-    acc0 = _mm256_add_epi32(acc0, _mm256_madd_epi16(v0, _mm256_loadu_si256(w0 + p)));
-    acc1 = _mm256_add_epi32(acc1, _mm256_madd_epi16(v1, _mm256_loadu_si256(w1 + p)));
-  }
-  *lo = _mm256_add_epi32(acc0, _mm256_loadu_si256((const __m256i*)(d->fixed + c)));
-  *hi = _mm256_add_epi32(acc1, _mm256_loadu_si256((const __m256i*)(d->fixed + c + 8)));
-}
-
-/* 8 sums of channels from c requantized (and added to the residual at `at`): 8 words */
-static inline __attribute__((target("avx2"), always_inline)) __m128i rp_qdw_words(
-    const rp_qdw* d, __m256i sums, int64_t c, int64_t at, const int add) {
-  const rp_qgemm* g = &d->g;
-  const __m256 scaled = _mm256_mul_ps(_mm256_cvtepi32_ps(sums), _mm256_loadu_ps(d->scale + c));
-  __m256i q = _mm256_add_epi32(
-      _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(scaled, _mm256_set1_ps(d->low)), _mm256_set1_ps(d->high))),
-      _mm256_set1_epi32(g->out_zero));
-  if (add)
-    q = rp_qgemm_added8(g, q, (const uint8_t*)g->residual + at + c, _mm256_set1_ps(g->out_type == 1 ? 0.0f : -128.0f),
-                        _mm256_set1_ps(g->out_type == 1 ? 255.0f : 127.0f));
-  return _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
-}
-
-/* 16 bytes looked up (rp_qgemm_lookup32 on half a vector) */
-static inline __attribute__((target("avx2"), always_inline)) __m128i rp_qdw_lookup16(const rp_qgemm* g,
-                                                                                    __m128i bytes) {
-  return _mm256_castsi256_si128(rp_qgemm_lookup32(g, _mm256_set_m128i(_mm_setzero_si128(), bytes)));
-}
-
-/* the channels from `first` of one pixel at `at` of the output in whole blocks of 8
-   (returns where they end):
-   sums, then stored as int32 or requantized; `a_signed`, `add` (a residual) constants
-   where it is inlined */
-static inline __attribute__((target("avx2"), always_inline)) int64_t rp_qdw_pixel_avx2(
-    const rp_qdw* d, const rp_qdw_window* win, int64_t at, int64_t first, const int a_signed, const int add,
-    const int widened) {
-  const rp_qgemm* g = &d->g;
-  const int64_t channels = g->image->channels;
-  uint8_t* qout = (uint8_t*)g->qout + at;
-  int64_t c = first;
-  /* requantized, 32 channels at a time: their bytes looked up at once where there is a table */
-  for (; g->out_type != 0 && c + 32 <= channels; c += 32) {
-    __m256i s0, s1, s2, s3;
-    rp_qdw_sums16(d, win, c, a_signed, widened, &s0, &s1);
-    rp_qdw_sums16(d, win, c + 16, a_signed, widened, &s2, &s3);
-    const __m128i w0 = rp_qdw_words(d, s0, c, at, add), w1 = rp_qdw_words(d, s1, c + 8, at, add);
-    const __m128i w2 = rp_qdw_words(d, s2, c + 16, at, add), w3 = rp_qdw_words(d, s3, c + 24, at, add);
-    const __m256i bytes = g->out_type == 1 ? _mm256_set_m128i(_mm_packus_epi16(w2, w3), _mm_packus_epi16(w0, w1))
-                                           : _mm256_set_m128i(_mm_packs_epi16(w2, w3), _mm_packs_epi16(w0, w1));
-    _mm256_storeu_si256((__m256i*)(qout + c), g->lut ? rp_qgemm_lookup32(g, bytes) : bytes);
-  }
-  for (; c + 16 <= channels; c += 16) {
-    __m256i lo, hi;
-    rp_qdw_sums16(d, win, c, a_signed, widened, &lo, &hi);
-    if (g->out_type == 0) {
-      _mm256_storeu_si256((__m256i*)(g->out + at + c), lo);
-      _mm256_storeu_si256((__m256i*)(g->out + at + c + 8), hi);
-      continue;
-    }
-    const __m128i w0 = rp_qdw_words(d, lo, c, at, add), w1 = rp_qdw_words(d, hi, c + 8, at, add);
-    const __m128i bytes = g->out_type == 1 ? _mm_packus_epi16(w0, w1) : _mm_packs_epi16(w0, w1);
-    _mm_storeu_si128((__m128i*)(qout + c), g->lut ? rp_qdw_lookup16(g, bytes) : bytes);
-  }
-  for (; c + 8 <= channels; c += 8) {
-    const __m256i sums = rp_qdw_sums8(d, win, c, a_signed, widened);
-    if (g->out_type == 0) {
-      _mm256_storeu_si256((__m256i*)(g->out + at + c), sums);
-      continue;
-    }
-    const __m128i w = rp_qdw_words(d, sums, c, at, add);
-    const __m128i bytes = g->out_type == 1 ? _mm_packus_epi16(w, w) : _mm_packs_epi16(w, w);
-    _mm_storel_epi64((__m128i*)(qout + c), g->lut ? rp_qdw_lookup16(g, bytes) : bytes);
-  }
-  return c;
-}
-
-/* the sums of channels [c, c + 16) of four output pixels side by side, from widened rows:
-   each pair of weights loaded once for the four (sums[2i], sums[2i + 1]: pixel i's) */
+/* the sums of channels [c, c + 16) of four output pixels side by side: each pair of weights
+   loaded once for the four (sums[2i], sums[2i + 1]: pixel i's) */
 static inline __attribute__((target("avx2"), always_inline)) void rp_qdw_sums16x4(
-    const rp_qdw* d, const rp_qdw_window* win, int64_t c, __m256i* sums) {
+    const rp_qdw* d, const int16_t* const* rows, int64_t c, __m256i* sums) {
   const rp_qgemm_image* geometry = d->g.image;
-  const int64_t step = 2 * geometry->dw * geometry->channels * 2, pixel = geometry->sw * geometry->channels * 2;
+  const int64_t step = 2 * geometry->dw * geometry->channels * RP_QDW_PAIR;
+  const int64_t pixel = geometry->sw * geometry->channels * RP_QDW_PAIR;  /* to the next pixel */
   const __m256i* w0 = (const __m256i*)(d->pairs + c / 8 * d->pair_count * 16);
   const __m256i* w1 = w0 + d->pair_count;
   __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
-#define RP_QDW_MADD(acc, at, w) acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)(at)), w))
+#define RP_QDW_MADD(acc, at, w) \
+  acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)(at)), w))
   for (int64_t ky = 0, p = 0; ky < geometry->kh; ky++) {
-    const int16_t* x = win->rows[ky] + c * 2;
+    const int16_t* x = rows[ky] + c * RP_QDW_PAIR;
     for (int64_t j = 0; j < d->row_pairs; j++, p++, x += step) {
       const __m256i wa = _mm256_loadu_si256(w0 + p), wb = _mm256_loadu_si256(w1 + p);
       RP_QDW_MADD(a0, x, wa);
@@ -1773,66 +1661,91 @@ static inline __attribute__((target("avx2"), always_inline)) void rp_qdw_sums16x
   sums[6] = _mm256_add_epi32(a6, lo), sums[7] = _mm256_add_epi32(a7, hi);
 }
 
-/* the channels of four output pixels side by side (the first at `at`) in whole blocks of 16
-   from widened rows (returns where they end); two pixels' bytes looked up at once */
+/* 8 sums of channels from c requantized (and added to the residual at `at`): 8 words */
+static inline __attribute__((target("avx2"), always_inline)) __m128i rp_qdw_words(
+    const rp_qdw* d, __m256i sums, int64_t c, int64_t at, const int add) {
+  const rp_qgemm* g = &d->g;
+  const __m256 scaled = _mm256_mul_ps(_mm256_cvtepi32_ps(sums), _mm256_loadu_ps(d->scale + c));
+  __m256i q = _mm256_add_epi32(
+      _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(scaled, _mm256_set1_ps(d->low)), _mm256_set1_ps(d->high))),
+      _mm256_set1_epi32(g->out_zero));
+  if (add)
+    q = rp_qgemm_added8(g, q, (const uint8_t*)g->residual + at + c, _mm256_set1_ps(g->out_type == 1 ? 0.0f : -128.0f),
+                        _mm256_set1_ps(g->out_type == 1 ? 255.0f : 127.0f));
+  return _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+}
+
+/* two pixels' 16 channels (words w0, w1 and w2, w3) as bytes, looked up where there is a
+   table, stored at at0 + c and at1 + c */
+static inline __attribute__((target("avx2"), always_inline)) void rp_qdw_store2x16(
+    const rp_qgemm* g, __m128i w0, __m128i w1, __m128i w2, __m128i w3, int64_t at0, int64_t at1, int64_t c) {
+  __m256i bytes = g->out_type == 1 ? _mm256_set_m128i(_mm_packus_epi16(w2, w3), _mm_packus_epi16(w0, w1))
+                                   : _mm256_set_m128i(_mm_packs_epi16(w2, w3), _mm_packs_epi16(w0, w1));
+  if (g->lut) bytes = rp_qgemm_lookup32(g, bytes);
+  _mm_storeu_si128((__m128i*)((uint8_t*)g->qout + at0 + c), _mm256_castsi256_si128(bytes));
+  _mm_storeu_si128((__m128i*)((uint8_t*)g->qout + at1 + c), _mm256_extracti128_si256(bytes, 1));
+}
+
+/* the channels of four output pixels side by side (the first at `at` of the output) in
+   whole blocks of 16 (returns where they end); `add` (a residual) a constant */
 static inline __attribute__((target("avx2"), always_inline)) int64_t rp_qdw_pixels4_avx2(
-    const rp_qdw* d, const rp_qdw_window* win, int64_t at, const int add) {
+    const rp_qdw* d, const int16_t* const* rows, int64_t at, const int add) {
   const rp_qgemm* g = &d->g;
   const int64_t channels = g->image->channels;
   int64_t c = 0;
   for (; c + 16 <= channels; c += 16) {
     __m256i sums[8];
-    rp_qdw_sums16x4(d, win, c, sums);
-    for (int64_t i = 0; i < 4; i += 2) {
+    rp_qdw_sums16x4(d, rows, c, sums);
+    for (int64_t i = 0; i < 4; i += 2) {  /* two pixels at a time: their bytes looked up at once */
       const int64_t at0 = at + i * channels, at1 = at0 + channels;
+      const __m256i* s = sums + 2 * i;
       if (g->out_type == 0) {
-        _mm256_storeu_si256((__m256i*)(g->out + at0 + c), sums[2 * i]);
-        _mm256_storeu_si256((__m256i*)(g->out + at0 + c + 8), sums[2 * i + 1]);
-        _mm256_storeu_si256((__m256i*)(g->out + at1 + c), sums[2 * i + 2]);
-        _mm256_storeu_si256((__m256i*)(g->out + at1 + c + 8), sums[2 * i + 3]);
+        _mm256_storeu_si256((__m256i*)(g->out + at0 + c), s[0]);
+        _mm256_storeu_si256((__m256i*)(g->out + at0 + c + 8), s[1]);
+        _mm256_storeu_si256((__m256i*)(g->out + at1 + c), s[2]);
+        _mm256_storeu_si256((__m256i*)(g->out + at1 + c + 8), s[3]);
         continue;
       }
-      const __m128i w0 = rp_qdw_words(d, sums[2 * i], c, at0, add), w1 = rp_qdw_words(d, sums[2 * i + 1], c + 8, at0, add);
-      const __m128i w2 = rp_qdw_words(d, sums[2 * i + 2], c, at1, add);
-      const __m128i w3 = rp_qdw_words(d, sums[2 * i + 3], c + 8, at1, add);
-      __m256i bytes = g->out_type == 1 ? _mm256_set_m128i(_mm_packus_epi16(w2, w3), _mm_packus_epi16(w0, w1))
-                                       : _mm256_set_m128i(_mm_packs_epi16(w2, w3), _mm_packs_epi16(w0, w1));
-      if (g->lut) bytes = rp_qgemm_lookup32(g, bytes);
-      _mm_storeu_si128((__m128i*)((uint8_t*)g->qout + at0 + c), _mm256_castsi256_si128(bytes));
-      _mm_storeu_si128((__m128i*)((uint8_t*)g->qout + at1 + c), _mm256_extracti128_si256(bytes, 1));
+      rp_qdw_store2x16(g, rp_qdw_words(d, s[0], c, at0, add), rp_qdw_words(d, s[1], c + 8, at0, add),
+                       rp_qdw_words(d, s[2], c, at1, add), rp_qdw_words(d, s[3], c + 8, at1, add), at0, at1, c);
     }
   }
   return c;
 }
 
-__attribute__((target("avx2"))) static int64_t rp_qdw_pixels4(const rp_qdw* d, const rp_qdw_window* win, int64_t at) {
-  return d->g.residual ? rp_qdw_pixels4_avx2(d, win, at, 1) : rp_qdw_pixels4_avx2(d, win, at, 0);
-}
-
-/* the variants: of a uint8 or int8 image, with a residual or not, reading taps or widened rows */
-typedef int64_t (*rp_qdw_pixel_fn)(const rp_qdw* d, const rp_qdw_window* win, int64_t at, int64_t first);
-#define RP_QDW_PIXEL(NAME, SIGNED, ADD, WIDENED)                                                        \
-  __attribute__((target("avx2"))) static int64_t NAME(const rp_qdw* d, const rp_qdw_window* win, int64_t at,  \
-                                                      int64_t first) {                                  \
-    return rp_qdw_pixel_avx2(d, win, at, first, SIGNED, ADD, WIDENED);                                  \
+/* the channels from `first` of one output pixel at `at` in whole blocks of 8 (returns where
+   they end) */
+static inline __attribute__((target("avx2"), always_inline)) int64_t rp_qdw_pixel_avx2(
+    const rp_qdw* d, const int16_t* const* rows, int64_t at, int64_t first, const int add) {
+  const rp_qgemm* g = &d->g;
+  const int64_t channels = g->image->channels;
+  int64_t c = first;
+  for (; c + 8 <= channels; c += 8) {
+    const __m256i sums = rp_qdw_sums8(d, rows, c);
+    if (g->out_type == 0) {
+      _mm256_storeu_si256((__m256i*)(g->out + at + c), sums);
+      continue;
+    }
+    const __m128i w = rp_qdw_words(d, sums, c, at, add);
+    __m128i bytes = g->out_type == 1 ? _mm_packus_epi16(w, w) : _mm_packs_epi16(w, w);
+    if (g->lut) bytes = _mm256_castsi256_si128(rp_qgemm_lookup32(g, _mm256_set_m128i(_mm_setzero_si128(), bytes)));
+    _mm_storel_epi64((__m128i*)((uint8_t*)g->qout + at + c), bytes);
   }
-RP_QDW_PIXEL(rp_qdw_pixel_u8, 0, 0, 0)
-RP_QDW_PIXEL(rp_qdw_pixel_u8_add, 0, 1, 0)
-RP_QDW_PIXEL(rp_qdw_pixel_i8, 1, 0, 0)
-RP_QDW_PIXEL(rp_qdw_pixel_i8_add, 1, 1, 0)
-RP_QDW_PIXEL(rp_qdw_pixel_rows, 0, 0, 1)
-RP_QDW_PIXEL(rp_qdw_pixel_rows_add, 0, 1, 1)
-#undef RP_QDW_PIXEL
-
-/* the variant of this call (a widened row holds values of either type as int16) */
-static rp_qdw_pixel_fn rp_qdw_pixel_of(const rp_qdw* d) {
-  if (!d->avx2) return 0;
-  const int add = d->g.residual != 0;
-  if (d->widened) return add ? rp_qdw_pixel_rows_add : rp_qdw_pixel_rows;
-  return d->a_signed ? (add ? rp_qdw_pixel_i8_add : rp_qdw_pixel_i8) : (add ? rp_qdw_pixel_u8_add : rp_qdw_pixel_u8);
+  return c;
 }
 
-/* channel c of one pixel, in C (the portable body, and the channels past whole blocks of 8) */
+__attribute__((target("avx2")))
+static int64_t rp_qdw_pixels4(const rp_qdw* d, const int16_t* const* rows, int64_t at) {
+  return d->g.residual ? rp_qdw_pixels4_avx2(d, rows, at, 1) : rp_qdw_pixels4_avx2(d, rows, at, 0);
+}
+
+__attribute__((target("avx2")))
+static int64_t rp_qdw_pixel(const rp_qdw* d, const int16_t* const* rows, int64_t at, int64_t first) {
+  return d->g.residual ? rp_qdw_pixel_avx2(d, rows, at, first, 1) : rp_qdw_pixel_avx2(d, rows, at, first, 0);
+}
+
+/* channel c of one output pixel at `at` whose taps are `taps`, in C (body 10, and the
+   channels past whole blocks of 8) */
 static void rp_qdw_channel(const rp_qdw* d, const uint8_t* const* taps, int64_t c, int64_t at) {
   const int64_t channels = d->g.image->channels;
   uint32_t sum = d->fixed[c];
@@ -1846,9 +1759,8 @@ static void rp_qdw_channel(const rp_qdw* d, const uint8_t* const* taps, int64_t 
                                                               at + c);
 }
 
-/* the taps of the output pixel whose window's corner is (top, left) in `image` (its
-   channels, or the row of za for a tap in the padding), `inside` whether the whole
-   window is in the image */
+/* the taps of the output pixel whose window's corner is (top, left) in `image`: their
+   channels, or the row of za for a tap in the padding */
 static void rp_qdw_taps(const rp_qdw* d, const uint8_t* image, int64_t top, int64_t left, const uint8_t** taps) {
   const rp_qgemm_image* c = d->g.image;
   const int64_t span_h = (c->kh - 1) * c->dh, span_w = (c->kw - 1) * c->dw;
@@ -1866,34 +1778,29 @@ static void rp_qdw_taps(const rp_qdw* d, const uint8_t* image, int64_t top, int6
   }
 }
 
-/* output rows [begin, end) (of batch * out_height); each pixel's taps are found once for
-   all its channels */
+/* the channels from `first` of output pixel (r, ow), in C */
+static void rp_qdw_pixel_c(const rp_qdw* d, const uint8_t** taps, int64_t r, int64_t ow, int64_t first) {
+  const rp_qgemm_image* c = d->g.image;
+  const uint8_t* image = d->data + r / c->out_height * c->height * c->width * c->channels;
+  rp_qdw_taps(d, image, r % c->out_height * c->sh - c->top, ow * c->sw - c->left, taps);
+  for (int64_t channel = first; channel < c->channels; channel++)
+    rp_qdw_channel(d, taps, channel, (r * c->out_width + ow) * c->channels);
+}
+
+/* body 10: output rows [begin, end) (of batch * out_height) in C */
 static int rp_qdw_rows(void* ctx, int64_t begin, int64_t end) {
   const rp_qdw* d = (const rp_qdw*)ctx;
-  const rp_qgemm_image* c = d->g.image;
-  const uint8_t* stack_taps[128];
-  const uint8_t** taps = d->taps + 1 <= 128 ? stack_taps : (const uint8_t**)malloc((size_t)(d->taps + 1) * sizeof(void*));
+  const uint8_t** taps = (const uint8_t**)malloc((size_t)d->taps * sizeof(void*));
   if (!taps) return -1;
-  taps[d->taps] = d->pad;  /* an odd tap's partner */
-  const rp_qdw_pixel_fn pixel = rp_qdw_pixel_of(d);
-  const rp_qdw_window win = {taps, 0};
-  for (int64_t r = begin; r < end; r++) {
-    const uint8_t* image = d->data + r / c->out_height * c->height * c->width * c->channels;
-    const int64_t top = r % c->out_height * c->sh - c->top;
-    for (int64_t ow = 0; ow < c->out_width; ow++) {
-      const int64_t at = (r * c->out_width + ow) * c->channels;
-      rp_qdw_taps(d, image, top, ow * c->sw - c->left, taps);
-      const int64_t done = pixel ? pixel(d, &win, at, 0) : 0;
-      for (int64_t channel = done; channel < c->channels; channel++) rp_qdw_channel(d, taps, channel, at);
-    }
-  }
-  if (taps != stack_taps) free(taps);
+  for (int64_t r = begin; r < end; r++)
+    for (int64_t ow = 0; ow < d->g.image->out_width; ow++) rp_qdw_pixel_c(d, taps, r, ow, 0);
+  free(taps);
   return 0;
 }
 
-/* input row `h` (of the padded image: h - top in the image) of `image` widened into `row`:
-   per entry e (the padded column e, e - left in the image) and whole block of 8 channels,
-   the values of pixels e and e + dw side by side as int16, za in the padding */
+/* padded row h (h - top in the image) of `image` widened into `row`: per entry e (padded
+   column e, e - left in the image) and whole block of 8 channels, the values of pixels e
+   and e + dw side by side as int16, za in the padding */
 __attribute__((target("avx2")))
 static void rp_qdw_widen(const rp_qdw* d, const uint8_t* image, int64_t h, int16_t* row) {
   const rp_qgemm_image* c = d->g.image;
@@ -1901,74 +1808,70 @@ static void rp_qdw_widen(const rp_qdw* d, const uint8_t* image, int64_t h, int16
   const uint8_t* line = ih >= 0 && ih < c->height ? image + ih * c->width * channels : 0;
   /* an even stride reads even entries only (e = ow * sw + 2j * dw) */
   const int64_t every = c->sw % 2 == 0 ? 2 : 1;
-  for (int64_t e = 0; e < d->entries; e += every, row += every * channels * 2) {
+  for (int64_t e = 0; e < d->entries; e += every, row += every * channels * RP_QDW_PAIR) {
     const int64_t x0 = e - c->left, x1 = x0 + c->dw;
     const uint8_t* a = line && x0 >= 0 && x0 < c->width ? line + x0 * channels : d->pad;
     const uint8_t* b = line && x1 >= 0 && x1 < c->width ? line + x1 * channels : d->pad;
     for (int64_t k = 0; k < blocks; k += 8) {
       const __m128i bytes = _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i*)(a + k)),
                                               _mm_loadl_epi64((const __m128i*)(b + k)));
-      _mm256_storeu_si256((__m256i*)(row + k * 2), d->a_signed ? _mm256_cvtepi8_epi16(bytes)
-                                                                : _mm256_cvtepu8_epi16(bytes));
+      _mm256_storeu_si256((__m256i*)(row + k * RP_QDW_PAIR),
+                          d->a_signed ? _mm256_cvtepi8_epi16(bytes) : _mm256_cvtepu8_epi16(bytes));
     }
   }
 }
 
-/* rp_qdw_rows on widened rows: each input row widened once into a ring of the rows the
-   windows of an output row span, its pixels' pairs then one load each (where there are
-   channels past whole blocks of 8, those from the taps, in C) */
-static int rp_qdw_widened_rows(void* ctx, int64_t begin, int64_t end) {
-  const rp_qdw* d = (const rp_qdw*)ctx;
+/* body 9: output rows [begin, end), each input row widened once into the ring (its slot:
+   the padded row modulo the ring); four pixels' blocks of 16 channels at once (a row's last
+   pixels with the three before them, which are stored twice, the same), then each pixel's
+   blocks of 8, then its channels past them in C */
+static int rp_qdw_widened_rows(const rp_qdw* d, int64_t begin, int64_t end) {
   const rp_qgemm_image* c = d->g.image;
-  const int64_t row_values = d->entries * c->channels * 2;
+  const int64_t row_values = d->entries * c->channels * RP_QDW_PAIR;
   int16_t* ring = (int16_t*)malloc((size_t)(d->ring * row_values) * sizeof(int16_t));
-  const uint8_t** taps = (const uint8_t**)malloc((size_t)(d->taps + 1) * sizeof(void*));
+  const uint8_t** taps = (const uint8_t**)malloc((size_t)d->taps * sizeof(void*));
   if (!ring || !taps) {
     free(ring), free(taps);
     return -1;
   }
-  int64_t held[64];  /* the (image, padded row) each ring slot holds */
+  int64_t held[RP_QDW_RING];  /* the (image, padded row) of each slot */
   for (int64_t i = 0; i < d->ring; i++) held[i] = -1;
-  const int16_t* rows[64];
-  const rp_qdw_window win = {0, rows};
-  const rp_qdw_pixel_fn pixel = rp_qdw_pixel_of(d);
   const int64_t padded_height = c->top + c->height + (c->out_height - 1) * c->sh + (c->kh - 1) * c->dh + 1;
+  const int64_t pixel_values = c->sw * c->channels * RP_QDW_PAIR;
   for (int64_t r = begin; r < end; r++) {
     const int64_t n = r / c->out_height, oh = r % c->out_height;
     const uint8_t* image = d->data + n * c->height * c->width * c->channels;
-    int16_t* starts[64];
+    int16_t* starts[RP_QDW_RING];
+    const int16_t* rows[RP_QDW_RING];
     for (int64_t ky = 0; ky < c->kh; ky++) {
       const int64_t h = oh * c->sh + ky * c->dh, slot = h % d->ring, key = n * padded_height + h;
       starts[ky] = ring + slot * row_values;
       if (held[slot] != key) rp_qdw_widen(d, image, h, starts[ky]), held[slot] = key;
     }
-    const int64_t pixel_values = c->sw * c->channels * 2;
-    for (int64_t ow = 0, done4 = 0, quad = 0; ow < c->out_width; ow++) {
-      const int64_t at = (r * c->out_width + ow) * c->channels;
+    const int64_t first_pixel = r * c->out_width;
+    for (int64_t ow = 0, quad_done = 0; ow < c->out_width; ow++) {
+      if (ow % 4 == 0) {  /* the four pixels from ow, or the row's last four (some again: the same values) */
+        const int64_t start = ow + 4 <= c->out_width ? ow : c->out_width - 4;
+        for (int64_t ky = 0; start >= 0 && ky < c->kh; ky++) rows[ky] = starts[ky] + start * pixel_values;
+        quad_done = start >= 0 ? rp_qdw_pixels4(d, rows, (first_pixel + start) * c->channels) : 0;
+      }
+      const int64_t at = (first_pixel + ow) * c->channels;
       for (int64_t ky = 0; ky < c->kh; ky++) rows[ky] = starts[ky] + ow * pixel_values;
-      if (ow >= quad) {  /* four pixels side by side, their blocks of 16 channels at once */
-        done4 = ow + 4 <= c->out_width ? rp_qdw_pixels4(d, &win, at) : 0;
-        quad = ow + 4;
-      }
-      const int64_t done = pixel(d, &win, at, done4);
-      if (done < c->channels) {
-        taps[d->taps] = d->pad;
-        rp_qdw_taps(d, image, oh * c->sh - c->top, ow * c->sw - c->left, taps);
-        for (int64_t channel = done; channel < c->channels; channel++) rp_qdw_channel(d, taps, channel, at);
-      }
+      const int64_t done = rp_qdw_pixel(d, rows, at, quad_done);
+      if (done < c->channels) rp_qdw_pixel_c(d, taps, r, ow, done);
     }
   }
   free(ring), free(taps);
   return 0;
 }
 
-/* bands [begin, end) of the output rows on widened rows: a band's rows share its ring, so a
-   band a thread (not the pool's finer chunks, which would widen the rows each one's
-   windows span again: a 5x5 layer of 14 rows in 8 chunks widened 48 rows for 18) */
+/* body 9 by bands [begin, end) of the output rows, a band's rows sharing a ring: a band a
+   thread, not the pool's finer chunks, which would widen again the rows each one's windows
+   span (a 5x5 layer of 14 rows in 8 chunks widened 48 rows for 18) */
 static int rp_qdw_widened_bands(void* ctx, int64_t begin, int64_t end) {
   const rp_qdw* d = (const rp_qdw*)ctx;
   for (int64_t band = begin; band < end; band++)
-    if (rp_qdw_widened_rows(ctx, d->rows * band / d->bands, d->rows * (band + 1) / d->bands) != 0) return -1;
+    if (rp_qdw_widened_rows(d, d->rows * band / d->bands, d->rows * (band + 1) / d->bands) != 0) return -1;
   return 0;
 }
 
@@ -1987,23 +1890,22 @@ static void rp_qdw_center(const void* B, const int16_t* zero, int b_signed, int6
   }
 }
 
-/* the same of the whole blocks of 8 channels as the AVX2 body reads them (`pairs`, above):
-   the taps 2p and 2p + 1 a pair, or in widened rows (`row_width` the filter's width, else
-   0) the taps (kx, kx + 1) of a filter row, a last odd one paired with a weight of 0 */
+/* the same of the whole blocks of 8 channels as body 9 reads them (`pairs`): the taps (kx,
+   kx + 1) of each filter row a pair, a last odd one paired with a weight of 0 */
 __attribute__((target("avx2")))
-static void rp_qdw_pairs_avx2(const void* B, const int16_t* zero, int b_signed, int64_t taps, int64_t channels,
-                              int64_t pair_count, int64_t row_width, int16_t* pairs, uint32_t* total) {
+static void rp_qdw_pairs_avx2(const rp_qdw* d, const void* B, const int16_t* zero, int b_signed, int16_t* pairs,
+                              uint32_t* total) {
   const __m256i ones = _mm256_set1_epi16(1);
+  const int64_t channels = d->g.image->channels, kw = d->g.image->kw;
   const uint8_t* w = (const uint8_t*)B;
   for (int64_t c = 0; c + 8 <= channels; c += 8) {
     /* the 8 zero points, each twice: (zb, zb) of a pair */
     const __m128i z = _mm_loadu_si128((const __m128i*)(zero + c));
     const __m256i zz = _mm256_set_m128i(_mm_unpackhi_epi16(z, z), _mm_unpacklo_epi16(z, z));
     __m256i sum = _mm256_setzero_si256();
-    const int64_t row_pairs = row_width ? (row_width + 1) / 2 : 0;
-    for (int64_t p = 0; p < pair_count; p++) {
-      const int64_t first = row_width ? p / row_pairs * row_width + p % row_pairs * 2 : 2 * p;
-      const int paired = row_width ? p % row_pairs * 2 + 1 < row_width : first + 1 < taps;
+    for (int64_t p = 0; p < d->pair_count; p++) {
+      const int64_t kx = p % d->row_pairs * 2, first = p / d->row_pairs * kw + kx;
+      const int paired = kx + 1 < kw;
       const __m128i w0 = _mm_loadl_epi64((const __m128i*)(w + first * channels + c));
       const __m128i w1 = paired ? _mm_loadl_epi64((const __m128i*)(w + (first + 1) * channels + c))
                                 : _mm_setzero_si128();
@@ -2011,7 +1913,7 @@ static void rp_qdw_pairs_avx2(const void* B, const int16_t* zero, int b_signed, 
       __m256i v = _mm256_sub_epi16(b_signed ? _mm256_cvtepi8_epi16(bytes) : _mm256_cvtepu8_epi16(bytes), zz);
       /* a missing odd tap's weight is 0, not 0 - zb */
       if (!paired) v = _mm256_blend_epi16(v, _mm256_setzero_si256(), 0xAA);
-      _mm256_storeu_si256((__m256i*)(pairs + (c / 8 * pair_count + p) * 16), v);
+      _mm256_storeu_si256((__m256i*)(pairs + (c / 8 * d->pair_count + p) * 16), v);
       sum = _mm256_add_epi32(sum, _mm256_madd_epi16(v, ones));
     }
     _mm256_storeu_si256((__m256i*)(total + c), sum);
@@ -2023,14 +1925,10 @@ static int rp_qdw_run(const void* image, const rp_qgemm_image* geometry, const v
                       const void* zb, void* out, int64_t batch, int64_t a_signed, int64_t b_signed,
                       int64_t zb_step, const rp_qgemm_epilogue* epilogue, int level) {
   const int64_t channels = geometry->channels, taps = geometry->kh * geometry->kw;
-  const int64_t blocks = channels / 8;
-  /* widened rows where they save work: a row's pixels are widened once and read by every
-     window over them, so for a stride of 1 in width or a filter of 5 wide or more (at
-     stride 2 a 3x3 filter reads each pixel too few times); a ring of at most 64 rows */
-  const int avx2 = level >= 1;
   const int64_t ring = (geometry->kh - 1) * geometry->dh + 1, row_pairs = (geometry->kw + 1) / 2;
-  const int widened = avx2 && blocks > 0 && ring <= 64;
-  const int64_t pair_count = widened ? geometry->kh * row_pairs : (taps + 1) / 2;
+  /* body 9: AVX2, whole blocks of 8 channels, a filter of at most RP_QDW_RING rows */
+  const int widened = level >= 1 && channels >= 8 && ring <= RP_QDW_RING;
+  const int64_t blocks = widened ? channels / 8 : 0, pair_count = geometry->kh * row_pairs;
   /* one allocation: w' and its pairs (int16), the zero points (int16), the constants, the
      multipliers, the taps' offsets, the row of za */
   const size_t centered_bytes = (size_t)(taps * channels) * 2, pairs_bytes = (size_t)(blocks * pair_count * 16) * 2;
@@ -2051,9 +1949,8 @@ static int rp_qdw_run(const void* image, const rp_qgemm_image* geometry, const v
   rp_qgemm_set_epilogue(&d.g, epilogue, out, lut_rows);
   d.g.image = geometry, d.g.ld = channels;
   d.data = (const uint8_t*)image, d.pad = pad, d.offsets = offsets, d.centered = centered, d.pairs = pairs;
-  d.fixed = fixed, d.scale = scale, d.taps = taps, d.pair_count = pair_count;
-  d.a_signed = (int)a_signed, d.avx2 = avx2;
-  d.widened = widened, d.ring = ring, d.row_pairs = row_pairs;
+  d.fixed = fixed, d.scale = scale, d.taps = taps, d.row_pairs = row_pairs, d.pair_count = pair_count;
+  d.a_signed = (int)a_signed, d.widened = widened, d.ring = ring;
   d.entries = (geometry->out_width - 1) * geometry->sw + (geometry->kw - 1) * geometry->dw + 1;
   const int32_t qmin = epilogue->out_type == 2 ? -128 : 0, qmax = epilogue->out_type == 2 ? 127 : 255;
   d.low = (float)(qmin - d.g.out_zero), d.high = (float)(qmax - d.g.out_zero);
@@ -2064,10 +1961,8 @@ static int rp_qdw_run(const void* image, const rp_qgemm_image* geometry, const v
   for (int64_t c = 0; c < channels; c++)
     zero[c] = (int16_t)(b_signed ? ((const int8_t*)zb)[c * zb_step] : ((const uint8_t*)zb)[c * zb_step]);
   /* fixed: the sums of w' first */
-  const int64_t first = d.avx2 ? blocks * 8 : 0;
-  if (d.avx2)
-    rp_qdw_pairs_avx2(B, zero, (int)b_signed, taps, channels, pair_count, widened ? geometry->kw : 0, pairs, fixed);
-  rp_qdw_center(B, zero, (int)b_signed, taps, channels, first, centered, fixed);
+  if (widened) rp_qdw_pairs_avx2(&d, B, zero, (int)b_signed, pairs, fixed);
+  rp_qdw_center(B, zero, (int)b_signed, taps, channels, blocks * 8, centered, fixed);
   const int32_t za_value = a_signed ? *(const int8_t*)za : *(const uint8_t*)za;
   const int quantize = epilogue->out_type != 0;
   for (int64_t c = 0; c < channels; c++) {
@@ -2076,8 +1971,9 @@ static int rp_qdw_run(const void* image, const rp_qgemm_image* geometry, const v
     fixed[c] = bias - (uint32_t)za_value * fixed[c];
     scale[c] = quantize ? ((const float*)epilogue->multiplier)[c * epilogue->multiplier_step] : 0.0f;
   }
-  __atomic_add_fetch(&rp_qgemm_calls[d.avx2 ? 9 : 10], 1, __ATOMIC_RELAXED);
-  const int64_t threads = raypass_get_num_threads(), row_work = geometry->out_width * channels * taps / RP_MACS_PER_WORK + 1;
+  __atomic_add_fetch(&rp_qgemm_calls[widened ? 9 : 10], 1, __ATOMIC_RELAXED);
+  const int64_t threads = raypass_get_num_threads();
+  const int64_t row_work = geometry->out_width * channels * taps / RP_MACS_PER_WORK + 1;
   d.rows = batch * geometry->out_height, d.bands = threads < d.rows ? threads : d.rows;
   const int status = widened ? rp_parallel_for(rp_qdw_widened_bands, &d, d.bands, row_work * d.rows / d.bands)
                              : rp_parallel_for(rp_qdw_rows, &d, d.rows, row_work);
