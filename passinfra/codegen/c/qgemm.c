@@ -1610,47 +1610,41 @@ typedef struct {
 /* the most rows a ring holds (a taller filter's convolution is body 10's) */
 #define RP_QDW_RING 64
 
-/* `rows[ky]`: filter row ky's widened row at an output pixel's first entry. The sums of
+/* `pairs[p]`: pair p's first pixel in its widened row, for one output pixel. The sums of
    channels [c, c + 8) of that pixel */
 static inline __attribute__((target("avx2"), always_inline)) __m256i rp_qdw_sums8(
-    const rp_qdw* d, const int16_t* const* rows, int64_t c) {
-  const rp_qgemm_image* geometry = d->g.image;
-  const int64_t step = 2 * geometry->dw * geometry->channels * RP_QDW_PAIR;  /* to the next pair */
+    const rp_qdw* d, const int16_t* const* pairs, int64_t c) {
   const __m256i* w = (const __m256i*)(d->pairs + c / 8 * d->pair_count * 16);
   __m256i acc = _mm256_setzero_si256();
-  for (int64_t ky = 0, p = 0; ky < geometry->kh; ky++) {
-    const int16_t* x = rows[ky] + c * RP_QDW_PAIR;
-    for (int64_t j = 0; j < d->row_pairs; j++, p++, x += step)
-      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)x), _mm256_loadu_si256(w + p)));
-  }
+  for (int64_t p = 0; p < d->pair_count; p++)
+    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)(pairs[p] + c * RP_QDW_PAIR)),
+                                                  _mm256_loadu_si256(w + p)));
   return _mm256_add_epi32(acc, _mm256_loadu_si256((const __m256i*)(d->fixed + c)));
 }
 
 /* the sums of channels [c, c + 16) of four output pixels side by side: each pair of weights
-   loaded once for the four (sums[2i], sums[2i + 1]: pixel i's) */
+   loaded once for the four (sums[2i], sums[2i + 1]: pixel i's); `pairs[p]`: pair p's first
+   pixel in its widened row (one loop over the pairs: GCC kept the sums in registers so,
+   where a loop over rows and one over a row's pairs copied them every step) */
 static inline __attribute__((target("avx2"), always_inline)) void rp_qdw_sums16x4(
-    const rp_qdw* d, const int16_t* const* rows, int64_t c, __m256i* sums) {
-  const rp_qgemm_image* geometry = d->g.image;
-  const int64_t step = 2 * geometry->dw * geometry->channels * RP_QDW_PAIR;
-  const int64_t pixel = geometry->sw * geometry->channels * RP_QDW_PAIR;  /* to the next pixel */
+    const rp_qdw* d, const int16_t* const* pairs, int64_t c, __m256i* sums) {
+  const int64_t pixel = d->g.image->sw * d->g.image->channels * RP_QDW_PAIR;  /* to the next pixel */
   const __m256i* w0 = (const __m256i*)(d->pairs + c / 8 * d->pair_count * 16);
   const __m256i* w1 = w0 + d->pair_count;
   __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
 #define RP_QDW_MADD(acc, at, w) \
-  acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)(at)), w))
-  for (int64_t ky = 0, p = 0; ky < geometry->kh; ky++) {
-    const int16_t* x = rows[ky] + c * RP_QDW_PAIR;
-    for (int64_t j = 0; j < d->row_pairs; j++, p++, x += step) {
-      const __m256i wa = _mm256_loadu_si256(w0 + p), wb = _mm256_loadu_si256(w1 + p);
-      RP_QDW_MADD(a0, x, wa);
-      RP_QDW_MADD(a1, x + 16, wb);
-      RP_QDW_MADD(a2, x + pixel, wa);
-      RP_QDW_MADD(a3, x + pixel + 16, wb);
-      RP_QDW_MADD(a4, x + 2 * pixel, wa);
-      RP_QDW_MADD(a5, x + 2 * pixel + 16, wb);
-      RP_QDW_MADD(a6, x + 3 * pixel, wa);
-      RP_QDW_MADD(a7, x + 3 * pixel + 16, wb);
-    }
+  acc = _mm256_add_epi32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)(at)), w), acc)
+  for (int64_t p = 0; p < d->pair_count; p++) {
+    const int16_t* x = pairs[p] + c * RP_QDW_PAIR;
+    const __m256i wa = _mm256_loadu_si256(w0 + p), wb = _mm256_loadu_si256(w1 + p);
+    RP_QDW_MADD(a0, x, wa);
+    RP_QDW_MADD(a1, x + 16, wb);
+    RP_QDW_MADD(a2, x + pixel, wa);
+    RP_QDW_MADD(a3, x + pixel + 16, wb);
+    RP_QDW_MADD(a4, x + 2 * pixel, wa);
+    RP_QDW_MADD(a5, x + 2 * pixel + 16, wb);
+    RP_QDW_MADD(a6, x + 3 * pixel, wa);
+    RP_QDW_MADD(a7, x + 3 * pixel + 16, wb);
   }
 #undef RP_QDW_MADD
   const __m256i lo = _mm256_loadu_si256((const __m256i*)(d->fixed + c));
@@ -1686,16 +1680,15 @@ static inline __attribute__((target("avx2"), always_inline)) void rp_qdw_store2x
   _mm_storeu_si128((__m128i*)((uint8_t*)g->qout + at1 + c), _mm256_extracti128_si256(bytes, 1));
 }
 
-/* the channels of four output pixels side by side (the first at `at` of the output) in
-   whole blocks of 16 (returns where they end); `add` (a residual) a constant */
-static inline __attribute__((target("avx2"), always_inline)) int64_t rp_qdw_pixels4_avx2(
-    const rp_qdw* d, const int16_t* const* rows, int64_t at, const int add) {
+/* channels [c, c + 16) of four output pixels side by side (the first at `at` of the
+   output); `add` (a residual) a constant */
+static inline __attribute__((target("avx2"), always_inline)) void rp_qdw_pixels4_avx2(
+    const rp_qdw* d, const int16_t* const* pairs, int64_t at, int64_t c, const int add) {
   const rp_qgemm* g = &d->g;
   const int64_t channels = g->image->channels;
-  int64_t c = 0;
-  for (; c + 16 <= channels; c += 16) {
+  {
     __m256i sums[8];
-    rp_qdw_sums16x4(d, rows, c, sums);
+    rp_qdw_sums16x4(d, pairs, c, sums);
     for (int64_t i = 0; i < 4; i += 2) {  /* two pixels at a time: their bytes looked up at once */
       const int64_t at0 = at + i * channels, at1 = at0 + channels;
       const __m256i* s = sums + 2 * i;
@@ -1710,18 +1703,17 @@ static inline __attribute__((target("avx2"), always_inline)) int64_t rp_qdw_pixe
                        rp_qdw_words(d, s[2], c, at1, add), rp_qdw_words(d, s[3], c + 8, at1, add), at0, at1, c);
     }
   }
-  return c;
 }
 
 /* the channels from `first` of one output pixel at `at` in whole blocks of 8 (returns where
    they end) */
 static inline __attribute__((target("avx2"), always_inline)) int64_t rp_qdw_pixel_avx2(
-    const rp_qdw* d, const int16_t* const* rows, int64_t at, int64_t first, const int add) {
+    const rp_qdw* d, const int16_t* const* pairs, int64_t at, int64_t first, const int add) {
   const rp_qgemm* g = &d->g;
   const int64_t channels = g->image->channels;
   int64_t c = first;
   for (; c + 8 <= channels; c += 8) {
-    const __m256i sums = rp_qdw_sums8(d, rows, c);
+    const __m256i sums = rp_qdw_sums8(d, pairs, c);
     if (g->out_type == 0) {
       _mm256_storeu_si256((__m256i*)(g->out + at + c), sums);
       continue;
@@ -1735,13 +1727,14 @@ static inline __attribute__((target("avx2"), always_inline)) int64_t rp_qdw_pixe
 }
 
 __attribute__((target("avx2")))
-static int64_t rp_qdw_pixels4(const rp_qdw* d, const int16_t* const* rows, int64_t at) {
-  return d->g.residual ? rp_qdw_pixels4_avx2(d, rows, at, 1) : rp_qdw_pixels4_avx2(d, rows, at, 0);
+static void rp_qdw_pixels4(const rp_qdw* d, const int16_t* const* pairs, int64_t at, int64_t c) {
+  if (d->g.residual) rp_qdw_pixels4_avx2(d, pairs, at, c, 1);
+  else rp_qdw_pixels4_avx2(d, pairs, at, c, 0);
 }
 
 __attribute__((target("avx2")))
-static int64_t rp_qdw_pixel(const rp_qdw* d, const int16_t* const* rows, int64_t at, int64_t first) {
-  return d->g.residual ? rp_qdw_pixel_avx2(d, rows, at, first, 1) : rp_qdw_pixel_avx2(d, rows, at, first, 0);
+static int64_t rp_qdw_pixel(const rp_qdw* d, const int16_t* const* pairs, int64_t at, int64_t first) {
+  return d->g.residual ? rp_qdw_pixel_avx2(d, pairs, at, first, 1) : rp_qdw_pixel_avx2(d, pairs, at, first, 0);
 }
 
 /* channel c of one output pixel at `at` whose taps are `taps`, in C (body 10, and the
@@ -1830,10 +1823,12 @@ static int rp_qdw_widened_rows(const rp_qdw* d, int64_t begin, int64_t end) {
   const int64_t row_values = d->entries * c->channels * RP_QDW_PAIR;
   int16_t* ring = (int16_t*)malloc((size_t)(d->ring * row_values) * sizeof(int16_t));
   const uint8_t** taps = (const uint8_t**)malloc((size_t)d->taps * sizeof(void*));
-  if (!ring || !taps) {
-    free(ring), free(taps);
+  const int16_t** starts = (const int16_t**)malloc((size_t)(2 * d->pair_count) * sizeof(void*));
+  if (!ring || !taps || !starts) {
+    free(ring), free(taps), free(starts);
     return -1;
   }
+  const int16_t** pairs = starts + d->pair_count;
   int64_t held[RP_QDW_RING];  /* the (image, padded row) of each slot */
   for (int64_t i = 0; i < d->ring; i++) held[i] = -1;
   const int64_t padded_height = c->top + c->height + (c->out_height - 1) * c->sh + (c->kh - 1) * c->dh + 1;
@@ -1841,27 +1836,32 @@ static int rp_qdw_widened_rows(const rp_qdw* d, int64_t begin, int64_t end) {
   for (int64_t r = begin; r < end; r++) {
     const int64_t n = r / c->out_height, oh = r % c->out_height;
     const uint8_t* image = d->data + n * c->height * c->width * c->channels;
-    int16_t* starts[RP_QDW_RING];
-    const int16_t* rows[RP_QDW_RING];
+    /* pair p's first pixel in its widened row for the row's first output pixel */
     for (int64_t ky = 0; ky < c->kh; ky++) {
       const int64_t h = oh * c->sh + ky * c->dh, slot = h % d->ring, key = n * padded_height + h;
-      starts[ky] = ring + slot * row_values;
-      if (held[slot] != key) rp_qdw_widen(d, image, h, starts[ky]), held[slot] = key;
+      if (held[slot] != key) rp_qdw_widen(d, image, h, ring + slot * row_values), held[slot] = key;
+      for (int64_t j = 0; j < d->row_pairs; j++)
+        starts[ky * d->row_pairs + j] = ring + slot * row_values + 2 * j * c->dw * c->channels * RP_QDW_PAIR;
     }
     const int64_t first_pixel = r * c->out_width;
-    for (int64_t ow = 0, quad_done = 0; ow < c->out_width; ow++) {
-      if (ow % 4 == 0) {  /* the four pixels from ow, or the row's last four (some again: the same values) */
+    /* a block of 16 channels over the row's pixels, four at a time, then the next block (its
+       part of the widened rows read from the L1 cache: a 5x5 layer of 576 channels has a
+       ring of 127 KiB; level on a Zen 3 with all blocks of four pixels before the next four) */
+    const int64_t quads_done = c->out_width >= 4 ? c->channels / 16 * 16 : 0;
+    for (int64_t k = 0; k < quads_done; k += 16)
+      for (int64_t ow = 0; ow < c->out_width; ow += 4) {  /* the row's last four: some again, the same values */
         const int64_t start = ow + 4 <= c->out_width ? ow : c->out_width - 4;
-        for (int64_t ky = 0; start >= 0 && ky < c->kh; ky++) rows[ky] = starts[ky] + start * pixel_values;
-        quad_done = start >= 0 ? rp_qdw_pixels4(d, rows, (first_pixel + start) * c->channels) : 0;
+        for (int64_t p = 0; p < d->pair_count; p++) pairs[p] = starts[p] + start * pixel_values;
+        rp_qdw_pixels4(d, pairs, (first_pixel + start) * c->channels, k);
       }
+    for (int64_t ow = 0; ow < c->out_width; ow++) {
       const int64_t at = (first_pixel + ow) * c->channels;
-      for (int64_t ky = 0; ky < c->kh; ky++) rows[ky] = starts[ky] + ow * pixel_values;
-      const int64_t done = rp_qdw_pixel(d, rows, at, quad_done);
+      for (int64_t p = 0; p < d->pair_count; p++) pairs[p] = starts[p] + ow * pixel_values;
+      const int64_t done = rp_qdw_pixel(d, pairs, at, quads_done);
       if (done < c->channels) rp_qdw_pixel_c(d, taps, r, ow, done);
     }
   }
-  free(ring), free(taps);
+  free(ring), free(taps), free(starts);
   return 0;
 }
 
