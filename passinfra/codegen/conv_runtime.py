@@ -78,6 +78,7 @@ from passinfra.tir.intrinsics import (
     CONV_INTRINSIC,
     CONV_SIZE_ARGS,
     DEPTHWISE_CONV_INTRINSIC,
+    LOOKUP_INTRINSIC,
     MATMUL_NBITS_INTRINSIC,
     QCONV_INTRINSIC,
     QGEMM_ARGUMENTS,
@@ -164,6 +165,10 @@ QGEMM_DECLARATION = "\n".join(
     + (", const void* table" if "lut" in variant else "") + ");"
     for function, parameters in ((QGEMM_FUNCTION, _QGEMM_MATRIX), (QCONV_FUNCTION, _QGEMM_IMAGE))
     for variant in QGEMM_VARIANTS)
+# a take of a table of 256 bytes by uint8 indices (c/qgemm.c), in the same object
+LOOKUP_FUNCTION = "rp_lookup_u8"
+LOOKUP_DECLARATION = (f"extern int {LOOKUP_FUNCTION}(const void* table, const void* indices, void* out, "
+                      "int64_t count);")
 
 
 def runtime_defines() -> dict[str, int]:
@@ -301,7 +306,8 @@ CONV_RUNTIME_LIBRARY = KernelLibrary("conv_runtime", lambda options: DECLARATION
 # the quantized matmul, in the same object (a library of its own only for its declaration)
 MATMUL_NBITS_LIBRARY = KernelLibrary("matmul_nbits_runtime", lambda options: MATMUL_NBITS_DECLARATION)
 QGEMM_LIBRARY = KernelLibrary("qgemm_runtime", lambda options: QGEMM_DECLARATION)
-RUNTIME_LIBRARIES = (CONV_RUNTIME_LIBRARY, MATMUL_NBITS_LIBRARY, QGEMM_LIBRARY)
+LOOKUP_LIBRARY = KernelLibrary("lookup_runtime", lambda options: LOOKUP_DECLARATION)
+RUNTIME_LIBRARIES = (CONV_RUNTIME_LIBRARY, MATMUL_NBITS_LIBRARY, QGEMM_LIBRARY, LOOKUP_LIBRARY)
 register_intrinsic_renderer(CONV_INTRINSIC, IntrinsicRenderer(
     lambda renderer, node, args: render_conv_call(args, epilogue=ConvEpilogue.of(node)),
     CONV_RUNTIME_LIBRARY))
@@ -311,6 +317,9 @@ register_intrinsic_renderer(DEPTHWISE_CONV_INTRINSIC, IntrinsicRenderer(
 register_intrinsic_renderer(WINOGRAD_INTRINSIC, IntrinsicRenderer(
     lambda renderer, node, args: f"{WINOGRAD_FUNCTION}(&{args[0]}, &{args[1]}, &{args[2]}, "
                                  f"{', '.join(args[3:])})", CONV_RUNTIME_LIBRARY))
+register_intrinsic_renderer(LOOKUP_INTRINSIC, IntrinsicRenderer(
+    lambda renderer, node, args: f"{LOOKUP_FUNCTION}(&{args[0]}, &{args[1]}, &{args[2]}, {args[3]})",
+    LOOKUP_LIBRARY))
 register_intrinsic_renderer(MATMUL_NBITS_INTRINSIC, IntrinsicRenderer(
     lambda renderer, node, args: f"{MATMUL_NBITS_FUNCTION}(&{args[0]}, &{args[1]}, &{args[2]}, &{args[3]}, "
                                  f"&{args[4]}, {', '.join(args[5:])})", MATMUL_NBITS_LIBRARY))

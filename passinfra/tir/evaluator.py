@@ -20,11 +20,13 @@ from passinfra.tir.intrinsics import (
     REINTERPRET,
     evaluate_conv,
     evaluate_gemm,
+    evaluate_lookup,
     evaluate_matmul_nbits,
     evaluate_qgemm,
     evaluate_winograd,
     is_conv,
     is_gemm,
+    is_lookup,
     is_matmul_nbits,
     is_qgemm,
     is_winograd,
@@ -203,6 +205,8 @@ class _Interpreter:
             evaluate_matmul_nbits(node.value, self.flat_view, self.expr)
         elif kind is n.Evaluate and is_qgemm(node.value):
             evaluate_qgemm(node.value, self.flat_view, self.expr)
+        elif kind is n.Evaluate and is_lookup(node.value):
+            evaluate_lookup(node.value, self.flat_view, self.expr)
         elif kind is n.Evaluate:
             self.expr(node.value)
         else:

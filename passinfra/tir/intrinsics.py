@@ -248,9 +248,13 @@ QCONV_INTRINSIC = "rp_qconv"
 # a lookup table of the outputs, one more: its first element (256 values of the output's type)
 QGEMM_ARGUMENTS = {QGEMM_INTRINSIC: 20, QCONV_INTRINSIC: 31}
 QGEMM_RESIDUAL_ARGUMENTS = 8
+# a take of a table of 256 bytes by uint8 indices, which the C runtime computes 32 at a time
+# (``rp_lookup_u8`` of ``passinfra/codegen/c/qgemm.c``): ``(table, indices, out, count)``, the
+# first three naming their buffers' first elements; ``out[i] = table[indices[i]]`` for ``i < count``
+LOOKUP_INTRINSIC = "rp_lookup"
 
 _KERNEL_CALLS = (GEMM_INTRINSIC, CONV_INTRINSIC, DEPTHWISE_CONV_INTRINSIC, MATMUL_NBITS_INTRINSIC,
-                 QGEMM_INTRINSIC, QCONV_INTRINSIC, WINOGRAD_INTRINSIC)
+                 QGEMM_INTRINSIC, QCONV_INTRINSIC, WINOGRAD_INTRINSIC, LOOKUP_INTRINSIC)
 
 
 def is_kernel_call(expr: PrimExpr) -> bool:
@@ -278,6 +282,18 @@ def evaluate_matmul_nbits(intrinsic: Intrinsic, flat_view: Callable[[BufferLoad]
     weight = (codes[:, :k].astype(np.float64) - zero) * scale
     a = flat_view(a_load)[:m * k].reshape(m, k).astype(np.float64)
     flat_view(out_load)[:m * n].reshape(m, n)[...] = a @ weight.T
+
+
+def is_lookup(expr: PrimExpr) -> bool:
+    return isinstance(expr, Intrinsic) and expr.name == LOOKUP_INTRINSIC
+
+
+def evaluate_lookup(intrinsic: Intrinsic, flat_view: Callable[[BufferLoad], np.ndarray],
+                    scalar: Callable[[PrimExpr], int]) -> None:
+    """Run a ``rp_lookup`` in the TIR interpreter."""
+    table_load, indices_load, out_load, count = intrinsic.args
+    n = int(scalar(count))
+    flat_view(out_load)[:n] = flat_view(table_load)[:256][flat_view(indices_load)[:n].astype(np.int64)]
 
 
 def is_qgemm(expr: PrimExpr) -> bool:
@@ -469,7 +485,8 @@ __all__ = ["WINOGRAD_INTRINSIC", "evaluate_winograd", "is_winograd", "winograd_r
            "ConvEpilogue", "EPILOGUE_BIAS", "EPILOGUE_RESIDUAL",
            "EPILOGUE_RESIDUAL_FIRST", "conv_sizes", "DEPTHWISE_CONV_INTRINSIC",
            "GEMM_INTRINSIC", "MATMUL_NBITS_INTRINSIC", "QCONV_INTRINSIC", "QGEMM_INTRINSIC", "REINTERPRET",
-           "QGEMM_ARGUMENTS", "QGEMM_RESIDUAL_ARGUMENTS", "SATURATING_PAIRS",
+           "QGEMM_ARGUMENTS", "QGEMM_RESIDUAL_ARGUMENTS", "SATURATING_PAIRS", "LOOKUP_INTRINSIC",
+           "evaluate_lookup", "is_lookup",
            "bitwise", "conv_regions", "evaluate_conv", "evaluate_gemm", "evaluate_matmul_nbits",
            "evaluate_qgemm", "is_conv", "is_gemm", "is_kernel_call", "is_matmul_nbits", "is_qgemm",
            "reinterpret"]

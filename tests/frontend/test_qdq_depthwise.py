@@ -115,3 +115,26 @@ def test_a_table_of_the_output_joins_its_kernel(shape, out_channels, kernel, gro
     assert len(fused.args) == 8 and fused.args[-1].data.shape == (256,), "the table is its last input"
     expected = np.asarray(passinfra.evaluate(from_onnx(model), feeds["x"]))
     assert_same_on_every_isa(_build(model, cache_dir), [feeds["x"]], expected)
+
+
+# a tail of fewer than 32 values; several chunks of the runtime's 4096 (two threads' parts)
+@pytest.mark.parametrize(("shape", "dtype"), [((3, 7, 5), "uint8"), ((2, 4200), "int8")])
+def test_a_take_of_a_byte_table_by_uint8_indices_is_the_runtime_s_lookup(shape, dtype, cache_dir):
+    """``take`` of 256 bytes by uint8 indices (QuantizedLookupTables' tables where no kernel
+    takes them in) runs as ``rp_lookup_u8``: 32 values a step by VPSHUFB, the table's values."""
+    from passinfra.ir import op
+    from passinfra.ir.expr import Constant, Function, Var
+    from passinfra.ir.module import IRModule
+    from passinfra.ir.types import TensorType
+
+    rng = np.random.default_rng(5)
+    info = np.iinfo(dtype)
+    table = rng.integers(info.min, info.max + 1, 256).astype(dtype)
+    x = Var("x", TensorType(shape, "uint8"))
+    mod = IRModule.from_expr(Function([x], op.take(Constant.owning(table), x, axis=0)))
+    indices = rng.integers(0, 256, shape).astype(np.uint8)
+    indices.flat[:256] = np.arange(256)[:indices.size]  # every value of the table read
+    with PassContext(opt_level=3, config={"codegen.cache_dir": cache_dir}):
+        lib = passinfra.build(mod)
+    # (runtime=True: the library links the runtime, which nothing but the lookup calls here)
+    assert_same_on_every_isa(lib, [indices], table[indices.astype(np.int64)], runtime=True)
