@@ -344,6 +344,7 @@ static inline __attribute__((target("avx2"), always_inline)) void rp_qgemm_finis
   const __m256 add_high = _mm256_set1_ps(g->out_type == 1 ? 255.0f : 127.0f);
   uint8_t* pending = 0;  /* a row of 16 columns whose bytes wait to be looked up with the next's */
   __m128i pending_bytes = _mm_setzero_si128();
+  uint8_t looked[32] = {0};  /* a row's vectors of fewer than 32 columns before their lookup */
   for (int64_t r = 0; r < rows; r++, sums += RP_QGEMM_COLUMNS) {
     const __m256i ra = _mm256_set1_epi32((int)g->rowsum[m + r]);
     const int64_t at = (m + r) * g->ld + c->n0;
@@ -376,7 +377,6 @@ static inline __attribute__((target("avx2"), always_inline)) void rp_qgemm_finis
       else _mm_storeu_si128((__m128i*)qrow, _mm256_castsi256_si128(ordered));
       continue;
     }
-    uint8_t looked[32] = {0};
     for (int64_t v = 0; v < vectors; v++) {
       const __m256i value = rp_qgemm_values8(c, sums, v, ra);
       if (!quantize) {
@@ -1660,6 +1660,25 @@ static inline __attribute__((target("avx2"), always_inline)) void rp_qdw_sums16x
   sums[6] = _mm256_add_epi32(a6, lo), sums[7] = _mm256_add_epi32(a7, hi);
 }
 
+/* the same of channels [c, c + 8) (sums[i]: pixel i's) */
+static inline __attribute__((target("avx2"), always_inline)) void rp_qdw_sums8x4(
+    const rp_qdw* d, const int16_t* const* pairs, int64_t c, __m256i* sums) {
+  const int64_t pixel = d->g.image->sw * d->g.image->channels * RP_QDW_PAIR;
+  const __m256i* w = (const __m256i*)(d->pairs + c / 8 * d->pair_count * 16);
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+  for (int64_t p = 0; p < d->pair_count; p++) {
+    const int16_t* x = pairs[p] + c * RP_QDW_PAIR;
+    const __m256i wp = _mm256_loadu_si256(w + p);
+    a0 = _mm256_add_epi32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)x), wp), a0);
+    a1 = _mm256_add_epi32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)(x + pixel)), wp), a1);
+    a2 = _mm256_add_epi32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)(x + 2 * pixel)), wp), a2);
+    a3 = _mm256_add_epi32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)(x + 3 * pixel)), wp), a3);
+  }
+  const __m256i fixed = _mm256_loadu_si256((const __m256i*)(d->fixed + c));
+  sums[0] = _mm256_add_epi32(a0, fixed), sums[1] = _mm256_add_epi32(a1, fixed);
+  sums[2] = _mm256_add_epi32(a2, fixed), sums[3] = _mm256_add_epi32(a3, fixed);
+}
+
 /* 8 sums of channels from c requantized (and added to the residual at `at`): 8 words */
 static inline __attribute__((target("avx2"), always_inline)) __m128i rp_qdw_words(
     const rp_qdw* d, __m256i sums, int64_t c, int64_t at, const int add) {
@@ -1686,11 +1705,29 @@ static inline __attribute__((target("avx2"), always_inline)) void rp_qdw_store2x
 }
 
 /* channels [c, c + 16) of four output pixels side by side (the first at `at` of the
-   output); `add` (a residual) a constant */
+   output), or [c, c + 8) where fewer are left; `add` (a residual) a constant */
 static inline __attribute__((target("avx2"), always_inline)) void rp_qdw_pixels4_avx2(
     const rp_qdw* d, const int16_t* const* pairs, int64_t at, int64_t c, const int add) {
   const rp_qgemm* g = &d->g;
   const int64_t channels = g->image->channels;
+  if (c + 16 > channels) {  /* a last block of 8 channels */
+    __m256i sums[4];
+    rp_qdw_sums8x4(d, pairs, c, sums);
+    for (int64_t i = 0; i < 4; i += 2) {  /* two pixels' 8 bytes looked up at once */
+      const int64_t at0 = at + i * channels, at1 = at0 + channels;
+      if (g->out_type == 0) {
+        _mm256_storeu_si256((__m256i*)(g->out + at0 + c), sums[i]);
+        _mm256_storeu_si256((__m256i*)(g->out + at1 + c), sums[i + 1]);
+        continue;
+      }
+      const __m128i w0 = rp_qdw_words(d, sums[i], c, at0, add), w1 = rp_qdw_words(d, sums[i + 1], c, at1, add);
+      __m128i bytes = g->out_type == 1 ? _mm_packus_epi16(w0, w1) : _mm_packs_epi16(w0, w1);
+      if (g->lut) bytes = _mm256_castsi256_si128(rp_qgemm_lookup32(g, _mm256_set_m128i(_mm_setzero_si128(), bytes)));
+      _mm_storel_epi64((__m128i*)((uint8_t*)g->qout + at0 + c), bytes);
+      _mm_storel_epi64((__m128i*)((uint8_t*)g->qout + at1 + c), _mm_unpackhi_epi64(bytes, bytes));
+    }
+    return;
+  }
   {
     __m256i sums[8];
     rp_qdw_sums16x4(d, pairs, c, sums);
@@ -1852,14 +1889,14 @@ static int rp_qdw_widened_rows(const rp_qdw* d, int64_t begin, int64_t end) {
     /* a block of 16 channels over the row's pixels, four at a time, then the next block (its
        part of the widened rows read from the L1 cache: a 5x5 layer of 576 channels has a
        ring of 127 KiB; level on a Zen 3 with all blocks of four pixels before the next four) */
-    const int64_t quads_done = c->out_width >= 4 ? c->channels / 16 * 16 : 0;
+    const int64_t quads_done = c->out_width >= 4 ? c->channels / 8 * 8 : 0;
     for (int64_t k = 0; k < quads_done; k += 16)
       for (int64_t ow = 0; ow < c->out_width; ow += 4) {  /* the row's last four: some again, the same values */
         const int64_t start = ow + 4 <= c->out_width ? ow : c->out_width - 4;
         for (int64_t p = 0; p < d->pair_count; p++) pairs[p] = starts[p] + start * pixel_values;
         rp_qdw_pixels4(d, pairs, (first_pixel + start) * c->channels, k);
       }
-    for (int64_t ow = 0; ow < c->out_width; ow++) {
+    for (int64_t ow = 0; quads_done < c->channels && ow < c->out_width; ow++) {  /* channels left */
       const int64_t at = (first_pixel + ow) * c->channels;
       for (int64_t p = 0; p < d->pair_count; p++) pairs[p] = starts[p] + ow * pixel_values;
       const int64_t done = rp_qdw_pixel(d, pairs, at, quads_done);
