@@ -373,12 +373,16 @@ def test_short_sums_run_exactly_on_the_float_kernels_and_long_ones_stay_integer(
     assert "qnn.conv2d" in ops_after_the_rewrite(large)
 
 
-@pytest.mark.parametrize("residual_first", [None, False, True])
-def test_requantized_contractions_are_their_parts_in_every_evaluator(residual_first):
+# two groups of 8 channels, or depthwise (16 groups of one); with a table of the outputs last
+@pytest.mark.parametrize(("residual_first", "depthwise", "table"), [
+    (None, False, False), (False, False, False), (True, False, False), (None, True, True), (True, True, True),
+])
+def test_requantized_contractions_are_their_parts_in_every_evaluator(residual_first, depthwise, table):
     """qnn.requantized_conv2d (RequantizeInKernels' fusion, run by the integer GEMM's
     requantizing epilogue): the interpreter's value is the requantize of the contraction
     plus the bias (then, with a residual, qnn.add of it and the residual, in either
-    order), and the lowered kernel run by the TIR evaluator agrees bit for bit."""
+    order; then, with a table, a take of it), and the lowered kernel run by the TIR
+    evaluator agrees bit for bit."""
     from passinfra.codegen.lower import lower_primitive_function
     from passinfra.ir.expr import Function, Var
     from passinfra.ir.op import quantize as qnn
@@ -388,20 +392,21 @@ def test_requantized_contractions_are_their_parts_in_every_evaluator(residual_fi
 
     rng = np.random.default_rng(9)
     data = rng.integers(0, 256, (1, 5, 6, 16)).astype(np.uint8)
-    weight = rng.integers(-128, 128, (3, 3, 8, 24)).astype(np.int8)  # two groups of 8 channels
-    bias = rng.integers(-3000, 3000, (1, 1, 1, 24)).astype(np.int32)
-    multiplier = rng.uniform(1e-4, 3e-3, (1, 1, 1, 24)).astype(np.float32)
+    out = 16 if depthwise else 24
+    weight = rng.integers(-128, 128, (3, 3, 1 if depthwise else 8, out)).astype(np.int8)
+    bias = rng.integers(-3000, 3000, (1, 1, 1, out)).astype(np.int32)
+    multiplier = rng.uniform(1e-4, 3e-3 if not depthwise else 3e-2, (1, 1, 1, out)).astype(np.float32)
     zeros = [passinfra.ir.const(np.array(v, t)) for v, t in ((7, np.uint8), (0, np.int8), (100, np.uint8))]
-    attrs = {"strides": (2, 1), "padding": (1, 1, 1, 1), "groups": 2, "data_layout": "NHWC",
-             "kernel_layout": "HWIO"}
+    attrs = {"strides": (2, 1), "padding": (1, 1, 1, 1), "groups": 16 if depthwise else 2,
+             "data_layout": "NHWC", "kernel_layout": "HWIO"}
     x, w = Var("x", TensorType(data.shape, "uint8")), Var("w", TensorType(weight.shape, "int8"))
     b, m = Var("b", TensorType(bias.shape, "int32")), Var("m", TensorType(multiplier.shape, "float32"))
     parts = qnn.requantize(passinfra.ir.op.add(qnn.conv2d(x, w, zeros[0], zeros[1], **attrs), b), m, zeros[2])
     params, args, extra = [x, w, b, m], [data, weight, bias, multiplier], []
     if residual_first is not None:  # then qnn.add with a residual laid out as the output
-        r = Var("r", TensorType((1, 3, 6, 24), "uint8"))
+        r = Var("r", TensorType((1, 3, 6, out), "uint8"))
         params.append(r)
-        args.append(rng.integers(0, 256, (1, 3, 6, 24)).astype(np.uint8))
+        args.append(rng.integers(0, 256, (1, 3, 6, out)).astype(np.uint8))
         scales = [passinfra.ir.const(np.array(v, np.float32)) for v in (0.07, 0.05, 0.09)]
         add_zero = passinfra.ir.const(np.array(120, np.uint8))
         extra = [scales[0], r, scales[1], zeros[0], scales[2], add_zero]
@@ -410,6 +415,12 @@ def test_requantized_contractions_are_their_parts_in_every_evaluator(residual_fi
             operands.reverse()
         parts = qnn.add(*operands[0], *operands[1], scales[2], add_zero)
         attrs = {**attrs, "residual_first": residual_first}
+    if table:  # then each output looked up (a parameter: lowering takes tensors as FuseOps passes them)
+        t = Var("t", TensorType((256,), "uint8"))
+        params.append(t)
+        args.append(rng.integers(0, 256, 256).astype(np.uint8))
+        parts = passinfra.ir.op.take(t, parts, axis=0)
+        extra = [*extra, t]
     fused = Function(params, requantized_conv2d(x, w, zeros[0], zeros[1], b, m, zeros[2], *extra, **attrs))
     expected = np.asarray(passinfra.evaluate(Function(params, parts), *args))
     assert expected.dtype == np.uint8 and len(np.unique(expected)) > 20
