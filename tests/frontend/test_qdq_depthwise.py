@@ -158,3 +158,22 @@ def test_any_depthwise_geometry_is_the_interpreter_s(channels, kernel, stride, p
                               symmetric=dtype == "int8", full_range=weight.endswith("full"),
                               weight_dtype=dtype)
     assert_same_on_every_isa(_build(model, cache_dir), [feeds["x"]], _fused_reference(model, feeds["x"]))
+
+
+@pytest.mark.parametrize("act", ["uint8", "int8"])
+def test_a_table_of_a_matmul_s_output_joins_its_gemm(act, cache_dir):
+    """The same after a QDQ MatMul (``rp_qgemm_lut_i8``): 37 rows of 40 columns (a panel of
+    32 and a row's vector of 8)."""
+    g = _Graph((37, 48), act, seed=2)
+    zero = 128 if act == "uint8" else 0
+    x = g.qdq("x", 0.03, zero - 8)
+    w, scales = g.weight((48, 40), 1, True)
+    y = g.qdq(g.node("Add", [g.node("MatMul", [x, w]), g.bias(40, 0.03, scales)]), 0.05, zero + 3)
+    y = g.qdq(g.node("HardSwish", [y]), 0.04, zero - 60)
+    w, scales = g.weight((40, 8), 1, True)
+    model = g.model(g.qdq(g.node("MatMul", [y, w]), 0.1, zero))
+    fused = _requantized_calls(model)[0]
+    assert fused.op.name == "qnn.requantized_matmul" and len(fused.args) == 8, "the table joined the GEMM"
+    feeds = g.feeds()
+    expected = np.asarray(passinfra.evaluate(from_onnx(model), feeds["x"]))
+    assert_same_on_every_isa(_build(model, cache_dir), [feeds["x"]], expected)
