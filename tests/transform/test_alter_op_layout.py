@@ -165,6 +165,37 @@ def test_nchw_consumers_share_one_transpose_back():
     check_same_values(before, after, (1, 2, 3, 3))
 
 
+def test_reductions_over_rows_and_columns_keeping_dimensions_stay_nhwc():
+    """A quantized global average pool (sum over the image, kept dimensions) and a mean
+    over the negative axes reduce the NHWC value over axes 1 and 2: the only transposes
+    are the small results' ([1, 1, 1, 4]); a reduction over the channels, or without kept
+    dimensions, still reads NCHW (one transpose back, shared)."""
+    x = ir.var("x", (1, 3, 6, 6))
+    conv = op.nn.relu(op.nn.conv2d(x, ir.const(rand(4, 3, 3, 3)), padding=(1, 1)))
+    pooled = op.sum(op.cast(op.multiply(conv, ir.const(np.float32(16))), "int32"), axis=(2, 3), keepdims=True)
+    mean = op.mean(conv, axis=(-1, -2), keepdims=True)
+    kept = ir.Function([x], ir.Tuple([pooled, mean]))
+    after = run(kept)
+    reductions = [n for n in ir.iter_post_order(after.body)
+                  if isinstance(n, ir.Call) and n.op.name in ("sum", "mean")]
+    assert [r.attrs["axis"] for r in reductions] == [(1, 2), (1, 2)]
+    transposed = [n.args[0] for n in ir.iter_post_order(after.body) if isinstance(n, ir.Call)
+                  and n.op.name == "transpose" and not is_constant_valued(n.args[0])]
+    assert [n.op.name for n in transposed[1:]] == ["sum", "mean"]  # after the input's
+    check_same_values(kept, after, (1, 3, 6, 6))
+
+    channels = ir.Function([x], ir.Tuple([op.sum(conv, axis=1, keepdims=True), op.sum(conv, axis=(2, 3))]))
+    after = run(channels)
+    assert activation_transposes(after) == 2  # in, and back for both reductions
+    assert [n.attrs["axis"] for n in ir.iter_post_order(after.body)
+            if isinstance(n, ir.Call) and n.op.name == "sum"] == [(1,), (2, 3)]
+    check_same_values(channels, after, (1, 3, 6, 6))
+
+    # a call that leaves its attributes out (text IR) has the defaults: all axes, read NCHW
+    bare = ir.Function([x], ir.Call(op.sum(conv).op, [conv], ir.Attrs({})))
+    assert activation_transposes(run(bare)) == 2
+
+
 def test_grouped_conv_and_full_size_operands_stay_correct():
     x, residual = ir.var("x", (1, 4, 5, 5)), ir.var("r", (1, 4, 5, 5))
     conv = op.nn.conv2d(x, ir.const(rand(4, 1, 3, 3)), padding=(1, 1), groups=4)
