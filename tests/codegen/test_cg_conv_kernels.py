@@ -28,7 +28,12 @@ from passinfra import ir, tir
 from passinfra.build import COMPILE_PIPELINE
 from passinfra.codegen.compute.conv_direct import CHANNEL_MODE, GROUP_MODE, ConvGeometry, tile_mode
 from passinfra.codegen.compute.conv_group_gemm import is_pointwise, rows_per_block
-from passinfra.codegen.compute.conv_plan import CONV_KERNEL_CONFIG, choose_kernel, plan_conv2d
+from passinfra.codegen.compute.conv_plan import (
+    CONV_KERNEL_CONFIG,
+    WINOGRAD_CONFIG,
+    choose_kernel,
+    plan_conv2d,
+)
 from passinfra.codegen.gemm import blas_library
 from passinfra.frontend import from_onnx
 from passinfra.ir import op
@@ -291,8 +296,12 @@ def test_rule_chooses_per_shape():
     assert choose_kernel(_geometry(32, 32, 4), use_blas=False) == "direct"  # no BLAS library
     assert choose_kernel(_geometry(64, 64, 4, size=28), use_blas=False) == "microkernel"
     assert choose_kernel(_geometry(256, 256, 2, size=28), use_blas=True) == "microkernel"  # wide groups
-    assert choose_kernel(_geometry(64, 64, 1), use_blas=True) == "microkernel"  # one group
-    assert choose_kernel(_geometry(16, 16, 1, size=32), use_blas=False) == "microkernel"  # needs no BLAS
+    # one group: a stride-1 3x3 by Winograd where it applies, else on the microkernels,
+    # which need no BLAS
+    assert choose_kernel(_geometry(64, 64, 1), use_blas=True) == "winograd"
+    with PassContext(config={WINOGRAD_CONFIG: False}):
+        assert choose_kernel(_geometry(64, 64, 1), use_blas=True) == "microkernel"
+        assert choose_kernel(_geometry(16, 16, 1, size=32), use_blas=False) == "microkernel"
     # a 1x1 over too few input channels for the microkernel: the BLAS paths, the blocked
     # GEMM for a small weight at any image size, one im2col + GEMM per image for a large one
     small_weight = _geometry(16, 16, 1, kernel=1, size=32)

@@ -246,11 +246,11 @@ def _geometry(channels, out_channels, size=14, strides=(1, 1), kernel=3):
 
 
 @pytest.mark.parametrize("tile", TILES)
-def test_the_rule_runs_winograd_on_the_avx2_target_only_where_it_pays(tile):
+def test_the_rule_runs_winograd_on_the_avx2_and_avx512_targets_only_where_it_pays(tile):
     with PassContext(config={TILE_CONFIG: tile}):
         assert applies(_geometry(64, 64), tile)
         assert choose_kernel(_geometry(64, 64), True, "avx2") == "winograd"
-        assert choose_kernel(_geometry(64, 64), True, "avx512") == "microkernel"  # measured on AVX2 only
+        assert choose_kernel(_geometry(64, 64), True, "avx512") == "winograd"
         assert choose_kernel(_geometry(64, 64), True, "portable") != "winograd"
     least = MIN_CHANNELS[tile]
     assert applies(_geometry(least, least, size=16), tile)

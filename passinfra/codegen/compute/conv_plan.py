@@ -215,10 +215,11 @@ MICROKERNEL_MIN_GROUP_REDUCTION = 256
 AVX2_MIN_GROUP_CHANNELS = 2
 # the targets whose rule runs the stride-1 3x3 convolutions :func:`.conv_winograd.applies`
 # takes by Winograd's F(4x4, 3x3) (or F(2x2, 3x3): ``codegen.winograd_tile``;
-# :mod:`.conv_winograd`, measurements there): AVX2, where it was measured. On AVX-512 it
-# is a choice of the tuning space (``codegen.conv_kernel``) until measured there; the
+# :mod:`.conv_winograd`, measurements there): AVX2, and AVX-512, where the transforms stay
+# AVX2 code and the products run on the AVX-512 tiles (an AMD EPYC Zen 4, one thread:
+# light ResNet-50 15.8 -> 12.7 ms, bench/results_vs_onnxruntime_avx512_cpu.md); the
 # portable target's tiles are 4x8 of scalar products
-WINOGRAD_ISAS = ("avx2",)
+WINOGRAD_ISAS = ("avx2", "avx512")
 
 
 @dataclass(frozen=True)
