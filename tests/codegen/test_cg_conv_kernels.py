@@ -307,7 +307,14 @@ def test_rule_chooses_per_shape():
     small_weight = _geometry(16, 16, 1, kernel=1, size=32)
     assert choose_kernel(small_weight, use_blas=True) == "group_gemm"
     assert choose_kernel(_geometry(16, 16, 1, kernel=1, size=14), use_blas=True) == "group_gemm"
-    assert choose_kernel(_geometry(96, 576, 1, kernel=1, size=14), use_blas=True) == "none"
+    assert choose_kernel(_geometry(96, 192, 1, kernel=1, size=14), use_blas=True) == "none"
+    # but an expansion of 64 channels or more to 4x them runs on the microkernels, which
+    # apply its epilogue as they store (a bottleneck's 64->256, an inverted residual's
+    # 96->576) into an output of 14x14 or more; fewer channels, or a 7x7 output, stay on BLAS
+    assert choose_kernel(_geometry(64, 256, 1, kernel=1, size=56), use_blas=True) == "microkernel"
+    assert choose_kernel(_geometry(96, 576, 1, kernel=1, size=14), use_blas=True) == "microkernel"
+    assert choose_kernel(_geometry(96, 576, 1, kernel=1, size=7), use_blas=True) == "none"
+    assert choose_kernel(_geometry(40, 240, 1, kernel=1, size=28), use_blas=True) == "group_gemm"
     assert choose_kernel(_geometry(16, 16, 1, kernel=1, size=32), use_blas=False) == "none"
     assert tile_mode(_geometry(64, 64, 64)) == CHANNEL_MODE
     assert tile_mode(_geometry(64, 64, 4)) == GROUP_MODE

@@ -14,7 +14,9 @@ The lowering (:mod:`passinfra.codegen.lower`) asks :func:`plan_conv2d` first for
   1x1, unless (with BLAS) it sums fewer than :data:`MICROKERNEL_MIN_REDUCTION` products
   per output into more than :data:`MICROKERNEL_SHORT_SUM_MAX_OUTPUTS` channels (a 3x3
   RGB stem into 64); for a 1x1 with BLAS from :data:`MICROKERNEL_MIN_POINTWISE_CHANNELS`
-  input channels into enough output channels (without BLAS, from
+  input channels into enough output channels, or from
+  :data:`MICROKERNEL_MIN_EXPANSION_CHANNELS` expanding them
+  :data:`MICROKERNEL_MIN_EXPANSION` times or more into an output of 14x14 or more (without BLAS, from
   :data:`MICROKERNEL_MIN_POINTWISE_CHANNELS_NO_BLAS`); and for a
   grouped one with at least :data:`MICROKERNEL_MIN_GROUP_CHANNELS` channels per group
   whose per-group GEMMs would be one block of rows, or whose groups are wide (the
@@ -175,6 +177,19 @@ MICROKERNEL_SHORT_SUM_MAX_OUTPUTS = 32
 # MICROKERNEL_MIN_POINTWISE_CHANNELS_NO_BLAS input channels (else the loop nest)
 MICROKERNEL_MIN_POINTWISE_CHANNELS = 128
 MICROKERNEL_MIN_POINTWISE_OUTPUTS = 32
+# ... and from MICROKERNEL_MIN_EXPANSION_CHANNELS input channels when it expands them at
+# least MICROKERNEL_MIN_EXPANSION times (a bottleneck's or an inverted residual's 1x1 out):
+# alone such a kernel measured level or slower on the microkernels (the table above), but in
+# the model the BLAS paths write the large output and then pass over it again for the bias,
+# residual and activation, which the microkernels apply in registers. In-model kernel times
+# (Module.profile, 9 interleaved rounds), an Intel Xeon with AVX-512, microkernels / BLAS:
+# ResNet-50's 64->256 at 56x56 0.76-0.81 (projection) and 0.85 (with the residual), one
+# thread and two; EfficientNet-B0-like's 80->480 and 112->672 at 14x14 0.87-0.89. From
+# MICROKERNEL_MIN_EXPANSION_PIXELS output pixels: a 7x7 output stays in the cache between
+# the two passes (not measured in a model; alone 96->576 at 7x7 ran 93/102/105 GFLOP/s)
+MICROKERNEL_MIN_EXPANSION_CHANNELS = 64
+MICROKERNEL_MIN_EXPANSION = 4
+MICROKERNEL_MIN_EXPANSION_PIXELS = 14 * 14
 MICROKERNEL_MIN_POINTWISE_CHANNELS_NO_BLAS = 32
 # the blocked per-row GEMM repacks the weight per block of rows: up to this size it is
 # faster than one im2col + GEMM per image (up to 1.5x: 24->144 at 28x28, 93 vs 63
@@ -319,7 +334,10 @@ def _one_group_on_microkernels(g: ConvGeometry, use_blas: bool) -> bool:
     if not use_blas:
         return g.channels >= MICROKERNEL_MIN_POINTWISE_CHANNELS_NO_BLAS
     unused_lanes = -g.out_channels % 16  # of the last vector of 16 channels
-    return (g.channels >= MICROKERNEL_MIN_POINTWISE_CHANNELS
+    expands = (g.channels >= MICROKERNEL_MIN_EXPANSION_CHANNELS
+               and g.out_channels >= MICROKERNEL_MIN_EXPANSION * g.channels
+               and g.out_height * g.out_width >= MICROKERNEL_MIN_EXPANSION_PIXELS)
+    return ((g.channels >= MICROKERNEL_MIN_POINTWISE_CHANNELS or expands)
             and g.out_channels >= MICROKERNEL_MIN_POINTWISE_OUTPUTS and 8 * unused_lanes <= g.out_channels)
 
 
