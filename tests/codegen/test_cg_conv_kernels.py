@@ -298,9 +298,10 @@ def test_rule_chooses_per_shape():
     assert choose_kernel(_geometry(256, 256, 2, size=28), use_blas=True) == "microkernel"  # wide groups
     # one group: a stride-1 3x3 by Winograd where it applies, else on the microkernels,
     # which need no BLAS
-    assert choose_kernel(_geometry(64, 64, 1), use_blas=True) == "winograd"
+    assert choose_kernel(_geometry(64, 64, 1, size=56), use_blas=True) == "winograd"
+    assert choose_kernel(_geometry(64, 64, 1), use_blas=True) == "microkernel"  # too little work (AVX-512)
     with PassContext(config={WINOGRAD_CONFIG: False}):
-        assert choose_kernel(_geometry(64, 64, 1), use_blas=True) == "microkernel"
+        assert choose_kernel(_geometry(64, 64, 1, size=56), use_blas=True) == "microkernel"
         assert choose_kernel(_geometry(16, 16, 1, size=32), use_blas=False) == "microkernel"
     # a 1x1 over too few input channels for the microkernel: the BLAS paths, the blocked
     # GEMM for a small weight at any image size, one im2col + GEMM per image for a large one

@@ -215,10 +215,10 @@ def test_rows_per_block_and_the_rule():
     assert rows_per_block(geometry(64, 64, size=2)) == 2  # a block of at least 4 pixels
     big = geometry(256, 256)
     assert 9 * 256 * 256 * 4 > CACHED_WEIGHT_BYTES and rows_per_block(big) == 14
-    assert choose_kernel(geometry(64, 64), use_blas=True) == "winograd"  # a stride-1 3x3
+    assert choose_kernel(geometry(64, 64, size=56), use_blas=True) == "winograd"  # a stride-1 3x3
     with PassContext(config={WINOGRAD_CONFIG: False}):
-        assert choose_kernel(geometry(64, 64), use_blas=True) == "microkernel"
-        assert choose_kernel(geometry(64, 64), use_blas=False) == "microkernel"  # needs no BLAS
+        assert choose_kernel(geometry(64, 64, size=56), use_blas=True) == "microkernel"
+        assert choose_kernel(geometry(64, 64, size=56), use_blas=False) == "microkernel"  # needs no BLAS
     # fewer than MICROKERNEL_MIN_REDUCTION products per output (a 3x3 RGB stem): the
     # microkernels into one row tile's channels, else the blocked GEMM (with BLAS)
     assert choose_kernel(geometry(3, 16, size=112), use_blas=True) == "microkernel"

@@ -250,8 +250,15 @@ def test_the_rule_runs_winograd_on_the_avx2_and_avx512_targets_only_where_it_pay
     with PassContext(config={TILE_CONFIG: tile}):
         assert applies(_geometry(64, 64), tile)
         assert choose_kernel(_geometry(64, 64), True, "avx2") == "winograd"
-        assert choose_kernel(_geometry(64, 64), True, "avx512") == "winograd"
         assert choose_kernel(_geometry(64, 64), True, "portable") != "winograd"
+        # AVX-512: from 32 input channels, 10M multiply-adds (ResNet-50's 64 at 56x56, not
+        # resnet20's 2.4M) and tiles that cover the output without much waste (not 13x13)
+        assert choose_kernel(_geometry(64, 64, size=56), True, "avx512") == "winograd"
+        assert choose_kernel(_geometry(256, 256, size=14), True, "avx512") == "winograd"
+        assert choose_kernel(_geometry(64, 64), True, "avx512") == "microkernel"  # 7.2M
+        assert choose_kernel(_geometry(16, 64, size=56), True, "avx512") == "microkernel"
+    assert choose_kernel(_geometry(64, 256, size=13), True, "avx2") == "winograd"
+    assert choose_kernel(_geometry(64, 256, size=13), True, "avx512") == "microkernel"  # 16x16 of tiles
     least = MIN_CHANNELS[tile]
     assert applies(_geometry(least, least, size=16), tile)
     assert not applies(_geometry(least - 1, 64), tile) and not applies(_geometry(64, least - 1), tile)

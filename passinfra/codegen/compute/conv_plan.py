@@ -235,6 +235,20 @@ AVX2_MIN_GROUP_CHANNELS = 2
 # light ResNet-50 15.8 -> 12.7 ms, bench/results_vs_onnxruntime_avx512_cpu.md); the
 # portable target's tiles are 4x8 of scalar products
 WINOGRAD_ISAS = ("avx2", "avx512")
+# On AVX-512, whose microkernels have twice AVX2's lanes, only where its per-point products
+# are long, its work large and its tiles cover the output without much waste: from
+# WINOGRAD_AVX512_MIN_CHANNELS input channels, WINOGRAD_AVX512_MIN_MACS multiply-adds, and
+# at most WINOGRAD_AVX512_MAX_TILE_WASTE times the output's pixels in whole tiles (13x13 is
+# 16x16 of 4x4 tiles: 1.51; 14x14 1.31). In-model kernel times on an Intel Xeon
+# (Module.profile, 9-11 interleaved rounds, one thread / two), microkernels / Winograd:
+# kept: ResNet-50's 64 at 56x56 1.42 and 128 at 28x28 1.34, Inception v2's 14x14 layers of
+# 64-192 channels 1.03-1.27, 256 at 14x14 0.97; not: SqueezeNet's 16->64 at 55x55 0.89 /
+# 0.86, its 48->192 and 64->256 at 13x13 0.83 / 0.77-0.84; resnet20's 16 at 32x32, 32 at
+# 16x16 and 64 at 8x8 (2.4M multiply-adds each) 0.77 / 0.68 together, the whole model 0.58
+# at two threads; DenseNet-121's 128->32 at 14x14 (7.2M) 0.65 and at 7x7 0.45
+WINOGRAD_AVX512_MIN_CHANNELS = 32
+WINOGRAD_AVX512_MIN_MACS = 10_000_000
+WINOGRAD_AVX512_MAX_TILE_WASTE = 1.35
 
 
 @dataclass(frozen=True)
@@ -325,6 +339,15 @@ def _avx2_on_microkernels(g: ConvGeometry) -> bool:
     return g.groups == 1 or g.group_channels >= AVX2_MIN_GROUP_CHANNELS
 
 
+def _winograd_pays_on_avx512(g: ConvGeometry) -> bool:
+    """Whether the AVX-512 rule runs a convolution Winograd applies to by it (the
+    constants' comment has the measurements)."""
+    tile = winograd_tile()
+    tiled = -(-g.out_height // tile) * tile * -(-g.out_width // tile) * tile
+    return (g.channels >= WINOGRAD_AVX512_MIN_CHANNELS and g.macs >= WINOGRAD_AVX512_MIN_MACS
+            and tiled <= WINOGRAD_AVX512_MAX_TILE_WASTE * g.out_height * g.out_width)
+
+
 def _one_group_on_microkernels(g: ConvGeometry, use_blas: bool) -> bool:
     """Whether a convolution with one group runs on the microkernels (the constants'
     comment has the measurements)."""
@@ -349,7 +372,8 @@ def choose_kernel(g: ConvGeometry, use_blas: bool, isa: str = "avx512") -> str:
     if g.group_channels == 1 and g.groups > 1:
         return "direct"  # a channel multiplier
     winograd_on = PassContext.current().get_config(WINOGRAD_CONFIG, True)
-    if isa in WINOGRAD_ISAS and winograd_on and winograd_applies(g, winograd_tile()):
+    if isa in WINOGRAD_ISAS and winograd_on and winograd_applies(g, winograd_tile()) and (
+            isa != "avx512" or _winograd_pays_on_avx512(g)):
         return "winograd"
     if isa == "avx2" and _avx2_on_microkernels(g):
         return "microkernel"
