@@ -135,6 +135,56 @@ def test_float_min_max_propagate_nan_from_either_side_like_numpy(tmp_path, setti
     assert np.array_equal(np.signbit(got_lo), np.signbit(np.minimum(xs, ys)))
 
 
+def _two_operand(kind: str, a: float, b: float) -> float:
+    """rp_vmin/rp_vmax: a where it wins or is NaN, else b (ties and signed zeros: b)."""
+    return a if (a < b if kind == "min" else a > b) or a != a else b
+
+
+@pytest.mark.parametrize("dtype", [F32, "float64"])
+def test_a_tree_of_float_extrema_in_a_vector_loop_is_the_two_operand_forms_result(tmp_path, settings, dtype):
+    """Three or more leaves of min (max) in a VECTORIZED loop become one expression (ordered
+    extrema and one unordered check, a max pool's taps); its value is the nested two-operand
+    helpers' in every tree shape, signed zeros included, NaN wherever a leaf is NaN; the
+    identity a max reduction starts from (-inf) is dropped."""
+    n, rng = 96, np.random.default_rng(5)
+    pool = np.array([np.nan, -0.0, 0.0, 1.0, -1.0, np.inf, -np.inf, 2.5], dtype)
+    data = [pool[rng.integers(0, len(pool), n)] for _ in range(5)]
+    data[0][:8] = pool  # every special value in the first leaf, against random others
+    ins = [tir.Buffer(f"x{j}", (n,), dtype) for j in range(5)]
+    i = tir.TVar("i")
+    x = [b.load(i) for b in ins]
+    shapes = {  # name -> (tir tree builder, reference over five values)
+        "left": (lambda f: f(f(f(f(x[0], x[1]), x[2]), x[3]), x[4]),
+                 lambda g, v: g(g(g(g(v[0], v[1]), v[2]), v[3]), v[4])),
+        "right": (lambda f: f(x[0], f(x[1], f(x[2], f(x[3], x[4])))),
+                  lambda g, v: g(v[0], g(v[1], g(v[2], g(v[3], v[4]))))),
+        "balanced": (lambda f: f(f(x[0], x[1]), f(f(x[2], x[3]), x[4])),
+                     lambda g, v: g(g(v[0], v[1]), g(g(v[2], v[3]), v[4]))),
+    }
+    outs, stores, wants = [], [], []
+    for kind, node in (("min", tir.Min), ("max", tir.Max)):
+        for name, (build, reference) in shapes.items():
+            out = tir.Buffer(f"{kind}_{name}", (n,), dtype)
+            tree = build(node)
+            if kind == "max" and name == "left":
+                tree = node(tir.FloatImm(-np.inf, dtype), tree)
+            outs.append(out)
+            stores.append(tir.BufferStore(out, tree, (i,)))
+            wants.append(np.array([reference(lambda a, b, k=kind: _two_operand(k, a, b), column)
+                                   for column in zip(*data)], dtype))
+    body = loop(i, n, tir.SeqStmt(tuple(stores)), tir.ForKind.VECTORIZED)
+    kernel = CompiledKernel(prim_func([*ins, *outs], body, 5, f"extrema_{dtype}"), tmp_path, settings)
+    suffix = "f32" if dtype == F32 else "f64"
+    assert f"rp_omax_{suffix}(" in kernel.source and f"rp_omin_{suffix}(" in kernel.source
+    assert "INFINITY" not in kernel.source.split("/* rp-kernel */")[-1]
+    got = [np.zeros(n, dtype) for _ in outs]
+    kernel(*data, *got)
+    for result, want in zip(got, wants):
+        np.testing.assert_array_equal(np.isnan(result), np.isnan(want))
+        assert np.array_equal(result.view(f"u{result.itemsize}")[~np.isnan(want)],
+                              want.view(f"u{want.itemsize}")[~np.isnan(want)])
+
+
 def test_select_cast_if_and_float64(tmp_path, settings):
     n = 8
     x, out = tir.Buffer("x", (n,), "float64"), tir.Buffer("out", (n,), "int32")
