@@ -57,6 +57,8 @@ CASES = [
     # without a tap setup; whole and masked blocks of 32, a grouped one of 12, a batch
     ("pointwise_short_sum_tail61", (1, 20, 5, 7), 61, (1, 1), {}),
     ("pointwise_grouped_batch2_tail12", (2, 32, 4, 5), 24, (1, 1), {"group": 2}),
+    # AVX-512 row tiles of a pointwise convolution span output rows (7x7: 4 x 12 + 1)
+    ("pointwise_row_tiles_span_rows", (2, 40, 7, 7), 48, (1, 1), {}),
     ("window_beyond_the_padding", (1, 16, 3, 3), 16, (3, 3), {"pads": [2, 2, 2, 2], "strides": [3, 3]}),
     ("one_pixel_wide", (1, 16, 9, 1), 24, (3, 1), {"pads": [1, 0, 1, 0]}),
     ("conv1d_strided_dilated", (2, 16, 30), 48, (3,), {"strides": [2], "dilations": [3], "pads": [1, 2]}),
@@ -141,7 +143,8 @@ def test_microkernel_matches_interpreter_on_every_isa(cache_dir, name):
 
 @pytest.mark.parametrize("name", ["strided_dilated_asymmetric_tail37_batch2", "large_weight_whole_image",
                                   "tail61_three_pixel_tiles", "pointwise_short_sum_tail61",
-                                  "pointwise_grouped_batch2_tail12",
+                                  "pointwise_grouped_batch2_tail12", "pointwise_row_tiles_span_rows",
+                                  "pointwise_channels_past_one_chunk",
                                   "depthwise_3x3_tail40", "depthwise_7x7_asymmetric",
                                   "grouped_16_per_group_tail", "row_tiles_one_vector_borders",
                                   "row_tiles_two_vectors_and_a_tail_strided_dilated", "row_tiles_grouped",

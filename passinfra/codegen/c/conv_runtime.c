@@ -322,10 +322,17 @@ static inline __attribute__((target("avx512f"), always_inline)) void rp_row_wind
     }
 }
 
+/* A 1x1 convolution of stride 1 without padding reads pixel q at image + q*CS, across
+   rows too: its row tiles may span output rows (RP_ROW_LINEAR), where the rows of another
+   convolution end in the 8-pixel tiles (14 of 14x14's pixels a row: 12 + 2; at 7x7 all
+   of them), which ran about 1.4x longer a pixel than the row tiles */
+#define RP_POINTWISE(g) ((g)->KH == 1 && (g)->KW == 1 && (g)->sh == 1 && (g)->sw == 1 && \
+                         (g)->pt == 0 && (g)->pl == 0 && (g)->W == (g)->OW)
+
 /* the sums of a row tile of PX pixels (its window and tap loops) */
 #define RP_ROW512_BODY(PX) \
   const int64_t oy = q0 / g->OW, ix0 = (q0 - oy * g->OW) * g->sw - g->pl, span = RP_ROW_SPAN(g, PX); \
-  const int inside = ix0 >= 0 && ix0 + span <= g->W; \
+  const int inside = RP_POINTWISE(g) || (ix0 >= 0 && ix0 + span <= g->W); \
   const int64_t wo = (ob / g->PB) * g->PBS + ob % g->PB; \
   float window[RP_WINDOW + 16] __attribute__((aligned(64))); /* zeros go in whole vectors */ \
   for (int64_t c0 = g->c_begin; c0 < g->c_end; c0 += CB) { \
@@ -362,9 +369,11 @@ typedef void (*rp_row512_fn)(const rp_conv*, int64_t, int64_t, float*, __mmask16
 static const rp_row512_fn rp_rows512[2] = {rp_row512_16_1, rp_row512_12_2};
 
 /* whether output pixels q .. q+px (flat) can be a row tile: one output row, and a window
-   that fits RP_WINDOW unless the taps stay inside the image */
+   that fits RP_WINDOW unless the taps stay inside the image (any pixels of a pointwise
+   convolution) */
 static int rp_row_tile_fits(const rp_conv* g, int64_t q, int64_t px) {
   const int64_t ox = q % g->OW, ix0 = ox * g->sw - g->pl, span = RP_ROW_SPAN(g, px);
+  if (RP_POINTWISE(g)) return 1;
   if (g->OW - ox < px) return 0;
   return (ix0 >= 0 && ix0 + span <= g->W) || span * (g->C < CB ? g->C : CB) <= RP_WINDOW;
 }
@@ -519,9 +528,6 @@ static int rp_row_inside(const rp_conv* g, int64_t q, int64_t px) {
    pointwise: 16->64 at 55x55 57 -> 81, 24->144 at 56x56 65 -> 86, 32->128 at 27x27 73 ->
    90, 64->256 at 56x56 85 -> 97, 96->576 at 14x14 85 -> 93. The matmuls on the
    microkernels (passinfra.codegen.compute.conv_microkernel.matmul_call) are pointwise. */
-#define RP_POINTWISE(g) ((g)->KH == 1 && (g)->KW == 1 && (g)->sh == 1 && (g)->sw == 1 && \
-                         (g)->pt == 0 && (g)->pl == 0 && (g)->W == (g)->OW)
-
 #define RP_PW256_VARIANT(NAME, PX, NV, MASKED, STEP) \
 __attribute__((target("avx2,fma"))) static void NAME( \
     const rp_conv* g, const float* a, const float* wp, float* out, int lanes) { \
