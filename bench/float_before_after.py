@@ -45,7 +45,7 @@ _SERVE = ("import json, sys, time\n"
           "with PassContext(opt_level=3, config=config):\n"
           "    lib = build(from_onnx(model))\n"
           "lib.set_num_threads(int(sys.argv[3]))\n"
-          "shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]\n"
+          "shape = lib.input_shapes()[0]\n"
           "x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)\n"
           f"calls = {CALLS}\n"
           "lib(x)\n"
@@ -128,8 +128,6 @@ def compare_runtimes(before: Path, wanted: list[str], rounds: int, threads: int,
     rows = []
     for item in wanted:
         label, model = _model(item)
-        shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
-        x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
         libraries = {}
         try:
             for name, source in sources.items():
@@ -140,6 +138,8 @@ def compare_runtimes(before: Path, wanted: list[str], rounds: int, threads: int,
         finally:
             conv_runtime._SOURCE = sources["after"]
             conv_runtime._compiles.clear()
+        shape = libraries["after"].input_shapes()[0]
+        x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
         same = all(np.array_equal(np.asarray(a).view(np.uint8), np.asarray(b).view(np.uint8))
                    for a, b in zip(_outputs(libraries["before"](x)), _outputs(libraries["after"](x))))
         times: dict[str, list[float]] = {name: [] for name in libraries}

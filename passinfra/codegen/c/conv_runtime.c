@@ -202,16 +202,23 @@ static const float rp_conv_zeros[RP_ZEROS] __attribute__((aligned(64)));
   }
 
 /* ---------------------------------------------------------------- AVX-512F: 8 x 32 */
-#define RP_STEP512_BODY(ap, wp, n) \
-  for (int64_t c = 0; c < (n); c++) { \
+#define RP_STEPS512(ap, wp, LOAD_LAST) \
+  for (int64_t c = 0; c < n_; c++) { \
     __m512 b[NV_]; \
     _Pragma("GCC unroll 2") for (int v = 0; v < NV_; v++) \
-      b[v] = v == NV_ - 1 ? _mm512_maskz_loadu_ps(tail, (wp) + c * g->LDW + 16 * v) \
-                          : _mm512_loadu_ps((wp) + c * g->LDW + 16 * v); \
+      b[v] = v == NV_ - 1 ? LOAD_LAST((wp) + c * ldw_ + 16 * v) : _mm512_loadu_ps((wp) + c * ldw_ + 16 * v); \
     _Pragma("GCC unroll 8") for (int p = 0; p < PX_; p++) { \
       __m512 x = _mm512_set1_ps((ap)[p][c]); \
       _Pragma("GCC unroll 2") for (int v = 0; v < NV_; v++) acc[p][v] = _mm512_fmadd_ps(x, b[v], acc[p][v]); \
     } \
+  }
+#define RP_LOAD_TAIL512(p) _mm512_maskz_loadu_ps(tail, p)
+/* (the step count and weight stride in locals, a whole last vector loaded unmasked: as in
+   the row tiles' RP_ROW_SUM512 below) */
+#define RP_STEP512_BODY(ap, wp, n) { \
+    const int64_t n_ = (n), ldw_ = g->LDW; \
+    if (tail == (__mmask16)0xFFFF) RP_STEPS512(ap, wp, _mm512_loadu_ps) \
+    else RP_STEPS512(ap, wp, RP_LOAD_TAIL512) \
   }
 
 /* the bias and residual vectors of an AVX-512 tile's epilogue (the last vector masked) */
@@ -265,15 +272,11 @@ __attribute__((target("avx512f"))) static void NAME( \
 /* One pointer per quarter of the tile, each stepping one float: pixel 4i+j reads
    q[i] + j*S, an address the instruction forms itself (base + S*1, S*2 or 3S*1), so the
    loop keeps its accumulators without running out of general registers. */
-#define RP_ROW_SUM512(a, wp, n, S) { \
-    const int64_t S1 = (S), S3 = 3 * (S); \
-    const float* q_[4]; \
-    _Pragma("GCC unroll 4") for (int i = 0; i < PX_ / 4; i++) q_[i] = (a) + 4 * i * S1; \
-    const float* w_ = (wp); \
-    for (int64_t k = 0; k < (n); k++, w_ += g->LDW) { \
+#define RP_ROW_STEPS512(LOAD_LAST) \
+    for (int64_t k = 0; k < n_; k++, w_ += ldw_) { \
       __m512 b[NV_]; \
       _Pragma("GCC unroll 2") for (int v = 0; v < NV_; v++) \
-        b[v] = v == NV_ - 1 ? _mm512_maskz_loadu_ps(tail, w_ + 16 * v) : _mm512_loadu_ps(w_ + 16 * v); \
+        b[v] = v == NV_ - 1 ? LOAD_LAST(w_ + 16 * v) : _mm512_loadu_ps(w_ + 16 * v); \
       _Pragma("GCC unroll 4") for (int i = 0; i < PX_ / 4; i++) { \
         const float* q = q_[i] + k; \
         const __m512 x0 = _mm512_set1_ps(q[0]), x1 = _mm512_set1_ps(q[S1]); \
@@ -285,7 +288,18 @@ __attribute__((target("avx512f"))) static void NAME( \
           acc[4 * i + 3][v] = _mm512_fmadd_ps(x3, b[v], acc[4 * i + 3][v]); \
         } \
       } \
-    } \
+    }
+/* The step count and weight stride in locals: as loads of g (g->KW * cn, g->LDW) GCC
+   redid them every step. A block whose last vector is whole loads it unmasked: a mask
+   register set from a general one every step (KMOVW) took a slot of the port the
+   multiply-adds issue on. */
+#define RP_ROW_SUM512(a, wp, n, S) { \
+    const int64_t S1 = (S), S3 = 3 * (S), n_ = (n), ldw_ = g->LDW; \
+    const float* q_[4]; \
+    _Pragma("GCC unroll 4") for (int i = 0; i < PX_ / 4; i++) q_[i] = (a) + 4 * i * S1; \
+    const float* w_ = (wp); \
+    if (tail == (__mmask16)0xFFFF) RP_ROW_STEPS512(_mm512_loadu_ps) \
+    else RP_ROW_STEPS512(RP_LOAD_TAIL512) \
   }
 
 /* A row tile's window of one tap row, packed: image columns ix0 .. ix0+span of row (cn
