@@ -829,6 +829,7 @@ int rp_conv2d_f32_epi(const float* image, const float* weight, float* out, int64
 #endif
 
 typedef float rp_v8 __attribute__((vector_size(32)));
+typedef float rp_v16 __attribute__((vector_size(64)));
 
 typedef struct {
   const float* image; float* out; float* V; float* M;
@@ -860,7 +861,27 @@ typedef struct {
 
 /* the data and result transforms of a unit for tiles of MT x MT outputs (ALPHA = MT + 2 input
    rows and columns a patch, P = ALPHA^2 points), 8 channels at a time then one */
-#define RP_WINO_TRANSFORMS(S, TARGET, MT, ALPHA, BMAC, AMAC) \
+/* a transform's loop over vectors of VW channels of type VT (AVX-512: 16, then 8 for
+   a rest of 8 or more): the same operations a lane in every width, so the same bits */
+#define RP_WINO_DATA_VECTORS(VT, VW, BMAC) \
+    for (; c + (VW) <= C; c += (VW)) { \
+      VT x[P], t[P], y[P]; \
+      for (int k = 0; k < P; k++) { \
+        if (src[k]) memcpy(&x[k], src[k] + c, sizeof x[k]); \
+        else x[k] = (VT){0}; \
+      } \
+      RP_WINO_2D(BMAC) \
+      for (int k = 0; k < P; k++) memcpy(dst + k * stride + c, &y[k], sizeof y[k]); \
+    }
+#define RP_WINO_RESULT_VECTORS(VT, VW, AMAC) \
+    for (; o + (VW) <= NO; o += (VW)) { \
+      VT x[P], t[K * N], y[K * K]; \
+      for (int k = 0; k < P; k++) memcpy(&x[k], src + k * stride + o, sizeof x[k]); \
+      RP_WINO_2D(AMAC) \
+      for (int a = 0; a < rows; a++) \
+        for (int b = 0; b < cols; b++) memcpy(dst + (a * w->OW + b) * w->OC + o, &y[a * K + b], sizeof y[0]); \
+    }
+#define RP_WINO_TRANSFORMS(S, TARGET, VT, VW, MT, ALPHA, BMAC, AMAC) \
 TARGET static void rp_wino_data_##S##_##MT(const rp_wino* w) { \
   enum { P = ALPHA * ALPHA, N = ALPHA, K = ALPHA }; \
   const int64_t C = w->C, stride = w->tiles * C; \
@@ -874,15 +895,8 @@ TARGET static void rp_wino_data_##S##_##MT(const rp_wino* w) { \
       } \
     float* dst = w->V + tile * C; \
     int64_t c = 0; \
-    for (; c + 8 <= C; c += 8) { \
-      rp_v8 x[P], t[P], y[P]; \
-      for (int k = 0; k < P; k++) { \
-        if (src[k]) memcpy(&x[k], src[k] + c, sizeof x[k]); \
-        else x[k] = (rp_v8){0}; \
-      } \
-      RP_WINO_2D(BMAC) \
-      for (int k = 0; k < P; k++) memcpy(dst + k * stride + c, &y[k], sizeof y[k]); \
-    } \
+    RP_WINO_DATA_VECTORS(VT, VW, BMAC) \
+    RP_WINO_DATA_VECTORS(rp_v8, 8, BMAC) \
     for (; c < C; c++) { \
       float x[P], t[P], y[P]; \
       for (int k = 0; k < P; k++) x[k] = src[k] ? src[k][c] : 0.0f; \
@@ -900,13 +914,8 @@ TARGET static void rp_wino_result_##S##_##MT(const rp_wino* w) { \
     const float* src = w->M + tile * NO; \
     float* dst = w->out + ((w->first_row + oy) * w->OW + ox) * w->OC + w->o0; \
     int64_t o = 0; \
-    for (; o + 8 <= NO; o += 8) { \
-      rp_v8 x[P], t[MT * ALPHA], y[MT * MT]; \
-      for (int k = 0; k < P; k++) memcpy(&x[k], src + k * stride + o, sizeof x[k]); \
-      RP_WINO_2D(AMAC) \
-      for (int a = 0; a < rows; a++) \
-        for (int b = 0; b < cols; b++) memcpy(dst + (a * w->OW + b) * w->OC + o, &y[a * MT + b], sizeof y[0]); \
-    } \
+    RP_WINO_RESULT_VECTORS(VT, VW, AMAC) \
+    RP_WINO_RESULT_VECTORS(rp_v8, 8, AMAC) \
     for (; o < NO; o++) { \
       float x[P], t[MT * ALPHA], y[MT * MT]; \
       for (int k = 0; k < P; k++) x[k] = src[k * stride + o]; \
@@ -925,18 +934,22 @@ TARGET static void rp_wino_result_##S##_##MT(const rp_wino* w) { \
 #define RP_WINO_COLUMN_OUT(k) t[(k) * N + j]
 #define RP_WINO_ROW_IN(k) t[i * N + (k)]
 #define RP_WINO_ROW_OUT(k) y[i * K + (k)]
-RP_WINO_TRANSFORMS(avx2, __attribute__((target("avx2,fma"))), 2, 4, RP_WINO_B2, RP_WINO_A2)
-RP_WINO_TRANSFORMS(c, , 2, 4, RP_WINO_B2, RP_WINO_A2)
-RP_WINO_TRANSFORMS(avx2, __attribute__((target("avx2,fma"))), 4, 6, RP_WINO_B4, RP_WINO_A4)
-RP_WINO_TRANSFORMS(c, , 4, 6, RP_WINO_B4, RP_WINO_A4)
+RP_WINO_TRANSFORMS(avx512, __attribute__((target("avx512f"))), rp_v16, 16, 2, 4, RP_WINO_B2, RP_WINO_A2)
+RP_WINO_TRANSFORMS(avx2, __attribute__((target("avx2,fma"))), rp_v8, 8, 2, 4, RP_WINO_B2, RP_WINO_A2)
+RP_WINO_TRANSFORMS(c, , rp_v8, 8, 2, 4, RP_WINO_B2, RP_WINO_A2)
+RP_WINO_TRANSFORMS(avx512, __attribute__((target("avx512f"))), rp_v16, 16, 4, 6, RP_WINO_B4, RP_WINO_A4)
+RP_WINO_TRANSFORMS(avx2, __attribute__((target("avx2,fma"))), rp_v8, 8, 4, 6, RP_WINO_B4, RP_WINO_A4)
+RP_WINO_TRANSFORMS(c, , rp_v8, 8, 4, 6, RP_WINO_B4, RP_WINO_A4)
 
 /* A unit: its tiles' patches, its part's GEMMs (one per point), its outputs. */
 static void rp_wino_unit(const rp_wino* w, const float* U, int level) {
   const int64_t points = (w->m + 2) * (w->m + 2);
   if (w->m == 4) {
-    if (level) rp_wino_data_avx2_4(w);
+    if (level == 2) rp_wino_data_avx512_4(w);
+    else if (level) rp_wino_data_avx2_4(w);
     else rp_wino_data_c_4(w);
-  } else if (level) rp_wino_data_avx2_2(w);
+  } else if (level == 2) rp_wino_data_avx512_2(w);
+  else if (level) rp_wino_data_avx2_2(w);
   else rp_wino_data_c_2(w);
   const int64_t block = level ? 32 : 8, C = w->C;
   for (int64_t point = 0; point < points; point++) {
@@ -947,9 +960,11 @@ static void rp_wino_unit(const rp_wino* w, const float* U, int level) {
     for (int64_t ob = 0; ob < w->NO; ob += block) rp_conv_span(&g, level, ob, 0, w->tiles, w->M + point * w->tiles * w->NO);
   }
   if (w->m == 4) {
-    if (level) rp_wino_result_avx2_4(w);
+    if (level == 2) rp_wino_result_avx512_4(w);
+    else if (level) rp_wino_result_avx2_4(w);
     else rp_wino_result_c_4(w);
-  } else if (level) rp_wino_result_avx2_2(w);
+  } else if (level == 2) rp_wino_result_avx512_2(w);
+  else if (level) rp_wino_result_avx2_2(w);
   else rp_wino_result_c_2(w);
 }
 

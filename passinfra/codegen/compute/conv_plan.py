@@ -230,9 +230,10 @@ MICROKERNEL_MIN_GROUP_REDUCTION = 256
 AVX2_MIN_GROUP_CHANNELS = 2
 # the targets whose rule runs the stride-1 3x3 convolutions :func:`.conv_winograd.applies`
 # takes by Winograd's F(4x4, 3x3) (or F(2x2, 3x3): ``codegen.winograd_tile``;
-# :mod:`.conv_winograd`, measurements there): AVX2, and AVX-512, where the transforms stay
-# AVX2 code and the products run on the AVX-512 tiles (an AMD EPYC Zen 4, one thread:
-# light ResNet-50 15.8 -> 12.7 ms, bench/results_vs_onnxruntime_avx512_cpu.md); the
+# :mod:`.conv_winograd`, measurements there): AVX2, and AVX-512, where the products run on
+# the AVX-512 tiles (an AMD EPYC Zen 4, one thread: light ResNet-50 15.8 -> 12.7 ms,
+# bench/results_vs_onnxruntime_avx512_cpu.md; the transforms were AVX2 code then, 16-lane
+# vectors since, which made an Intel Xeon's 14x14 and 28x28 layers 0.86-0.89 of that); the
 # portable target's tiles are 4x8 of scalar products
 WINOGRAD_ISAS = ("avx2", "avx512")
 # On AVX-512, whose microkernels have twice AVX2's lanes, only where its per-point products
