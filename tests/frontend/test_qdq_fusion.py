@@ -331,22 +331,22 @@ def test_the_weights_stay_int8_in_the_library(groups, cache_dir, tmp_path):
     assert weights <= 1.05 * codes, (weights, codes)
 
 
+def ops_after_the_rewrite(model, last: str = "ExactFloatConvolutions", target: str = "avx2") -> list[str]:
+    """The ops of ``model`` after the compile pipeline up to pass ``last`` (for the
+    convolution rule's ``target`` instruction set)."""
+    mod = from_onnx(model)
+    with PassContext(opt_level=3, config={"codegen.target_isa": target}):
+        for name in COMPILE_PIPELINE[:COMPILE_PIPELINE.index(last) + 1]:
+            mod = get_pass(name)(mod)
+    return re.findall(r"^\s+(?:%\d+ = )?([a-z_.0-9]+)\(", str(mod), re.MULTILINE)
+
+
 def test_short_sums_run_exactly_on_the_float_kernels_and_long_ones_stay_integer():
     """ExactFloatConvolutions: a convolution of fewer than 32 products a sum (16 for a
     weight whose pairs fit VPMADDUBSW: an RGB first layer of 7-bit codes stays integer)
     becomes a float32 convolution of x - zx and w - zw where every partial sum is an
     integer below 2^24; a depthwise one stays integer (the runtime's depthwise body), and
     then requantizes there (RequantizeInKernels)."""
-    from passinfra.build import COMPILE_PIPELINE
-    from passinfra.transform import get_pass
-
-    def ops_after_the_rewrite(model, last: str = "ExactFloatConvolutions") -> list[str]:
-        mod = from_onnx(model)
-        with PassContext(opt_level=3):
-            for name in COMPILE_PIPELINE[:COMPILE_PIPELINE.index(last) + 1]:
-                mod = get_pass(name)(mod)
-        return re.findall(r"^\s+(?:%\d+ = )?([a-z_.0-9]+)\(", str(mod), re.MULTILINE)
-
     depthwise, _ = conv_model((1, 8, 9, 9), 8, 3, 1, 1, 8)
     grayscale, _ = conv_model((1, 1, 9, 9), 8, 3, 1, 1)  # 9 products a sum
     first_layer, _ = conv_model((1, 3, 9, 9), 8, 3, 1, 1)  # 27, 7-bit codes
@@ -371,6 +371,24 @@ def test_short_sums_run_exactly_on_the_float_kernels_and_long_ones_stay_integer(
         if init.name == data_zero:
             init.CopyFrom(numpy_helper.from_array(np.array(0, np.uint8), init.name))
     assert "qnn.conv2d" in ops_after_the_rewrite(large)
+
+
+def test_a_pointwise_convolution_of_16_channels_stays_integer_on_avx512(cache_dir):
+    """On the AVX-512 target a 1x1 of 16+ channels (16 products a sum, full range) is left
+    to the integer GEMM, where AVX2's rule puts it on the float kernels; 8 channels go to
+    the float kernels on both. Either way the outputs are onnxruntime's QLinearConv's."""
+    pointwise, feeds = conv_model((1, 16, 7, 9), 24, 1, full_range=True)
+    narrow, _ = conv_model((1, 8, 7, 9), 24, 1, full_range=True)
+    for model, target, integer in ((pointwise, "avx512", True), (pointwise, "avx2", False),
+                                   (narrow, "avx512", False)):
+        ops = ops_after_the_rewrite(model, target=target)
+        assert ("qnn.conv2d" in ops) == integer and ("nn.conv2d" in ops) != integer, (target, ops)
+    expected = ort.InferenceSession(pointwise.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, feeds)[0]
+    for target in ("avx512", "avx2"):
+        with PassContext(opt_level=3, config={"codegen.cache_dir": cache_dir, "codegen.target_isa": target}):
+            lib = passinfra.build(from_onnx(pointwise))
+        assert np.array_equal(lib(*feeds.values()), expected), target
 
 
 # two groups of 8 channels, or depthwise (16 groups of one); with a table of the outputs last
