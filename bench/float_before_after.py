@@ -8,8 +8,9 @@ a round, so the per-round ratio after / before is the number to read (median and
 quartiles), the best-of-rounds times beside it. A change to the C runtime alone
 (``--runtime-only``) is compared in one process: the model built twice, linked with
 either tree's runtime sources, calls alternating; that pairing is the tighter one.
-``nbits:BITS`` is bench.quantized's decoder layers weight-only quantized (float data, so
-a float model too; issue 33's kernel lives in the same runtime object).
+``nbits:BITS`` is bench.quantized's decoder layers weight-only quantized, ``qdq:NAME`` a
+model of bench.conv_models quantized as bench.quantized does (issue 33's kernels live in
+the same runtime object).
 
     git worktree add /tmp/before <commit>
     python -m bench.float_before_after --before /tmp/before --models 'ResNet-50;conv:256,14,256,3,1,1'
@@ -77,11 +78,19 @@ def _ask(process: subprocess.Popen) -> float:
 
 def _model(wanted: str) -> tuple[str, onnx.ModelProto]:
     """A model of bench.vs_onnxruntime by label substring, ``conv:C,SIZE,OC,K,STRIDE,GROUPS``
-    (one convolution + bias + ReLU), or ``nbits:BITS`` (bench.quantized's decoder linear
-    layers, one row, weight-only quantized to BITS by onnxruntime's quantizer)."""
+    (one convolution + bias + ReLU), ``nbits:BITS`` (bench.quantized's decoder linear
+    layers, one row, weight-only quantized to BITS by onnxruntime's quantizer) or
+    ``qdq:NAME`` (bench.conv_models.NAME statically quantized as bench.quantized does)."""
     if wanted.startswith("conv:"):
         spec = [int(value) for value in wanted[5:].split(",")]
         return f"conv {wanted[5:]}", conv_relu_model(*spec)
+    if wanted.startswith("qdq:"):
+        from bench import conv_models
+        from bench.quantized import static_qdq
+
+        with tempfile.TemporaryDirectory(prefix="raypass-qdq-") as tmp:  # the calibration's files
+            model = static_qdq(getattr(conv_models, wanted[4:])(), tmp)
+        return f"{wanted[4:]} QDQ (static, per-channel)", model
     if wanted.startswith("nbits:"):
         from bench.quantized import decoder_linear_layers, weight_only
 
@@ -181,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before", type=Path, required=True, help="the tree to compare with (a worktree)")
     parser.add_argument("--after", type=Path, default=ROOT)
     parser.add_argument("--models", default="ResNet-50;SqueezeNet",
-                        help="label substrings, conv:C,SIZE,OC,K,STRIDE,GROUPS or nbits:BITS; ';' between")
+                        help="label substrings, conv:C,SIZE,OC,K,STRIDE,GROUPS, nbits:BITS or qdq:NAME, "
+                             "';' between")
     parser.add_argument("--config", default="{}", help="PassContext config of both builds, JSON")
     parser.add_argument("--runtime-only", action="store_true",
                         help="the trees differ in the C runtime only: compare in one process")

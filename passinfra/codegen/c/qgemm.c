@@ -1605,6 +1605,7 @@ typedef struct {
   int64_t taps, row_pairs, pair_count;
   float low, high;         /* the rounded value's range: the output type's less the zero point */
   int a_signed, widened;   /* widened: body 9 */
+  int vnni;                /* body 9's sums of 16 channels by AVX-512 VNNI */
   int64_t entries;         /* of a widened row: the padded columns the windows span */
   int64_t ring;            /* widened rows held: the rows a window spans */
   int64_t rows, bands;     /* output rows (batch * out_height), split in this many bands */
@@ -1660,6 +1661,33 @@ static inline __attribute__((target("avx2"), always_inline)) void rp_qdw_sums16x
   sums[6] = _mm256_add_epi32(a6, lo), sums[7] = _mm256_add_epi32(a7, hi);
 }
 
+/* rp_qdw_sums16x4 by AVX-512 VNNI: the 16 channels' pairs of a pixel are one vector, and
+   VPDPWSSD adds each lane's pair of products to its sum (VPMADDWD and VPADDD in one: the
+   same exact int32). On a Zen 4 (512-bit operations on 256-bit units) MobileNetV3-like
+   QDQ's depthwise layers took 0.91-0.98 of their AVX2 time, the model 0.97 */
+static inline __attribute__((target("avx2,avx512f,avx512bw,avx512vnni"), always_inline)) void rp_qdw_sums16x4_vnni(
+    const rp_qdw* d, const int16_t* const* pairs, int64_t c, __m256i* sums) {
+  const int64_t pixel = d->g.image->sw * d->g.image->channels * RP_QDW_PAIR;
+  const __m256i* w0 = (const __m256i*)(d->pairs + c / 8 * d->pair_count * 16);
+  const __m256i* w1 = w0 + d->pair_count;
+  __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+  for (int64_t p = 0; p < d->pair_count; p++) {
+    const int16_t* x = pairs[p] + c * RP_QDW_PAIR;
+    const __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(w0 + p)),
+                                         _mm256_loadu_si256(w1 + p), 1);
+    a0 = _mm512_dpwssd_epi32(a0, _mm512_loadu_si512((const void*)x), w);
+    a1 = _mm512_dpwssd_epi32(a1, _mm512_loadu_si512((const void*)(x + pixel)), w);
+    a2 = _mm512_dpwssd_epi32(a2, _mm512_loadu_si512((const void*)(x + 2 * pixel)), w);
+    a3 = _mm512_dpwssd_epi32(a3, _mm512_loadu_si512((const void*)(x + 3 * pixel)), w);
+  }
+  const __m256i lo = _mm256_loadu_si256((const __m256i*)(d->fixed + c));
+  const __m256i hi = _mm256_loadu_si256((const __m256i*)(d->fixed + c + 8));
+  sums[0] = _mm256_add_epi32(_mm512_castsi512_si256(a0), lo), sums[1] = _mm256_add_epi32(_mm512_extracti64x4_epi64(a0, 1), hi);
+  sums[2] = _mm256_add_epi32(_mm512_castsi512_si256(a1), lo), sums[3] = _mm256_add_epi32(_mm512_extracti64x4_epi64(a1, 1), hi);
+  sums[4] = _mm256_add_epi32(_mm512_castsi512_si256(a2), lo), sums[5] = _mm256_add_epi32(_mm512_extracti64x4_epi64(a2, 1), hi);
+  sums[6] = _mm256_add_epi32(_mm512_castsi512_si256(a3), lo), sums[7] = _mm256_add_epi32(_mm512_extracti64x4_epi64(a3, 1), hi);
+}
+
 /* the same of channels [c, c + 8) (sums[i]: pixel i's) */
 static inline __attribute__((target("avx2"), always_inline)) void rp_qdw_sums8x4(
     const rp_qdw* d, const int16_t* const* pairs, int64_t c, __m256i* sums) {
@@ -1705,47 +1733,51 @@ static inline __attribute__((target("avx2"), always_inline)) void rp_qdw_store2x
 }
 
 /* channels [c, c + 16) of four output pixels side by side (the first at `at` of the
-   output), or [c, c + 8) where fewer are left; `add` (a residual) a constant */
-static inline __attribute__((target("avx2"), always_inline)) void rp_qdw_pixels4_avx2(
-    const rp_qdw* d, const int16_t* const* pairs, int64_t at, int64_t c, const int add) {
-  const rp_qgemm* g = &d->g;
-  const int64_t channels = g->image->channels;
-  if (c + 16 > channels) {  /* a last block of 8 channels */
-    __m256i sums[4];
-    rp_qdw_sums8x4(d, pairs, c, sums);
-    for (int64_t i = 0; i < 4; i += 2) {  /* two pixels' 8 bytes looked up at once */
-      const int64_t at0 = at + i * channels, at1 = at0 + channels;
-      if (g->out_type == 0) {
-        _mm256_storeu_si256((__m256i*)(g->out + at0 + c), sums[i]);
-        _mm256_storeu_si256((__m256i*)(g->out + at1 + c), sums[i + 1]);
-        continue;
-      }
-      const __m128i w0 = rp_qdw_words(d, sums[i], c, at0, add), w1 = rp_qdw_words(d, sums[i + 1], c, at1, add);
-      __m128i bytes = g->out_type == 1 ? _mm_packus_epi16(w0, w1) : _mm_packs_epi16(w0, w1);
-      if (g->lut) bytes = _mm256_castsi256_si128(rp_qgemm_lookup32(g, _mm256_set_m128i(_mm_setzero_si128(), bytes)));
-      _mm_storel_epi64((__m128i*)((uint8_t*)g->qout + at0 + c), bytes);
-      _mm_storel_epi64((__m128i*)((uint8_t*)g->qout + at1 + c), _mm_unpackhi_epi64(bytes, bytes));
-    }
-    return;
-  }
-  {
-    __m256i sums[8];
-    rp_qdw_sums16x4(d, pairs, c, sums);
-    for (int64_t i = 0; i < 4; i += 2) {  /* two pixels at a time: their bytes looked up at once */
-      const int64_t at0 = at + i * channels, at1 = at0 + channels;
-      const __m256i* s = sums + 2 * i;
-      if (g->out_type == 0) {
-        _mm256_storeu_si256((__m256i*)(g->out + at0 + c), s[0]);
-        _mm256_storeu_si256((__m256i*)(g->out + at0 + c + 8), s[1]);
-        _mm256_storeu_si256((__m256i*)(g->out + at1 + c), s[2]);
-        _mm256_storeu_si256((__m256i*)(g->out + at1 + c + 8), s[3]);
-        continue;
-      }
-      rp_qdw_store2x16(g, rp_qdw_words(d, s[0], c, at0, add), rp_qdw_words(d, s[1], c + 8, at0, add),
-                       rp_qdw_words(d, s[2], c, at1, add), rp_qdw_words(d, s[3], c + 8, at1, add), at0, at1, c);
-    }
-  }
+   output), or [c, c + 8) where fewer are left; `add` (a residual) a constant; SUMS16: the sums of
+   16 channels, by AVX2 or by AVX-512 VNNI */
+#define RP_QDW_PIXELS4(NAME, TARGET, SUMS16)                                                                           \
+  static inline __attribute__((target(TARGET), always_inline)) void NAME(                                              \
+      const rp_qdw* d, const int16_t* const* pairs, int64_t at, int64_t c, const int add) {                            \
+  const rp_qgemm* g = &d->g;                                                                                           \
+  const int64_t channels = g->image->channels;                                                                         \
+  if (c + 16 > channels) {  /* a last block of 8 channels */                                                           \
+    __m256i sums[4];                                                                                                   \
+    rp_qdw_sums8x4(d, pairs, c, sums);                                                                                 \
+    for (int64_t i = 0; i < 4; i += 2) {  /* two pixels' 8 bytes looked up at once */                                  \
+      const int64_t at0 = at + i * channels, at1 = at0 + channels;                                                     \
+      if (g->out_type == 0) {                                                                                          \
+        _mm256_storeu_si256((__m256i*)(g->out + at0 + c), sums[i]);                                                    \
+        _mm256_storeu_si256((__m256i*)(g->out + at1 + c), sums[i + 1]);                                                \
+        continue;                                                                                                      \
+      }                                                                                                                \
+      const __m128i w0 = rp_qdw_words(d, sums[i], c, at0, add), w1 = rp_qdw_words(d, sums[i + 1], c, at1, add);        \
+      __m128i bytes = g->out_type == 1 ? _mm_packus_epi16(w0, w1) : _mm_packs_epi16(w0, w1);                           \
+      if (g->lut) bytes = _mm256_castsi256_si128(rp_qgemm_lookup32(g, _mm256_set_m128i(_mm_setzero_si128(), bytes)));  \
+      _mm_storel_epi64((__m128i*)((uint8_t*)g->qout + at0 + c), bytes);                                                \
+      _mm_storel_epi64((__m128i*)((uint8_t*)g->qout + at1 + c), _mm_unpackhi_epi64(bytes, bytes));                     \
+    }                                                                                                                  \
+    return;                                                                                                            \
+  }                                                                                                                    \
+  {                                                                                                                    \
+    __m256i sums[8];                                                                                                   \
+    SUMS16(d, pairs, c, sums);                                                                                         \
+    for (int64_t i = 0; i < 4; i += 2) {  /* two pixels at a time: their bytes looked up at once */                    \
+      const int64_t at0 = at + i * channels, at1 = at0 + channels;                                                     \
+      const __m256i* s = sums + 2 * i;                                                                                 \
+      if (g->out_type == 0) {                                                                                          \
+        _mm256_storeu_si256((__m256i*)(g->out + at0 + c), s[0]);                                                       \
+        _mm256_storeu_si256((__m256i*)(g->out + at0 + c + 8), s[1]);                                                   \
+        _mm256_storeu_si256((__m256i*)(g->out + at1 + c), s[2]);                                                       \
+        _mm256_storeu_si256((__m256i*)(g->out + at1 + c + 8), s[3]);                                                   \
+        continue;                                                                                                      \
+      }                                                                                                                \
+      rp_qdw_store2x16(g, rp_qdw_words(d, s[0], c, at0, add), rp_qdw_words(d, s[1], c + 8, at0, add),                  \
+                       rp_qdw_words(d, s[2], c, at1, add), rp_qdw_words(d, s[3], c + 8, at1, add), at0, at1, c);       \
+    }                                                                                                                  \
+  }                                                                                                                    \
 }
+RP_QDW_PIXELS4(rp_qdw_pixels4_avx2, "avx2", rp_qdw_sums16x4)
+RP_QDW_PIXELS4(rp_qdw_pixels4_avx512, "avx2,avx512f,avx512bw,avx512vnni", rp_qdw_sums16x4_vnni)
 
 /* the channels from `first` of one output pixel at `at` in whole blocks of 8 (returns where
    they end) */
@@ -1772,6 +1804,12 @@ __attribute__((target("avx2")))
 static void rp_qdw_pixels4(const rp_qdw* d, const int16_t* const* pairs, int64_t at, int64_t c) {
   if (d->g.residual) rp_qdw_pixels4_avx2(d, pairs, at, c, 1);
   else rp_qdw_pixels4_avx2(d, pairs, at, c, 0);
+}
+
+__attribute__((target("avx2,avx512f,avx512bw,avx512vnni")))
+static void rp_qdw_pixels4_vnni(const rp_qdw* d, const int16_t* const* pairs, int64_t at, int64_t c) {
+  if (d->g.residual) rp_qdw_pixels4_avx512(d, pairs, at, c, 1);
+  else rp_qdw_pixels4_avx512(d, pairs, at, c, 0);
 }
 
 __attribute__((target("avx2")))
@@ -1894,7 +1932,8 @@ static int rp_qdw_widened_rows(const rp_qdw* d, int64_t begin, int64_t end) {
       for (int64_t ow = 0; ow < c->out_width; ow += 4) {  /* the row's last four: some again, the same values */
         const int64_t start = ow + 4 <= c->out_width ? ow : c->out_width - 4;
         for (int64_t p = 0; p < d->pair_count; p++) pairs[p] = starts[p] + start * pixel_values;
-        rp_qdw_pixels4(d, pairs, (first_pixel + start) * c->channels, k);
+        if (d->vnni) rp_qdw_pixels4_vnni(d, pairs, (first_pixel + start) * c->channels, k);
+        else rp_qdw_pixels4(d, pairs, (first_pixel + start) * c->channels, k);
       }
     for (int64_t ow = 0; quads_done < c->channels && ow < c->out_width; ow++) {  /* channels left */
       const int64_t at = (first_pixel + ow) * c->channels;
@@ -1993,6 +2032,7 @@ static int rp_qdw_run(const void* image, const rp_qgemm_image* geometry, const v
   d.data = (const uint8_t*)image, d.pad = pad, d.offsets = offsets, d.centered = centered, d.pairs = pairs;
   d.fixed = fixed, d.scale = scale, d.taps = taps, d.row_pairs = row_pairs, d.pair_count = pair_count;
   d.a_signed = (int)a_signed, d.widened = widened, d.ring = ring;
+  d.vnni = widened && level == 2 && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw");
   d.entries = (geometry->out_width - 1) * geometry->sw + (geometry->kw - 1) * geometry->dw + 1;
   const int32_t qmin = epilogue->out_type == 2 ? -128 : 0, qmax = epilogue->out_type == 2 ? 127 : 255;
   d.low = (float)(qmin - d.g.out_zero), d.high = (float)(qmax - d.g.out_zero);
