@@ -98,14 +98,17 @@ def test_an_untileable_innermost_axis_walks_blocks_of_the_loaded_axis():
 
 def test_a_narrow_innermost_axis_puts_the_loaded_axis_innermost():
     """An image's 3 channels into channels-last: the loop over the contiguously loaded
-    width runs innermost (its loads contiguous, its values vectorized), storing every
-    third element; not a 3-iteration loop around each pixel."""
+    width runs innermost (its loads contiguous, its values vectorized), its body a pixel's
+    three stores side by side (one interleaved group); not a 3-iteration loop around each
+    pixel, nor a loop over the channels around the width's, each store 3 apart."""
     src = tir.Buffer("src", (3, 8, 24), "float32")
     dst = tir.Buffer("dst", (8, 24, 3), "float32")
     h, w, c = tir.TVar("h"), tir.TVar("w"), tir.TVar("c")
     nest = elementwise_nest((h, w, c), (8, 24, 3), tir.BufferStore(dst, src.load(c, h, w), (h, w, c)))
-    order = [(loop.loop_var.name, loop.extent.value) for loop in _loops(nest)]
-    assert order == [("h", 8), ("c", 3), ("w", 24)]
+    loops = _loops(nest)
+    assert [(loop.loop_var.name, loop.extent.value) for loop in loops] == [("h", 8), ("w", 24)]
+    channels = [(store.indices[-1].value, store.value.indices[0].value) for store in loops[-1].body.stmts]
+    assert channels == [(0, 0), (1, 1), (2, 2)]
 
 
 def _allocated(stmt) -> list[tir.Buffer]:
