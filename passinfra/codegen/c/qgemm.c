@@ -314,6 +314,18 @@ static inline __attribute__((target("avx2"), always_inline)) __m256i rp_qgemm_lo
   return rp_lookup32(g->lut_rows, g->out_type == 1 ? bytes : _mm256_xor_si256(bytes, _mm256_set1_epi8((char)0x80)));
 }
 
+/* rp_qgemm_lookup32 by AVX-512 VBMI: the table is four vectors, VPERMI2B looks each index
+   up in the two halves (its low 7 bits) and its top bit picks one; 4 instructions where
+   the rows take 48 (the same bytes: a lookup) */
+static inline __attribute__((target("avx2,avx512f,avx512bw,avx512vbmi"), always_inline)) __m256i
+rp_qgemm_lookup32_vbmi(const rp_qgemm* g, __m256i bytes) {
+  const __m512i x = _mm512_castsi256_si512(g->out_type == 1 ? bytes : _mm256_xor_si256(bytes, _mm256_set1_epi8((char)0x80)));
+  const __m512i* table = (const __m512i*)g->lut;
+  const __m512i low = _mm512_permutex2var_epi8(_mm512_loadu_si512(table), x, _mm512_loadu_si512(table + 1));
+  const __m512i high = _mm512_permutex2var_epi8(_mm512_loadu_si512(table + 2), x, _mm512_loadu_si512(table + 3));
+  return _mm512_castsi512_si256(_mm512_mask_blend_epi8(_mm512_movepi8_mask(x), low, high));
+}
+
 /* vector v of a row's values: requantized, the residual added */
 static inline __attribute__((target("avx2"), always_inline)) __m256i rp_qgemm_stored8(
     const rp_qgemm* g, const rp_qgemm_columns* c, const uint32_t* sums, int64_t v, __m256i ra, __m256 low,
@@ -1605,7 +1617,7 @@ typedef struct {
   int64_t taps, row_pairs, pair_count;
   float low, high;         /* the rounded value's range: the output type's less the zero point */
   int a_signed, widened;   /* widened: body 9 */
-  int vnni;                /* body 9's sums of 16 channels by AVX-512 VNNI */
+  int vnni;                /* body 9's sums of 16 channels by AVX-512 VNNI, lookups by VBMI */
   int64_t entries;         /* of a widened row: the padded columns the windows span */
   int64_t ring;            /* widened rows held: the rows a window spans */
   int64_t rows, bands;     /* output rows (batch * out_height), split in this many bands */
@@ -1664,7 +1676,8 @@ static inline __attribute__((target("avx2"), always_inline)) void rp_qdw_sums16x
 /* rp_qdw_sums16x4 by AVX-512 VNNI: the 16 channels' pairs of a pixel are one vector, and
    VPDPWSSD adds each lane's pair of products to its sum (VPMADDWD and VPADDD in one: the
    same exact int32). On a Zen 4 (512-bit operations on 256-bit units) MobileNetV3-like
-   QDQ's depthwise layers took 0.91-0.98 of their AVX2 time, the model 0.97 */
+   QDQ's depthwise layers took 0.91-0.98 of their AVX2 time; with their hard-swish tables
+   looked up by VBMI (rp_qgemm_lookup32_vbmi) 0.79-0.85, the model 0.955 at one thread */
 static inline __attribute__((target("avx2,avx512f,avx512bw,avx512vnni"), always_inline)) void rp_qdw_sums16x4_vnni(
     const rp_qdw* d, const int16_t* const* pairs, int64_t c, __m256i* sums) {
   const int64_t pixel = d->g.image->sw * d->g.image->channels * RP_QDW_PAIR;
@@ -1721,21 +1734,24 @@ static inline __attribute__((target("avx2"), always_inline)) __m128i rp_qdw_word
   return _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
 }
 
-/* two pixels' 16 channels (words w0, w1 and w2, w3) as bytes, looked up where there is a
-   table, stored at at0 + c and at1 + c */
-static inline __attribute__((target("avx2"), always_inline)) void rp_qdw_store2x16(
-    const rp_qgemm* g, __m128i w0, __m128i w1, __m128i w2, __m128i w3, int64_t at0, int64_t at1, int64_t c) {
-  __m256i bytes = g->out_type == 1 ? _mm256_set_m128i(_mm_packus_epi16(w2, w3), _mm_packus_epi16(w0, w1))
-                                   : _mm256_set_m128i(_mm_packs_epi16(w2, w3), _mm_packs_epi16(w0, w1));
-  if (g->lut) bytes = rp_qgemm_lookup32(g, bytes);
-  _mm_storeu_si128((__m128i*)((uint8_t*)g->qout + at0 + c), _mm256_castsi256_si128(bytes));
-  _mm_storeu_si128((__m128i*)((uint8_t*)g->qout + at1 + c), _mm256_extracti128_si256(bytes, 1));
-}
+/* two pixels' 16 channels (words w0, w1 and w2, w3) as bytes, looked up (LOOKUP32) where
+   there is a table, stored at at0 + c and at1 + c */
+#define RP_QDW_STORE2X16(NAME, TARGET, LOOKUP32)                                                                      \
+  static inline __attribute__((target(TARGET), always_inline)) void NAME(                                              \
+      const rp_qgemm* g, __m128i w0, __m128i w1, __m128i w2, __m128i w3, int64_t at0, int64_t at1, int64_t c) {        \
+    __m256i bytes = g->out_type == 1 ? _mm256_set_m128i(_mm_packus_epi16(w2, w3), _mm_packus_epi16(w0, w1))          \
+                                     : _mm256_set_m128i(_mm_packs_epi16(w2, w3), _mm_packs_epi16(w0, w1));           \
+    if (g->lut) bytes = LOOKUP32(g, bytes);                                                                            \
+    _mm_storeu_si128((__m128i*)((uint8_t*)g->qout + at0 + c), _mm256_castsi256_si128(bytes));                         \
+    _mm_storeu_si128((__m128i*)((uint8_t*)g->qout + at1 + c), _mm256_extracti128_si256(bytes, 1));                    \
+  }
+RP_QDW_STORE2X16(rp_qdw_store2x16, "avx2", rp_qgemm_lookup32)
+RP_QDW_STORE2X16(rp_qdw_store2x16_vbmi, "avx2,avx512f,avx512bw,avx512vbmi", rp_qgemm_lookup32_vbmi)
 
 /* channels [c, c + 16) of four output pixels side by side (the first at `at` of the
    output), or [c, c + 8) where fewer are left; `add` (a residual) a constant; SUMS16: the sums of
    16 channels, by AVX2 or by AVX-512 VNNI */
-#define RP_QDW_PIXELS4(NAME, TARGET, SUMS16)                                                                           \
+#define RP_QDW_PIXELS4(NAME, TARGET, SUMS16, LOOKUP32, STORE2X16)                                                                           \
   static inline __attribute__((target(TARGET), always_inline)) void NAME(                                              \
       const rp_qdw* d, const int16_t* const* pairs, int64_t at, int64_t c, const int add) {                            \
   const rp_qgemm* g = &d->g;                                                                                           \
@@ -1752,7 +1768,7 @@ static inline __attribute__((target("avx2"), always_inline)) void rp_qdw_store2x
       }                                                                                                                \
       const __m128i w0 = rp_qdw_words(d, sums[i], c, at0, add), w1 = rp_qdw_words(d, sums[i + 1], c, at1, add);        \
       __m128i bytes = g->out_type == 1 ? _mm_packus_epi16(w0, w1) : _mm_packs_epi16(w0, w1);                           \
-      if (g->lut) bytes = _mm256_castsi256_si128(rp_qgemm_lookup32(g, _mm256_set_m128i(_mm_setzero_si128(), bytes)));  \
+      if (g->lut) bytes = _mm256_castsi256_si128(LOOKUP32(g, _mm256_set_m128i(_mm_setzero_si128(), bytes)));           \
       _mm_storel_epi64((__m128i*)((uint8_t*)g->qout + at0 + c), bytes);                                                \
       _mm_storel_epi64((__m128i*)((uint8_t*)g->qout + at1 + c), _mm_unpackhi_epi64(bytes, bytes));                     \
     }                                                                                                                  \
@@ -1771,13 +1787,14 @@ static inline __attribute__((target("avx2"), always_inline)) void rp_qdw_store2x
         _mm256_storeu_si256((__m256i*)(g->out + at1 + c + 8), s[3]);                                                   \
         continue;                                                                                                      \
       }                                                                                                                \
-      rp_qdw_store2x16(g, rp_qdw_words(d, s[0], c, at0, add), rp_qdw_words(d, s[1], c + 8, at0, add),                  \
+      STORE2X16(g, rp_qdw_words(d, s[0], c, at0, add), rp_qdw_words(d, s[1], c + 8, at0, add),                         \
                        rp_qdw_words(d, s[2], c, at1, add), rp_qdw_words(d, s[3], c + 8, at1, add), at0, at1, c);       \
     }                                                                                                                  \
   }                                                                                                                    \
 }
-RP_QDW_PIXELS4(rp_qdw_pixels4_avx2, "avx2", rp_qdw_sums16x4)
-RP_QDW_PIXELS4(rp_qdw_pixels4_avx512, "avx2,avx512f,avx512bw,avx512vnni", rp_qdw_sums16x4_vnni)
+RP_QDW_PIXELS4(rp_qdw_pixels4_avx2, "avx2", rp_qdw_sums16x4, rp_qgemm_lookup32, rp_qdw_store2x16)
+RP_QDW_PIXELS4(rp_qdw_pixels4_avx512, "avx2,avx512f,avx512bw,avx512vnni,avx512vbmi", rp_qdw_sums16x4_vnni,
+               rp_qgemm_lookup32_vbmi, rp_qdw_store2x16_vbmi)
 
 /* the channels from `first` of one output pixel at `at` in whole blocks of 8 (returns where
    they end) */
@@ -1806,7 +1823,7 @@ static void rp_qdw_pixels4(const rp_qdw* d, const int16_t* const* pairs, int64_t
   else rp_qdw_pixels4_avx2(d, pairs, at, c, 0);
 }
 
-__attribute__((target("avx2,avx512f,avx512bw,avx512vnni")))
+__attribute__((target("avx2,avx512f,avx512bw,avx512vnni,avx512vbmi")))
 static void rp_qdw_pixels4_vnni(const rp_qdw* d, const int16_t* const* pairs, int64_t at, int64_t c) {
   if (d->g.residual) rp_qdw_pixels4_avx512(d, pairs, at, c, 1);
   else rp_qdw_pixels4_avx512(d, pairs, at, c, 0);
@@ -2032,7 +2049,8 @@ static int rp_qdw_run(const void* image, const rp_qgemm_image* geometry, const v
   d.data = (const uint8_t*)image, d.pad = pad, d.offsets = offsets, d.centered = centered, d.pairs = pairs;
   d.fixed = fixed, d.scale = scale, d.taps = taps, d.row_pairs = row_pairs, d.pair_count = pair_count;
   d.a_signed = (int)a_signed, d.widened = widened, d.ring = ring;
-  d.vnni = widened && level == 2 && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw");
+  d.vnni = widened && level == 2 && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vbmi");
   d.entries = (geometry->out_width - 1) * geometry->sw + (geometry->kw - 1) * geometry->dw + 1;
   const int32_t qmin = epilogue->out_type == 2 ? -128 : 0, qmax = epilogue->out_type == 2 ? 127 : 255;
   d.low = (float)(qmin - d.g.out_zero), d.high = (float)(qmax - d.g.out_zero);
