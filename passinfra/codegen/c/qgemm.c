@@ -136,6 +136,7 @@ typedef struct {
      lowest; 0: none */
   const uint8_t* lut;
   const uint8_t* lut_rows; /* the same for VPSHUFB, where there is one: rp_qgemm_lookup32 */
+  int vbmi;                /* the AVX-512 bodies' finish looks a table up by VBMI */
 } rp_qgemm;
 
 static uint32_t rp_qgemm_za(const rp_qgemm* g, int64_t m) {
@@ -430,45 +431,66 @@ static void rp_qgemm_finish_avx2(const rp_qgemm* g, int64_t m, int64_t rows, con
 }
 
 /* the same, 16 columns at a time (a last part of fewer under a mask), for the bodies of
-   AVX-512 (VNNI, AMX): the same operations on wider vectors, so the same bits */
-__attribute__((target("avx512f")))
-static void rp_qgemm_finish_avx512(const rp_qgemm* g, int64_t m, int64_t rows, const rp_qgemm_columns* c,
-                                   const uint32_t* sums) {
-  if (g->za_step) {
-    for (int64_t r = 0; r < rows; r++)
-      rp_qgemm_finish(g, m + r, c->n0, c->cols, sums + r * RP_QGEMM_COLUMNS, c->colsum, c->zb);
-    return;
-  }
-  const int parts = (int)((c->cols + 15) / 16);
-  __mmask16 masks[RP_QGEMM_COLUMNS / 16];
-  __m512i fixed[RP_QGEMM_COLUMNS / 16], zb[RP_QGEMM_COLUMNS / 16];
-  __m512 scale[RP_QGEMM_COLUMNS / 16];
-  for (int v = 0; v < parts; v++) {
-    const int64_t left = c->cols - 16 * v;
-    masks[v] = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
-    fixed[v] = _mm512_loadu_si512(c->fixed + 16 * v);
-    zb[v] = _mm512_loadu_si512(c->zb + 16 * v);
-    scale[v] = _mm512_loadu_ps(c->scale + 16 * v);
-  }
-  const int quantize = g->out_type != 0;
-  const __m512 low = _mm512_set1_ps(c->low), high = _mm512_set1_ps(c->high);
-  const __m512i zero = _mm512_set1_epi32(g->out_zero);
-  for (int64_t r = 0; r < rows; r++, sums += RP_QGEMM_COLUMNS) {
-    const __m512i ra = _mm512_set1_epi32((int)g->rowsum[m + r]);
-    for (int v = 0; v < parts; v++) {
-      __m512i value = _mm512_sub_epi32(_mm512_loadu_si512(sums + 16 * v), fixed[v]);
-      if (!c->centered) value = _mm512_sub_epi32(value, _mm512_mullo_epi32(zb[v], ra));
-      if (!quantize) {
-        _mm512_mask_storeu_epi32(g->out + (m + r) * g->ld + c->n0 + 16 * v, masks[v], value);
-        continue;
-      }
-      const __m512 scaled = _mm512_mul_ps(_mm512_cvtepi32_ps(value), scale[v]);
-      const __m512 clamped = _mm512_min_ps(_mm512_max_ps(scaled, low), high);
-      const __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(clamped), zero);  /* in range: truncating keeps it */
-      _mm512_mask_cvtepi32_storeu_epi8((uint8_t*)g->qout + (m + r) * g->ld + c->n0 + 16 * v, masks[v], q);
-    }
-  }
+   AVX-512 (VNNI, AMX): the same operations on wider vectors, so the same bits; STORE16
+   stores 16 values' bytes (looked up in the table first, by VBMI, in its own target) */
+#define RP_QGEMM_FINISH512(NAME, TARGET, STORE16)                                                                     \
+__attribute__((target(TARGET)))                                                                                       \
+static void NAME(const rp_qgemm* g, int64_t m, int64_t rows, const rp_qgemm_columns* c,                               \
+                 const uint32_t* sums) {                                                                              \
+  if (g->za_step) {                                                                                                   \
+    for (int64_t r = 0; r < rows; r++)                                                                                \
+      rp_qgemm_finish(g, m + r, c->n0, c->cols, sums + r * RP_QGEMM_COLUMNS, c->colsum, c->zb);                       \
+    return;                                                                                                           \
+  }                                                                                                                   \
+  const int parts = (int)((c->cols + 15) / 16);                                                                       \
+  __mmask16 masks[RP_QGEMM_COLUMNS / 16];                                                                             \
+  __m512i fixed[RP_QGEMM_COLUMNS / 16], zb[RP_QGEMM_COLUMNS / 16];                                                    \
+  __m512 scale[RP_QGEMM_COLUMNS / 16];                                                                                \
+  for (int v = 0; v < parts; v++) {                                                                                   \
+    const int64_t left = c->cols - 16 * v;                                                                            \
+    masks[v] = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);                                        \
+    fixed[v] = _mm512_loadu_si512(c->fixed + 16 * v);                                                                 \
+    zb[v] = _mm512_loadu_si512(c->zb + 16 * v);                                                                       \
+    scale[v] = _mm512_loadu_ps(c->scale + 16 * v);                                                                    \
+  }                                                                                                                   \
+  const int quantize = g->out_type != 0;                                                                              \
+  const __m512 low = _mm512_set1_ps(c->low), high = _mm512_set1_ps(c->high);                                          \
+  const __m512i zero = _mm512_set1_epi32(g->out_zero);                                                                \
+  for (int64_t r = 0; r < rows; r++, sums += RP_QGEMM_COLUMNS) {                                                      \
+    const __m512i ra = _mm512_set1_epi32((int)g->rowsum[m + r]);                                                      \
+    for (int v = 0; v < parts; v++) {                                                                                 \
+      __m512i value = _mm512_sub_epi32(_mm512_loadu_si512(sums + 16 * v), fixed[v]);                                  \
+      if (!c->centered) value = _mm512_sub_epi32(value, _mm512_mullo_epi32(zb[v], ra));                               \
+      if (!quantize) {                                                                                                \
+        _mm512_mask_storeu_epi32(g->out + (m + r) * g->ld + c->n0 + 16 * v, masks[v], value);                         \
+        continue;                                                                                                     \
+      }                                                                                                               \
+      const __m512 scaled = _mm512_mul_ps(_mm512_cvtepi32_ps(value), scale[v]);                                       \
+      const __m512 clamped = _mm512_min_ps(_mm512_max_ps(scaled, low), high);                                         \
+      const __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(clamped), zero);  /* in range: truncating keeps it */     \
+      STORE16(g, (uint8_t*)g->qout + (m + r) * g->ld + c->n0 + 16 * v, masks[v], q);                                  \
+    }                                                                                                                 \
+  }                                                                                                                   \
 }
+/* 16 values' bytes stored as they are (no table) ... */
+static inline __attribute__((target("avx512f"), always_inline)) void rp_qgemm_store16(
+    const rp_qgemm* g, uint8_t* at, __mmask16 mask, __m512i q) {
+  (void)g;
+  _mm512_mask_cvtepi32_storeu_epi8(at, mask, q);
+}
+/* ... or looked up in the table by VBMI (an int8 value's index: value + 128): two VPERMI2B
+   of its halves and a blend by the index's top bit, the same bytes as rp_qgemm_lookup32 */
+static inline __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi"), always_inline)) void
+rp_qgemm_store16_lut(const rp_qgemm* g, uint8_t* at, __mmask16 mask, __m512i q) {
+  const __m128i b = _mm512_cvtepi32_epi8(q);
+  const __m512i x = _mm512_castsi128_si512(g->out_type == 1 ? b : _mm_xor_si128(b, _mm_set1_epi8((char)0x80)));
+  const __m512i* table = (const __m512i*)g->lut;
+  const __m512i low = _mm512_permutex2var_epi8(_mm512_loadu_si512(table), x, _mm512_loadu_si512(table + 1));
+  const __m512i high = _mm512_permutex2var_epi8(_mm512_loadu_si512(table + 2), x, _mm512_loadu_si512(table + 3));
+  _mm_mask_storeu_epi8(at, mask, _mm512_castsi512_si128(_mm512_mask_blend_epi8(_mm512_movepi8_mask(x), low, high)));
+}
+RP_QGEMM_FINISH512(rp_qgemm_finish_avx512, "avx512f", rp_qgemm_store16)
+RP_QGEMM_FINISH512(rp_qgemm_finish_avx512_lut, "avx512f,avx512bw,avx512vl,avx512vbmi", rp_qgemm_store16_lut)
 
 static void rp_qgemm_row(const rp_qgemm* g, int64_t k, int64_t n0, int64_t cols, uint8_t* row) {
   const uint8_t flip = g->b_signed ? 0 : 0x80;
@@ -1149,6 +1171,8 @@ static void rp_qgemm_item(const rp_qgemm* all, int64_t group, int64_t first, int
     const int64_t done = m + rows < last ? rows : last - m;
     if (g->body >= 2 && g->body <= 4 && !g->residual && !g->lut) {
       rp_qgemm_finish_avx512(g, m, done, &columns, sums);
+    } else if (g->body >= 2 && g->body <= 4 && !g->residual && g->vbmi) {
+      rp_qgemm_finish_avx512_lut(g, m, done, &columns, sums);
     } else if (g->body >= 1) {  /* (a residual add, a table: on AVX2's vectors, which every AVX-512 CPU has) */
       rp_qgemm_finish_avx2(g, m, done, &columns, sums);
     } else {
@@ -2160,9 +2184,10 @@ static int rp_qgemm_run(const void* A, const rp_qgemm_image* image, const void* 
                 M, N, K, Kp, za_step, zb_step, groups * N, groups, width, 0, M, tile_rows, (int)a_signed,
                 (int)b_signed, (int)b_packed, body, (K + 3) / 4 * 4, image, direct ? (const uint8_t*)A : 0,
                 pad_row, (uint8_t)(a_signed ? 0x80 : 0), 0, 0, Kp, in_place, block_rows, 0, 0.0f, 0.0f, 0.0f, 0,
-                groups * panels * RP_QGEMM_PANEL((K + 3) / 4 * 4, width) >= RP_QGEMM_STREAM_BYTES, 0, 0};
+                groups * panels * RP_QGEMM_PANEL((K + 3) / 4 * 4, width) >= RP_QGEMM_STREAM_BYTES, 0, 0, 0};
   uint8_t lut_rows[RP_QGEMM_LUT_ROWS * 32];
   rp_qgemm_set_epilogue(&g, epilogue, out, lut_rows);
+  g.vbmi = vnni && __builtin_cpu_supports("avx512vbmi");
   operand.rowsums = !centered;
   if (in_place) g.A = (const uint8_t*)A, g.a_stride = K;
   /* a uint8 A of whole 64-byte steps (A' is A), no row sums, one group: AMX reads its whole
