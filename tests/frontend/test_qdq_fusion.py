@@ -373,22 +373,27 @@ def test_short_sums_run_exactly_on_the_float_kernels_and_long_ones_stay_integer(
     assert "qnn.conv2d" in ops_after_the_rewrite(large)
 
 
-def test_a_pointwise_convolution_of_16_channels_stays_integer_on_avx512(cache_dir):
-    """On the AVX-512 target a 1x1 of 16+ channels (16 products a sum, full range) is left
-    to the integer GEMM, where AVX2's rule puts it on the float kernels; 8 channels go to
-    the float kernels on both. Either way the outputs are onnxruntime's QLinearConv's."""
+def test_sums_of_16_products_stay_integer_on_avx512(cache_dir):
+    """On the AVX-512 target a convolution of 16 products a sum or more (a 1x1 of 16
+    channels, an RGB first layer's 27; full-range codes) is left to the integer GEMM, where
+    AVX2's rule puts both on the float kernels; 8 products go to the float kernels on
+    both. Either way the outputs are onnxruntime's QLinearConv's."""
     pointwise, feeds = conv_model((1, 16, 7, 9), 24, 1, full_range=True)
+    first_layer, first_feeds = conv_model((1, 3, 9, 9), 8, 3, 1, 1, full_range=True)
     narrow, _ = conv_model((1, 8, 7, 9), 24, 1, full_range=True)
     for model, target, integer in ((pointwise, "avx512", True), (pointwise, "avx2", False),
+                                   (first_layer, "avx512", True), (first_layer, "avx2", False),
                                    (narrow, "avx512", False)):
         ops = ops_after_the_rewrite(model, target=target)
         assert ("qnn.conv2d" in ops) == integer and ("nn.conv2d" in ops) != integer, (target, ops)
-    expected = ort.InferenceSession(pointwise.SerializeToString(), providers=["CPUExecutionProvider"]).run(
-        None, feeds)[0]
-    for target in ("avx512", "avx2"):
-        with PassContext(opt_level=3, config={"codegen.cache_dir": cache_dir, "codegen.target_isa": target}):
-            lib = passinfra.build(from_onnx(pointwise))
-        assert np.array_equal(lib(*feeds.values()), expected), target
+    for model, inputs in ((pointwise, feeds), (first_layer, first_feeds)):
+        expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+            None, inputs)[0]
+        for target in ("avx512", "avx2"):
+            config = {"codegen.cache_dir": cache_dir, "codegen.target_isa": target}
+            with PassContext(opt_level=3, config=config):
+                lib = passinfra.build(from_onnx(model))
+            assert np.array_equal(lib(*inputs.values()), expected), target
 
 
 # two groups of 8 channels, or depthwise (16 groups of one); with a table of the outputs last

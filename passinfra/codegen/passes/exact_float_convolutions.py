@@ -34,15 +34,16 @@ an RGB first layer of such a weight is integer (RegNetX-like and MobileNetV3-lik
 a Zen 3's AVX2: 5-10% faster so than on the float kernels; of full-range weights, 7%
 slower).
 
-On an AVX-512 target, a 1x1 (pointwise) convolution of at least
-:data:`POINTWISE_INTEGER_CHANNELS` channels stays integer however short its sums: its data
-is already the GEMM's matrix (no copy into a layout), and the VNNI bodies multiply 16 or 24
-channels in four or six steps, where the float path converts the 8-bit image to float32
-and requantizes in a loop of its own. MobileNetV3-like QDQ (its 16->72 at 56x56, 24->88
-and 24->96 at 28x28), in-process A/B on a Zen 4: the 16->72 layer 210 -> 110 us, the model
-0.93 of its time at one thread, 0.92 at two. The AVX2 target keeps the rule above (the
-model 0.97-0.99 with them integer, single 1x1 layers of 8-24 channels 1.14-1.27x slower);
-so do fewer channels (8 -> 64 at 56x56 1.09x slower on the Zen 4).
+On an AVX-512 target the integer GEMM takes every sum of :data:`SHORT_SUM_AVX512` products
+or more: its VNNI bodies multiply four k a step, its finish step requantizes 16 outputs at
+once and looks a table up by VBMI, and a pointwise convolution's data is already its
+matrix, where the float path converts the 8-bit image to float32 and requantizes in a loop
+of its own. In-process A/B on a Zen 4: MobileNetV3-like QDQ's 1x1 16->72 at 56x56 210 ->
+110 us, those 1x1 of 16 and 24 channels integer 0.92-0.93 of the model's time, its RGB
+first layer (27 products, a hard-swish table) integer 0.87 at one thread and 0.94 at two
+more; RegNetX-like's first layer 0.91. The AVX2 target keeps the rule above (the 1x1
+integer: the model 0.97-0.99, single layers of 8-24 channels 1.14-1.27x slower), and so do
+shorter sums (a 1x1 of 8 channels into 64 at 56x56 1.09x slower integer on the Zen 4).
 
 A convolution that SaturatePairs marked (``saturate_pairs``) and whose weight's pairs do
 not all fit stays integer: its pairs saturate, which only the integer GEMM computes.
@@ -77,8 +78,8 @@ EXACT_LIMIT = 2 ** 24
 SHORT_SUM = 32
 # ... and a weight whose pairs fit VPMADDUBSW is integer from this many products on
 SHORT_FITTING_SUM = 16
-# ... and on an AVX-512 target a 1x1 of this many channels a group or more stays integer
-POINTWISE_INTEGER_CHANNELS = 16
+# ... and on an AVX-512 target a sum of this many products stays integer
+SHORT_SUM_AVX512 = 16
 
 
 def _data_range(dtype: str, zero_point: int) -> int:
@@ -94,10 +95,9 @@ def _gemm_matrix(codes: np.ndarray) -> np.ndarray:
 
 def _short(codes: np.ndarray) -> bool:
     """Whether the sums of an OIHW weight ``codes`` are short (module docstring)."""
-    pointwise = codes.shape[2:] == (1, 1) and codes.shape[1] >= POINTWISE_INTEGER_CHANNELS
-    if pointwise and target_isa() == "avx512":
-        return False  # the VNNI bodies run it better
     products = int(np.prod(codes.shape[1:]))
+    if target_isa() == "avx512":
+        return products < SHORT_SUM_AVX512
     if products < SHORT_FITTING_SUM or products >= SHORT_SUM:
         return products < SHORT_FITTING_SUM
     return not qgemm_panels.pairs_fit(_gemm_matrix(codes))
@@ -177,5 +177,5 @@ def ExactFloatConvolutions() -> FunctionPass:  # noqa: N802 - pass factories are
     return ExactFloatConvolutionsPass()
 
 
-__all__ = ["EXACT_LIMIT", "POINTWISE_INTEGER_CHANNELS", "SHORT_FITTING_SUM", "SHORT_SUM",
+__all__ = ["EXACT_LIMIT", "SHORT_FITTING_SUM", "SHORT_SUM", "SHORT_SUM_AVX512",
            "ExactFloatConvolutions", "exact_float_convolutions", "exact_in_float"]
