@@ -157,6 +157,10 @@ _CONVOLUTIONS = ("shape", "out_channels", "kernel", "stride", "pad", "groups", "
     ((1, 3, 6, 4), 8, 7, 1, 3, 1, "uint8", True),  # no row of taps inside a line of 4 pixels
     # two images of 575 rows, gathered a line of output pixels at a time: row blocks end mid-line
     ((2, 3, 25, 23), 24, 3, 1, 1, 1, "uint8", True),
+    # AMX where the CPU has it (36 k): the same, gathered a line at a time into its tiles
+    ((2, 4, 25, 23), 24, 3, 1, 1, 1, "int8", True),
+    # 3136 k: a line of 14 output pixels gathered in parts of 10 rows (AMX's buffer of 32 KiB)
+    ((1, 64, 9, 14), 24, 7, 1, 3, 1, "uint8", True),
     ((1, 32, 8, 8), 32, 3, 1, 1, 2, "uint8", True),  # grouped: two GEMMs of 16 channels in one call
     ((1, 32, 19, 17), 32, 3, 1, 1, 2, "int8", True),  # 323 rows: two row blocks, the last of 67
     ((2, 48, 11, 9), 48, 3, 2, 1, 3, "uint8", True),  # groups of 16, stride 2: two images, read in place

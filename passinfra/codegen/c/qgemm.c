@@ -1409,59 +1409,81 @@ __attribute__((target("avx2"))) static uint32_t rp_qgemm_tile_row_sum_avx2(const
   return (uint32_t)(lanes[0] + lanes[1] + lanes[2] + lanes[3]);
 }
 
-/* rows [begin, end) of all groups into the AMX tiles: an image's taps gathered straight
-   into place (the padding holds the image's zero point, flipped as the data is), zeros
-   past K */
-__attribute__((target("avx2"))) static void rp_qgemm_prepare_tiles(const rp_qgemm_operand* p, int64_t begin,
-                                                                   int64_t end) {
+/* AMX: the rows of A' [count, Kp] at `rows` (an image's gathered taps, each ^ flip; bytes
+   past K hold flip, so they become 0) placed in the tiles from row `row` of a group at
+   `tiles`: each row's steps of 64 bytes, 1 KiB apart; its sum where a value reads it */
+__attribute__((target("avx2"))) static void rp_qgemm_place_tiles(const rp_qgemm_operand* p, const uint8_t* rows,
+                                                                 int64_t count, uint8_t* tiles, int64_t row,
+                                                                 uint32_t* sums) {
+  const int64_t steps = p->Kp / RP_QGEMM_DEPTH;
+  const __m256i f = _mm256_set1_epi8((char)p->flip);
+  for (int64_t i = 0; i < count; i++, row++, rows += p->Kp) {
+    uint8_t* dst = tiles + ((row - p->a_first) / 16 * steps * 16 + row % 16) * RP_QGEMM_DEPTH;
+    for (int64_t j = 0; j < steps; j++) {
+      const uint8_t* src = rows + j * RP_QGEMM_DEPTH;
+      uint8_t* to = dst + j * 16 * RP_QGEMM_DEPTH;
+      _mm256_storeu_si256((__m256i*)to, _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)src), f));
+      _mm256_storeu_si256((__m256i*)(to + 32), _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)(src + 32)), f));
+    }
+    sums[i] = p->rowsums ? rp_qgemm_tile_row_sum_avx2(dst, steps) : 0;
+  }
+}
+
+/* the most bytes of gathered rows an AMX image's prepare holds at once (a line of output
+   pixels, or part of one) */
+#define RP_QGEMM_TILE_GATHER_BYTES 32768
+
+/* rows [begin, end) of all groups into the AMX tiles, zeros past K. An image's taps are
+   gathered (rp_qgemm_gather, as the other bodies gather them) a line of output pixels at a
+   time into a buffer of whole rows, then placed in the tiles: placing each tap's bytes in
+   the tiles one by one cost ResNet-50's 3-channel 7x7 stem 5.3x its VNNI time, and
+   MobileNetV3-like's 3x3 one 5.1x, on a Sapphire Rapids */
+__attribute__((target("avx2"))) static int rp_qgemm_prepare_tiles(const rp_qgemm_operand* p, int64_t begin,
+                                                                  int64_t end) {
   if (begin < p->copy_from) begin = p->copy_from < end ? p->copy_from : end;  /* (one group then) */
   const int64_t steps = p->Kp / RP_QGEMM_DEPTH;
   const rp_qgemm_image* c = p->image;
-  int64_t group = begin / p->M, row = begin % p->M, n = 0, oh = 0, ow = 0;
+  int64_t group = begin / p->M, row = begin % p->M;
   if (c) {
     const int64_t pixels = c->out_height * c->out_width;
-    n = row / pixels, oh = row % pixels / c->out_width, ow = row % c->out_width;
+    int64_t n = row / pixels, oh = row % pixels / c->out_width, ow = row % c->out_width;
+    int64_t most = RP_QGEMM_TILE_GATHER_BYTES / p->Kp;
+    if (most < 1) most = 1;
+    uint8_t* gathered = (uint8_t*)malloc((size_t)(most * p->Kp));
+    if (!gathered) return -1;
+    for (int64_t r = 0; r < most; r++) memset(gathered + r * p->Kp + p->K, p->flip, (size_t)(p->Kp - p->K));
+    for (int64_t m = begin; m < end;) {
+      int64_t run = end - m < p->M - row ? end - m : p->M - row;
+      if (run > c->out_width - ow) run = c->out_width - ow;
+      if (run > most) run = most;
+      rp_qgemm_gather(p, group, n, oh, ow, run, gathered, p->Kp);
+      rp_qgemm_place_tiles(p, gathered, run, p->tiles + group * p->tile_group_rows * p->Kp, row, p->rowsum + m);
+      m += run, row += run, ow += run;
+      if (row == p->M) row = 0, n = 0, oh = 0, ow = 0, group++;
+      else if (ow == c->out_width) {
+        ow = 0;
+        if (++oh == c->out_height) oh = 0, n++;
+      }
+    }
+    free(gathered);
+    return 0;
   }
-  uint8_t padding[RP_QGEMM_DEPTH], zeros[RP_QGEMM_DEPTH];  /* what flips to the padding's A', to 0 */
-  memset(padding, p->pad, sizeof(padding));
+  uint8_t zeros[RP_QGEMM_DEPTH];  /* what flips to 0 */
   memset(zeros, p->flip, sizeof(zeros));
   for (int64_t m = begin; m < end; m++) {
     uint8_t* dst = p->tiles + group * p->tile_group_rows * p->Kp +
                    ((row - p->a_first) / 16 * steps * 16 + row % 16) * RP_QGEMM_DEPTH;
-    if (!c) {
-      rp_qgemm_put_avx2(dst, 0, p->A + m * p->K, p->K, p->flip, 0);
-    } else {
-      const int64_t cg = p->group_channels;
-      const uint8_t* image = p->A + n * c->height * c->width * c->channels + group * cg;
-      int64_t k = 0;
-      for (int64_t ky = 0; ky < c->kh; ky++) {
-        const int64_t h = oh * c->sh + ky * c->dh - c->top;
-        if (h < 0 || h >= c->height) {  /* a row of taps in the padding */
-          rp_qgemm_put_avx2(dst, k, padding, c->kw * cg, p->flip, 1);
-          k += c->kw * cg;
-          continue;
-        }
-        const uint8_t* line = image + h * c->width * c->channels;
-        for (int64_t kx = 0; kx < c->kw; kx++, k += cg) {
-          const int64_t w = ow * c->sw + kx * c->dw - c->left;
-          if (w < 0 || w >= c->width) rp_qgemm_put_avx2(dst, k, padding, cg, p->flip, 1);
-          else rp_qgemm_put_avx2(dst, k, line + w * c->channels, cg, p->flip, 0);
-        }
-      }
-    }
+    rp_qgemm_put_avx2(dst, 0, p->A + m * p->K, p->K, p->flip, 0);
     if (p->Kp > p->K) rp_qgemm_put_avx2(dst, p->K, zeros, p->Kp - p->K, p->flip, 1);
     p->rowsum[m] = p->rowsums ? rp_qgemm_tile_row_sum_avx2(dst, steps) : 0;
-    if (++row == p->M) row = 0, n = 0, oh = 0, ow = -1, group++;
-    if (c && ++ow == c->out_width) {
-      ow = 0;
-      if (++oh == c->out_height) oh = 0, n++;
-    }
+    if (++row == p->M) row = 0, group++;
   }
+  return 0;
 }
 
 static int rp_qgemm_prepare(void* ctx, int64_t begin, int64_t end) {
   const rp_qgemm_operand* p = (const rp_qgemm_operand*)ctx;
-  if (p->amx) return rp_qgemm_prepare_tiles(p, begin, end), 0;
+  if (p->amx) return rp_qgemm_prepare_tiles(p, begin, end);
   /* a uint8 image (A' is A) whose rows no value sums: gathered straight into place */
   const int straight = p->image && !p->flip && !p->rowsums;
   /* else a gathered row is Kp bytes: past K, bytes that flip to 0 (so whole vectors flip) */
@@ -2141,7 +2163,11 @@ static int rp_qgemm_run(const void* A, const rp_qgemm_image* image, const void* 
      grouped 3x3 convolutions spent longer in the im2col copy than in the products */
   const int fits_direct = narrow_image && level >= 1 && !vnni && !avxvnni && ubs;
   const int direct = (narrow_image && (vnni || avxvnni)) || fits_direct;
-  const int amx = !direct && vnni && M >= 16 && rp_qgemm_amx_usable();
+  /* AMX where a row's k fill more than half its first step of 64 (fewer run on VNNI, whose
+     rows are 16 k apart: a pointwise convolution of 16 or 32 channels and an RGB stem's 27
+     k were 1.1-1.6x slower on AMX, in the model, on a Sapphire Rapids; 40 level, 48 and
+     more faster) */
+  const int amx = !direct && vnni && M >= 16 && K > RP_QGEMM_DEPTH / 2 && rp_qgemm_amx_usable();
   /* A's row stride in A': whole steps of 64 k where AMX reads it, else whole vectors of 16
      (the other bodies read K4 k of it: a pointwise convolution of 16 channels made and
      widened rows of 64, four times what it reads) */
