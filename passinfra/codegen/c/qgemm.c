@@ -430,10 +430,20 @@ static void rp_qgemm_finish_avx2(const rp_qgemm* g, int64_t m, int64_t rows, con
   }
 }
 
+/* parts of 16 output bytes waiting to be looked up in a table together (up to four: one
+   vector of 64 indices), each with where it goes and its mask */
+typedef struct {
+  __m128i bytes[4];
+  uint8_t* at[4];
+  __mmask16 mask[4];
+  int count;
+} rp_qgemm_pending;
+
 /* the same, 16 columns at a time (a last part of fewer under a mask), for the bodies of
    AVX-512 (VNNI, AMX): the same operations on wider vectors, so the same bits; STORE16
-   stores 16 values' bytes (looked up in the table first, by VBMI, in its own target) */
-#define RP_QGEMM_FINISH512(NAME, TARGET, STORE16)                                                                     \
+   stores 16 values' bytes, or holds them in `pending` to be looked up in the table four
+   parts at once (by VBMI, in its own target), and FLUSH looks up and stores what is held */
+#define RP_QGEMM_FINISH512(NAME, TARGET, STORE16, FLUSH)                                                              \
 __attribute__((target(TARGET)))                                                                                       \
 static void NAME(const rp_qgemm* g, int64_t m, int64_t rows, const rp_qgemm_columns* c,                               \
                  const uint32_t* sums) {                                                                              \
@@ -456,6 +466,8 @@ static void NAME(const rp_qgemm* g, int64_t m, int64_t rows, const rp_qgemm_colu
   const int quantize = g->out_type != 0;                                                                              \
   const __m512 low = _mm512_set1_ps(c->low), high = _mm512_set1_ps(c->high);                                          \
   const __m512i zero = _mm512_set1_epi32(g->out_zero);                                                                \
+  rp_qgemm_pending pending = {{_mm_setzero_si128(), _mm_setzero_si128(), _mm_setzero_si128(), _mm_setzero_si128()},  \
+                              {0, 0, 0, 0}, {0, 0, 0, 0}, 0};                                                          \
   for (int64_t r = 0; r < rows; r++, sums += RP_QGEMM_COLUMNS) {                                                      \
     const __m512i ra = _mm512_set1_epi32((int)g->rowsum[m + r]);                                                      \
     for (int v = 0; v < parts; v++) {                                                                                 \
@@ -468,29 +480,48 @@ static void NAME(const rp_qgemm* g, int64_t m, int64_t rows, const rp_qgemm_colu
       const __m512 scaled = _mm512_mul_ps(_mm512_cvtepi32_ps(value), scale[v]);                                       \
       const __m512 clamped = _mm512_min_ps(_mm512_max_ps(scaled, low), high);                                         \
       const __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(clamped), zero);  /* in range: truncating keeps it */     \
-      STORE16(g, (uint8_t*)g->qout + (m + r) * g->ld + c->n0 + 16 * v, masks[v], q);                                  \
+      STORE16(g, &pending, (uint8_t*)g->qout + (m + r) * g->ld + c->n0 + 16 * v, masks[v], q);                        \
     }                                                                                                                 \
   }                                                                                                                   \
+  FLUSH(g, &pending);                                                                                                 \
 }
 /* 16 values' bytes stored as they are (no table) ... */
 static inline __attribute__((target("avx512f"), always_inline)) void rp_qgemm_store16(
-    const rp_qgemm* g, uint8_t* at, __mmask16 mask, __m512i q) {
-  (void)g;
+    const rp_qgemm* g, rp_qgemm_pending* pending, uint8_t* at, __mmask16 mask, __m512i q) {
+  (void)g, (void)pending;
   _mm512_mask_cvtepi32_storeu_epi8(at, mask, q);
 }
+static inline __attribute__((always_inline)) void rp_qgemm_flush_none(const rp_qgemm* g, rp_qgemm_pending* pending) {
+  (void)g, (void)pending;
+}
 /* ... or looked up in the table by VBMI (an int8 value's index: value + 128): two VPERMI2B
-   of its halves and a blend by the index's top bit, the same bytes as rp_qgemm_lookup32 */
+   of its halves and a blend by the index's top bit, the same bytes as rp_qgemm_lookup32,
+   on four parts at once (one part a lookup took half the finish of MobileNetV3-like QDQ's
+   hard-swish layers, their 16 bytes in a vector of 64) */
 static inline __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi"), always_inline)) void
-rp_qgemm_store16_lut(const rp_qgemm* g, uint8_t* at, __mmask16 mask, __m512i q) {
-  const __m128i b = _mm512_cvtepi32_epi8(q);
-  const __m512i x = _mm512_castsi128_si512(g->out_type == 1 ? b : _mm_xor_si128(b, _mm_set1_epi8((char)0x80)));
+rp_qgemm_flush_lut(const rp_qgemm* g, rp_qgemm_pending* p) {
+  if (!p->count) return;
+  __m512i x = _mm512_inserti32x4(_mm512_castsi128_si512(p->bytes[0]), p->bytes[1], 1);
+  x = _mm512_inserti32x4(_mm512_inserti32x4(x, p->bytes[2], 2), p->bytes[3], 3);
+  if (g->out_type != 1) x = _mm512_xor_si512(x, _mm512_set1_epi8((char)0x80));
   const __m512i* table = (const __m512i*)g->lut;
   const __m512i low = _mm512_permutex2var_epi8(_mm512_loadu_si512(table), x, _mm512_loadu_si512(table + 1));
   const __m512i high = _mm512_permutex2var_epi8(_mm512_loadu_si512(table + 2), x, _mm512_loadu_si512(table + 3));
-  _mm_mask_storeu_epi8(at, mask, _mm512_castsi512_si128(_mm512_mask_blend_epi8(_mm512_movepi8_mask(x), low, high)));
+  const __m512i looked = _mm512_mask_blend_epi8(_mm512_movepi8_mask(x), low, high);
+  _mm_mask_storeu_epi8(p->at[0], p->mask[0], _mm512_castsi512_si128(looked));
+  if (p->count > 1) _mm_mask_storeu_epi8(p->at[1], p->mask[1], _mm512_extracti32x4_epi32(looked, 1));
+  if (p->count > 2) _mm_mask_storeu_epi8(p->at[2], p->mask[2], _mm512_extracti32x4_epi32(looked, 2));
+  if (p->count > 3) _mm_mask_storeu_epi8(p->at[3], p->mask[3], _mm512_extracti32x4_epi32(looked, 3));
+  p->count = 0;
 }
-RP_QGEMM_FINISH512(rp_qgemm_finish_avx512, "avx512f", rp_qgemm_store16)
-RP_QGEMM_FINISH512(rp_qgemm_finish_avx512_lut, "avx512f,avx512bw,avx512vl,avx512vbmi", rp_qgemm_store16_lut)
+static inline __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi"), always_inline)) void
+rp_qgemm_store16_lut(const rp_qgemm* g, rp_qgemm_pending* p, uint8_t* at, __mmask16 mask, __m512i q) {
+  p->bytes[p->count] = _mm512_cvtepi32_epi8(q), p->at[p->count] = at, p->mask[p->count] = mask;
+  if (++p->count == 4) rp_qgemm_flush_lut(g, p);
+}
+RP_QGEMM_FINISH512(rp_qgemm_finish_avx512, "avx512f", rp_qgemm_store16, rp_qgemm_flush_none)
+RP_QGEMM_FINISH512(rp_qgemm_finish_avx512_lut, "avx512f,avx512bw,avx512vl,avx512vbmi", rp_qgemm_store16_lut,
+                   rp_qgemm_flush_lut)
 
 static void rp_qgemm_row(const rp_qgemm* g, int64_t k, int64_t n0, int64_t cols, uint8_t* row) {
   const uint8_t flip = g->b_signed ? 0 : 0x80;
@@ -1719,13 +1750,13 @@ static inline __attribute__((target("avx2"), always_inline)) void rp_qdw_sums16x
   sums[6] = _mm256_add_epi32(a6, lo), sums[7] = _mm256_add_epi32(a7, hi);
 }
 
-/* rp_qdw_sums16x4 by AVX-512 VNNI: the 16 channels' pairs of a pixel are one vector, and
-   VPDPWSSD adds each lane's pair of products to its sum (VPMADDWD and VPADDD in one: the
-   same exact int32). On a Zen 4 (512-bit operations on 256-bit units) MobileNetV3-like
+/* rp_qdw_sums16x4 by AVX-512 VNNI, as four vectors of 16 channels (sums[i]: pixel i's): the
+   16 channels' pairs of a pixel are one vector, and VPDPWSSD adds each lane's pair of
+   products to its sum (VPMADDWD and VPADDD in one: the same exact int32). On a Zen 4 (512-bit operations on 256-bit units) MobileNetV3-like
    QDQ's depthwise layers took 0.91-0.98 of their AVX2 time; with their hard-swish tables
    looked up by VBMI (rp_qgemm_lookup32_vbmi) 0.79-0.85, the model 0.955 at one thread */
-static inline __attribute__((target("avx2,avx512f,avx512bw,avx512vnni"), always_inline)) void rp_qdw_sums16x4_vnni(
-    const rp_qdw* d, const int16_t* const* pairs, int64_t c, __m256i* sums) {
+static inline __attribute__((target("avx2,avx512f,avx512bw,avx512vnni"), always_inline)) void rp_qdw_sums512(
+    const rp_qdw* d, const int16_t* const* pairs, int64_t c, __m512i* sums) {
   const int64_t pixel = d->g.image->sw * d->g.image->channels * RP_QDW_PAIR;
   const __m256i* w0 = (const __m256i*)(d->pairs + c / 8 * d->pair_count * 16);
   const __m256i* w1 = w0 + d->pair_count;
@@ -1739,12 +1770,18 @@ static inline __attribute__((target("avx2,avx512f,avx512bw,avx512vnni"), always_
     a2 = _mm512_dpwssd_epi32(a2, _mm512_loadu_si512((const void*)(x + 2 * pixel)), w);
     a3 = _mm512_dpwssd_epi32(a3, _mm512_loadu_si512((const void*)(x + 3 * pixel)), w);
   }
-  const __m256i lo = _mm256_loadu_si256((const __m256i*)(d->fixed + c));
-  const __m256i hi = _mm256_loadu_si256((const __m256i*)(d->fixed + c + 8));
-  sums[0] = _mm256_add_epi32(_mm512_castsi512_si256(a0), lo), sums[1] = _mm256_add_epi32(_mm512_extracti64x4_epi64(a0, 1), hi);
-  sums[2] = _mm256_add_epi32(_mm512_castsi512_si256(a1), lo), sums[3] = _mm256_add_epi32(_mm512_extracti64x4_epi64(a1, 1), hi);
-  sums[4] = _mm256_add_epi32(_mm512_castsi512_si256(a2), lo), sums[5] = _mm256_add_epi32(_mm512_extracti64x4_epi64(a2, 1), hi);
-  sums[6] = _mm256_add_epi32(_mm512_castsi512_si256(a3), lo), sums[7] = _mm256_add_epi32(_mm512_extracti64x4_epi64(a3, 1), hi);
+  const __m512i fixed = _mm512_loadu_si512((const void*)(d->fixed + c));
+  sums[0] = _mm512_add_epi32(a0, fixed), sums[1] = _mm512_add_epi32(a1, fixed);
+  sums[2] = _mm512_add_epi32(a2, fixed), sums[3] = _mm512_add_epi32(a3, fixed);
+}
+
+/* the same as AVX2's eight halves (sums[2i], sums[2i + 1]: pixel i's) */
+static inline __attribute__((target("avx2,avx512f,avx512bw,avx512vnni"), always_inline)) void rp_qdw_sums16x4_vnni(
+    const rp_qdw* d, const int16_t* const* pairs, int64_t c, __m256i* sums) {
+  __m512i wide[4];
+  rp_qdw_sums512(d, pairs, c, wide);
+  for (int i = 0; i < 4; i++)
+    sums[2 * i] = _mm512_castsi512_si256(wide[i]), sums[2 * i + 1] = _mm512_extracti64x4_epi64(wide[i], 1);
 }
 
 /* the same of channels [c, c + 8) (sums[i]: pixel i's) */
@@ -1869,9 +1906,37 @@ static void rp_qdw_pixels4(const rp_qdw* d, const int16_t* const* pairs, int64_t
   else rp_qdw_pixels4_avx2(d, pairs, at, c, 0);
 }
 
-__attribute__((target("avx2,avx512f,avx512bw,avx512vnni,avx512vbmi")))
+/* four pixels' 16 channels without a residual on AVX-512: rp_qdw_words' operations in the
+   same order on 16 channels at a time (the same bits), stored as the AVX-512 GEMM finish
+   stores them (rp_qgemm_store16: VPMOVDB of values clamped to the type's range), the four
+   pixels' 64 bytes looked up in the table at once (rp_qgemm_store16_lut) */
+static inline __attribute__((target("avx2,avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi"), always_inline)) void
+rp_qdw_pixels4_512(const rp_qdw* d, const int16_t* const* pairs, int64_t at, int64_t c) {
+  const rp_qgemm* g = &d->g;
+  const int64_t channels = g->image->channels;
+  __m512i sums[4];
+  rp_qdw_sums512(d, pairs, c, sums);
+  if (g->out_type == 0) {
+    for (int i = 0; i < 4; i++) _mm512_storeu_si512((void*)(g->out + at + i * channels + c), sums[i]);
+    return;
+  }
+  const __m512 scale = _mm512_loadu_ps(d->scale + c), low = _mm512_set1_ps(d->low), high = _mm512_set1_ps(d->high);
+  const __m512i zero = _mm512_set1_epi32(g->out_zero);
+  rp_qgemm_pending pending = {{_mm_setzero_si128(), _mm_setzero_si128(), _mm_setzero_si128(), _mm_setzero_si128()},
+                              {0, 0, 0, 0}, {0, 0, 0, 0}, 0};
+  for (int i = 0; i < 4; i++) {
+    const __m512 scaled = _mm512_mul_ps(_mm512_cvtepi32_ps(sums[i]), scale);
+    const __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(scaled, low), high)), zero);
+    uint8_t* out = (uint8_t*)g->qout + at + i * channels + c;
+    if (g->lut) rp_qgemm_store16_lut(g, &pending, out, 0xFFFF, q);  /* the fourth looks the four up */
+    else rp_qgemm_store16(g, &pending, out, 0xFFFF, q);
+  }
+}
+
+__attribute__((target("avx2,avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi")))
 static void rp_qdw_pixels4_vnni(const rp_qdw* d, const int16_t* const* pairs, int64_t at, int64_t c) {
   if (d->g.residual) rp_qdw_pixels4_avx512(d, pairs, at, c, 1);
+  else if (c + 16 <= d->g.image->channels) rp_qdw_pixels4_512(d, pairs, at, c);
   else rp_qdw_pixels4_avx512(d, pairs, at, c, 0);
 }
 
@@ -2096,7 +2161,7 @@ static int rp_qdw_run(const void* image, const rp_qgemm_image* geometry, const v
   d.fixed = fixed, d.scale = scale, d.taps = taps, d.row_pairs = row_pairs, d.pair_count = pair_count;
   d.a_signed = (int)a_signed, d.widened = widened, d.ring = ring;
   d.vnni = widened && level == 2 && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vbmi");
+           __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512vl");
   d.entries = (geometry->out_width - 1) * geometry->sw + (geometry->kw - 1) * geometry->dw + 1;
   const int32_t qmin = epilogue->out_type == 2 ? -128 : 0, qmax = epilogue->out_type == 2 ? 127 : 255;
   d.low = (float)(qmin - d.g.out_zero), d.high = (float)(qmax - d.g.out_zero);
@@ -2213,7 +2278,7 @@ static int rp_qgemm_run(const void* A, const rp_qgemm_image* image, const void* 
                 groups * panels * RP_QGEMM_PANEL((K + 3) / 4 * 4, width) >= RP_QGEMM_STREAM_BYTES, 0, 0, 0};
   uint8_t lut_rows[RP_QGEMM_LUT_ROWS * 32];
   rp_qgemm_set_epilogue(&g, epilogue, out, lut_rows);
-  g.vbmi = vnni && __builtin_cpu_supports("avx512vbmi");
+  g.vbmi = vnni && __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512vl");
   operand.rowsums = !centered;
   if (in_place) g.A = (const uint8_t*)A, g.a_stride = K;
   /* a uint8 A of whole 64-byte steps (A' is A), no row sums, one group: AMX reads its whole
