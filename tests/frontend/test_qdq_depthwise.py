@@ -88,6 +88,22 @@ def test_a_depthwise_convolution_of_int32_outputs_runs_on_the_depthwise_body(cac
     assert _bodies_at_avx2(lib, x)[_AVX2_DEPTHWISE] == 1
 
 
+def test_a_stride_2_depthwise_layer_runs_on_both_threads(cache_dir):
+    """MobileNetV3's first depthwise layer (112x112 -> 56x56, 16 channels) is worth two
+    threads: body 9's work counts its pairs' slots and its rows' widening and requantizing,
+    not its multiply-adds alone, by which it ran serially (as did the same layers at 28x28,
+    14x14 and 7x7)."""
+    model, feeds = conv_model((1, 16, 112, 112), 16, 3, 2, 1, 16)
+    lib = _build(model, cache_dir)
+    lib.set_num_threads(2)
+    lib(feeds["x"])
+    before = lib.thread_stats()
+    lib(feeds["x"])
+    after = lib.thread_stats()
+    ran = {key: after[key] - before[key] for key in ("parallel_loops", "serial_loops")}
+    assert ran["serial_loops"] == 0 and ran["parallel_loops"] >= 1, ran
+
+
 def _hard_swish_model(shape, out_channels, kernel, groups, act, seed=0):
     """``Q(HardSwish(DQ(Q(conv(...)))))`` read by a pointwise convolution: QuantizedLookupTables
     makes the hard-swish a table of the first convolution's 8-bit output."""

@@ -1704,6 +1704,14 @@ typedef struct {
 #define RP_QDW_PAIR 2
 /* the most rows a ring holds (a taller filter's convolution is body 10's) */
 #define RP_QDW_RING 64
+/* body 9's cost for the thread pool, an output pixel's channel: its pairs' slots (two a
+   pair, at RP_QDW_SLOTS_PER_WORK a unit) and RP_QDW_PIXEL_SLOTS more for the rest (widening
+   rows, requantizing, storing). Measured in MobileNetV3-like QDQ on a Sapphire Rapids, one
+   thread: 0.5-0.7 ns a 3x3 layer's pixel and channel, 1.2-1.8 a 5x5's; counted as
+   multiply-adds at RP_MACS_PER_WORK, a fourth to a third of that, its stride-2 layers
+   (56x56x16, 28x28x72, 14x14x96, 7x7x288) ran on one thread of two */
+#define RP_QDW_SLOTS_PER_WORK 40
+#define RP_QDW_PIXEL_SLOTS 20
 
 /* `pairs[p]`: pair p's first pixel in its widened row, for one output pixel. The sums of
    channels [c, c + 8) of that pixel */
@@ -2184,7 +2192,11 @@ static int rp_qdw_run(const void* image, const rp_qgemm_image* geometry, const v
   }
   __atomic_add_fetch(&rp_qgemm_calls[widened ? 9 : 10], 1, __ATOMIC_RELAXED);
   const int64_t threads = raypass_get_num_threads();
-  const int64_t row_work = geometry->out_width * channels * taps / RP_MACS_PER_WORK + 1;
+  /* an output row's work: body 9's as measured (RP_QDW_SLOTS_PER_WORK), body 10's its
+     multiply-adds */
+  const int64_t row_work = widened ? geometry->out_width * channels * (2 * pair_count + RP_QDW_PIXEL_SLOTS) /
+                                             RP_QDW_SLOTS_PER_WORK + 1
+                                   : geometry->out_width * channels * taps / RP_MACS_PER_WORK + 1;
   d.rows = batch * geometry->out_height, d.bands = threads < d.rows ? threads : d.rows;
   const int status = widened ? rp_parallel_for(rp_qdw_widened_bands, &d, d.bands, row_work * d.rows / d.bands)
                              : rp_parallel_for(rp_qdw_rows, &d, d.rows, row_work);
