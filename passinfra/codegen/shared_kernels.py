@@ -89,18 +89,20 @@ _RESTORE = "#pragma GCC pop_options"
 
 
 class _NumberLifter(StmtExprMutator):
-    """Every int64 constant of a body, in the walk's order (``values``); those whose
-    position ``lift`` accepts become the size variables ``dims``.
+    """Every int64 constant of a body, in the walk's order (``values``); those to which
+    ``lift`` gives a position become the size variable of that position (``dims``, in
+    the order they first occur), so positions that ``lift`` maps to one share a variable.
 
     Each occurrence of a constant is a position of its own, however the nodes share
     objects: a function sent to a worker and back shares fewer than the one the driver
     lowered, and both must give the same positions (the library's bytes are the same
     for any backend)."""
 
-    def __init__(self, lift: Callable[[int], bool]) -> None:
+    def __init__(self, lift: Callable[[int], int | None]) -> None:
         self.values: list[int] = []
         self.dims: list[tir.TVar] = []
         self._lift = lift
+        self._variables: dict[int, tir.TVar] = {}
 
     def visit_expr(self, expr: tir.PrimExpr) -> tir.PrimExpr:
         stack: list[tuple[tir.PrimExpr, bool]] = [(expr, False)]
@@ -127,10 +129,13 @@ class _NumberLifter(StmtExprMutator):
             return node  # an int32 or unsigned constant keeps its C type: kernels differing there differ
         position = len(self.values)
         self.values.append(int(node.value))
-        if not self._lift(position):
+        shared = self._lift(position)
+        if shared is None:
             return node
-        var = tir.TVar(f"rp_n{position}", tir.INDEX_DTYPE)
-        self.dims.append(var)
+        var = self._variables.get(shared)
+        if var is None:
+            var = self._variables[shared] = tir.TVar(f"rp_n{shared}", tir.INDEX_DTYPE)
+            self.dims.append(var)
         return var
 
 
@@ -146,11 +151,12 @@ def with_render_decisions(func: tir.PrimFunc, renderer: CRenderer) -> tir.PrimFu
     return func.with_attr(FORM_ATTR, form.digest).with_attr(NUMBERS_ATTR, form.numbers)
 
 
-def _generic(func: tir.PrimFunc, lift: Callable[[int], bool], symbol: str, options: RenderOptions,
+def _generic(func: tir.PrimFunc, lift: Callable[[int], int | None], symbol: str, options: RenderOptions,
              works: int, clones: Sequence[bool]) -> tuple[str, list[int]] | None:
-    """``func`` rendered under ``symbol`` with the constants ``lift`` accepts as size
-    variables, then ``works`` parallel loops' work estimates as size variables, with the
-    ``clones`` decisions; and every int64 constant's value. None when that rendering fails."""
+    """``func`` rendered under ``symbol`` with the constants ``lift`` gives a position as
+    size variables (one a position), then ``works`` parallel loops' work estimates as size
+    variables, with the ``clones`` decisions; and every int64 constant's value. None when
+    that rendering fails."""
     lifter = _NumberLifter(lift)
     body = lifter.visit_stmt(func.body)
     work_vars = [tir.TVar(f"rp_w{i}", tir.INDEX_DTYPE) for i in range(works)]
@@ -177,7 +183,7 @@ def kernel_form(func: tir.PrimFunc, works: int, functions: int) -> KernelForm | 
     code (one of symbolic sizes already, or without int64 constants)."""
     if func.dims:
         return None
-    lifter = _NumberLifter(lambda position: True)
+    lifter = _NumberLifter(lambda position: position)
     body = lifter.visit_stmt(func.body)
     if not lifter.values:
         return None
@@ -282,7 +288,13 @@ def share_class(members: Sequence[tuple[str, tir.PrimFunc, KernelForm]], options
     None when the generic kernel does not render. ``salt`` tells apart the symbols of
     classes of one text in several groups of compiler settings."""
     numbers = [form.numbers for _, _, form in members]
-    varying = frozenset(i for i, column in enumerate(zip(*numbers)) if len(set(column)) > 1)
+    columns = list(zip(*numbers))
+    varying = frozenset(i for i, column in enumerate(columns) if len(set(column)) > 1)
+    # positions whose numbers are the same in every kernel of the class share one variable:
+    # the C compiler then sees the same index twice and loads (and divides) once, where a
+    # quantizing loop read its input by three strides of one value and divided it thrice
+    first: dict[tuple[int, ...], int] = {}
+    alias = {i: first.setdefault(columns[i], i) for i in sorted(varying)}
     decisions = [_decisions(func) for _, func, _ in members]
     if not varying or any(d is None for d in decisions) or len({len(d[0]) for d in decisions}) > 1 or len(
             {len(d[1]) for d in decisions}) > 1:
@@ -291,8 +303,7 @@ def share_class(members: Sequence[tuple[str, tir.PrimFunc, KernelForm]], options
     clones = [any(column) for column in zip(*(d[1] for d in decisions))]  # type: ignore[index]
     digest = hashlib.blake2b((salt + members[0][2].digest).encode("utf-8"), digest_size=8).hexdigest()
     symbol = f"rp_shared_{digest}"
-    rendered = _generic(members[0][1], lambda position: position in varying, symbol, options,
-                        len(works[0]), clones)
+    rendered = _generic(members[0][1], alias.get, symbol, options, len(works[0]), clones)
     parts = split_source(rendered[0]) if rendered is not None else None
     if parts is None:
         return None
@@ -301,7 +312,7 @@ def share_class(members: Sequence[tuple[str, tir.PrimFunc, KernelForm]], options
     sources = {}
     for index, (name, func, form) in enumerate(members):
         own = [*_CHEAP_VECTORIZER, parts.own, _RESTORE] if index == 0 else []
-        lifted = [value for position, value in enumerate(form.numbers) if position in varying]
+        lifted = [value for position, value in enumerate(form.numbers) if alias.get(position) == position]
         lifted += works[index]
         sources[name] = "\n".join([
             f"/* generated by raypass CodegenC: {name}, the code of {symbol} with its own numbers */",

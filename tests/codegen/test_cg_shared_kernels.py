@@ -73,6 +73,23 @@ def test_alike_kernels_call_one_generic_kernel_each_defined_once():
     assert len(set(numbers)) == len(numbers)
 
 
+def test_numbers_equal_in_every_kernel_of_a_class_are_one_number_of_the_generic_kernel():
+    """Positions whose numbers agree in every kernel of a class (a row's stride that is
+    also its extent, say) are one size variable: the C indexes a buffer by one expression,
+    which the compiler loads once. So no two of the numbers a class passes (before its
+    parallel loops' work estimates) agree in every kernel."""
+    sources, sharing = _sharing(_grouped(SHARE))
+    for symbol in set(sharing.values()):
+        members = [name for name, used in sharing.items() if used == symbol]
+        definition = f"int {symbol}_packed(void** args) {{"
+        generic = next(sources[name] for name in members if definition in sources[name])
+        works = len(set(re.findall(r"\bv_rp_w\d+\b", generic)))
+        numbers = [re.search(r"rp_numbers\[\d+\] = \{([^}]*)\}", sources[name]).group(1) for name in members]
+        rows = [[int(value) for value in text.split(",")] for text in numbers]
+        columns = list(zip(*rows))[:len(rows[0]) - works]
+        assert columns and len(set(columns)) == len(columns), (symbol, columns)
+
+
 def test_kernels_differing_in_a_short_innermost_loop_keep_their_own_code():
     """An innermost loop of at most PINNED_EXTENT iterations keeps its constant trip count
     (GCC vectorizes it whole): the same stages at 8, 12 and 16 channels share no code, and
