@@ -254,6 +254,25 @@ def test_a_quantizing_kernel_is_cloned_and_gives_the_portable_codes_bits(cache_d
     assert np.array_equal(with_clones, np.asarray(passinfra.evaluate(quantize_module(), x)))
 
 
+def test_a_dynamic_quantization_s_range_pass_is_cloned_and_gives_the_portable_codes_bits(cache_dir: str):
+    """Its min and max accumulate in lanes, one NaN-propagating select each (the pass runs
+    on one thread): the function that runs it gets the clones, and the scale, zero point
+    and codes are the portable code's, a NaN's included."""
+    x = ir.var("x", (64, 4096))  # enough for the quantizing pass to be a parallel loop of its own
+    mod = ir.IRModule.from_expr(ir.Function([x], ir.op.qnn.dynamic_quantize(x)))
+    config = {"codegen.multiversion_min_work": 1}
+    (source,) = kernel_sources(mod, **config).values()
+    assert CLONED in function_calling("range_lows", source)
+    data = (np.random.default_rng(5).standard_normal((64, 4096)) * 3).astype(np.float32)
+    with_nan = data.copy()
+    with_nan[40, 77] = np.nan
+    for values in (data, with_nan):
+        outputs = [flat(build(mod, cache_dir, **config, **{"codegen.multiversion": on})(values))
+                   for on in (True, False)]
+        for got, want in zip(*outputs, strict=True):
+            np.testing.assert_array_equal(got.reshape(-1).view(np.uint8), want.reshape(-1).view(np.uint8))
+
+
 @pytest.mark.parametrize("kernel", ["microkernel", "group_gemm"])
 def test_a_convolution_with_a_swish_epilogue_is_cloned(kernel):
     """EfficientNet's 1x1 convolutions end in x * sigmoid(x): the function that calls the
