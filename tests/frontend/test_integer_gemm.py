@@ -279,12 +279,14 @@ def test_a_dynamically_quantized_model_with_symbolic_rows(cache_dir, tmp_path):
 
 
 @pytest.mark.parametrize("low", [-64, -128])
-def test_a_weight_of_many_bytes_is_streamed_with_the_same_bits(low, cache_dir):
+@pytest.mark.parametrize(("rows", "n"), [(13, 96), (40, 640)])
+def test_a_weight_of_many_bytes_is_streamed_with_the_same_bits(low, rows, n, cache_dir):
     """A weight of 128 KiB or more (RP_QGEMM_STREAM_BYTES: here 2048 x 96) runs on the
     four-row tiles that ask for its panels' bytes ahead (7 bits: VPMADDUBSW's on AVX2; 8:
     the widening body's): the same products, so the exact sums, at every level and thread
-    count."""
-    rows, k, n = 13, 2048, 96
+    count. Of 20 panels (640 columns; 40 rows: AMX where the CPU has it), a thread claims
+    them in runs of two."""
+    k = 2048
     model, _ = matmul_integer((rows, k), n, "uint8", "int8", "one", "none", seed=5)
     b = np.random.default_rng(5).integers(low, -low, (k, n)).astype(np.int8)
     for init in model.graph.initializer:

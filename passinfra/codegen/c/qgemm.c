@@ -1229,6 +1229,11 @@ static int64_t rp_qgemm_claim(rp_qgemm_claims* c) {
   return __atomic_fetch_add(&c->next, 1, __ATOMIC_RELAXED);
 }
 
+/* runs of work items a thread claims of a streamed weight: few enough that a panel's
+   prefetches serve the thread's own next item, enough that a core another process slows
+   leaves its share to the others */
+#define RP_QGEMM_STREAM_RUNS 4
+
 /* work item i: group i / (blocks * panels), the rows of its block i / panels % blocks by the
    columns of its panel i % panels (A' made before) */
 static int rp_qgemm_blocks(void* ctx, int64_t begin, int64_t end) {
@@ -1238,11 +1243,22 @@ static int rp_qgemm_blocks(void* ctx, int64_t begin, int64_t end) {
   const int64_t size = all->block_rows, blocks = (all->M + size - 1) / size;
   (void)begin, (void)end;
   if (all->body == 3) rp_qgemm_amx_begin();
-  for (int64_t i = rp_qgemm_claim(claims); i < claims->extent; i = rp_qgemm_claim(claims)) {
-    const int64_t first = i / panels % blocks * size;
-    const int64_t last = first + size < all->M ? first + size : all->M;
-    rp_qgemm_item(all, i / (blocks * panels), first, last, i % panels);
+  /* a streamed weight's items in runs of RP_QGEMM_STREAM_RUNS a thread: a panel's
+     prefetches reach into the next one, which a thread claiming one item at a time left to
+     the other (a decoder's 32-row projections 0.84 of their time, one row 0.97, ResNet-50
+     QDQ 0.98, at two threads on a Sapphire Rapids; one thread runs them in the same order) */
+  int64_t run = 1;
+  if (all->stream) {
+    run = claims->extent / (raypass_get_num_threads() * RP_QGEMM_STREAM_RUNS);
+    if (run < 1) run = 1;
   }
+  for (int64_t i = __atomic_fetch_add(&claims->next, run, __ATOMIC_RELAXED); i < claims->extent;
+       i = __atomic_fetch_add(&claims->next, run, __ATOMIC_RELAXED))
+    for (int64_t j = i; j < i + run && j < claims->extent; j++) {
+      const int64_t first = j / panels % blocks * size;
+      const int64_t last = first + size < all->M ? first + size : all->M;
+      rp_qgemm_item(all, j / (blocks * panels), first, last, j % panels);
+    }
   if (all->body == 3) rp_qgemm_amx_end();
   return 0;
 }
