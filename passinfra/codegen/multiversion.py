@@ -210,8 +210,8 @@ def _is_window_select(value: tir.PrimExpr) -> bool:
 def _is_lane_extremum(store: tir.BufferStore) -> bool:
     """A float min or max accumulated in the element it reads: a range pass's lanes
     (qnn.dynamic_quantize), each a NaN-propagating select of six SSE2 operations on 4
-    floats, three AVX2 on 8 (a dynamic quantization of 32 x 5632 floats, whose range pass
-    runs on one thread: 120 -> 89 us at two threads on a Sapphire Rapids)."""
+    floats, three AVX2 on 8 (a dynamic quantization of 32 x 5632 floats, its range pass then
+    on one thread: 120 -> 89 us at two threads on a Sapphire Rapids)."""
     value = store.value
     return (isinstance(value, (tir.Min, tir.Max)) and is_float_dtype(value.dtype)
             and any(isinstance(side, tir.BufferLoad) and side.buffer is store.buffer

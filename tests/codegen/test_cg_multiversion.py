@@ -254,11 +254,12 @@ def test_a_quantizing_kernel_is_cloned_and_gives_the_portable_codes_bits(cache_d
     assert np.array_equal(with_clones, np.asarray(passinfra.evaluate(quantize_module(), x)))
 
 
-def test_a_dynamic_quantization_s_range_pass_is_cloned_and_gives_the_portable_codes_bits(cache_dir: str):
-    """Its min and max accumulate in lanes, one NaN-propagating select each (the pass runs
-    on one thread): the function that runs it gets the clones, and the scale, zero point
-    and codes are the portable code's, a NaN's included."""
-    x = ir.var("x", (64, 4096))  # enough for the quantizing pass to be a parallel loop of its own
+def test_a_dynamic_quantization_s_range_pass_runs_on_threads_cloned_with_the_portable_bits(cache_dir: str):
+    """Its min and max accumulate in lanes, a set a row, one NaN-propagating select each:
+    the rows' loop runs on the threads (no loop of the kernel is serial), its function gets
+    the clones, and the scale, zero point and codes are the portable code's, a NaN's
+    included."""
+    x = ir.var("x", (64, 4096))
     mod = ir.IRModule.from_expr(ir.Function([x], ir.op.qnn.dynamic_quantize(x)))
     config = {"codegen.multiversion_min_work": 1}
     (source,) = kernel_sources(mod, **config).values()
@@ -266,11 +267,16 @@ def test_a_dynamic_quantization_s_range_pass_is_cloned_and_gives_the_portable_co
     data = (np.random.default_rng(5).standard_normal((64, 4096)) * 3).astype(np.float32)
     with_nan = data.copy()
     with_nan[40, 77] = np.nan
+    libs = [build(mod, cache_dir, **config, **{"codegen.multiversion": on}) for on in (True, False)]
+    libs[0].set_num_threads(2)
+    before = libs[0].thread_stats()
     for values in (data, with_nan):
-        outputs = [flat(build(mod, cache_dir, **config, **{"codegen.multiversion": on})(values))
-                   for on in (True, False)]
+        outputs = [flat(lib(values)) for lib in libs]
         for got, want in zip(*outputs, strict=True):
             np.testing.assert_array_equal(got.reshape(-1).view(np.uint8), want.reshape(-1).view(np.uint8))
+    after = libs[0].thread_stats()
+    ran = {key: after[key] - before[key] for key in ("serial_loops", "parallel_loops")}
+    assert ran["serial_loops"] == 0 and ran["parallel_loops"] >= 4, ran  # two calls, two loops each
 
 
 @pytest.mark.parametrize("kernel", ["microkernel", "group_gemm"])

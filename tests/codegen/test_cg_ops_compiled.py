@@ -566,6 +566,10 @@ for _name, _dtype, _low, _high in (("qnn.add", "int8", -128, 127), ("qnn.mul", "
          ints(dtype=_dtype, low=_low // 8, high=_high // 8), f32(low=0.02, high=0.08),
          ints(dtype=_dtype, low=_low // 8, high=_high // 8))
 case("qnn.dynamic_quantize", "f32", op.qnn.dynamic_quantize, f32(3, 5))
+# rows of 16 lanes each and a tail (the range pass over rows on threads); more rows than
+# RANGE_MAX_ROWS share one set of lanes
+case("qnn.dynamic_quantize", "row-lanes", op.qnn.dynamic_quantize, f32(2, 20, 37))
+case("qnn.dynamic_quantize", "shared-lanes", op.qnn.dynamic_quantize, f32(300, 16))
 
 
 # --------------------------------------------------------------------------- fixtures and helpers

@@ -462,43 +462,62 @@ def centered(operand: TensorHandle, zero_point: TensorHandle, idx: Indices) -> t
 # loop GCC vectorizes, where one min/max chain is serial (qnn.dynamic_quantize of 32 x 5632
 # floats, range and quantizing passes, one thread: 354 us -> 130 us)
 RANGE_LANES = 16
+# the most rows whose lanes a range pass keeps apart (two buffers of this many x RANGE_LANES
+# floats on the stack; a 32 x 5632 quantization's range on two threads: 89 -> 59 us), more
+# share one set of lanes on one thread
+RANGE_MAX_ROWS = 256
 
 
 def _range_in_lanes(data: TensorHandle, low: tir.Buffer, high: tir.Buffer) -> tir.Stmt:
     """``low``/``high`` lowered/raised to the data's min/max. A float min/max is the same
     value in any order (a NaN anywhere gives NaN, -0 and 0 lead to the same scale and zero
-    point), so the rows' values go to RANGE_LANES lanes, combined at the end."""
+    point), so the values go to RANGE_LANES lanes, combined at the end: each row's lanes of
+    its own (up to RANGE_MAX_ROWS rows), so the rows' loop has independent iterations,
+    which Parallelize splits over threads."""
     *outer, inner = data.shape
-    if not is_static_dim(inner) or int(inner) < RANGE_LANES:
+    if not is_static_dim(inner) or int(inner) < RANGE_LANES or not all(is_static_dim(d) for d in outer):
         return loop_nest(data.shape, lambda idx: seq(
             tir.BufferStore(low, tir.Min(low.load(), data.load(*idx)), ()),
             tir.BufferStore(high, tir.Max(high.load(), data.load(*idx)), ()),
         ))
-    inner = int(inner)
-    lows, highs = (tir.Buffer(name, (RANGE_LANES,), _F32, "local") for name in ("range_lows", "range_highs"))
+    inner, rows = int(inner), math.prod(int(d) for d in outer)
+    parts = rows if rows <= RANGE_MAX_ROWS else 1  # lanes kept apart: one set a row, or one in all
+    lows, highs = (tir.Buffer(name, (parts * RANGE_LANES,), _F32, "local")
+                   for name in ("range_lows", "range_highs"))
     full = inner // RANGE_LANES * RANGE_LANES
 
-    def update(at: tir.PrimExpr, idx: Indices) -> tir.Stmt:
-        value = data.load(*idx)
-        return seq(tir.BufferStore(lows, tir.Min(lows.load(at), value), (at,)),
-                   tir.BufferStore(highs, tir.Max(highs.load(at), value), (at,)))
-
-    def loop(name: str, extent: int, body: Callable[[tir.TVar], tir.Stmt]) -> tir.Stmt:
+    def loop(name: str, extent: int, body: Callable[[tir.TVar], tir.Stmt]) -> tir.For:
         var = tir.TVar(name)
         return tir.For(var, tir.IntImm(0), tir.IntImm(extent), tir.ForKind.SERIAL, body(var))
 
-    start = loop("lane", RANGE_LANES, lambda lane: seq(tir.BufferStore(lows, low.load(), (lane,)),
-                                                       tir.BufferStore(highs, high.load(), (lane,))))
-    blocks = loop_nest(outer, lambda idx: loop("block", inner // RANGE_LANES, lambda block: loop(
-        "lane", RANGE_LANES, lambda lane: update(lane, (*idx, block * tir.IntImm(RANGE_LANES) + lane)))),
-        prefix="row")
-    tail = None if full == inner else loop_nest(outer, lambda idx: loop(
-        "rest", inner - full, lambda rest: update(tir.IntImm(0), (*idx, tir.IntImm(full) + rest))),
-        prefix="tail")
-    combine = loop("lane", RANGE_LANES, lambda lane: seq(
+    def start(first: tir.PrimExpr) -> tir.Stmt:
+        return loop("lane", RANGE_LANES, lambda lane: seq(
+            tir.BufferStore(lows, low.load(), (first + lane,)),
+            tir.BufferStore(highs, high.load(), (first + lane,))))
+
+    def one_row(row: tir.TVar) -> tir.Stmt:
+        idx, rest = [], rows  # the outer indices of flat row `row`
+        for extent in (int(d) for d in outer):
+            rest //= extent
+            idx.append(tir.FloorMod(tir.FloorDiv(row, tir.IntImm(rest)), tir.IntImm(extent)))
+        first = row * tir.IntImm(RANGE_LANES) if parts > 1 else tir.IntImm(0)
+
+        def update(lane: tir.PrimExpr, at: tir.PrimExpr) -> tir.Stmt:
+            value, slot = data.load(*idx, at), first + lane
+            return seq(tir.BufferStore(lows, tir.Min(lows.load(slot), value), (slot,)),
+                       tir.BufferStore(highs, tir.Max(highs.load(slot), value), (slot,)))
+
+        blocks = loop("block", inner // RANGE_LANES, lambda block: loop(
+            "lane", RANGE_LANES, lambda lane: update(lane, block * tir.IntImm(RANGE_LANES) + lane)))
+        tail = None if full == inner else loop("rest", inner - full, lambda rest: update(
+            tir.IntImm(0), tir.IntImm(full) + rest))
+        return seq(start(first) if parts > 1 else None, blocks, tail)
+
+    combine = loop("lane", parts * RANGE_LANES, lambda lane: seq(
         tir.BufferStore(low, tir.Min(low.load(), lows.load(lane)), ()),
         tir.BufferStore(high, tir.Max(high.load(), highs.load(lane)), ())))
-    return tir.Allocate(lows, tir.Allocate(highs, seq(start, blocks, tail, combine)))
+    body = seq(None if parts > 1 else start(tir.IntImm(0)), loop("row", rows, one_row), combine)
+    return tir.Allocate(lows, tir.Allocate(highs, body))
 
 
 @register_compute("qnn.dynamic_quantize")
